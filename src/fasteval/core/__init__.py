@@ -1,0 +1,1 @@
+"""The engine: the only code that touches envs, devices and streams."""

@@ -1,0 +1,177 @@
+"""The engine: built once from an :class:`~fasteval.spec.EvalSpec`, run many times.
+
+Building resolves and validates everything (env, spaces, policy, device, buffers,
+kernel backend); :meth:`Engine.run` then runs a ledger of episodes through the hot
+loop and returns an :class:`~fasteval.results.EvalResult`. Every door (CLI, library
+API, bench, sweeps) goes through this class.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from time import perf_counter
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+import fasteval
+from fasteval import kernels
+from fasteval.core.envs import SlotEnvs, build_slot_envs, make_factory
+from fasteval.core.ledger import Ledger
+from fasteval.core.loop import run_episodes, start_wave
+from fasteval.core.policy import PolicyRunner
+from fasteval.core.timing import StageTimers
+from fasteval.core.transfer import DeviceToHost, HostToDevice
+from fasteval.errors import UserInputError
+from fasteval.policies.loaders import load_policy
+from fasteval.results import EvalResult
+from fasteval.spec import EvalSpec
+
+logger = logging.getLogger(__name__)
+
+
+def resolve_device(requested: str, policy: Any = None) -> torch.device:
+    """``auto`` -> the live module's device, else cuda when available, else cpu."""
+    if requested == "auto":
+        if isinstance(policy, nn.Module):
+            param = next(policy.parameters(), None)
+            if param is not None:
+                return param.device
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(requested)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserInputError(f"device {requested!r}: CUDA is not available on this machine. Use --device cpu or --device auto.")
+    return device
+
+
+def action_host_dtype(space: gym.Space) -> np.dtype:
+    return np.dtype(np.int64) if isinstance(space, gym.spaces.Discrete) else np.dtype(space.dtype)
+
+
+class Engine:
+    """Envs, policy, buffers and kernel for one spec. Use :meth:`run`; call :meth:`close` at the end."""
+
+    def __init__(self, spec: EvalSpec, n_slots: int | None = None):
+        self.spec = spec
+        self.n_slots = n_slots or spec.n_slots
+        factory, probe, cap = make_factory(spec.env, spec.env_kwargs, spec.max_steps)
+        self.factory = factory
+        self.max_steps = cap
+        self.envs: SlotEnvs = build_slot_envs(spec.vectorization, factory, self.n_slots, probe)
+        try:
+            self._build_policy_side(spec)
+        except BaseException:
+            self.envs.close()
+            raise
+        self.timers = StageTimers()
+        self._checked = False
+        self.runs = 0
+
+    def _build_policy_side(self, spec: EvalSpec) -> None:
+        envs = self.envs
+        loaded_here = isinstance(spec.policy, str)
+        policy = load_policy(spec.policy, envs.observation_space, envs.action_space, self.n_slots, spec.trust_remote_code)
+        self.device = resolve_device(spec.device, policy)
+        if loaded_here and isinstance(policy, nn.Module):
+            policy = policy.to(self.device).eval()
+        self.policy = policy
+        self.runner = PolicyRunner(policy, envs.action_space, self.n_slots, spec.reset_mode)
+        self.h2d = HostToDevice(envs.obs, self.device)
+        self.d2h = DeviceToHost(self.n_slots, tuple(envs.action_space.shape or ()), action_host_dtype(envs.action_space), self.device)
+
+    @property
+    def observation_space(self) -> gym.Space:
+        return self.envs.observation_space
+
+    @property
+    def action_space(self) -> gym.Space:
+        return self.envs.action_space
+
+    def _dry_run(self) -> None:
+        self.h2d.copy()
+        self.runner.dry_run(self.h2d.policy_input)
+        self._checked = True
+
+    def run(
+        self,
+        n_episodes: int | None = None,
+        seed: int | None = None,
+        on_finished: Callable[[Ledger, np.ndarray], None] | None = None,
+    ) -> EvalResult:
+        """Run episodes ``0..n-1`` with seeds ``seed + i``; return their exact results.
+
+        ``on_finished(ledger, episode_ixs)`` is called as episodes finish (ledger rows are final).
+        Global torch/numpy/python RNG states are restored afterwards; torch is seeded with
+        ``seed`` inside the run so stochastic policies are reproducible.
+        """
+        n = self.spec.n_episodes if n_episodes is None else int(n_episodes)
+        seed = self.spec.seed if seed is None else int(seed)
+        if n < 1 or seed < 0:
+            raise UserInputError(f"n_episodes must be >= 1 and seed >= 0; got n_episodes={n}, seed={seed}.")
+        ledger = Ledger(n, self.n_slots, seed)
+        callback = (lambda done: on_finished(ledger, done)) if on_finished is not None else (lambda done: None)
+        self.timers.reset()
+        np_state, py_state = np.random.get_state(), random.getstate()
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices), torch.inference_mode():
+            torch.manual_seed(seed)
+            start = perf_counter()
+            start_wave(self.envs, self.runner, ledger, self.timers,
+                       before_policy_reset=None if self._checked else self._dry_run)
+            run_episodes(
+                self.envs, self.runner, self.h2d, self.d2h, ledger, kernels.step_bookkeeping, self.timers,
+                self.max_steps or 0, self.runner.continuous, callback,
+            )
+            eval_s = perf_counter() - start
+        np.random.set_state(np_state)
+        random.setstate(py_state)
+        self.runs += 1
+        return EvalResult(self._records(ledger), eval_s, self.timers.as_dict(), self._meta(n, seed))
+
+    def _records(self, ledger: Ledger) -> list[dict[str, Any]]:
+        task = self.spec.env
+        return [
+            {
+                "episode_ix": i,
+                "seed": ledger.seed + i,
+                "sum_reward": float(ledger.sum_reward[i]),
+                "max_reward": float(ledger.max_reward[i]),
+                "length": int(ledger.length[i]),
+                "success": bool(ledger.success[i]),
+                "nan_rewards": int(ledger.nan_rewards[i]),
+                "task_group": task,
+                "task_id": 0,
+                "task": task,
+            }
+            for i in range(ledger.n_episodes)
+            if ledger.finished[i]
+        ]
+
+    def _meta(self, n: int, seed: int) -> dict[str, Any]:
+        return {
+            "fasteval_version": fasteval.__version__,
+            "env": self.spec.env,
+            "env_kwargs": self.spec.env_kwargs,
+            "policy": self.spec.to_dict()["policy"],
+            "n_episodes": n,
+            "seed": seed,
+            "batch_size": self.n_slots,
+            "vectorization": self.spec.vectorization,
+            "device": str(self.device),
+            "max_steps": self.max_steps,
+            "batching": "continuous" if self.runner.continuous else "wave",
+            "kernel_backend": kernels.BACKEND,
+        }
+
+    def close(self) -> None:
+        self.envs.close()
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,267 @@
+"""Env construction and per-slot stepping.
+
+fasteval owns the episode boundaries: gymnasium's autoreset is disabled, and each
+slot is reset on its own with its episode's seed. Only the slots that run an
+episode are stepped, so nothing is simulated after an episode ends or after the
+ledger runs out.
+
+* ``sync``: the sub-envs of a gymnasium ``SyncVectorEnv`` (autoreset disabled),
+  stepped in this process. Best for cheap envs (classic control).
+* ``async``: a gymnasium ``AsyncVectorEnv`` (autoreset disabled, shared-memory
+  observations), one subprocess per slot, driven per slot over its pipes. Pays off
+  only when a step costs more than the inter-process round trip (~50-100 us).
+"""
+
+from __future__ import annotations
+
+import importlib
+import multiprocessing
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import gymnasium as gym
+import numpy as np
+
+from fasteval.errors import EnvNotFoundError, EnvStepError, UserInputError
+from fasteval.refs import resolve_callable, split_callable_ref
+
+
+@dataclass(frozen=True)
+class EnvFactory:
+    """Picklable recipe for one sub-env: ``env`` id or ``module:callable``, kwargs, step cap.
+
+    Calling it imports the env's plugin namespace first (``gym_pusht/PushT-v0``
+    imports ``gym_pusht``), so it also works inside async worker processes.
+    """
+
+    env: str
+    kwargs: dict = field(default_factory=dict)
+    max_episode_steps: int | None = None
+
+    @property
+    def is_callable_ref(self) -> bool:
+        return split_callable_ref(self.env) is not None
+
+    def __call__(self) -> gym.Env:
+        if self.is_callable_ref:
+            fn = resolve_callable(self.env, what="env", trust_remote_code=True)
+            env = fn(**self.kwargs)
+            if not isinstance(env, gym.Env):
+                raise UserInputError(f"env {self.env!r} returned {type(env).__name__}; expected a gymnasium.Env.")
+            return env
+        import_env_namespace(self.env)
+        extra = {} if self.max_episode_steps is None else {"max_episode_steps": self.max_episode_steps}
+        return gym.make(self.env, **extra, **self.kwargs)
+
+
+def import_env_namespace(env_id: str) -> None:
+    """Import the plugin package of a namespaced id (``ns/Name-vN`` -> ``import ns``), if any."""
+    if "/" not in env_id:
+        return
+    namespace = env_id.split("/", 1)[0]
+    try:
+        importlib.import_module(namespace)
+    except ImportError:
+        pass  # gymnasium raises NamespaceNotFound next; make_factory turns that into a clear error
+
+
+def make_factory(env: str, kwargs: dict, max_steps: int | None) -> tuple[EnvFactory, gym.Env, int | None]:
+    """Validate ``env`` by building one instance. Returns (factory, probe env, step cap).
+
+    The step cap is ``max_steps`` if given, else the env spec's ``max_episode_steps``
+    (``None`` if neither exists). Raises :class:`EnvNotFoundError` with gymnasium's
+    suggestion and the package to install for unknown ids or missing plugins.
+    """
+    factory = EnvFactory(env, dict(kwargs), max_steps)
+    try:
+        probe = factory()
+    except gym.error.NamespaceNotFound as exc:
+        namespace = env.split("/", 1)[0]
+        raise EnvNotFoundError(
+            f"env {env!r}: {exc} The namespace {namespace!r} comes from a plugin package; install it "
+            f"(for example `pip install {namespace.replace('_', '-')}`) and try again."
+        ) from None
+    except gym.error.Error as exc:  # NameNotFound / VersionNotFound carry gymnasium's suggestion
+        raise EnvNotFoundError(f"env {env!r}: {exc}") from None
+    except TypeError as exc:
+        raise UserInputError(f"env {env!r} rejected its keyword arguments {dict(kwargs)}: {exc}") from None
+    cap = max_steps
+    if cap is None and probe.spec is not None and probe.spec.max_episode_steps:
+        cap = int(probe.spec.max_episode_steps)
+    return factory, probe, cap
+
+
+def _success(info: dict) -> bool:
+    return bool(info.get("is_success", False))
+
+
+class SlotEnvs:
+    """``n_slots`` envs stepped and reset per slot. Host buffers are allocated once.
+
+    Attributes (all ``[B, ...]``, rows of idle slots hold stale values):
+        obs: ndarray, or dict of ndarrays for Dict observation spaces.
+        rewards: float64[B]; terminated, truncated, success: bool[B].
+    """
+
+    def __init__(self, n_slots: int, observation_space: gym.Space, action_space: gym.Space):
+        self.n_slots = n_slots
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.rewards = np.zeros(n_slots, dtype=np.float64)
+        self.terminated = np.zeros(n_slots, dtype=bool)
+        self.truncated = np.zeros(n_slots, dtype=bool)
+        self.success = np.zeros(n_slots, dtype=bool)
+        discrete = isinstance(action_space, gym.spaces.Discrete)
+        self._env_actions: Callable[[np.ndarray], Sequence[Any]] = (
+            (lambda a: a.tolist()) if discrete else (lambda a: a)
+        )
+
+    def reset_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:
+        raise NotImplementedError
+
+    def step(self, slots: Sequence[int], actions: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+def _obs_writer(buffer: Any) -> Callable[[int, Any], None]:
+    if isinstance(buffer, dict):
+        keys = list(buffer)
+
+        def write(slot: int, obs: Any) -> None:
+            for key in keys:
+                buffer[key][slot] = obs[key]
+
+        return write
+
+    def write_array(slot: int, obs: Any) -> None:
+        buffer[slot] = obs
+
+    return write_array
+
+
+def allocate_obs_buffer(space: gym.Space, n_slots: int, allocate: Callable[[tuple, np.dtype], np.ndarray] | None = None) -> Any:
+    """``[n_slots, *shape]`` host array(s) for ``space``; ``allocate`` may supply pinned memory."""
+    allocate = allocate or (lambda shape, dtype: np.zeros(shape, dtype=dtype))
+    if isinstance(space, gym.spaces.Dict):
+        out = {}
+        for key, sub in space.spaces.items():
+            if isinstance(sub, gym.spaces.Dict):
+                raise UserInputError(f"nested Dict observation spaces are not supported (key {key!r}); flatten them with a wrapper.")
+            out[key] = allocate((n_slots, *sub.shape), np.dtype(sub.dtype))
+        return out
+    if isinstance(space, gym.spaces.Discrete):
+        return allocate((n_slots,), np.dtype(np.int64))
+    if space.shape is None or space.dtype is None:
+        raise UserInputError(f"observation space {space} has no fixed shape and dtype; fasteval needs Box, Discrete, MultiDiscrete, MultiBinary or Dict of those.")
+    return allocate((n_slots, *space.shape), np.dtype(space.dtype))
+
+
+class SyncSlotEnvs(SlotEnvs):
+    """Sub-envs of a ``SyncVectorEnv`` (autoreset disabled), stepped in-process per active slot."""
+
+    def __init__(self, factory: EnvFactory, n_slots: int, first_env: gym.Env | None = None, obs_allocate=None):
+        fns: list[Callable[[], gym.Env]] = [factory] * n_slots
+        if first_env is not None:
+            fns[0] = lambda: first_env
+        self.vector_env = gym.vector.SyncVectorEnv(fns, autoreset_mode=gym.vector.AutoresetMode.DISABLED)
+        super().__init__(n_slots, self.vector_env.single_observation_space, self.vector_env.single_action_space)
+        self.envs = self.vector_env.envs
+        self.obs = allocate_obs_buffer(self.observation_space, n_slots, obs_allocate)
+        self._write_obs = _obs_writer(self.obs)
+
+    def reset_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:
+        for slot, seed in zip(slots, seeds):
+            obs, _info = self.envs[slot].reset(seed=int(seed))
+            self._write_obs(slot, obs)
+
+    def step(self, slots: Sequence[int], actions: np.ndarray) -> None:
+        env_actions = self._env_actions(actions)
+        envs, write, rewards, terminated, truncated, success = (
+            self.envs, self._write_obs, self.rewards, self.terminated, self.truncated, self.success)
+        for slot in slots:
+            obs, reward, term, trunc, info = envs[slot].step(env_actions[slot])
+            write(slot, obs)
+            rewards[slot] = reward
+            terminated[slot] = term
+            truncated[slot] = trunc
+            success[slot] = _success(info)
+
+    def close(self) -> None:
+        self.vector_env.close()
+
+
+class AsyncSlotEnvs(SlotEnvs):
+    """Sub-envs in the worker processes of an ``AsyncVectorEnv``, driven per slot over its pipes.
+
+    Observations arrive through the vector env's shared memory (no pickling);
+    rewards, flags and infos come back over the pipes. ``step`` is split into
+    ``step_send`` and ``step_recv`` so that the engine can overlap env work with
+    policy work.
+    """
+
+    def __init__(self, factory: EnvFactory, n_slots: int, context: str | None = None):
+        self.vector_env = gym.vector.AsyncVectorEnv(
+            [factory] * n_slots,
+            shared_memory=True,
+            context=context,
+            autoreset_mode=gym.vector.AutoresetMode.DISABLED,
+        )
+        super().__init__(n_slots, self.vector_env.single_observation_space, self.vector_env.single_action_space)
+        self.obs = self.vector_env.observations  # views of the shared memory the workers write into
+        self._pipes = self.vector_env.parent_pipes
+
+    def _recv(self, slot: int, what: str) -> Any:
+        try:
+            result, ok = self._pipes[slot].recv()
+        except (EOFError, ConnectionResetError, BrokenPipeError) as exc:
+            process = self.vector_env.processes[slot]
+            process.join(timeout=1.0)
+            raise EnvStepError(f"async env worker of slot {slot} died during {what} (exit code {process.exitcode}): {exc!r}") from None
+        if not ok:
+            index, error_type, message, trace = self.vector_env.error_queue.get()
+            raise EnvStepError(f"env in slot {index} raised {error_type.__name__} during {what}: {message}\n{trace}")
+        return result
+
+    def reset_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:
+        for slot, seed in zip(slots, seeds):
+            self._pipes[slot].send(("reset", {"seed": int(seed)}))
+        for slot in slots:
+            self._recv(slot, "reset")
+
+    def step_send(self, slots: Sequence[int], actions: np.ndarray) -> None:
+        env_actions = self._env_actions(actions)
+        pipes = self._pipes
+        for slot in slots:
+            pipes[slot].send(("step", env_actions[slot]))
+
+    def step_recv(self, slots: Sequence[int]) -> None:
+        rewards, terminated, truncated, success = self.rewards, self.terminated, self.truncated, self.success
+        for slot in slots:
+            _obs, reward, term, trunc, info = self._recv(slot, "step")
+            rewards[slot] = reward
+            terminated[slot] = term
+            truncated[slot] = trunc
+            success[slot] = _success(info)
+
+    def step(self, slots: Sequence[int], actions: np.ndarray) -> None:
+        self.step_send(slots, actions)
+        self.step_recv(slots)
+
+    def close(self) -> None:
+        try:
+            self.vector_env.close(terminate=True)
+        except Exception:  # a dead worker must not turn close() into a crash
+            pass
+
+
+def build_slot_envs(vectorization: str, factory: EnvFactory, n_slots: int, probe: gym.Env | None) -> SlotEnvs:
+    """Build the slot envs for ``vectorization`` (``sync`` reuses ``probe`` as slot 0)."""
+    if vectorization == "sync":
+        return SyncSlotEnvs(factory, n_slots, first_env=probe)
+    if probe is not None:
+        probe.close()
+    context = None if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    return AsyncSlotEnvs(factory, n_slots, context=context)

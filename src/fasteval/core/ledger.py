@@ -1,0 +1,71 @@
+"""The episode ledger: episode ``i`` -> seed ``seed + i``; slots; exact-n accounting.
+
+The ledger owns every array the bookkeeping kernel touches: per-slot accumulators
+and the per-episode results table. Episodes are handed out in index order, but
+results are stored by episode index, so the table does not depend on which slot
+ran an episode or in which order episodes finished.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fasteval.kernels import IDLE
+
+
+class Ledger:
+    """Bookkeeping state for ``n_episodes`` episodes on ``n_slots`` slots.
+
+    Arrays (all preallocated):
+        slot_episode: int64[B], episode in each slot or IDLE (-1).
+        acc_sum, acc_max: float64[B]; acc_len, acc_nan: int64[B]; acc_success: bool[B].
+        sum_reward, max_reward: float64[N]; length, nan_rewards: int64[N]; success: bool[N].
+        finished: bool[N], True once an episode's row is final.
+        finished_scratch, reset_scratch: int64[B], kernel outputs.
+    """
+
+    def __init__(self, n_episodes: int, n_slots: int, seed: int):
+        self.n_episodes = n_episodes
+        self.n_slots = n_slots
+        self.seed = seed
+        self.next_episode = 0
+        self.slot_episode = np.full(n_slots, IDLE, dtype=np.int64)
+        self.acc_sum = np.zeros(n_slots, dtype=np.float64)
+        self.acc_max = np.full(n_slots, -np.inf, dtype=np.float64)
+        self.acc_len = np.zeros(n_slots, dtype=np.int64)
+        self.acc_nan = np.zeros(n_slots, dtype=np.int64)
+        self.acc_success = np.zeros(n_slots, dtype=bool)
+        self.sum_reward = np.zeros(n_episodes, dtype=np.float64)
+        self.max_reward = np.full(n_episodes, -np.inf, dtype=np.float64)
+        self.length = np.zeros(n_episodes, dtype=np.int64)
+        self.nan_rewards = np.zeros(n_episodes, dtype=np.int64)
+        self.success = np.zeros(n_episodes, dtype=bool)
+        self.finished = np.zeros(n_episodes, dtype=bool)
+        self.finished_scratch = np.zeros(n_slots, dtype=np.int64)
+        self.reset_scratch = np.zeros(n_slots, dtype=np.int64)
+
+    def seeds_of(self, episodes) -> list[int]:
+        return [self.seed + int(e) for e in episodes]
+
+    @property
+    def seeds(self) -> np.ndarray:
+        return self.seed + np.arange(self.n_episodes, dtype=np.int64)
+
+    def start_wave(self) -> list[int]:
+        """Hand the next episodes to every idle slot, in slot order. Returns the slots started."""
+        started = []
+        for slot in range(self.n_slots):
+            if self.next_episode >= self.n_episodes:
+                break
+            if self.slot_episode[slot] == IDLE:
+                self.slot_episode[slot] = self.next_episode
+                self.next_episode += 1
+                started.append(slot)
+        return started
+
+    def active_slots(self) -> list[int]:
+        return np.flatnonzero(self.slot_episode != IDLE).tolist()
+
+    @property
+    def exhausted(self) -> bool:
+        return self.next_episode >= self.n_episodes

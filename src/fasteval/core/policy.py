@@ -1,0 +1,138 @@
+"""The policy protocol and its adapter.
+
+A policy is any object with ``select_action(obs) -> Tensor[B, ...]`` or a callable
+``nn.Module`` (``forward(obs)``). It may also have ``reset``:
+
+* ``reset(env_ids)`` or ``reset(env_ids, seeds)``: per-env reset; ``env_ids`` is an int64
+  tensor of the slots that start a new episode, ``seeds`` their episodes' seeds.
+  fasteval then uses continuous batching and resets only those slots.
+* ``reset()`` with no arguments: the policy can only reset the whole batch, so
+  fasteval runs it in **wave mode**: all slots start their episodes together, and a
+  new wave starts when every slot of the last one has finished. Results are the
+  same as in continuous mode for any policy whose rows are independent.
+
+``obs`` is a Tensor ``[B, ...]`` on the policy's device for array observations, or a
+TensorDict ``[B]`` for Dict observations. The policy must not keep references to it
+across steps (the buffer is reused); copy what it needs.
+
+Actions, checked once on a dry run before the evaluation starts:
+
+* ``Discrete``: ``[B]`` integers, ``[B, 1]`` integers, or ``[B, n]`` logits (argmax is taken);
+* ``Box`` / ``MultiDiscrete`` / ``MultiBinary``: ``[B, *action_space.shape]``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Sequence
+
+import gymnasium as gym
+import torch
+from fasteval.errors import ActionSpaceMismatchError, PolicyError, UserInputError
+
+PER_ENV, WAVE, NO_RESET = "per-env", "wave", "none"
+
+
+def _reset_signature(policy: Any) -> tuple[str, bool]:
+    reset = getattr(policy, "reset", None)
+    if not callable(reset):
+        return NO_RESET, False
+    try:
+        params = [p for p in inspect.signature(reset).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
+        names = inspect.signature(reset).parameters
+    except (TypeError, ValueError):
+        return WAVE, False
+    if not params:
+        return WAVE, False
+    return PER_ENV, "seeds" in names
+
+
+class PolicyRunner:
+    """Calls a policy the same way every step; resets it per slot or per wave.
+
+    Built once per engine. ``reset_kind`` is decided here, from the policy's ``reset``
+    signature and the spec's ``reset_mode``: ``per-env``, ``wave`` or ``none``.
+    """
+
+    def __init__(self, policy: Any, action_space: gym.Space, n_slots: int, reset_mode: str = "auto"):
+        self.policy = policy
+        self.action_space = action_space
+        self.n_slots = n_slots
+        if hasattr(policy, "select_action"):
+            self._call: Callable[[Any], Any] = policy.select_action
+        elif callable(policy):
+            self._call = policy
+        else:
+            raise UserInputError(f"policy of type {type(policy).__name__}: expected an nn.Module or an object with select_action(obs).")
+        kind, self._reset_wants_seeds = _reset_signature(policy)
+        if reset_mode == "per-env" and kind == WAVE:
+            raise UserInputError(
+                f"reset_mode 'per-env' needs a policy whose reset takes env ids (reset(env_ids)); "
+                f"{type(policy).__name__}.reset() takes none. Use reset_mode 'wave' or 'auto'."
+            )
+        self.reset_kind = kind
+        self.continuous = kind != WAVE and reset_mode != "wave"
+        """True: continuous batching (freed slots refill at once). False: wave mode."""
+        self._postprocess: Callable[[torch.Tensor], torch.Tensor] = lambda a: a
+
+    # -- resets -------------------------------------------------------------------------
+    def reset_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:
+        """Reset the given slots (per-env policies); a no-op for the other kinds."""
+        if self.reset_kind != PER_ENV:
+            return
+        env_ids = torch.as_tensor(list(slots), dtype=torch.long)
+        if self._reset_wants_seeds:
+            self.policy.reset(env_ids, seeds=list(seeds))
+        else:
+            self.policy.reset(env_ids)
+
+    def start_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:
+        """Start of a wave (or of the run): reset the started slots, or the whole batch for wave policies."""
+        if self.reset_kind == WAVE:
+            self.policy.reset()
+        else:
+            self.reset_slots(slots, seeds)
+
+    # -- acting -------------------------------------------------------------------------
+    def dry_run(self, obs: Any) -> None:
+        """Call the policy once and fix how its output maps to actions. Raises on a mismatch."""
+        try:
+            with torch.inference_mode():
+                raw = self._call(obs)
+        except Exception as exc:
+            raise PolicyError(f"the policy raised on its first call (dry run, before any episode counted): "
+                              f"{type(exc).__name__}: {exc}") from exc
+        self._postprocess = self._choose_postprocess(raw)
+
+    def __call__(self, obs: Any) -> torch.Tensor:
+        return self._postprocess(self._call(obs))
+
+    def _choose_postprocess(self, raw: Any) -> Callable[[torch.Tensor], torch.Tensor]:
+        space, batch = self.action_space, self.n_slots
+        if not isinstance(raw, torch.Tensor):
+            raise ActionSpaceMismatchError(
+                f"the policy returned {type(raw).__name__}; expected a torch.Tensor of actions with batch dimension {batch}."
+            )
+        got = tuple(raw.shape)
+        if isinstance(space, gym.spaces.Discrete):
+            integer = not raw.is_floating_point()
+            if got == (batch,) and integer:
+                return lambda a: a
+            if got == (batch, 1) and integer:
+                return lambda a: a.squeeze(-1)
+            if got == (batch, int(space.n)) and raw.is_floating_point():
+                return lambda a: a.argmax(dim=-1)
+            raise ActionSpaceMismatchError(
+                f"action shape mismatch: the env's action space is {space}, so fasteval expected integer actions of shape "
+                f"({batch},) or ({batch}, 1), or float logits of shape ({batch}, {int(space.n)}); the policy returned "
+                f"{raw.dtype} of shape {got}. Check the policy's output layer against the env."
+            )
+        expected = (batch, *space.shape)
+        if got != expected:
+            raise ActionSpaceMismatchError(
+                f"action shape mismatch: the env's action space is {space}, so fasteval expected actions of shape "
+                f"{expected} (batch {batch} x action shape {tuple(space.shape)}); the policy returned shape {got}. "
+                f"Check the policy's output size against the env."
+            )
+        return lambda a: a

@@ -1,0 +1,88 @@
+"""Every host<->device copy and every device sync lives here.
+
+* CPU policy device: the policy reads tensors that are zero-copy views of the host
+  observation buffer, and actions are read back as zero-copy NumPy views. No copies.
+* CUDA policy device: observations go host -> pinned staging -> device with
+  ``non_blocking=True``; actions come back into a pinned host buffer the same way,
+  followed by one stream sync (the host must not read actions before they land).
+
+All tensors are allocated once, at construction; the per-step methods allocate nothing
+(except a dtype cast when the policy's action dtype differs from the env's).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+
+def _as_tensor_tree(host: Any) -> Any:
+    if isinstance(host, dict):
+        return {key: torch.from_numpy(value) for key, value in host.items()}
+    return torch.from_numpy(host)
+
+
+class HostToDevice:
+    """Observation transfer. ``policy_input`` is the object handed to the policy every step:
+    a Tensor ``[B, ...]`` for array observations, a TensorDict for Dict observations.
+    """
+
+    def __init__(self, host_obs: Any, device: torch.device):
+        self.device = device
+        self.host = _as_tensor_tree(host_obs)
+        n_slots = next(iter(self.host.values())).shape[0] if isinstance(self.host, dict) else self.host.shape[0]
+        if device.type == "cpu":
+            self.device_obs = self.host
+            self.copy = _no_copy
+        else:
+            pin = torch.cuda.is_available()
+            if isinstance(self.host, dict):
+                self.staging = {k: torch.empty_like(v, pin_memory=pin) for k, v in self.host.items()}
+                self.device_obs = {k: torch.empty_like(v, device=device) for k, v in self.host.items()}
+            else:
+                self.staging = torch.empty_like(self.host, pin_memory=pin)
+                self.device_obs = torch.empty_like(self.host, device=device)
+            self.copy = self._copy_dict if isinstance(self.host, dict) else self._copy_array
+        self.policy_input = (
+            TensorDict(self.device_obs, batch_size=[n_slots], device=device)
+            if isinstance(self.device_obs, dict) else self.device_obs
+        )
+
+    def _copy_array(self) -> None:
+        self.staging.copy_(self.host)
+        self.device_obs.copy_(self.staging, non_blocking=True)
+
+    def _copy_dict(self) -> None:
+        for key, host in self.host.items():
+            self.staging[key].copy_(host)
+            self.device_obs[key].copy_(self.staging[key], non_blocking=True)
+
+
+def _no_copy() -> None:
+    return None
+
+
+class DeviceToHost:
+    """Action transfer into a host array ``[B, *action_shape]`` of the env's action dtype."""
+
+    def __init__(self, n_slots: int, action_shape: tuple, action_dtype: np.dtype, device: torch.device):
+        self.host = np.zeros((n_slots, *action_shape), dtype=action_dtype)
+        self.host_tensor = torch.from_numpy(self.host)
+        self.device = device
+        self.copy = self._copy_cpu if device.type == "cpu" else self._copy_cuda
+        if device.type != "cpu" and torch.cuda.is_available():
+            self.staging = torch.empty_like(self.host_tensor, pin_memory=True)
+
+    def _copy_cpu(self, actions: torch.Tensor) -> np.ndarray:
+        self.host_tensor.copy_(actions)
+        return self.host
+
+    def _copy_cuda(self, actions: torch.Tensor) -> np.ndarray:
+        self.staging.copy_(actions, non_blocking=True)
+        # Sync: the env steps read these actions on the host next, so the copy must have landed.
+        torch.cuda.current_stream(self.device).synchronize()
+        self.host_tensor.copy_(self.staging)
+        return self.host

@@ -1,0 +1,35 @@
+"""fasteval's exceptions: one base class, specific subclasses.
+
+Every message says what was expected, what was received, and what to do.
+The CLI maps :class:`UserInputError` (and its subclasses) to exit code 2.
+"""
+
+from __future__ import annotations
+
+
+class FastevalError(Exception):
+    """Base class of every error fasteval raises on purpose."""
+
+
+class UserInputError(FastevalError, ValueError):
+    """Bad input from the user (options, env ids, policy references). CLI exit code 2."""
+
+
+class EnvNotFoundError(UserInputError):
+    """The env id or ``module:callable`` could not be resolved."""
+
+
+class PolicyLoadError(UserInputError):
+    """The policy reference could not be loaded (missing file, bad checkpoint, key mismatch)."""
+
+
+class ActionSpaceMismatchError(UserInputError):
+    """The policy's actions do not fit the env's action space (caught on the dry run)."""
+
+
+class PolicyError(FastevalError, RuntimeError):
+    """The policy raised or returned invalid actions while the evaluation ran."""
+
+
+class EnvStepError(FastevalError, RuntimeError):
+    """An env raised, hung or died while stepping or resetting."""

@@ -1,0 +1,85 @@
+"""Checkpoint folders: ``config.json`` plus ``model.safetensors``.
+
+Loading is safe by construction: weights come only from safetensors (no pickle),
+keys must match the architecture exactly, and every failure is a
+:class:`~fasteval.errors.PolicyLoadError` that names the file and the problem.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from fasteval.errors import PolicyLoadError
+from fasteval.policies.mlp import ARCHITECTURES
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+
+
+def is_checkpoint_dir(path: str | Path) -> bool:
+    path = Path(path)
+    return path.is_dir() and (path / CONFIG_NAME).is_file()
+
+
+def save_checkpoint(module: nn.Module, folder: str | Path, config: dict[str, Any] | None = None) -> Path:
+    """Write ``module``'s config and weights into ``folder`` (created if needed)."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    config = dict(config if config is not None else getattr(module, "config"))
+    (folder / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    state = {k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()}
+    save_file(state, str(folder / WEIGHTS_NAME))
+    return folder
+
+
+def load_checkpoint(folder: str | Path) -> nn.Module:
+    """Build the architecture named in ``config.json`` and load ``model.safetensors`` strictly."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    config_path, weights_path = folder / CONFIG_NAME, folder / WEIGHTS_NAME
+    try:
+        config = json.loads(config_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PolicyLoadError(f"checkpoint {folder}: could not read {CONFIG_NAME} as JSON ({exc}). "
+                              f"Expected a JSON object with an 'architecture' key.") from None
+    if not isinstance(config, dict):
+        raise PolicyLoadError(f"checkpoint {folder}: {CONFIG_NAME} must hold a JSON object, got {type(config).__name__}.")
+    arch = config.get("architecture")
+    if arch not in ARCHITECTURES:
+        raise PolicyLoadError(
+            f"checkpoint {folder}: unknown architecture {arch!r} in {CONFIG_NAME}; expected one of "
+            f"{sorted(ARCHITECTURES)}. For your own architecture, pass --policy module:callable instead."
+        )
+    try:
+        module = ARCHITECTURES[arch].from_config(config)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PolicyLoadError(f"checkpoint {folder}: {CONFIG_NAME} does not describe a valid {arch}: {exc!r}.") from None
+    if not weights_path.is_file():
+        raise PolicyLoadError(f"checkpoint {folder}: missing {WEIGHTS_NAME} (only safetensors weights are loaded).")
+    try:
+        state = load_file(str(weights_path))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+        raise PolicyLoadError(f"checkpoint {folder}: {WEIGHTS_NAME} is corrupt or truncated ({exc}).") from None
+    expected = module.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise PolicyLoadError(
+            f"checkpoint {folder}: weights do not match the {arch} in {CONFIG_NAME}; "
+            f"missing keys: {missing or 'none'}; unexpected keys: {unexpected or 'none'}."
+        )
+    wrong = [f"{k}: expected {tuple(expected[k].shape)}, got {tuple(state[k].shape)}"
+             for k in expected if tuple(expected[k].shape) != tuple(state[k].shape)]
+    if wrong:
+        raise PolicyLoadError(f"checkpoint {folder}: tensor shapes do not match {CONFIG_NAME}: " + "; ".join(wrong))
+    module.load_state_dict(state, strict=True)
+    module.eval()
+    return module

@@ -1,0 +1,73 @@
+"""Turn a policy reference into a policy object.
+
+References, tried in this order:
+
+* ``zero`` / ``random``: built-in policies for the env's action space;
+* a checkpoint folder (``config.json`` + ``model.safetensors``) of a fasteval architecture;
+* ``module:callable`` (or ``path/file.py:callable`` with ``trust_remote_code``): the callable
+  is called with ``observation_space`` and/or ``action_space`` keyword arguments if it takes
+  them, and must return an ``nn.Module`` or an object with ``select_action``;
+* a live object (``nn.Module``, a policy object) is used as it is.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+from fasteval.errors import PolicyLoadError, UserInputError
+from fasteval.policies.builtin import BUILTIN_POLICIES
+from fasteval.policies.checkpoint import WEIGHTS_NAME, is_checkpoint_dir, load_checkpoint
+from fasteval.refs import resolve_callable, split_callable_ref
+
+
+def load_policy(
+    ref: Any,
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    n_slots: int,
+    trust_remote_code: bool = False,
+) -> Any:
+    """Return a policy object for ``ref`` (see the module docstring). Raises PolicyLoadError/UserInputError."""
+    if not isinstance(ref, str):
+        return ref
+    if ref in BUILTIN_POLICIES:
+        return BUILTIN_POLICIES[ref](action_space, n_slots)
+    path = Path(ref)
+    if is_checkpoint_dir(path):
+        return load_checkpoint(path)
+    if path.is_dir():
+        raise PolicyLoadError(
+            f"policy {ref!r} is a folder but has no config.json; a checkpoint folder needs config.json and {WEIGHTS_NAME}."
+        )
+    if path.is_file() and path.suffix in (".pt", ".pth", ".bin", ".pkl", ".ckpt"):
+        raise PolicyLoadError(
+            f"policy {ref!r} is a bare {path.suffix} file. fasteval loads checkpoint folders "
+            f"(config.json + {WEIGHTS_NAME}) or module:callable references, never pickled code."
+        )
+    if split_callable_ref(ref) is not None:
+        factory = resolve_callable(ref, what="policy", trust_remote_code=trust_remote_code)
+        kwargs = _space_kwargs(factory, observation_space, action_space)
+        try:
+            policy = factory(**kwargs)
+        except Exception as exc:  # the user's factory: report, don't crash with a traceback
+            raise PolicyLoadError(f"policy {ref!r}: calling the factory raised {type(exc).__name__}: {exc}") from exc
+        if not (hasattr(policy, "select_action") or callable(policy)):
+            raise PolicyLoadError(f"policy {ref!r} returned {type(policy).__name__}, which is neither an nn.Module nor has select_action().")
+        return policy
+    raise UserInputError(
+        f"policy {ref!r}: expected 'zero', 'random', a checkpoint folder (config.json + {WEIGHTS_NAME}), "
+        f"or module:callable; no such folder exists and it is not of the form module:callable."
+    )
+
+
+def _space_kwargs(factory: Any, observation_space: gym.Space, action_space: gym.Space) -> dict[str, Any]:
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return {}
+    offered = {"observation_space": observation_space, "action_space": action_space}
+    return {name: value for name, value in offered.items() if name in params}

@@ -1,0 +1,99 @@
+"""The frozen description of one evaluation: what to evaluate, and how.
+
+Built by every door (CLI, library API, bench, sweeps), validated once here, then
+trusted by the engine. It does no argv parsing and touches no files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from fasteval.errors import UserInputError
+
+VECTORIZATIONS = ("sync", "async")
+DEVICES = ("cpu", "cuda", "auto")
+RESET_MODES = ("auto", "per-env", "wave")
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    """One evaluation. Episode ``i`` (0 <= i < n_episodes) is reset with seed ``seed + i``."""
+
+    env: str
+    """Gymnasium id (``CartPole-v1``, ``gym_pusht/PushT-v0``) or ``module:callable`` returning an Env."""
+
+    policy: Any = "zero"
+    """Policy reference (``zero``, ``random``, a checkpoint folder, ``module:callable``) or a live object."""
+
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """Keyword arguments passed to ``gymnasium.make`` or to the env callable, once per sub-env."""
+
+    n_episodes: int = 10
+    """Exactly this many episodes are run and reported. >= 1."""
+
+    batch_size: int = 16
+    """Number of env slots stepped together. Capped at ``n_episodes``. >= 1."""
+
+    seed: int = 0
+    """Seed of episode 0; episode ``i`` uses ``seed + i``. >= 0."""
+
+    vectorization: str = "sync"
+    """``sync``: envs in this process. ``async``: one subprocess per env (pays only for costly envs)."""
+
+    device: str = "auto"
+    """Where the policy runs: ``cpu``, ``cuda`` (or ``cuda:N``), or ``auto`` (cuda when available)."""
+
+    max_steps: int | None = None
+    """Step cap per episode. ``None`` uses the env spec's ``max_episode_steps`` (no cap if it has none)."""
+
+    reset_mode: str = "auto"
+    """Stateful policies: ``per-env`` resets one slot at a time (continuous batching), ``wave`` starts
+    all slots together, ``auto`` picks ``per-env`` when the policy's ``reset`` takes env ids."""
+
+    trust_remote_code: bool = False
+    """Allow ``module:callable`` policies from a file path (arbitrary Python)."""
+
+    def __post_init__(self) -> None:
+        _require(isinstance(self.env, str) and self.env.strip() != "", "env", "a non-empty env id or module:callable", self.env)
+        _require(_is_int(self.n_episodes) and self.n_episodes >= 1, "n_episodes", "an integer >= 1", self.n_episodes)
+        _require(_is_int(self.batch_size) and self.batch_size >= 1, "batch_size", "an integer >= 1", self.batch_size)
+        _require(_is_int(self.seed) and self.seed >= 0, "seed", "an integer >= 0", self.seed)
+        _require(self.vectorization in VECTORIZATIONS, "vectorization", " or ".join(VECTORIZATIONS), self.vectorization)
+        _require(
+            isinstance(self.device, str) and (self.device in DEVICES or self.device.startswith("cuda:")),
+            "device", "cpu, cuda, cuda:N or auto", self.device,
+        )
+        _require(
+            self.max_steps is None or (_is_int(self.max_steps) and self.max_steps >= 1),
+            "max_steps", "None or an integer >= 1", self.max_steps,
+        )
+        _require(self.reset_mode in RESET_MODES, "reset_mode", " or ".join(RESET_MODES), self.reset_mode)
+        _require(isinstance(self.env_kwargs, Mapping), "env_kwargs", "a mapping of keyword arguments", self.env_kwargs)
+        object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))
+
+    @property
+    def n_slots(self) -> int:
+        """Env slots actually built: ``min(batch_size, n_episodes)``."""
+        return min(self.batch_size, self.n_episodes)
+
+    def replace(self, **changes: Any) -> "EvalSpec":
+        """A copy with ``changes`` applied (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready view; a live policy object is shown by its class name."""
+        out = dataclasses.asdict(self)
+        if not isinstance(self.policy, str):
+            out["policy"] = f"<{type(self.policy).__name__}>"
+        return out
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _require(ok: bool, name: str, expected: str, got: Any) -> None:
+    if not ok:
+        raise UserInputError(f"{name}: expected {expected}, got {got!r}.")
