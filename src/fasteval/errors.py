@@ -27,6 +27,10 @@ class ActionSpaceMismatchError(UserInputError):
     """The policy's actions do not fit the env's action space (caught on the dry run)."""
 
 
+class PolicyDryRunError(UserInputError):
+    """The policy raised on its first call, before any episode counted (CLI exit code 2)."""
+
+
 class PolicyError(FastevalError, RuntimeError):
     """The policy raised or returned invalid actions while the evaluation ran."""
 

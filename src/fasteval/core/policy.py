@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 import gymnasium as gym
 import torch
-from fasteval.errors import ActionSpaceMismatchError, PolicyError, UserInputError
+from fasteval.errors import ActionSpaceMismatchError, PolicyDryRunError, UserInputError
 
 PER_ENV, WAVE, NO_RESET = "per-env", "wave", "none"
 
@@ -101,7 +101,7 @@ class PolicyRunner:
             with torch.inference_mode():
                 raw = self._call(obs)
         except Exception as exc:
-            raise PolicyError(f"the policy raised on its first call (dry run, before any episode counted): "
+            raise PolicyDryRunError(f"the policy raised on its first call (dry run, before any episode counted): "
                               f"{type(exc).__name__}: {exc}") from exc
         self._postprocess = self._choose_postprocess(raw)
 

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict
 
 
 def _as_tensor_tree(host: Any) -> Any:
@@ -46,10 +45,12 @@ class HostToDevice:
                 self.staging = torch.empty_like(self.host, pin_memory=pin)
                 self.device_obs = torch.empty_like(self.host, device=device)
             self.copy = self._copy_dict if isinstance(self.host, dict) else self._copy_array
-        self.policy_input = (
-            TensorDict(self.device_obs, batch_size=[n_slots], device=device)
-            if isinstance(self.device_obs, dict) else self.device_obs
-        )
+        if isinstance(self.device_obs, dict):
+            from tensordict import TensorDict  # imported only for Dict observations: it costs ~1 s of start-up
+
+            self.policy_input = TensorDict(self.device_obs, batch_size=[n_slots], device=device)
+        else:
+            self.policy_input = self.device_obs
 
     def _copy_array(self) -> None:
         self.staging.copy_(self.host)

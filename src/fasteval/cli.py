@@ -1,0 +1,178 @@
+"""The ``fasteval`` command: parse options into an EvalSpec, run the engine, print, exit.
+
+Exit codes:
+  0  the evaluation ran and every requested episode is reported;
+  1  the evaluation failed while running (an env or the policy raised mid-run);
+  2  bad input: unknown env id or option value, unloadable policy, action shape mismatch,
+     a policy that raises on its dry run. Nothing was evaluated.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from fasteval.spec import DEVICES, RESET_MODES, VECTORIZATIONS
+
+EXIT_OK, EXIT_RUNTIME_ERROR, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def parse_env_kwargs(pairs: tuple[str, ...]) -> dict[str, Any]:
+    """``("k=v", ...)`` -> dict; values are parsed as JSON where they parse, else kept as strings."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"expected key=value, got {pair!r}.", param_hint="--env-kwarg")
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        out[key.strip()] = value
+    return out
+
+
+def default_output_dir(env: str) -> Path:
+    safe_env = "".join(c if c.isalnum() or c in "-_." else "_" for c in env)
+    return Path("outputs") / "eval" / f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{safe_env}"
+
+
+class _Progress:
+    """tqdm bar on stderr: episodes done and the running success rate. Off when stderr is not a TTY."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.bar = None
+        self.successes = 0
+        self.done = 0
+        if enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="ep", file=sys.stderr, dynamic_ncols=True)
+
+    def __call__(self, ledger: Any, episodes: Any) -> None:
+        if self.bar is None:
+            return
+        self.done += len(episodes)
+        self.successes += int(ledger.success[episodes].sum())
+        self.bar.set_postfix_str(f"success {100.0 * self.successes / self.done:.1f}%", refresh=False)
+        self.bar.update(len(episodes))
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def format_summary(result: Any, profile: bool) -> str:
+    o = result.overall()
+    lo, hi = o["pc_success_ci95"]
+    rows = [
+        ("env", result.meta.get("env")),
+        ("policy", result.meta.get("policy")),
+        ("episodes", o["n_episodes"]),
+        ("avg_sum_reward", f"{o['avg_sum_reward']:.4f}"),
+        ("avg_max_reward", f"{o['avg_max_reward']:.4f}"),
+        ("pc_success", f"{o['pc_success']:.1f}%  (95% CI {lo:.1f}-{hi:.1f}%)"),
+        ("avg_length", f"{o['avg_length']:.1f}"),
+        ("env_steps", o["env_steps"]),
+        ("eval_s", f"{o['eval_s']:.3f}"),
+        ("episodes_per_s", f"{o['episodes_per_s']:.1f}"),
+        ("steps_per_s", f"{o['steps_per_s']:.0f}"),
+    ]
+    if o["n_nan_reward_episodes"]:
+        rows.append(("NaN-reward episodes", f"{o['n_nan_reward_episodes']} (their returns are NaN)"))
+    if profile:
+        total = o["eval_s"] or 1.0
+        for stage, seconds in result.timings.items():
+            rows.append((f"  {stage}", f"{seconds:.4f} s ({100.0 * seconds / total:.1f}%)"))
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+EVAL_OPTIONS = [
+    click.option("--policy", "-p", default="zero", show_default=True,
+                 help="zero | random | checkpoint folder (config.json + model.safetensors) | module:callable."),
+    click.option("--env", "-e", default="CartPole-v1", show_default=True,
+                 help="gymnasium id (plugins: ns/Name-vN imports ns) or module:callable returning an Env."),
+    click.option("--env-kwarg", "env_kwargs", multiple=True, metavar="KEY=VALUE",
+                 help="Keyword argument for the env; repeatable; values parsed as JSON where they parse."),
+    click.option("--n-episodes", "-n", type=click.IntRange(min=1), default=10, show_default=True,
+                 help="Exactly this many episodes; episode i uses seed SEED + i."),
+    click.option("--batch-size", "-b", type=click.IntRange(min=1), default=16, show_default=True,
+                 help="Env slots stepped together (capped at N)."),
+    click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of episode 0."),
+    click.option("--vectorization", type=click.Choice(VECTORIZATIONS), default="sync", show_default=True,
+                 help="sync: envs in-process (best for cheap envs). async: one subprocess per env."),
+    click.option("--device", type=click.Choice([*DEVICES]), default="auto", show_default=True,
+                 help="Policy device; auto picks cuda when available."),
+    click.option("--max-steps", type=click.IntRange(min=1), default=None,
+                 help="Step cap per episode [default: the env spec's max_episode_steps]."),
+    click.option("--reset-mode", type=click.Choice(RESET_MODES), default="auto", show_default=True,
+                 help="Stateful policies: per-env resets (continuous batching) or waves."),
+    click.option("--trust-remote-code", is_flag=True, help="Allow --policy path/to/file.py:callable (runs that file)."),
+]
+
+
+def eval_options(fn):
+    for option in reversed(EVAL_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+def build_spec(policy, env, env_kwargs, n_episodes, batch_size, seed, vectorization, device, max_steps, reset_mode, trust_remote_code):
+    from fasteval.spec import EvalSpec
+
+    return EvalSpec(
+        env=env, policy=policy, env_kwargs=parse_env_kwargs(env_kwargs), n_episodes=n_episodes,
+        batch_size=batch_size, seed=seed, vectorization=vectorization, device=device, max_steps=max_steps,
+        reset_mode=reset_mode, trust_remote_code=trust_remote_code,
+    )
+
+
+def fail(message: str, code: int) -> None:
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(code)
+
+
+@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@eval_options
+@click.option("--output-dir", "-o", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where eval_info.json goes [default: outputs/eval/<time>_<env>].")
+@click.option("--profile", is_flag=True, help="Show the per-stage time breakdown.")
+@click.version_option(package_name="fasteval")
+@click.pass_context
+def main(ctx: click.Context, output_dir: Path | None, profile: bool, **options: Any) -> None:
+    """Evaluate a policy on a gymnasium env: exactly N episodes, seeds SEED..SEED+N-1.
+
+    \b
+    Example:
+      fasteval --policy src/fasteval/assets/cartpole_mlp --env CartPole-v1 -n 100
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from fasteval.core.engine import Engine
+    from fasteval.errors import FastevalError, UserInputError
+
+    try:
+        spec = build_spec(**options)
+        engine = Engine(spec)
+    except UserInputError as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
+    progress = _Progress(spec.n_episodes, enabled=sys.stderr.isatty())
+    try:
+        result = engine.run(on_finished=progress)
+    except UserInputError as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
+    except FastevalError as exc:
+        fail(str(exc), EXIT_RUNTIME_ERROR)
+    finally:
+        progress.close()
+        engine.close()
+    out_dir = output_dir or default_output_dir(spec.env)
+    path = result.to_json(out_dir / "eval_info.json")
+    click.echo(format_summary(result, profile))
+    click.echo(f"wrote {path}")
