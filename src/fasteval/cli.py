@@ -138,7 +138,41 @@ def fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
-@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+SUBCOMMANDS = {
+    # name -> "module:attribute" of a click command; imported only when used.
+    "bench": "fasteval.bench.cli:bench",
+    "sweep": "fasteval.sweep.cli:sweep",
+    "report": "fasteval.sweep.cli:report",
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands live in their own modules and are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *(n for n in SUBCOMMANDS if self._load(n) is not None)})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        return super().get_command(ctx, name) or self._load(name)
+
+    @staticmethod
+    def _load(name: str) -> click.Command | None:
+        import importlib
+
+        ref = SUBCOMMANDS.get(name)
+        if ref is None:
+            return None
+        module_name, _, attr = ref.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and module_name.startswith(exc.name):
+                return None  # that door is not built yet
+            raise
+        return getattr(module, attr)
+
+
+@click.group(cls=LazyGroup, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @eval_options
 @click.option("--output-dir", "-o", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where eval_info.json goes [default: outputs/eval/<time>_<env>].")

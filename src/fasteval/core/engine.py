@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import random
 from time import perf_counter
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -101,18 +101,29 @@ class Engine:
         n_episodes: int | None = None,
         seed: int | None = None,
         on_finished: Callable[[Ledger, np.ndarray], None] | None = None,
+        episodes: Sequence[int] | None = None,
     ) -> EvalResult:
         """Run episodes ``0..n-1`` with seeds ``seed + i``; return their exact results.
 
-        ``on_finished(ledger, episode_ixs)`` is called as episodes finish (ledger rows are final).
+        ``episodes`` restricts the run to those episode indices (a resumed run passes the
+        missing ones); results then cover exactly those, with the same numbers they would
+        have in a full run. ``on_finished(ledger, rows)`` is called as episodes finish, with
+        ledger rows (``ledger.episode_ids[rows]`` are the episode indices); rows are final.
         Global torch/numpy/python RNG states are restored afterwards; torch is seeded with
         ``seed`` inside the run so stochastic policies are reproducible.
         """
         n = self.spec.n_episodes if n_episodes is None else int(n_episodes)
         seed = self.spec.seed if seed is None else int(seed)
-        if n < 1 or seed < 0:
+        if episodes is not None:
+            episodes = sorted({int(e) for e in episodes})
+            if any(e < 0 for e in episodes):
+                raise UserInputError(f"episodes: expected indices >= 0, got {episodes[:5]}...")
+            n = len(episodes)
+        if seed < 0 or (n < 1 and episodes is None):
             raise UserInputError(f"n_episodes must be >= 1 and seed >= 0; got n_episodes={n}, seed={seed}.")
-        ledger = Ledger(n, self.n_slots, seed)
+        ledger = Ledger(n, self.n_slots, seed, episodes)
+        if n == 0:
+            return EvalResult([], 0.0, self.timers.as_dict(), self._meta(0, seed))
         callback = (lambda done: on_finished(ledger, done)) if on_finished is not None else (lambda done: None)
         self.timers.reset()
         np_state, py_state = np.random.get_state(), random.getstate()
@@ -133,23 +144,24 @@ class Engine:
         return EvalResult(self._records(ledger), eval_s, self.timers.as_dict(), self._meta(n, seed))
 
     def _records(self, ledger: Ledger) -> list[dict[str, Any]]:
+        return [self.record(ledger, row) for row in range(ledger.n_episodes) if ledger.finished[row]]
+
+    def record(self, ledger: Ledger, row: int) -> dict[str, Any]:
+        """The per-episode record of ledger row ``row`` (final once the row is finished)."""
+        episode = int(ledger.episode_ids[row])
         task = self.spec.env
-        return [
-            {
-                "episode_ix": i,
-                "seed": ledger.seed + i,
-                "sum_reward": float(ledger.sum_reward[i]),
-                "max_reward": float(ledger.max_reward[i]),
-                "length": int(ledger.length[i]),
-                "success": bool(ledger.success[i]),
-                "nan_rewards": int(ledger.nan_rewards[i]),
-                "task_group": task,
-                "task_id": 0,
-                "task": task,
-            }
-            for i in range(ledger.n_episodes)
-            if ledger.finished[i]
-        ]
+        return {
+            "episode_ix": episode,
+            "seed": ledger.seed + episode,
+            "sum_reward": float(ledger.sum_reward[row]),
+            "max_reward": float(ledger.max_reward[row]),
+            "length": int(ledger.length[row]),
+            "success": bool(ledger.success[row]),
+            "nan_rewards": int(ledger.nan_rewards[row]),
+            "task_group": task,
+            "task_id": 0,
+            "task": task,
+        }
 
     def _meta(self, n: int, seed: int) -> dict[str, Any]:
         return {

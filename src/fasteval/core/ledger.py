@@ -24,10 +24,15 @@ class Ledger:
         finished_scratch, reset_scratch: int64[B], kernel outputs.
     """
 
-    def __init__(self, n_episodes: int, n_slots: int, seed: int):
+    def __init__(self, n_episodes: int, n_slots: int, seed: int, episode_ids=None):
         self.n_episodes = n_episodes
         self.n_slots = n_slots
         self.seed = seed
+        self.episode_ids = (np.arange(n_episodes, dtype=np.int64) if episode_ids is None
+                            else np.asarray(episode_ids, dtype=np.int64))
+        """Row k of the ledger runs episode ``episode_ids[k]`` (seed ``seed + episode_ids[k]``).
+        Normally ``0..n-1``; a resumed run passes only the episodes still missing."""
+        assert self.episode_ids.shape == (n_episodes,)
         self.next_episode = 0
         self.slot_episode = np.full(n_slots, IDLE, dtype=np.int64)
         self.acc_sum = np.zeros(n_slots, dtype=np.float64)
@@ -44,12 +49,13 @@ class Ledger:
         self.finished_scratch = np.zeros(n_slots, dtype=np.int64)
         self.reset_scratch = np.zeros(n_slots, dtype=np.int64)
 
-    def seeds_of(self, episodes) -> list[int]:
-        return [self.seed + int(e) for e in episodes]
+    def seeds_of(self, rows) -> list[int]:
+        """Seeds of ledger rows ``rows``."""
+        return [self.seed + int(self.episode_ids[r]) for r in rows]
 
     @property
     def seeds(self) -> np.ndarray:
-        return self.seed + np.arange(self.n_episodes, dtype=np.int64)
+        return self.seed + self.episode_ids
 
     def start_wave(self) -> list[int]:
         """Hand the next episodes to every idle slot, in slot order. Returns the slots started."""
