@@ -37,3 +37,15 @@ class PolicyError(FastevalError, RuntimeError):
 
 class EnvStepError(FastevalError, RuntimeError):
     """An env raised, hung or died while stepping or resetting."""
+
+
+class EvaluationAborted(FastevalError, RuntimeError):
+    """The run stopped early (the policy raised, a non-finite action, a second interrupt).
+
+    ``partial`` holds the :class:`~fasteval.results.EvalResult` of every episode that finished
+    before the stop: nothing already computed is lost. ``__cause__`` is the original error.
+    """
+
+    def __init__(self, message: str, partial):
+        super().__init__(message)
+        self.partial = partial

@@ -43,6 +43,10 @@ class EvalResult:
     timings: dict[str, float] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     video_paths: list[str] = field(default_factory=list)
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    """Fault records (env raised/hung/died, non-finite actions), retried ones included."""
+    n_failed: int = 0
+    """Episodes that failed for good; they are not in ``per_episode`` nor in any average."""
 
     # -- aggregates ---------------------------------------------------------------------------
     @property
@@ -59,6 +63,8 @@ class EvalResult:
             eval_ep_s=self.eval_s / n if n else math.nan,
             steps_per_s=steps / self.eval_s if self.eval_s > 0 else math.nan,
             episodes_per_s=n / self.eval_s if self.eval_s > 0 else math.nan,
+            n_failed_episodes=self.n_failed,
+            n_env_errors=len(self.errors),
             video_paths=list(self.video_paths),
         )
         return out
@@ -105,6 +111,7 @@ class EvalResult:
             "per_group": self.per_group(),
             "overall": self.overall(),
             "timings": self.timings,
+            "errors": self.errors,
             "meta": self.meta,
         }
 

@@ -15,6 +15,7 @@ from fasteval.errors import UserInputError
 VECTORIZATIONS = ("sync", "async")
 DEVICES = ("cpu", "cuda", "auto")
 RESET_MODES = ("auto", "per-env", "wave")
+ON_NAN_ACTIONS = ("error", "skip-episode")
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,17 @@ class EvalSpec:
     trust_remote_code: bool = False
     """Allow ``module:callable`` policies from a file path (arbitrary Python)."""
 
+    retries: int = 1
+    """Times an episode is retried from its seed after its env raised, hung or died. >= 0."""
+
+    on_nan_action: str = "error"
+    """Non-finite policy actions: ``error`` stops the run (finished episodes kept);
+    ``skip-episode`` records the episode as failed and goes on. Never sent to the env."""
+
+    step_timeout: float | None = 300.0
+    """Seconds an async env may take for one step or reset before it is killed and handled
+    like a crash. ``None`` waits forever. (In-process sync envs cannot be interrupted.)"""
+
     def __post_init__(self) -> None:
         _require(isinstance(self.env, str) and self.env.strip() != "", "env", "a non-empty env id or module:callable", self.env)
         _require(_is_int(self.n_episodes) and self.n_episodes >= 1, "n_episodes", "an integer >= 1", self.n_episodes)
@@ -70,6 +82,13 @@ class EvalSpec:
             "max_steps", "None or an integer >= 1", self.max_steps,
         )
         _require(self.reset_mode in RESET_MODES, "reset_mode", " or ".join(RESET_MODES), self.reset_mode)
+        _require(_is_int(self.retries) and self.retries >= 0, "retries", "an integer >= 0", self.retries)
+        _require(self.on_nan_action in ON_NAN_ACTIONS, "on_nan_action", " or ".join(ON_NAN_ACTIONS), self.on_nan_action)
+        _require(
+            self.step_timeout is None or (isinstance(self.step_timeout, (int, float)) and not isinstance(self.step_timeout, bool)
+                                          and self.step_timeout > 0),
+            "step_timeout", "None or a number of seconds > 0", self.step_timeout,
+        )
         _require(isinstance(self.env_kwargs, Mapping), "env_kwargs", "a mapping of keyword arguments", self.env_kwargs)
         object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))
 

@@ -1,8 +1,18 @@
-"""Small statistics helpers used in every report."""
+"""Statistics helpers used in every report.
+
+* :func:`wilson_interval`: a binomial proportion's Wilson score interval (success rates).
+* :func:`bootstrap_mean_ci`: percentile bootstrap interval of a mean (returns).
+* :func:`iqm`, :func:`aggregate_mean`, :func:`aggregate_iqm`, :func:`stratified_bootstrap_ci`:
+  aggregates across tasks with rliable's stratified bootstrap (runs resampled within each task).
+* :func:`mcnemar`, :func:`paired_bootstrap_ci`: two policies compared on the same episodes.
+"""
 
 from __future__ import annotations
 
 import math
+from typing import Any, Callable
+
+import numpy as np
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
@@ -17,3 +27,183 @@ def wilson_interval(successes: int, n: int, z: float = 1.959963984540054) -> tup
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
     return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+# -- bootstrap intervals ------------------------------------------------------------------------
+# All resampling uses a seeded ``numpy.random.Generator`` (default seed 0), so a report built twice
+# from the same store shows the same intervals. Intervals use the percentile method: the
+# ``(1 - confidence) / 2`` and ``(1 + confidence) / 2`` quantiles of the bootstrap statistics
+# (NumPy's default linear interpolation). NaN inputs are not dropped: a NaN value gives NaN bounds,
+# as a NaN return makes the mean NaN everywhere else in fasteval.
+
+DEFAULT_N_BOOT = 2000
+_CHUNK_ELEMENTS = 4_000_000  # resample indices drawn per chunk, to bound memory
+
+
+def _percentile_interval(stats: np.ndarray, confidence: float) -> tuple[float, float]:
+    if np.isnan(stats).any():
+        return (math.nan, math.nan)
+    alpha = 100.0 * (1.0 - confidence) / 2.0
+    lo, hi = np.percentile(stats, [alpha, 100.0 - alpha])
+    return (float(lo), float(hi))
+
+
+def _check_boot_args(n_boot: int, confidence: float) -> None:
+    if not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
+        raise ValueError(f"n_boot: expected an integer >= 1, got {n_boot!r}.")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence: expected a number in (0, 1), e.g. 0.95, got {confidence!r}.")
+
+
+def _boot_means(values: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """``n_boot`` means of resamples (with replacement, same size) of the 1-D ``values``."""
+    n = values.shape[0]
+    out = np.empty(n_boot, dtype=np.float64)
+    step = max(1, _CHUNK_ELEMENTS // max(n, 1))
+    for start in range(0, n_boot, step):
+        stop = min(n_boot, start + step)
+        idx = rng.integers(0, n, size=(stop - start, n))
+        out[start:stop] = values[idx].mean(axis=1)
+    return out
+
+
+def bootstrap_mean_ci(
+    values: Any, confidence: float = 0.95, n_boot: int = DEFAULT_N_BOOT, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of ``values`` (1-D).
+
+    Empty input gives ``(nan, nan)``; any NaN value gives ``(nan, nan)``.
+    """
+    _check_boot_args(n_boot, confidence)
+    x = np.asarray(values, dtype=np.float64).reshape(-1)
+    if x.size == 0 or np.isnan(x).any():
+        return (math.nan, math.nan)
+    return _percentile_interval(_boot_means(x, n_boot, np.random.default_rng(seed)), confidence)
+
+
+# -- aggregates across tasks (rliable's definitions) --------------------------------------------
+# ``per_task`` is a sequence with one 1-D array per task, holding that task's per-run scores (a
+# "run" is one independent evaluation of the policy on the task, e.g. one seed block). Tasks may
+# have different numbers of runs. With equal counts this is rliable's ``scores[:, task]``.
+
+
+def iqm(values: Any) -> float:
+    """Interquartile mean: the mean of the middle 50% (``scipy.stats.trim_mean(x, 0.25)``).
+
+    ``int(0.25 * n)`` values are cut from each end of the sorted values. Empty input gives NaN.
+    """
+    x = np.sort(np.asarray(values, dtype=np.float64).reshape(-1))
+    n = x.size
+    if n == 0 or np.isnan(x).any():
+        return math.nan
+    cut = int(0.25 * n)
+    return float(x[cut:n - cut].mean())
+
+
+def _as_tasks(per_task: Any) -> list[np.ndarray]:
+    tasks = [np.asarray(t, dtype=np.float64).reshape(-1) for t in per_task]
+    if not tasks or any(t.size == 0 for t in tasks):
+        raise ValueError("per_task: expected one non-empty sequence of run scores per task, got an empty task list or task.")
+    return tasks
+
+
+def aggregate_mean(per_task: Any) -> float:
+    """Mean across tasks of each task's mean run score (rliable's ``aggregate_mean``)."""
+    return float(np.mean([t.mean() for t in _as_tasks(per_task)]))
+
+
+def aggregate_iqm(per_task: Any) -> float:
+    """IQM of all run scores of all tasks together (rliable's ``aggregate_iqm``)."""
+    return iqm(np.concatenate(_as_tasks(per_task)))
+
+
+def stratified_bootstrap_ci(
+    per_task: Any,
+    statistic: Callable[[list[np.ndarray]], float] = aggregate_mean,
+    confidence: float = 0.95,
+    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Stratified percentile bootstrap interval of ``statistic(per_task)`` (rliable's method).
+
+    Each replicate resamples the runs *within* every task, with replacement and keeping each
+    task's run count, then applies ``statistic`` (``aggregate_mean`` or ``aggregate_iqm``) to the
+    resampled tasks. Tasks are never resampled, and scores never move between tasks.
+    """
+    _check_boot_args(n_boot, confidence)
+    tasks = _as_tasks(per_task)
+    if any(np.isnan(t).any() for t in tasks):
+        return (math.nan, math.nan)
+    rng = np.random.default_rng(seed)
+    stats = np.empty(n_boot, dtype=np.float64)
+    for b in range(n_boot):
+        stats[b] = statistic([t[rng.integers(0, t.size, size=t.size)] for t in tasks])
+    return _percentile_interval(stats, confidence)
+
+
+# -- paired comparisons of two policies on the same episodes ------------------------------------
+
+MCNEMAR_EXACT_BELOW = 25
+"""Discordant pairs below this count use the exact binomial test (statsmodels' advice); others
+use the chi-square statistic with continuity correction."""
+
+
+def _binom_cdf_half(k: int, n: int) -> float:
+    """P(X <= k) for X ~ Binomial(n, 1/2), in exact integer arithmetic."""
+    return sum(math.comb(n, i) for i in range(k + 1)) / 2**n
+
+
+def mcnemar(a_success: Any, b_success: Any, exact: bool | None = None) -> dict[str, Any]:
+    """McNemar's test for two policies' successes on the same episodes (paired booleans).
+
+    ``b`` = episodes only A succeeded on, ``c`` = only B. With ``exact=None`` the exact two-sided
+    binomial test is used when ``b + c < MCNEMAR_EXACT_BELOW``, else the chi-square statistic with
+    continuity correction ``max(|b - c| - 1, 0)^2 / (b + c)`` on 1 degree of freedom. ``method`` in the
+    result says which was used. No discordant pairs gives ``p_value = 1``.
+    """
+    a = np.asarray(a_success, dtype=bool).reshape(-1)
+    b_ = np.asarray(b_success, dtype=bool).reshape(-1)
+    if a.shape != b_.shape:
+        raise ValueError(f"mcnemar: expected paired outcomes of equal length, got {a.size} and {b_.size}.")
+    only_a = int(np.sum(a & ~b_))
+    only_b = int(np.sum(~a & b_))
+    return mcnemar_from_counts(only_a, only_b, exact=exact, n_pairs=int(a.size))
+
+
+def mcnemar_from_counts(b: int, c: int, exact: bool | None = None, n_pairs: int | None = None) -> dict[str, Any]:
+    """McNemar's test from the discordant counts ``b`` (only A succeeded) and ``c`` (only B)."""
+    if b < 0 or c < 0:
+        raise ValueError(f"mcnemar: expected discordant counts >= 0, got b={b}, c={c}.")
+    n = b + c
+    use_exact = n < MCNEMAR_EXACT_BELOW if exact is None else bool(exact)
+    if use_exact:
+        statistic = float(min(b, c))
+        p = 1.0 if n == 0 else min(1.0, 2.0 * _binom_cdf_half(min(b, c), n))
+        method = "exact binomial"
+    else:
+        # clamped at 0 when b == c (statsmodels gives 1/n there), so equal counts give p = 1
+        statistic = max(abs(b - c) - 1.0, 0.0) ** 2 / n
+        p = math.erfc(math.sqrt(statistic / 2.0))  # chi-square survival function, 1 d.o.f.
+        method = "chi-square with continuity correction"
+    return {
+        "only_a": b, "only_b": c, "n_discordant": n, "n_pairs": n_pairs,
+        "statistic": statistic, "p_value": p, "method": method,
+    }
+
+
+def paired_bootstrap_ci(
+    a: Any, b: Any, confidence: float = 0.95, n_boot: int = DEFAULT_N_BOOT, seed: int = 0
+) -> dict[str, Any]:
+    """Paired bootstrap of the mean difference ``a - b`` over matched episodes.
+
+    Episodes (pairs) are resampled, so each replicate keeps both policies' numbers of an episode
+    together. Returns ``mean_diff``, ``ci`` (percentile method) and ``n_pairs``.
+    """
+    x = np.asarray(a, dtype=np.float64).reshape(-1)
+    y = np.asarray(b, dtype=np.float64).reshape(-1)
+    if x.shape != y.shape:
+        raise ValueError(f"paired_bootstrap_ci: expected paired values of equal length, got {x.size} and {y.size}.")
+    d = x - y
+    mean = float(d.mean()) if d.size else math.nan
+    lo, hi = bootstrap_mean_ci(d, confidence=confidence, n_boot=n_boot, seed=seed)
+    return {"mean_diff": mean, "ci": [lo, hi], "n_pairs": int(d.size)}

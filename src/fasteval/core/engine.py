@@ -21,12 +21,13 @@ from torch import nn
 import fasteval
 from fasteval import kernels
 from fasteval.core.envs import SlotEnvs, build_slot_envs, make_factory
+from fasteval.core.faults import Faults, make_action_check
 from fasteval.core.ledger import Ledger
 from fasteval.core.loop import run_episodes, start_wave
 from fasteval.core.policy import PolicyRunner
 from fasteval.core.timing import StageTimers
 from fasteval.core.transfer import DeviceToHost, HostToDevice
-from fasteval.errors import UserInputError
+from fasteval.errors import EvaluationAborted, UserInputError
 from fasteval.policies.loaders import load_policy
 from fasteval.results import EvalResult
 from fasteval.spec import EvalSpec
@@ -61,7 +62,7 @@ class Engine:
         factory, probe, cap = make_factory(spec.env, spec.env_kwargs, spec.max_steps)
         self.factory = factory
         self.max_steps = cap
-        self.envs: SlotEnvs = build_slot_envs(spec.vectorization, factory, self.n_slots, probe)
+        self.envs: SlotEnvs = build_slot_envs(spec.vectorization, factory, self.n_slots, probe, spec.step_timeout)
         try:
             self._build_policy_side(spec)
         except BaseException:
@@ -70,6 +71,8 @@ class Engine:
         self.timers = StageTimers()
         self._checked = False
         self.runs = 0
+        self.ledger: Ledger | None = None
+        """The ledger of the run in progress (or the last one)."""
 
     def _build_policy_side(self, spec: EvalSpec) -> None:
         envs = self.envs
@@ -82,6 +85,7 @@ class Engine:
         self.runner = PolicyRunner(policy, envs.action_space, self.n_slots, spec.reset_mode)
         self.h2d = HostToDevice(envs.obs, self.device)
         self.d2h = DeviceToHost(self.n_slots, tuple(envs.action_space.shape or ()), action_host_dtype(envs.action_space), self.device)
+        self.check_actions = make_action_check(action_host_dtype(envs.action_space))
 
     @property
     def observation_space(self) -> gym.Space:
@@ -102,6 +106,7 @@ class Engine:
         seed: int | None = None,
         on_finished: Callable[[Ledger, np.ndarray], None] | None = None,
         episodes: Sequence[int] | None = None,
+        on_error: Callable[[dict[str, Any]], None] | None = None,
     ) -> EvalResult:
         """Run episodes ``0..n-1`` with seeds ``seed + i``; return their exact results.
 
@@ -122,26 +127,50 @@ class Engine:
         if seed < 0 or (n < 1 and episodes is None):
             raise UserInputError(f"n_episodes must be >= 1 and seed >= 0; got n_episodes={n}, seed={seed}.")
         ledger = Ledger(n, self.n_slots, seed, episodes)
+        self.ledger = ledger
         if n == 0:
             return EvalResult([], 0.0, self.timers.as_dict(), self._meta(0, seed))
         callback = (lambda done: on_finished(ledger, done)) if on_finished is not None else (lambda done: None)
+        faults = Faults(self.envs, self.runner, ledger, self.spec.retries, self.spec.on_nan_action, on_error)
         self.timers.reset()
         np_state, py_state = np.random.get_state(), random.getstate()
         devices = [self.device] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices), torch.inference_mode():
-            torch.manual_seed(seed)
-            start = perf_counter()
-            start_wave(self.envs, self.runner, ledger, self.timers,
-                       before_policy_reset=None if self._checked else self._dry_run)
-            run_episodes(
-                self.envs, self.runner, self.h2d, self.d2h, ledger, kernels.step_bookkeeping, self.timers,
-                self.max_steps or 0, self.runner.continuous, callback,
-            )
-            eval_s = perf_counter() - start
-        np.random.set_state(np_state)
-        random.setstate(py_state)
+        start = perf_counter()
+        try:
+            with torch.random.fork_rng(devices=devices), torch.inference_mode():
+                torch.manual_seed(seed)
+                start_wave(self.envs, self.runner, ledger, self.timers,
+                           before_policy_reset=None if self._checked else self._dry_run)
+                run_episodes(
+                    self.envs, self.runner, self.h2d, self.d2h, ledger, kernels.step_bookkeeping, self.timers,
+                    self.max_steps or 0, callback, faults, self.check_actions,
+                )
+        except UserInputError:
+            raise  # the dry run: nothing was evaluated
+        except BaseException as exc:
+            partial = self._result(ledger, faults, perf_counter() - start, seed)
+            partial.meta["status"] = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+            raise EvaluationAborted(
+                f"evaluation stopped early after {len(partial.per_episode)} finished episodes: "
+                f"{type(exc).__name__}: {exc}", partial) from exc
+        finally:
+            np.random.set_state(np_state)
+            random.setstate(py_state)
         self.runs += 1
-        return EvalResult(self._records(ledger), eval_s, self.timers.as_dict(), self._meta(n, seed))
+        result = self._result(ledger, faults, perf_counter() - start, seed)
+        result.meta["status"] = "interrupted" if ledger.limit < ledger.n_episodes else "complete"
+        return result
+
+    def stop_starting(self) -> None:
+        """Graceful stop: in-flight episodes finish, no new ones start (safe in a signal handler)."""
+        if self.ledger is not None:
+            self.ledger.stop_starting()
+
+    def _result(self, ledger: Ledger, faults: Faults, eval_s: float, seed: int) -> EvalResult:
+        result = EvalResult(self._records(ledger), eval_s, self.timers.as_dict(), self._meta(ledger.n_episodes, seed))
+        result.errors = list(faults.errors)
+        result.n_failed = int(ledger.failed.sum())
+        return result
 
     def _records(self, ledger: Ledger) -> list[dict[str, Any]]:
         return [self.record(ledger, row) for row in range(ledger.n_episodes) if ledger.finished[row]]

@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 import gymnasium as gym
 import numpy as np
 
-from fasteval.errors import EnvNotFoundError, EnvStepError, UserInputError
+from fasteval.errors import EnvNotFoundError, UserInputError
 from fasteval.refs import resolve_callable, split_callable_ref
 
 
@@ -91,6 +91,23 @@ def make_factory(env: str, kwargs: dict, max_steps: int | None) -> tuple[EnvFact
     return factory, probe, cap
 
 
+@dataclass
+class EnvFailure:
+    """One env failure: which slot, during what (``step``/``reset``), and why."""
+
+    slot: int
+    stage: str
+    error: str
+    traceback: str = ""
+    exit_code: int | None = None
+
+
+def _failure(slot: int, stage: str, exc: BaseException) -> EnvFailure:
+    import traceback
+
+    return EnvFailure(slot, stage, f"{type(exc).__name__}: {exc}", "".join(traceback.format_exception(exc)))
+
+
 def _success(info: dict) -> bool:
     return bool(info.get("is_success", False))
 
@@ -115,6 +132,14 @@ class SlotEnvs:
         self._env_actions: Callable[[np.ndarray], Sequence[Any]] = (
             (lambda a: a.tolist()) if discrete else (lambda a: a)
         )
+        self.failures: list[EnvFailure] = []
+        """Slots whose env raised, hung or died in the last ``step``/``reset_slots``; the engine
+        handles and clears them. Rows of failed slots in the step buffers are meaningless."""
+
+    def rebuild(self, slot: int) -> list[int]:
+        """Replace the env of ``slot`` after a failure. Returns every slot whose env state was
+        lost (those episodes must restart from their seeds)."""
+        raise NotImplementedError
 
     def reset_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:
         raise NotImplementedError
@@ -159,11 +184,29 @@ def allocate_obs_buffer(space: gym.Space, n_slots: int, allocate: Callable[[tupl
     return allocate((n_slots, *space.shape), np.dtype(space.dtype))
 
 
+def _row_copier(source: Any, target: Any) -> Callable[[int], None]:
+    """``copy(slot)`` copies row ``slot`` of ``source`` (array or dict of arrays) into ``target``."""
+    if isinstance(source, dict):
+        pairs = [(source[key], target[key]) for key in target]
+
+        def copy_dict(slot: int) -> None:
+            for src, dst in pairs:
+                dst[slot] = src[slot]
+
+        return copy_dict
+
+    def copy_array(slot: int) -> None:
+        target[slot] = source[slot]
+
+    return copy_array
+
+
 class SyncSlotEnvs(SlotEnvs):
     """Sub-envs of a ``SyncVectorEnv`` (autoreset disabled), stepped in-process per active slot."""
 
     def __init__(self, factory: EnvFactory, n_slots: int, first_env: gym.Env | None = None, obs_allocate=None):
         fns: list[Callable[[], gym.Env]] = [factory] * n_slots
+        self.factory = factory
         if first_env is not None:
             fns[0] = lambda: first_env
         self.vector_env = gym.vector.SyncVectorEnv(fns, autoreset_mode=gym.vector.AutoresetMode.DISABLED)
@@ -174,15 +217,31 @@ class SyncSlotEnvs(SlotEnvs):
 
     def reset_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:
         for slot, seed in zip(slots, seeds):
-            obs, _info = self.envs[slot].reset(seed=int(seed))
+            try:
+                obs, _info = self.envs[slot].reset(seed=int(seed))
+            except Exception as exc:  # recorded; the engine rebuilds the env and retries the episode
+                self.failures.append(_failure(slot, "reset", exc))
+                continue
             self._write_obs(slot, obs)
+
+    def rebuild(self, slot: int) -> list[int]:
+        try:
+            self.envs[slot].close()
+        except Exception:
+            pass
+        self.envs[slot] = self.factory()
+        return [slot]
 
     def step(self, slots: Sequence[int], actions: np.ndarray) -> None:
         env_actions = self._env_actions(actions)
         envs, write, rewards, terminated, truncated, success = (
             self.envs, self._write_obs, self.rewards, self.terminated, self.truncated, self.success)
         for slot in slots:
-            obs, reward, term, trunc, info = envs[slot].step(env_actions[slot])
+            try:  # free when nothing is raised (Python >= 3.11)
+                obs, reward, term, trunc, info = envs[slot].step(env_actions[slot])
+            except Exception as exc:
+                self.failures.append(_failure(slot, "step", exc))
+                continue
             write(slot, obs)
             rewards[slot] = reward
             terminated[slot] = term
@@ -202,45 +261,91 @@ class AsyncSlotEnvs(SlotEnvs):
     policy work.
     """
 
-    def __init__(self, factory: EnvFactory, n_slots: int, context: str | None = None):
+    def __init__(self, factory: EnvFactory, n_slots: int, context: str | None = None, step_timeout: float | None = None):
+        self.factory, self.context, self.step_timeout = factory, context, step_timeout
+        self._start(n_slots)
+        super().__init__(n_slots, self.vector_env.single_observation_space, self.vector_env.single_action_space)
+        # A stable host buffer of our own: rows are copied out of the shared memory the workers
+        # write into, so a rebuilt vector env (new shared memory) does not invalidate the views
+        # the engine holds on this buffer.
+        self.obs = allocate_obs_buffer(self.observation_space, n_slots)
+        self._copy_row = _row_copier(self.vector_env.observations, self.obs)
+        self._sent: list[int] = []
+
+    def _start(self, n_slots: int) -> None:
         self.vector_env = gym.vector.AsyncVectorEnv(
-            [factory] * n_slots,
+            [self.factory] * n_slots,
             shared_memory=True,
-            context=context,
+            context=self.context,
             autoreset_mode=gym.vector.AutoresetMode.DISABLED,
         )
-        super().__init__(n_slots, self.vector_env.single_observation_space, self.vector_env.single_action_space)
-        self.obs = self.vector_env.observations  # views of the shared memory the workers write into
         self._pipes = self.vector_env.parent_pipes
 
+    def rebuild(self, slot: int) -> list[int]:
+        """Restart every worker (an ``AsyncVectorEnv`` cannot respawn just one), so every
+        in-flight episode restarts from its seed (same numbers, some repeated work)."""
+        self.close()
+        self._start(self.n_slots)
+        self._copy_row = _row_copier(self.vector_env.observations, self.obs)
+        return list(range(self.n_slots))
+
     def _recv(self, slot: int, what: str) -> Any:
+        pipe = self._pipes[slot]
         try:
-            result, ok = self._pipes[slot].recv()
-        except (EOFError, ConnectionResetError, BrokenPipeError) as exc:
+            if self.step_timeout is not None and not pipe.poll(self.step_timeout):
+                process = self.vector_env.processes[slot]
+                process.kill()
+                process.join(timeout=5.0)
+                self.failures.append(EnvFailure(slot, what, f"timed out after {self.step_timeout:g} s (--step-timeout); worker killed"))
+                return None
+            result, ok = pipe.recv()
+        except (EOFError, ConnectionResetError, BrokenPipeError, OSError) as exc:
             process = self.vector_env.processes[slot]
             process.join(timeout=1.0)
-            raise EnvStepError(f"async env worker of slot {slot} died during {what} (exit code {process.exitcode}): {exc!r}") from None
+            code = process.exitcode
+            how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+            self.failures.append(EnvFailure(slot, what, f"async env worker died ({how}): {exc!r}", exit_code=code))
+            return None
         if not ok:
             index, error_type, message, trace = self.vector_env.error_queue.get()
-            raise EnvStepError(f"env in slot {index} raised {error_type.__name__} during {what}: {message}\n{trace}")
+            self.failures.append(EnvFailure(slot, what, f"{error_type.__name__}: {message}", trace))
+            return None
         return result
 
     def reset_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:
+        sent = []
         for slot, seed in zip(slots, seeds):
-            self._pipes[slot].send(("reset", {"seed": int(seed)}))
-        for slot in slots:
-            self._recv(slot, "reset")
+            try:
+                self._pipes[slot].send(("reset", {"seed": int(seed)}))
+            except (BrokenPipeError, OSError) as exc:
+                self.failures.append(_failure(slot, "reset", exc))
+                continue
+            sent.append(slot)
+        for slot in sent:
+            if self._recv(slot, "reset") is not None:
+                self._copy_row(slot)
 
     def step_send(self, slots: Sequence[int], actions: np.ndarray) -> None:
         env_actions = self._env_actions(actions)
         pipes = self._pipes
+        self._sent = sent = []
         for slot in slots:
-            pipes[slot].send(("step", env_actions[slot]))
+            try:
+                pipes[slot].send(("step", env_actions[slot]))
+            except (BrokenPipeError, OSError) as exc:
+                self.failures.append(_failure(slot, "step", exc))
+                continue
+            sent.append(slot)
 
     def step_recv(self, slots: Sequence[int]) -> None:
         rewards, terminated, truncated, success = self.rewards, self.terminated, self.truncated, self.success
-        for slot in slots:
-            _obs, reward, term, trunc, info = self._recv(slot, "step")
+        copy_row = self._copy_row
+        for slot in self._sent:
+            result = self._recv(slot, "step")
+            if result is None:
+                continue
+            _obs, reward, term, trunc, info = result
+            copy_row(slot)
             rewards[slot] = reward
             terminated[slot] = term
             truncated[slot] = trunc
@@ -257,11 +362,17 @@ class AsyncSlotEnvs(SlotEnvs):
             pass
 
 
-def build_slot_envs(vectorization: str, factory: EnvFactory, n_slots: int, probe: gym.Env | None) -> SlotEnvs:
-    """Build the slot envs for ``vectorization`` (``sync`` reuses ``probe`` as slot 0)."""
+def build_slot_envs(vectorization: str, factory: EnvFactory, n_slots: int, probe: gym.Env | None,
+                    step_timeout: float | None = None) -> SlotEnvs:
+    """Build the slot envs for ``vectorization`` (``sync`` reuses ``probe`` as slot 0).
+
+    ``step_timeout`` (seconds) applies to async workers: a worker that does not answer in
+    time is killed and its episode handled like a crash. In-process (sync) envs cannot be
+    interrupted safely; use async for envs that may hang.
+    """
     if vectorization == "sync":
         return SyncSlotEnvs(factory, n_slots, first_env=probe)
     if probe is not None:
         probe.close()
     context = None if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    return AsyncSlotEnvs(factory, n_slots, context=context)
+    return AsyncSlotEnvs(factory, n_slots, context=context, step_timeout=step_timeout)

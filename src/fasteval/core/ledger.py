@@ -46,6 +46,12 @@ class Ledger:
         self.nan_rewards = np.zeros(n_episodes, dtype=np.int64)
         self.success = np.zeros(n_episodes, dtype=bool)
         self.finished = np.zeros(n_episodes, dtype=bool)
+        self.failed = np.zeros(n_episodes, dtype=bool)
+        """True once a row has failed for good (env errors beyond the retries, bad actions)."""
+        self.attempts = np.zeros(n_episodes, dtype=np.int64)
+        self.limit = n_episodes
+        """Rows ``>= limit`` are never started. Lowered to ``next_episode`` to stop starting new
+        episodes (graceful interruption); the kernel reads it as its ledger size."""
         self.finished_scratch = np.zeros(n_slots, dtype=np.int64)
         self.reset_scratch = np.zeros(n_slots, dtype=np.int64)
 
@@ -61,7 +67,7 @@ class Ledger:
         """Hand the next episodes to every idle slot, in slot order. Returns the slots started."""
         started = []
         for slot in range(self.n_slots):
-            if self.next_episode >= self.n_episodes:
+            if self.next_episode >= self.limit:
                 break
             if self.slot_episode[slot] == IDLE:
                 self.slot_episode[slot] = self.next_episode
@@ -74,4 +80,24 @@ class Ledger:
 
     @property
     def exhausted(self) -> bool:
-        return self.next_episode >= self.n_episodes
+        return self.next_episode >= self.limit
+
+    def stop_starting(self) -> None:
+        """Run the episodes in flight to their end, but start no new ones."""
+        self.limit = min(self.limit, self.next_episode)
+
+    def clear_slot(self, slot: int) -> None:
+        """Empty a slot's accumulators (its episode restarts or is abandoned)."""
+        self.acc_sum[slot] = 0.0
+        self.acc_max[slot] = -np.inf
+        self.acc_len[slot] = 0
+        self.acc_nan[slot] = 0
+        self.acc_success[slot] = False
+
+    def take_next(self) -> int:
+        """The next row to start, or IDLE when none is left (respects ``limit``)."""
+        if self.next_episode >= self.limit:
+            return IDLE
+        row = self.next_episode
+        self.next_episode += 1
+        return row

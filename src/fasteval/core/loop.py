@@ -8,6 +8,7 @@ from typing import Callable
 import numpy as np
 
 from fasteval.core.envs import SlotEnvs
+from fasteval.core.faults import Faults
 from fasteval.core.ledger import Ledger
 from fasteval.core.policy import PolicyRunner
 from fasteval.core.timing import StageTimers
@@ -45,26 +46,32 @@ def run_episodes(
     step_bookkeeping: Callable,
     timers: StageTimers,
     max_steps: int,
-    refill: bool,
     on_finished: Callable[[np.ndarray], None],
+    faults: Faults,
+    check_actions: Callable[[np.ndarray, list[int]], list[int]],
 ) -> None:
     """Run the ledger to the end. The first wave must already be started (:func:`start_wave`).
 
     Each step:
       1. copy observations to the policy device (``h2d``);
       2. run the policy on all slots, a static batch (``policy``);
-      3. copy actions to the host (``d2h``);
-      4. step the slots that run an episode (``env_step``);
-      5. fold the step into the ledger; hand freed slots their next episode if ``refill``
-         (continuous batching), report finished episodes (``bookkeeping``);
+      3. copy actions to the host (``d2h``) and check them (non-finite ones never reach an env);
+      4. step the slots that run an episode (``env_step``); env failures go to ``faults``;
+      5. fold the step into the ledger; hand freed slots their next episode in continuous mode
+         (``runner.continuous``), report finished episodes (``bookkeeping``);
       6. reset the refilled slots' envs with their seeds (``env_step``) and the policy's slots;
       7. when every slot is idle: start the next wave, or stop when the ledger is exhausted.
     """
-    active = ledger.active_slots()
+    L = ledger
+    parked: dict[int, int] = {}
+    if envs.failures:
+        faults.handle_env_failures(parked)
+        faults.unpark(parked)
+    active = L.active_slots()
+    refill = runner.continuous
     policy_input = h2d.policy_input
     copy_obs, copy_actions = h2d.copy, d2h.copy
     rewards, terminated, truncated, success = envs.rewards, envs.terminated, envs.truncated, envs.success
-    L = ledger
     finished_scratch, reset_scratch = L.finished_scratch, L.reset_scratch
     add = timers.add
     while active:
@@ -74,28 +81,47 @@ def run_episodes(
         actions = runner(policy_input)
         t = add("policy", t)
         host_actions = copy_actions(actions)
+        bad = check_actions(host_actions, active)
         t = add("d2h", t)
-        envs.step(active, host_actions)
+        if bad:
+            faults.handle_bad_actions(bad, parked)
+            envs.step([s for s in active if s not in parked], host_actions)
+        else:
+            envs.step(active, host_actions)
+        if envs.failures:
+            faults.handle_env_failures(parked)
         t = add("env_step", t)
         n_finished, n_reset, L.next_episode = step_bookkeeping(
             rewards, terminated, truncated, success, L.slot_episode,
             L.acc_sum, L.acc_max, L.acc_len, L.acc_success, L.acc_nan, max_steps,
             L.sum_reward, L.max_reward, L.length, L.success, L.nan_rewards,
-            L.next_episode, L.n_episodes, refill, finished_scratch, reset_scratch,
+            L.next_episode, L.limit, refill, finished_scratch, reset_scratch,
         )
+        changed = bool(parked)
+        if changed:
+            faults.unpark(parked)
         if n_finished:
             done = finished_scratch[:n_finished]
             L.finished[done] = True
             on_finished(done)
             t = add("bookkeeping", t)
+            changed = changed or n_reset < n_finished
             if n_reset:
                 slots = reset_scratch[:n_reset].tolist()
                 seeds = L.seeds_of(L.slot_episode[slots])
                 envs.reset_slots(slots, seeds)
                 t = add("env_step", t)
                 runner.reset_slots(slots, seeds)
-            if n_reset < n_finished:
+                if envs.failures:
+                    faults.handle_env_failures(parked)
+                    faults.unpark(parked)
+                    changed = True
+        if changed:
+            active = L.active_slots()
+            while not active and not L.exhausted:
+                start_wave(envs, runner, L, timers)
+                if envs.failures:
+                    faults.handle_env_failures(parked)
+                    faults.unpark(parked)
                 active = L.active_slots()
-                if not active and not L.exhausted:
-                    active = start_wave(envs, runner, L, timers)
         add("bookkeeping", t)

@@ -11,6 +11,10 @@ A policy is any object with ``select_action(obs) -> Tensor[B, ...]`` or a callab
   new wave starts when every slot of the last one has finished. Results are the
   same as in continuous mode for any policy whose rows are independent.
 
+A ``tensordict.nn.TensorDictModule`` is accepted too: it reads ``"observation"`` (array
+observations) or the env's Dict keys, and writes ``"action"`` (else its last out_key); see
+:mod:`fasteval.policies.tensordict_policy`.
+
 ``obs`` is a Tensor ``[B, ...]`` on the policy's device for array observations, or a
 TensorDict ``[B]`` for Dict observations. The policy must not keep references to it
 across steps (the buffer is reused); copy what it needs.
@@ -29,6 +33,7 @@ from typing import Any, Callable, Sequence
 import gymnasium as gym
 import torch
 from fasteval.errors import ActionSpaceMismatchError, PolicyDryRunError, UserInputError
+from fasteval.policies.tensordict_policy import TensorDictPolicyAdapter, is_tensordict_module
 
 PER_ENV, WAVE, NO_RESET = "per-env", "wave", "none"
 
@@ -59,8 +64,10 @@ class PolicyRunner:
         self.policy = policy
         self.action_space = action_space
         self.n_slots = n_slots
-        if hasattr(policy, "select_action"):
-            self._call: Callable[[Any], Any] = policy.select_action
+        if is_tensordict_module(policy):  # reads "observation" / the Dict keys, writes "action"
+            self._call: Callable[[Any], Any] = TensorDictPolicyAdapter(policy)
+        elif hasattr(policy, "select_action"):
+            self._call = policy.select_action
         elif callable(policy):
             self._call = policy
         else:

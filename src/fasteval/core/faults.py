@@ -1,0 +1,144 @@
+"""What the engine does when an env or the policy misbehaves mid-run (the rare path).
+
+Nothing here runs on a normal step: the hot loop calls in only when an env reported a
+failure or an action was not finite.
+
+* An env raises, hangs (async ``step_timeout``) or its worker dies: the error is recorded
+  (episode, seed, step, message, traceback, exit code), the env is rebuilt, and the episode
+  is retried from its seed up to ``retries`` times; after that it is recorded as failed and
+  the slot moves on to the next episode. Episodes whose env state was lost with the rebuild
+  (all in-flight ones, for async) restart from their seeds without counting an attempt.
+* A non-finite action (NaN/inf) is never sent to the env. ``on_nan_action="error"`` stops the
+  run with an error naming the episodes; ``"skip-episode"`` records them as failed and goes on.
+
+Slots re-seated here are *parked* (marked idle) until the step's bookkeeping is done, because
+their rows in this step's buffers are meaningless.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from fasteval.core.envs import EnvFailure, SlotEnvs
+from fasteval.core.ledger import Ledger
+from fasteval.core.policy import PolicyRunner
+from fasteval.errors import PolicyError
+from fasteval.kernels import IDLE
+
+ON_NAN_ACTIONS = ("error", "skip-episode")
+
+
+class Faults:
+    """Error records plus the recovery actions. One per run."""
+
+    def __init__(self, envs: SlotEnvs, runner: PolicyRunner, ledger: Ledger, retries: int, on_nan_action: str,
+                 on_error: Callable[[dict[str, Any]], None] | None = None):
+        self.envs, self.runner, self.ledger = envs, runner, ledger
+        self.retries = retries
+        self.on_nan_action = on_nan_action
+        self.errors: list[dict[str, Any]] = []
+        self.on_error = on_error or (lambda record: None)
+
+    # -- recording ----------------------------------------------------------------------
+    def _record(self, row: int, slot: int, stage: str, error: str, traceback: str = "", exit_code: int | None = None,
+                final: bool = False) -> None:
+        L = self.ledger
+        episode = int(L.episode_ids[row])
+        record = {
+            "episode_ix": episode,
+            "seed": L.seed + episode,
+            "stage": stage,
+            "step": int(L.acc_len[slot]) + (1 if stage == "step" else 0),
+            "attempt": int(L.attempts[row]),
+            "final": final,
+            "error": error,
+            "traceback": traceback,
+            "exit_code": exit_code,
+        }
+        self.errors.append(record)
+        self.on_error(record)
+
+    # -- seating ------------------------------------------------------------------------
+    def _seat(self, slot: int, row: int, parked: dict[int, int]) -> None:
+        """Start ``row`` in ``slot`` from its seed (env and policy reset); park the slot."""
+        L = self.ledger
+        L.clear_slot(slot)
+        L.slot_episode[slot] = IDLE
+        if row == IDLE:
+            parked.pop(slot, None)
+            return
+        parked[slot] = row
+        seeds = L.seeds_of([row])
+        self.envs.reset_slots([slot], seeds)
+        self.runner.reset_slots([slot], seeds)
+
+    def _give_up(self, slot: int, row: int, parked: dict[int, int]) -> None:
+        self.ledger.failed[row] = True
+        self._seat(slot, self.ledger.take_next(), parked)
+
+    # -- env failures -------------------------------------------------------------------
+    def handle_env_failures(self, parked: dict[int, int]) -> dict[int, int]:
+        """Recover from ``envs.failures`` (cleared here). Returns the parked slots -> rows."""
+        L, envs = self.ledger, self.envs
+        while envs.failures:
+            failure: EnvFailure = envs.failures.pop(0)
+            slot = failure.slot
+            row = parked.get(slot, int(L.slot_episode[slot]))
+            if row == IDLE:
+                continue
+            L.attempts[row] += 1
+            final = L.attempts[row] > self.retries
+            self._record(row, slot, failure.stage, failure.error, failure.traceback, failure.exit_code, final)
+            lost = envs.rebuild(slot)
+            envs.failures = [f for f in envs.failures if f.slot not in lost]
+            for other in lost:
+                if other == slot:
+                    continue
+                other_row = parked.get(other, int(L.slot_episode[other]))
+                if other_row != IDLE:
+                    self._seat(other, other_row, parked)  # restart from its seed, no attempt counted
+            if final:
+                self._give_up(slot, row, parked)
+            else:
+                self._seat(slot, row, parked)
+        return parked
+
+    # -- bad actions --------------------------------------------------------------------
+    def handle_bad_actions(self, bad_slots: list[int], parked: dict[int, int]) -> dict[int, int]:
+        L = self.ledger
+        rows = [int(L.slot_episode[s]) for s in bad_slots]
+        if self.on_nan_action == "error":
+            described = ", ".join(f"episode {int(L.episode_ids[r])} (seed {L.seeds_of([r])[0]}, step {int(L.acc_len[s]) + 1})"
+                                  for s, r in zip(bad_slots, rows))
+            raise PolicyError(
+                f"the policy returned non-finite (NaN or inf) actions for {described}; they were not sent to the env. "
+                f"Finished episodes are kept. Use --on-nan-action skip-episode to record such episodes as failed and go on."
+            )
+        for slot, row in zip(bad_slots, rows):
+            self._record(row, slot, "policy", "non-finite action (NaN or inf); not sent to the env", final=True)
+            self._give_up(slot, row, parked)
+        return parked
+
+    def unpark(self, parked: dict[int, int]) -> None:
+        for slot, row in parked.items():
+            self.ledger.slot_episode[slot] = row
+        parked.clear()
+
+
+def make_action_check(action_dtype: np.dtype) -> Callable[[np.ndarray, list[int]], list[int]]:
+    """``check(actions, active) -> slots with non-finite actions``; bound once per engine.
+
+    Integer actions cannot be NaN, so their check is a constant no-op.
+    """
+    if not np.issubdtype(action_dtype, np.floating):
+        return lambda actions, active: []
+
+    def check(actions: np.ndarray, active: list[int]) -> list[int]:
+        if np.isfinite(actions).all():
+            return []
+        flat = actions.reshape(actions.shape[0], -1)
+        return [slot for slot in active if not np.isfinite(flat[slot]).all()]
+
+    return check
