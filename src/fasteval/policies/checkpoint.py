@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
 from fasteval.errors import PolicyLoadError
@@ -39,7 +40,12 @@ def save_checkpoint(module: nn.Module, folder: str | Path, config: dict[str, Any
 
 
 def load_checkpoint(folder: str | Path) -> nn.Module:
-    """Build the architecture named in ``config.json`` and load ``model.safetensors`` strictly."""
+    """Build the architecture named in ``config.json`` and load ``model.safetensors`` strictly.
+
+    The config is first built on the ``meta`` device (no memory) and checked against the
+    weights file's keys and shapes; the real module is only allocated once it is known to
+    match the file, so a hostile config (huge or negative sizes) cannot exhaust memory.
+    """
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -47,28 +53,30 @@ def load_checkpoint(folder: str | Path) -> nn.Module:
     config_path, weights_path = folder / CONFIG_NAME, folder / WEIGHTS_NAME
     try:
         config = json.loads(config_path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError covers JSONDecodeError, UnicodeDecodeError, huge ints
         raise PolicyLoadError(f"checkpoint {folder}: could not read {CONFIG_NAME} as JSON ({exc}). "
                               f"Expected a JSON object with an 'architecture' key.") from None
     if not isinstance(config, dict):
         raise PolicyLoadError(f"checkpoint {folder}: {CONFIG_NAME} must hold a JSON object, got {type(config).__name__}.")
     arch = config.get("architecture")
-    if arch not in ARCHITECTURES:
+    if not isinstance(arch, str) or arch not in ARCHITECTURES:
         raise PolicyLoadError(
             f"checkpoint {folder}: unknown architecture {arch!r} in {CONFIG_NAME}; expected one of "
             f"{sorted(ARCHITECTURES)}. For your own architecture, pass --policy module:callable instead."
         )
+    build_errors = (KeyError, TypeError, ValueError, OverflowError, RuntimeError)
     try:
-        module = ARCHITECTURES[arch].from_config(config)
-    except (KeyError, TypeError, ValueError) as exc:
+        with torch.device("meta"):
+            skeleton = ARCHITECTURES[arch].from_config(config)
+    except build_errors as exc:
         raise PolicyLoadError(f"checkpoint {folder}: {CONFIG_NAME} does not describe a valid {arch}: {exc!r}.") from None
     if not weights_path.is_file():
         raise PolicyLoadError(f"checkpoint {folder}: missing {WEIGHTS_NAME} (only safetensors weights are loaded).")
     try:
         state = load_file(str(weights_path))
-    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+    except (SafetensorError, OSError, ValueError, RuntimeError, TypeError, KeyError) as exc:
         raise PolicyLoadError(f"checkpoint {folder}: {WEIGHTS_NAME} is corrupt or truncated ({exc}).") from None
-    expected = module.state_dict()
+    expected = skeleton.state_dict()
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
     if missing or unexpected:
@@ -80,6 +88,13 @@ def load_checkpoint(folder: str | Path) -> nn.Module:
              for k in expected if tuple(expected[k].shape) != tuple(state[k].shape)]
     if wrong:
         raise PolicyLoadError(f"checkpoint {folder}: tensor shapes do not match {CONFIG_NAME}: " + "; ".join(wrong))
-    module.load_state_dict(state, strict=True)
+    complex_keys = sorted(k for k, v in state.items() if v.is_complex())
+    if complex_keys:
+        raise PolicyLoadError(f"checkpoint {folder}: {WEIGHTS_NAME} holds complex tensors {complex_keys}; expected real weights.")
+    try:
+        module = ARCHITECTURES[arch].from_config(config)
+        module.load_state_dict(state, strict=True)
+    except build_errors as exc:
+        raise PolicyLoadError(f"checkpoint {folder}: could not load {WEIGHTS_NAME} into the {arch}: {exc!r}.") from None
     module.eval()
     return module
