@@ -175,30 +175,53 @@ class LazyGroup(click.Group):
 @click.group(cls=LazyGroup, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @eval_options
 @click.option("--output-dir", "-o", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Where eval_info.json goes [default: outputs/eval/<time>_<env>].")
+              help="Where manifest.json, episodes.jsonl and eval_info.json go [default: outputs/eval/<time>_<env>].")
+@click.option("--resume", "resume_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Finish an interrupted run in this folder: its settings come from its manifest.json; "
+                   "episodes already recorded are skipped.")
+@click.option("--retries", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Retries of an episode whose env raised, hung or died (from its seed, on a rebuilt env).")
+@click.option("--on-nan-action", type=click.Choice(["error", "skip-episode"]), default="error", show_default=True,
+              help="Non-finite policy actions (never sent to the env): stop the run, or record the episode as failed.")
+@click.option("--step-timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
+              help="Seconds an async env step/reset may take before its worker is killed and the episode retried.")
 @click.option("--profile", is_flag=True, help="Show the per-stage time breakdown.")
 @click.version_option(package_name="fasteval")
 @click.pass_context
-def main(ctx: click.Context, output_dir: Path | None, profile: bool, **options: Any) -> None:
+def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, retries: int, on_nan_action: str,
+         step_timeout: float, profile: bool, **options: Any) -> None:
     """Evaluate a policy on a gymnasium env: exactly N episodes, seeds SEED..SEED+N-1.
 
     \b
     Example:
       fasteval --policy src/fasteval/assets/cartpole_mlp --env CartPole-v1 -n 100
+
+    \b
+    Exit codes: 0 done; 1 some episodes failed or the run stopped on an error
+    (finished episodes are kept); 2 bad input; 130/143 interrupted by SIGINT/SIGTERM
+    (resume with --resume DIR).
     """
     if ctx.invoked_subcommand is not None:
         return
     from fasteval.core.engine import Engine
+    from fasteval.durable import STATUS_COMPLETE, STATUS_INTERRUPTED, run_durable
     from fasteval.errors import FastevalError, UserInputError
+    from fasteval.rundir import RunDirectory
 
     try:
-        spec = build_spec(**options)
+        if resume_dir is not None:
+            spec = spec_from_manifest(ctx, RunDirectory(resume_dir), options)
+        else:
+            spec = build_spec(**options)
+        spec = spec.replace(retries=retries, on_nan_action=on_nan_action, step_timeout=step_timeout)
+        out_dir = resume_dir or output_dir or default_output_dir(spec.env)
         engine = Engine(spec)
     except UserInputError as exc:
         fail(str(exc), EXIT_BAD_INPUT)
     progress = _Progress(spec.n_episodes, enabled=sys.stderr.isatty())
     try:
-        result = engine.run(on_finished=progress)
+        outcome = run_durable(engine, RunDirectory(out_dir), resume=resume_dir is not None, on_finished=progress,
+                              announce=lambda m: click.echo(m, err=True))
     except UserInputError as exc:
         fail(str(exc), EXIT_BAD_INPUT)
     except FastevalError as exc:
@@ -206,7 +229,50 @@ def main(ctx: click.Context, output_dir: Path | None, profile: bool, **options: 
     finally:
         progress.close()
         engine.close()
-    out_dir = output_dir or default_output_dir(spec.env)
-    path = result.to_json(out_dir / "eval_info.json")
+    result = outcome.result
+    if outcome.resumed_episodes:
+        click.echo(f"resumed: {outcome.resumed_episodes} episodes were already recorded in {out_dir}")
     click.echo(format_summary(result, profile))
-    click.echo(f"wrote {path}")
+    click.echo(f"wrote {out_dir / 'eval_info.json'} (status: {outcome.status})")
+    if outcome.status == STATUS_COMPLETE:
+        return
+    if result.n_failed or result.errors:
+        click.echo(f"{result.n_failed} episodes failed for good; {len(result.errors)} env/policy errors "
+                   f"(details in {out_dir / 'errors.jsonl'}).", err=True)
+    if outcome.status == STATUS_INTERRUPTED:
+        click.echo(f"interrupted after {len(result.per_episode)} of {spec.n_episodes} episodes. Resume with:\n"
+                   f"  fasteval --resume {out_dir}", err=True)
+        signum = outcome.signal_number or 2
+        sys.exit(128 + signum)
+    if outcome.error is not None:
+        click.echo(f"Error: {outcome.error}", err=True)
+    sys.exit(EXIT_RUNTIME_ERROR)
+
+
+def spec_from_manifest(ctx: click.Context, run_dir: Any, options: dict[str, Any]):
+    """The spec of an earlier run, from its manifest; options given on this command line may
+    change only how it runs (batch size, vectorization, device), never what it evaluates."""
+    from click.core import ParameterSource
+
+    from fasteval.spec import EvalSpec
+
+    manifest = run_dir.read_manifest()
+    saved = dict(manifest["spec"])
+    given = {name for name in options if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE}
+    for name in given & {"batch_size", "vectorization", "device"}:
+        saved[name] = options[name]
+    clashing = given - {"batch_size", "vectorization", "device"}
+    if clashing:
+        from fasteval.errors import UserInputError
+
+        raise UserInputError(
+            f"--resume takes what to evaluate from {run_dir.path / 'manifest.json'}; do not pass "
+            f"{', '.join('--' + n.replace('_', '-') for n in sorted(clashing))} with it (only --batch-size, "
+            f"--vectorization and --device may change on resume)."
+        )
+    known = set(EvalSpec.__dataclass_fields__)
+    return EvalSpec(**{k: v for k, v in saved.items() if k in known})
+
+
+if __name__ == "__main__":
+    main()

@@ -52,7 +52,7 @@ class Faults:
             "stage": stage,
             "step": int(L.acc_len[slot]) + (1 if stage == "step" else 0),
             "attempt": int(L.attempts[row]),
-            "final": final,
+            "final": bool(final),
             "error": error,
             "traceback": traceback,
             "exit_code": exit_code,

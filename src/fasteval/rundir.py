@@ -1,0 +1,169 @@
+"""The output directory of one CLI run: durable, crash-safe, resumable.
+
+Layout:
+  manifest.json    written before the first step: the spec, the policy digest, the
+                   fasteval version and a ``status`` (running / complete / interrupted / failed)
+  episodes.jsonl   one JSON record per finished episode, appended and flushed as it finishes
+  errors.jsonl     one JSON record per env/policy fault (retried ones included)
+  eval_info.json   the final results (classic layout), written atomically at the end
+
+A crash leaves at worst one partial last line in a ``.jsonl`` file; :meth:`RunDirectory.records`
+ignores it. ``manifest.json`` and ``eval_info.json`` are replaced atomically (temp file +
+rename), so they are never half-written.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+from fasteval.errors import FastevalError, UserInputError
+from fasteval.results import write_json_atomic
+
+MANIFEST, EPISODES, ERRORS, EVAL_INFO = "manifest.json", "episodes.jsonl", "errors.jsonl", "eval_info.json"
+
+RESUME_MUST_MATCH = ("env", "env_kwargs", "policy", "policy_digest", "seed", "n_episodes", "max_steps")
+"""Manifest fields a resumed run must share with the original: anything else (batch size,
+vectorization, device) may change, because results do not depend on it."""
+
+
+class DiskFullError(FastevalError, OSError):
+    """The disk filled up while writing results (records already written stay valid)."""
+
+
+def policy_digest(policy: Any, reference: Any) -> str:
+    """sha256 of the policy's weights (state_dict tensors, in key order) or, for policies
+    without weights, of its reference string. Changes whenever the weights change."""
+    h = hashlib.sha256()
+    state_dict = getattr(policy, "state_dict", None)
+    if callable(state_dict):
+        for key, tensor in sorted(state_dict().items()):
+            h.update(key.encode())
+            h.update(str(tuple(tensor.shape)).encode())
+            h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    else:
+        h.update(repr(reference if isinstance(reference, str) else type(policy).__qualname__).encode())
+    return h.hexdigest()
+
+
+def _write_guard(path: Path):
+    class Guard:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, kind, exc, tb):
+            if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+                raise DiskFullError(
+                    errno.ENOSPC,
+                    f"disk full while writing {path}. Records written before this point are complete and valid; "
+                    f"free some space and rerun with --resume {path.parent} to finish the remaining episodes.",
+                ) from None
+            return False
+
+    return Guard()
+
+
+class RunDirectory:
+    """Append-only episode log plus atomic manifest and final results for one run."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self._episodes = None
+        self._errors = None
+
+    # -- manifest -----------------------------------------------------------------------
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / MANIFEST
+
+    def has_manifest(self) -> bool:
+        return self.manifest_path.is_file()
+
+    def read_manifest(self) -> dict[str, Any]:
+        try:
+            manifest = json.loads(self.manifest_path.read_text())
+        except FileNotFoundError:
+            raise UserInputError(f"--resume {self.path}: no {MANIFEST} there; expected the output folder of an earlier fasteval run.") from None
+        except (OSError, ValueError) as exc:
+            raise UserInputError(f"--resume {self.path}: {MANIFEST} is unreadable ({exc}).") from None
+        if not isinstance(manifest, dict) or "spec" not in manifest:
+            raise UserInputError(f"--resume {self.path}: {MANIFEST} is not a fasteval manifest (no 'spec').")
+        return manifest
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        with _write_guard(self.manifest_path):
+            write_json_atomic(self.manifest_path, manifest)
+
+    def set_status(self, status: str, **extra: Any) -> None:
+        manifest = self.read_manifest()
+        manifest["status"] = status
+        manifest.update(extra)
+        self.write_manifest(manifest)
+
+    # -- episode log ----------------------------------------------------------------------
+    def open_logs(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._episodes = open(self.path / EPISODES, "a", buffering=1)
+        self._errors = open(self.path / ERRORS, "a", buffering=1)
+
+    def append_episodes(self, records: Iterable[dict[str, Any]]) -> None:
+        self._append(self._episodes, self.path / EPISODES, records)
+
+    def append_errors(self, records: Iterable[dict[str, Any]]) -> None:
+        self._append(self._errors, self.path / ERRORS, records)
+
+    @staticmethod
+    def _append(handle, path: Path, records: Iterable[dict[str, Any]]) -> None:
+        text = "".join(json.dumps(record) + "\n" for record in records)
+        with _write_guard(path):
+            handle.write(text)  # one write per batch of complete lines
+            handle.flush()
+
+    def records(self) -> list[dict[str, Any]]:
+        """Finished-episode records in the log (a torn last line is ignored), one per episode."""
+        path = self.path / EPISODES
+        if not path.is_file():
+            return []
+        out: dict[int, dict[str, Any]] = {}
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # a line cut by a crash
+            if isinstance(record, dict) and "episode_ix" in record:
+                out[int(record["episode_ix"])] = record
+        return [out[k] for k in sorted(out)]
+
+    def close(self) -> None:
+        for handle in (self._episodes, self._errors):
+            if handle is not None:
+                try:
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                except OSError:
+                    pass
+                handle.close()
+        self._episodes = self._errors = None
+
+    def write_eval_info(self, document: dict[str, Any]) -> Path:
+        path = self.path / EVAL_INFO
+        with _write_guard(path):
+            return write_json_atomic(path, document)
+
+
+def check_resumable(manifest: dict[str, Any], current: dict[str, Any], folder: Path) -> None:
+    """Refuse to resume when the run would not be the same evaluation."""
+    diffs = [
+        f"{key}: the original run had {manifest.get(key)!r}, this one has {current.get(key)!r}"
+        for key in RESUME_MUST_MATCH
+        if manifest.get(key) != current.get(key)
+    ]
+    if diffs:
+        raise UserInputError(
+            f"refusing to resume {folder}: this is not the same evaluation ({'; '.join(diffs)}). "
+            f"Resume with the original settings and weights, or start a new run with another --output-dir."
+        )

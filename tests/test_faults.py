@@ -1,0 +1,285 @@
+"""Crash-safety: every fault gets planted in a tiny env or policy, and nothing finished is lost."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fasteval import evaluate
+from fasteval.cli import main
+from fasteval.errors import EvaluationAborted
+from fasteval.testing import ParityPolicy, expected_episode
+
+FAULTY = "fasteval.testing.faulty:make_faulty_env"
+KA = "fasteval/KnownAnswer-v0"
+
+
+def expected(seed0: int, n: int, skip=()):
+    return {i: expected_episode(seed0 + i) for i in range(n) if i not in skip}
+
+
+def assert_exact(result, exp):
+    got = {r["episode_ix"]: r for r in result.per_episode}
+    assert set(got) == set(exp)
+    for i, e in exp.items():
+        for key in ("seed", "sum_reward", "max_reward", "length", "success"):
+            assert got[i][key] == e[key], (i, key, got[i], e)
+
+
+# -- env faults ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("vectorization", ["sync", "async"])
+@pytest.mark.parametrize("fault", ["raise", "raise_reset"])
+def test_env_that_raises_once_is_retried_and_results_are_exact(tmp_path, vectorization, fault):
+    kwargs = dict(fault=fault, fault_seeds=[3, 5], fault_step=2, once_dir=str(tmp_path))
+    result = evaluate(env=FAULTY, env_kwargs=kwargs, n_episodes=10, batch_size=3, vectorization=vectorization)
+    assert_exact(result, expected(0, 10))
+    assert result.n_failed == 0
+    assert sorted(e["episode_ix"] for e in result.errors) == [3, 5]
+    assert all(not e["final"] and "planted" in e["error"] and e["traceback"] for e in result.errors)
+    step_errors = [e for e in result.errors if e["stage"] == "step"]
+    assert all(e["step"] == 2 for e in step_errors)
+    json.dumps(result.to_eval_info())  # every record is JSON-ready
+
+
+def test_env_that_always_raises_fails_for_good_after_retries():
+    kwargs = dict(fault="raise", fault_seeds=[3], fault_step=2)
+    result = evaluate(env=FAULTY, env_kwargs=kwargs, n_episodes=8, batch_size=3, retries=2)
+    assert result.n_failed == 1
+    assert [e["attempt"] for e in result.errors] == [1, 2, 3]
+    assert [e["final"] for e in result.errors] == [False, False, True]
+    assert_exact(result, expected(0, 8, skip={3}))
+    overall = result.overall()
+    assert overall["n_failed_episodes"] == 1 and overall["n_episodes"] == 7
+
+
+def test_dead_async_worker_is_recorded_with_its_signal_and_never_hangs(tmp_path):
+    kwargs = dict(fault="die", fault_seeds=[4], fault_step=3, once_dir=str(tmp_path))
+    result = evaluate(env=FAULTY, env_kwargs=kwargs, n_episodes=9, batch_size=3, vectorization="async")
+    assert_exact(result, expected(0, 9))
+    (error,) = result.errors
+    assert error["episode_ix"] == 4 and error["exit_code"] == -signal.SIGKILL
+    assert "signal 9" in error["error"]
+
+
+def test_hanging_async_env_times_out_and_is_retried(tmp_path):
+    kwargs = dict(fault="hang", fault_seeds=[2], fault_step=1, once_dir=str(tmp_path))
+    t0 = time.perf_counter()
+    result = evaluate(env=FAULTY, env_kwargs=kwargs, n_episodes=6, batch_size=2, vectorization="async", step_timeout=1.0)
+    assert time.perf_counter() - t0 < 60  # generous: proves it did not wait for the hour-long hang
+    assert_exact(result, expected(0, 6))
+    (error,) = result.errors
+    assert "timed out" in error["error"]
+
+
+# -- policy faults ------------------------------------------------------------------------------
+
+class NanOnEpisode:
+    """Continuous actions; NaN for the slot whose observation says seed % 97 == target."""
+
+    def __init__(self, target_seed: int):
+        self.target = target_seed
+
+    def select_action(self, obs):
+        action = torch.zeros(obs.shape[0], 1)
+        hit = (obs[:, 0] * 97).round().long() == self.target
+        action[hit] = float("nan")
+        return action
+
+
+def continuous_known_answer(**kwargs):
+    import gymnasium as gym
+
+    from fasteval.testing.envs import KnownAnswerEnv
+
+    class Continuous(gym.ActionWrapper):
+        def __init__(self, env):
+            super().__init__(env)
+            self.action_space = gym.spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+            self.sent = []
+
+        def action(self, action):
+            assert np.isfinite(action).all(), "a non-finite action reached the env"
+            return 0
+
+    return Continuous(KnownAnswerEnv(**kwargs))
+
+
+def test_nan_actions_stop_the_run_by_default_and_keep_finished_episodes():
+    with pytest.raises(EvaluationAborted) as info:
+        evaluate(env="tests.test_faults:continuous_known_answer", policy=NanOnEpisode(6), n_episodes=12, batch_size=2)
+    message = str(info.value.__cause__)
+    assert "episode 6" in message and "seed 6" in message and "skip-episode" in message
+    partial = info.value.partial
+    assert 0 < len(partial.per_episode) < 12
+    for record in partial.per_episode:
+        assert record["sum_reward"] == expected_episode(record["seed"])["sum_reward"]
+
+
+def test_nan_actions_skip_episode_records_it_and_goes_on():
+    result = evaluate(env="tests.test_faults:continuous_known_answer", policy=NanOnEpisode(6), n_episodes=12,
+                      batch_size=3, on_nan_action="skip-episode")
+    assert_exact(result, expected(0, 12, skip={6}))
+    assert result.n_failed == 1 and result.errors[0]["stage"] == "policy"
+
+
+def test_policy_raising_mid_run_keeps_finished_episodes():
+    class RaisesLater:
+        calls = 0
+
+        def select_action(self, obs):
+            RaisesLater.calls += 1
+            if RaisesLater.calls > 6:
+                raise RuntimeError("policy exploded")
+            return torch.zeros(obs.shape[0], dtype=torch.long)
+
+    with pytest.raises(EvaluationAborted, match="policy exploded") as info:
+        evaluate(env=KA, policy=RaisesLater(), n_episodes=20, batch_size=2)
+    partial = info.value.partial
+    assert len(partial.per_episode) >= 1
+    for record in partial.per_episode:
+        assert record["sum_reward"] == expected_episode(record["seed"])["sum_reward"]
+
+
+def test_nan_rewards_are_counted_per_episode_not_averaged_away():
+    result = evaluate(env=KA, env_kwargs={"nan_reward_seeds": [1, 4]}, n_episodes=6, batch_size=4)
+    nan_eps = [r["episode_ix"] for r in result.per_episode if r["nan_rewards"]]
+    assert nan_eps == [1, 4]
+    assert math.isnan(result.overall()["avg_sum_reward"])
+    assert result.overall()["n_nan_reward_episodes"] == 2
+
+
+# -- CLI: durable output, exit codes, resume ----------------------------------------------------
+
+def test_cli_writes_manifest_and_episode_log(tmp_path):
+    result = CliRunner().invoke(main, ["--env", KA, "-n", "7", "-b", "3", "-o", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["seed"] == 0 and manifest["n_episodes"] == 7
+    assert len(manifest["policy_digest"]) == 64
+    lines = (tmp_path / "episodes.jsonl").read_text().splitlines()
+    assert sorted(json.loads(line)["episode_ix"] for line in lines) == list(range(7))
+
+
+def test_cli_exits_1_when_an_episode_failed_for_good(tmp_path):
+    args = ["--env", FAULTY, "--env-kwarg", "fault=raise", "--env-kwarg", "fault_seeds=[2]", "-n", "5", "--retries", "0",
+            "-o", str(tmp_path)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1, result.output
+    assert json.loads((tmp_path / "manifest.json").read_text())["status"] == "failed"
+    errors = [json.loads(line) for line in (tmp_path / "errors.jsonl").read_text().splitlines()]
+    assert errors[0]["episode_ix"] == 2 and errors[0]["final"]
+    info = json.loads((tmp_path / "eval_info.json").read_text())
+    assert info["overall"]["n_failed_episodes"] == 1 and info["overall"]["n_episodes"] == 4
+
+
+def test_cli_refuses_to_overwrite_a_run_and_to_resume_a_different_one(tmp_path):
+    assert CliRunner().invoke(main, ["--env", KA, "-n", "3", "-o", str(tmp_path)]).exit_code == 0
+    again = CliRunner().invoke(main, ["--env", KA, "-n", "3", "-o", str(tmp_path)])
+    assert again.exit_code == 2 and "--resume" in again.output
+    clash = CliRunner().invoke(main, ["--resume", str(tmp_path), "--seed", "5"])
+    assert clash.exit_code == 2 and "--seed" in clash.output
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    manifest["policy_digest"] = "0" * 64  # as if the weights had changed since
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    changed = CliRunner().invoke(main, ["--resume", str(tmp_path)])
+    assert changed.exit_code == 2 and "policy_digest" in changed.output
+
+
+def test_resume_with_a_torn_last_line_reruns_only_missing_episodes(tmp_path):
+    full = tmp_path / "full"
+    assert CliRunner().invoke(main, ["--env", KA, "-n", "9", "-b", "2", "-o", str(full)]).exit_code == 0
+    cut = tmp_path / "cut"
+    assert CliRunner().invoke(main, ["--env", KA, "-n", "9", "-b", "2", "-o", str(cut)]).exit_code == 0
+    lines = (cut / "episodes.jsonl").read_text().splitlines()
+    (cut / "episodes.jsonl").write_text("\n".join(lines[:4]) + "\n" + lines[4][: len(lines[4]) // 2])
+    resumed = CliRunner().invoke(main, ["--resume", str(cut), "-b", "5"])
+    assert resumed.exit_code == 0, resumed.output
+    assert "4 episodes were already recorded" in resumed.output
+    assert comparable(cut / "eval_info.json") == comparable(full / "eval_info.json")
+
+
+def comparable(path: Path) -> dict:
+    info = json.loads(path.read_text())
+    overall = {k: v for k, v in info["overall"].items() if k not in ("eval_s", "eval_ep_s", "steps_per_s", "episodes_per_s")}
+    return {"per_episode": info["per_episode"], "overall": overall, "per_task": info["per_task"], "per_group": info["per_group"]}
+
+
+SLOW_ENV = "tests.test_faults:slow_known_answer"
+
+
+def slow_known_answer(**kwargs):
+    """KnownAnswerEnv with 20 ms steps, so that a signal lands mid-run."""
+    from fasteval.testing.envs import KnownAnswerEnv
+
+    class Slow(KnownAnswerEnv):
+        def step(self, action):
+            time.sleep(0.02)
+            return super().step(action)
+
+    return Slow(**kwargs)
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_sigterm_partway_then_resume_equals_an_uninterrupted_run(tmp_path, sig, code):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "fasteval.cli", "--env", SLOW_ENV, "-n", "40", "-b", "3", "--seed", "11", "-o", str(out)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    log = out / "episodes.jsonl"
+    deadline = time.time() + 60
+    while time.time() < deadline and not (log.is_file() and len(log.read_text().splitlines()) >= 5):
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == code, stderr
+    assert "fasteval --resume" in stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted"
+    recorded = [json.loads(line) for line in log.read_text().splitlines()]
+    assert 5 <= len(recorded) < 40
+    info = json.loads((out / "eval_info.json").read_text())
+    assert len(info["per_episode"]) == len(recorded)  # every finished episode is kept
+
+    resumed = subprocess.run([sys.executable, "-m", "fasteval.cli", "--resume", str(out)], capture_output=True, text=True,
+                             env=env, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    clean = tmp_path / "clean"
+    fresh = subprocess.run([sys.executable, "-m", "fasteval.cli", "--env", SLOW_ENV, "-n", "40", "-b", "4", "--seed", "11",
+                            "-o", str(clean)], capture_output=True, text=True, env=env, timeout=120)
+    assert fresh.returncode == 0, fresh.stderr
+    assert comparable(out / "eval_info.json") == comparable(clean / "eval_info.json")
+    assert json.loads((out / "manifest.json").read_text())["status"] == "complete"
+
+
+# -- fuzzing the CLI ----------------------------------------------------------------------------
+
+OPTION_NAMES = ["--env", "--policy", "-n", "-b", "--seed", "--vectorization", "--device", "--max-steps",
+                "--env-kwarg", "--reset-mode", "--retries", "--on-nan-action", "--step-timeout", "--resume"]
+garbage = st.one_of(st.text(max_size=12), st.sampled_from(["-1", "0", "1e9", "nan", "cuda:9", "{", "[]", "a=b", "=", "..", "/"]))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.sampled_from(OPTION_NAMES), garbage), min_size=1, max_size=3))
+def test_fuzzed_options_exit_cleanly(tmp_path_factory, pairs):
+    out = tmp_path_factory.mktemp("fuzz")
+    args = [item for pair in pairs for item in pair]
+    if "--env" not in args:
+        args += ["--env", KA]
+    args += ["-o", str(out / "run"), "-n", "2"] if "-n" not in args else ["-o", str(out / "run")]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code in (0, 2), (args, result.output, result.exception)
+    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit), (args, result.exception)
