@@ -23,7 +23,7 @@ from fasteval import kernels
 from fasteval.core.envs import SlotEnvs, build_slot_envs, make_factory
 from fasteval.core.faults import Faults, make_action_check
 from fasteval.core.ledger import Ledger
-from fasteval.core.loop import run_episodes, start_wave
+from fasteval.core.loop import StepObserver, run_episodes, start_wave
 from fasteval.core.policy import PolicyRunner
 from fasteval.core.timing import StageTimers
 from fasteval.core.transfer import DeviceToHost, HostToDevice
@@ -97,7 +97,10 @@ class Engine:
 
     def _dry_run(self) -> None:
         self.h2d.copy()
-        self.runner.dry_run(self.h2d.policy_input)
+        # Own RNG fork: the dry run must not consume the run's torch draws, or a stochastic
+        # policy's first run (which has the dry run) would differ from later runs with the same seed.
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            self.runner.dry_run(self.h2d.policy_input)
         self._checked = True
 
     def run(
@@ -107,6 +110,7 @@ class Engine:
         on_finished: Callable[[Ledger, np.ndarray], None] | None = None,
         episodes: Sequence[int] | None = None,
         on_error: Callable[[dict[str, Any]], None] | None = None,
+        observer: StepObserver | None = None,
     ) -> EvalResult:
         """Run episodes ``0..n-1`` with seeds ``seed + i``; return their exact results.
 
@@ -143,7 +147,7 @@ class Engine:
                            before_policy_reset=None if self._checked else self._dry_run)
                 run_episodes(
                     self.envs, self.runner, self.h2d, self.d2h, ledger, kernels.step_bookkeeping, self.timers,
-                    self.max_steps or 0, callback, faults, self.check_actions,
+                    self.max_steps or 0, callback, faults, self.check_actions, observer,
                 )
         except UserInputError:
             raise  # the dry run: nothing was evaluated

@@ -15,6 +15,27 @@ from fasteval.core.timing import StageTimers
 from fasteval.core.transfer import DeviceToHost, HostToDevice
 
 
+class StepObserver:
+    """Extension point for per-step consumers (video frames, episode recording).
+
+    ``on_start(slots)``: those slots just reset into new episodes (``ledger.slot_episode``
+    says which); their first observations are in the env host buffer.
+    ``on_step(active, actions, parked)``: the active slots just stepped with ``actions``
+    (host ``[B, ...]``); rewards, flags and observations are in the env host buffers and
+    the ledger's accumulators do not include this step yet. Slots in ``parked`` (a dict)
+    failed this step and restarted; ignore their rows.
+    """
+
+    def on_start(self, slots: list[int]) -> None:
+        pass
+
+    def on_step(self, active: list[int], actions: np.ndarray, parked: dict[int, int]) -> None:
+        pass
+
+
+NULL_OBSERVER = StepObserver()
+
+
 def start_wave(
     envs: SlotEnvs, runner: PolicyRunner, ledger: Ledger, timers: StageTimers,
     before_policy_reset: Callable[[], None] | None = None,
@@ -49,6 +70,7 @@ def run_episodes(
     on_finished: Callable[[np.ndarray], None],
     faults: Faults,
     check_actions: Callable[[np.ndarray, list[int]], list[int]],
+    observer: StepObserver | None = None,
 ) -> None:
     """Run the ledger to the end. The first wave must already be started (:func:`start_wave`).
 
@@ -61,8 +83,14 @@ def run_episodes(
          (``runner.continuous``), report finished episodes (``bookkeeping``);
       6. reset the refilled slots' envs with their seeds (``env_step``) and the policy's slots;
       7. when every slot is idle: start the next wave, or stop when the ledger is exhausted.
+
+    ``observer`` (videos, episode recording) sees each step after the envs stepped and before
+    the bookkeeping, and each slot start; without one, the loop pays nothing for it.
     """
+    observer = observer or NULL_OBSERVER
+    on_step, on_start = observer.on_step, observer.on_start
     L = ledger
+    on_start(L.active_slots())
     parked: dict[int, int] = {}
     if envs.failures:
         faults.handle_env_failures(parked)
@@ -91,6 +119,7 @@ def run_episodes(
         if envs.failures:
             faults.handle_env_failures(parked)
         t = add("env_step", t)
+        on_step(active, host_actions, parked)
         n_finished, n_reset, L.next_episode = step_bookkeeping(
             rewards, terminated, truncated, success, L.slot_episode,
             L.acc_sum, L.acc_max, L.acc_len, L.acc_success, L.acc_nan, max_steps,
@@ -116,12 +145,14 @@ def run_episodes(
                     faults.handle_env_failures(parked)
                     faults.unpark(parked)
                     changed = True
+                on_start(slots)
         if changed:
             active = L.active_slots()
             while not active and not L.exhausted:
-                start_wave(envs, runner, L, timers)
+                started = start_wave(envs, runner, L, timers)
                 if envs.failures:
                     faults.handle_env_failures(parked)
                     faults.unpark(parked)
                 active = L.active_slots()
+                on_start(started)
         add("bookkeeping", t)
