@@ -114,6 +114,13 @@ EVAL_OPTIONS = [
     click.option("--reset-mode", type=click.Choice(RESET_MODES), default="auto", show_default=True,
                  help="Stateful policies: per-env resets (continuous batching) or waves."),
     click.option("--trust-remote-code", is_flag=True, help="Allow --policy path/to/file.py:callable (runs that file)."),
+    click.option("--pipeline", is_flag=True,
+                 help="Double-buffer two slot groups (async envs step while the policy runs). Needs async, stateless policy."),
+    click.option("--cuda-graph/--no-cuda-graph", "cuda_graph", default=None,
+                 help="Capture the policy step in a CUDA graph [default: on where CUDA exists]."),
+    click.option("--amp", type=click.Choice(["none", "bf16", "fp16"]), default="none", show_default=True,
+                 help="Autocast the policy (faster on tensor-core GPUs; slightly different numbers)."),
+    click.option("--compile", "compile_policy", is_flag=True, help="torch.compile the policy step (large policies)."),
 ]
 
 
@@ -123,13 +130,15 @@ def eval_options(fn):
     return fn
 
 
-def build_spec(policy, env, env_kwargs, n_episodes, batch_size, seed, vectorization, device, max_steps, reset_mode, trust_remote_code):
+def build_spec(policy, env, env_kwargs, n_episodes, batch_size, seed, vectorization, device, max_steps, reset_mode,
+               trust_remote_code, pipeline=False, cuda_graph=None, amp="none", compile_policy=False, **extra):
     from fasteval.spec import EvalSpec
 
     return EvalSpec(
         env=env, policy=policy, env_kwargs=parse_env_kwargs(env_kwargs), n_episodes=n_episodes,
         batch_size=batch_size, seed=seed, vectorization=vectorization, device=device, max_steps=max_steps,
-        reset_mode=reset_mode, trust_remote_code=trust_remote_code,
+        reset_mode=reset_mode, trust_remote_code=trust_remote_code, pipeline=pipeline, cuda_graph=cuda_graph,
+        amp=amp, compile=compile_policy, **extra,
     )
 
 
@@ -259,9 +268,10 @@ def spec_from_manifest(ctx: click.Context, run_dir: Any, options: dict[str, Any]
     manifest = run_dir.read_manifest()
     saved = dict(manifest["spec"])
     given = {name for name in options if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE}
-    for name in given & {"batch_size", "vectorization", "device"}:
+    how_it_runs = {"batch_size", "vectorization", "device", "pipeline", "cuda_graph"}
+    for name in given & how_it_runs:
         saved[name] = options[name]
-    clashing = given - {"batch_size", "vectorization", "device"}
+    clashing = given - how_it_runs
     if clashing:
         from fasteval.errors import UserInputError
 

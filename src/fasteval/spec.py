@@ -16,6 +16,7 @@ VECTORIZATIONS = ("sync", "async")
 DEVICES = ("cpu", "cuda", "auto")
 RESET_MODES = ("auto", "per-env", "wave")
 ON_NAN_ACTIONS = ("error", "skip-episode")
+AMP_MODES = ("none", "bf16", "fp16")
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,19 @@ class EvalSpec:
     """Seconds an async env may take for one step or reset before it is killed and handled
     like a crash. ``None`` waits forever. (In-process sync envs cannot be interrupted.)"""
 
+    pipeline: bool = False
+    """Double-buffer two slot groups: one group's async envs step while the policy runs on the
+    other. Needs ``vectorization="async"`` and a stateless policy; same results."""
+
+    cuda_graph: bool | None = None
+    """Capture the policy step in a CUDA graph and replay it. ``None``: on where CUDA exists."""
+
+    amp: str = "none"
+    """Autocast for the policy: ``none``, ``bf16`` or ``fp16`` (lower precision, may change results)."""
+
+    compile: bool = False
+    """Wrap the policy step in ``torch.compile`` (pays for large policies and long runs)."""
+
     def __post_init__(self) -> None:
         _require(isinstance(self.env, str) and self.env.strip() != "", "env", "a non-empty env id or module:callable", self.env)
         _require(_is_int(self.n_episodes) and self.n_episodes >= 1, "n_episodes", "an integer >= 1", self.n_episodes)
@@ -89,6 +103,10 @@ class EvalSpec:
                                           and self.step_timeout > 0),
             "step_timeout", "None or a number of seconds > 0", self.step_timeout,
         )
+        _require(self.amp in AMP_MODES, "amp", " or ".join(AMP_MODES), self.amp)
+        _require(self.cuda_graph in (None, True, False), "cuda_graph", "None, True or False", self.cuda_graph)
+        _require(isinstance(self.pipeline, bool), "pipeline", "True or False", self.pipeline)
+        _require(isinstance(self.compile, bool), "compile", "True or False", self.compile)
         _require(isinstance(self.env_kwargs, Mapping), "env_kwargs", "a mapping of keyword arguments", self.env_kwargs)
         object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))
 

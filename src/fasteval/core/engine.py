@@ -24,7 +24,9 @@ from fasteval.core.envs import SlotEnvs, build_slot_envs, make_factory
 from fasteval.core.faults import Faults, make_action_check
 from fasteval.core.ledger import Ledger
 from fasteval.core.loop import StepObserver, run_episodes, start_wave
-from fasteval.core.policy import PolicyRunner
+from fasteval.core.accel import accelerate
+from fasteval.core.pipeline import check_pipelinable, run_episodes_pipelined
+from fasteval.core.policy import NO_RESET, PolicyRunner
 from fasteval.core.timing import StageTimers
 from fasteval.core.transfer import DeviceToHost, HostToDevice
 from fasteval.errors import EvaluationAborted, UserInputError
@@ -82,10 +84,15 @@ class Engine:
         if loaded_here and isinstance(policy, nn.Module):
             policy = policy.to(self.device).eval()
         self.policy = policy
-        self.runner = PolicyRunner(policy, envs.action_space, self.n_slots, spec.reset_mode)
+        self.policy_batch = (self.n_slots + 1) // 2 if spec.pipeline else self.n_slots
+        """Rows per policy call: all slots, or one group's with ``pipeline``."""
+        self.runner = PolicyRunner(policy, envs.action_space, self.policy_batch, spec.reset_mode)
         self.h2d = HostToDevice(envs.obs, self.device)
         self.d2h = DeviceToHost(self.n_slots, tuple(envs.action_space.shape or ()), action_host_dtype(envs.action_space), self.device)
         self.check_actions = make_action_check(action_host_dtype(envs.action_space))
+        if spec.pipeline:
+            check_pipelinable(envs, self.runner, self.n_slots)
+        self.accel_facts: dict[str, Any] = {}
 
     @property
     def observation_space(self) -> gym.Space:
@@ -96,11 +103,17 @@ class Engine:
         return self.envs.action_space
 
     def _dry_run(self) -> None:
-        self.h2d.copy()
+        policy_input, copy = self.h2d.group(slice(0, self.policy_batch))
+        copy()
         # Own RNG fork: the dry run must not consume the run's torch draws, or a stochastic
         # policy's first run (which has the dry run) would differ from later runs with the same seed.
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
-            self.runner.dry_run(self.h2d.policy_input)
+            self.runner.dry_run(policy_input)
+        step, self.accel_facts = accelerate(
+            self.runner.plain_step, device=self.device, amp=self.spec.amp, compile=self.spec.compile,
+            cuda_graph=self.spec.cuda_graph, stateful=self.runner.reset_kind != NO_RESET,
+        )
+        self.runner.use_step(step)
         self._checked = True
 
     def run(
@@ -145,7 +158,8 @@ class Engine:
                 torch.manual_seed(seed)
                 start_wave(self.envs, self.runner, ledger, self.timers,
                            before_policy_reset=None if self._checked else self._dry_run)
-                run_episodes(
+                loop = run_episodes_pipelined if self.spec.pipeline else run_episodes
+                loop(
                     self.envs, self.runner, self.h2d, self.d2h, ledger, kernels.step_bookkeeping, self.timers,
                     self.max_steps or 0, callback, faults, self.check_actions, observer,
                 )
@@ -210,6 +224,8 @@ class Engine:
             "max_steps": self.max_steps,
             "batching": "continuous" if self.runner.continuous else "wave",
             "kernel_backend": kernels.BACKEND,
+            "pipeline": self.spec.pipeline,
+            **{f"policy_{k}": v for k, v in self.accel_facts.items()},
         }
 
     def close(self) -> None:

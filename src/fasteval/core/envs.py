@@ -270,7 +270,6 @@ class AsyncSlotEnvs(SlotEnvs):
         # the engine holds on this buffer.
         self.obs = allocate_obs_buffer(self.observation_space, n_slots)
         self._copy_row = _row_copier(self.vector_env.observations, self.obs)
-        self._sent: list[int] = []
 
     def _start(self, n_slots: int) -> None:
         self.vector_env = gym.vector.AsyncVectorEnv(
@@ -325,10 +324,11 @@ class AsyncSlotEnvs(SlotEnvs):
             if self._recv(slot, "reset") is not None:
                 self._copy_row(slot)
 
-    def step_send(self, slots: Sequence[int], actions: np.ndarray) -> None:
+    def step_send(self, slots: Sequence[int], actions: np.ndarray) -> list[int]:
+        """Send step commands; returns the slots that were sent (pass them to ``step_recv``)."""
         env_actions = self._env_actions(actions)
         pipes = self._pipes
-        self._sent = sent = []
+        sent = []
         for slot in slots:
             try:
                 pipes[slot].send(("step", env_actions[slot]))
@@ -336,11 +336,13 @@ class AsyncSlotEnvs(SlotEnvs):
                 self.failures.append(_failure(slot, "step", exc))
                 continue
             sent.append(slot)
+        return sent
 
-    def step_recv(self, slots: Sequence[int]) -> None:
+    def step_recv(self, sent: Sequence[int]) -> None:
+        """Receive the results of ``step_send`` for ``sent`` into the host buffers."""
         rewards, terminated, truncated, success = self.rewards, self.terminated, self.truncated, self.success
         copy_row = self._copy_row
-        for slot in self._sent:
+        for slot in sent:
             result = self._recv(slot, "step")
             if result is None:
                 continue
@@ -352,8 +354,7 @@ class AsyncSlotEnvs(SlotEnvs):
             success[slot] = _success(info)
 
     def step(self, slots: Sequence[int], actions: np.ndarray) -> None:
-        self.step_send(slots, actions)
-        self.step_recv(slots)
+        self.step_recv(self.step_send(slots, actions))
 
     def close(self) -> None:
         try:

@@ -82,6 +82,7 @@ class PolicyRunner:
         self.continuous = kind != WAVE and reset_mode != "wave"
         """True: continuous batching (freed slots refill at once). False: wave mode."""
         self._postprocess: Callable[[torch.Tensor], torch.Tensor] = lambda a: a
+        self._step: Callable[[Any], torch.Tensor] = self._call
 
     # -- resets -------------------------------------------------------------------------
     def reset_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:
@@ -110,10 +111,17 @@ class PolicyRunner:
         except Exception as exc:
             raise PolicyDryRunError(f"the policy raised on its first call (dry run, before any episode counted): "
                               f"{type(exc).__name__}: {exc}") from exc
-        self._postprocess = self._choose_postprocess(raw)
+        post = self._postprocess = self._choose_postprocess(raw)
+        call = self._call
+        self.plain_step = lambda obs: post(call(obs))
+        self._step = self.plain_step
+
+    def use_step(self, step: Callable[[Any], torch.Tensor]) -> None:
+        """Replace the per-step call (an accelerated version of :attr:`plain_step`)."""
+        self._step = step
 
     def __call__(self, obs: Any) -> torch.Tensor:
-        return self._postprocess(self._call(obs))
+        return self._step(obs)
 
     def _choose_postprocess(self, raw: Any) -> Callable[[torch.Tensor], torch.Tensor]:
         space, batch = self.action_space, self.n_slots

@@ -12,7 +12,7 @@ All tensors are allocated once, at construction; the per-step methods allocate n
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -56,6 +56,24 @@ class HostToDevice:
         self.staging.copy_(self.host)
         self.device_obs.copy_(self.staging, non_blocking=True)
 
+    def group(self, rows: slice) -> tuple[Any, Callable[[], None]]:
+        """``(policy input view, copy)`` for a contiguous group of slots (pipelined mode).
+
+        The view shares memory with :attr:`policy_input`; ``copy`` moves only those rows.
+        """
+        view = self.policy_input[rows]
+        if self.device.type == "cpu":
+            return view, _no_copy
+        pairs = ([(self.host[k][rows], self.staging[k][rows], self.device_obs[k][rows]) for k in self.host]
+                 if isinstance(self.host, dict) else [(self.host[rows], self.staging[rows], self.device_obs[rows])])
+
+        def copy_rows() -> None:
+            for host, staging, device in pairs:
+                staging.copy_(host)
+                device.copy_(staging, non_blocking=True)
+
+        return view, copy_rows
+
     def _copy_dict(self) -> None:
         for key, host in self.host.items():
             self.staging[key].copy_(host)
@@ -76,6 +94,26 @@ class DeviceToHost:
         self.copy = self._copy_cpu if device.type == "cpu" else self._copy_cuda
         if device.type != "cpu" and torch.cuda.is_available():
             self.staging = torch.empty_like(self.host_tensor, pin_memory=True)
+
+    def group(self, rows: slice) -> Callable[[torch.Tensor], np.ndarray]:
+        """``copy(actions)`` for a group of slots: writes rows ``rows`` of :attr:`host` and returns
+        the whole host array (other rows untouched)."""
+        host_rows = self.host_tensor[rows]
+        if self.device.type == "cpu":
+            def copy_cpu(actions: torch.Tensor) -> np.ndarray:
+                host_rows.copy_(actions)
+                return self.host
+            return copy_cpu
+        staging_rows = self.staging[rows]
+
+        def copy_cuda(actions: torch.Tensor) -> np.ndarray:
+            staging_rows.copy_(actions, non_blocking=True)
+            # Sync: the env workers are sent these actions next, so the copy must have landed.
+            torch.cuda.current_stream(self.device).synchronize()
+            host_rows.copy_(staging_rows)
+            return self.host
+
+        return copy_cuda
 
     def _copy_cpu(self, actions: torch.Tensor) -> np.ndarray:
         self.host_tensor.copy_(actions)

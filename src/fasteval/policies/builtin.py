@@ -34,7 +34,7 @@ class ZeroPolicy:
         self._actions = torch.from_numpy(actions)
 
     def select_action(self, obs) -> torch.Tensor:
-        return self._actions
+        return self._actions[: len(obs)]  # a view; len(obs) < B only for pipelined half batches
 
 
 class RandomPolicy:

@@ -1,0 +1,172 @@
+"""Device fast path: static buffers, pipelining, CUDA-graph/AMP fallbacks. GPU-only parts skip without CUDA."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from fasteval import evaluate
+from fasteval.core.engine import Engine
+from fasteval.core.loop import StepObserver
+from fasteval.errors import UserInputError
+from fasteval.spec import EvalSpec
+from fasteval.testing import ParityPolicy, StepCounterPolicy, expected_episode
+
+KA = "fasteval/KnownAnswer-v0"
+FAULTY = "fasteval.testing.faulty:make_faulty_env"
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def parity_expected(seed0, n):
+    return [expected_episode(seed0 + i, action_fn=lambda o: int(o[2])) for i in range(n)]
+
+
+def strip(records):
+    keys = ("episode_ix", "seed", "sum_reward", "max_reward", "length", "success", "nan_rewards")
+    return [{k: r[k] for k in keys} for r in records]
+
+
+def exp_strip(expected):
+    return [{"episode_ix": i, **{k: e[k] for k in ("seed", "sum_reward", "max_reward", "length", "success", "nan_rewards")}}
+            for i, e in enumerate(expected)]
+
+
+# -- pipelining ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("batch_size", [2, 5, 8])
+def test_pipelined_run_equals_plain_run_exactly(batch_size):
+    plain = evaluate(env=KA, policy=ParityPolicy(), n_episodes=29, batch_size=3, seed=7)
+    piped = evaluate(env=KA, policy=ParityPolicy(), n_episodes=29, batch_size=batch_size, seed=7,
+                     vectorization="async", pipeline=True)
+    assert strip(piped.per_episode) == strip(plain.per_episode) == exp_strip(parity_expected(7, 29))
+    assert piped.meta["pipeline"] is True
+
+
+def test_pipelined_run_survives_a_dead_worker_with_exact_results(tmp_path):
+    kwargs = dict(fault="die", fault_seeds=[5], fault_step=2, once_dir=str(tmp_path))
+    piped = evaluate(env=FAULTY, env_kwargs=kwargs, policy=ParityPolicy(), n_episodes=14, batch_size=4,
+                     vectorization="async", pipeline=True)
+    assert strip(piped.per_episode) == exp_strip(parity_expected(0, 14))
+    assert [e["episode_ix"] for e in piped.errors] == [5]
+
+
+def test_pipeline_refuses_sync_envs_and_stateful_policies():
+    with pytest.raises(UserInputError, match="async"):
+        evaluate(env=KA, n_episodes=4, batch_size=4, pipeline=True)
+    with pytest.raises(UserInputError, match="stateless"):
+        evaluate(env=KA, policy=StepCounterPolicy(), n_episodes=4, batch_size=4, vectorization="async", pipeline=True)
+
+
+# -- static buffers -----------------------------------------------------------------------------
+
+class PointerWatch(StepObserver):
+    """Records the data pointers of every buffer the hot loop touches, at every step."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.seen: set[tuple] = set()
+
+    def pointers(self) -> tuple:
+        e = self.engine
+        L = e.ledger
+        arrays = [e.envs.obs, e.envs.rewards, e.envs.terminated, e.envs.truncated, e.envs.success, e.d2h.host,
+                  L.slot_episode, L.acc_sum, L.acc_max, L.acc_len, L.sum_reward]
+        return tuple(a.ctypes.data for a in arrays) + (e.h2d.policy_input.data_ptr(),)
+
+    def on_step(self, active, actions, parked):
+        self.seen.add(self.pointers())
+
+
+@pytest.mark.parametrize("vectorization", ["sync", "async"])
+def test_hot_loop_buffers_never_move(vectorization):
+    engine = Engine(EvalSpec(env=KA, policy=ParityPolicy(), n_episodes=40, batch_size=4, vectorization=vectorization))
+    try:
+        watch = PointerWatch(engine)
+        engine.run(observer=watch)
+        assert len(watch.seen) == 1  # the same buffers at every step of the run
+        host_obs_ptr = engine.envs.obs.ctypes.data
+        engine.run(n_episodes=10, seed=3, observer=watch)
+        assert engine.envs.obs.ctypes.data == host_obs_ptr
+    finally:
+        engine.close()
+
+
+def test_cpu_policy_reads_the_host_buffer_without_a_copy():
+    engine = Engine(EvalSpec(env=KA, n_episodes=2, batch_size=2, device="cpu"))
+    try:
+        assert engine.h2d.policy_input.data_ptr() == engine.envs.obs.ctypes.data
+    finally:
+        engine.close()
+
+
+# -- CUDA graphs, AMP, compile: CPU fallbacks ---------------------------------------------------
+
+def test_cuda_graph_request_on_cpu_warns_once_and_gives_identical_results():
+    eager = evaluate(env=KA, policy=ParityPolicy(), n_episodes=12, batch_size=4, device="cpu", cuda_graph=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        graphed = evaluate(env=KA, policy=ParityPolicy(), n_episodes=12, batch_size=4, device="cpu", cuda_graph=True)
+    assert sum("cuda-graph" in str(w.message).lower() for w in caught) == 1
+    assert strip(graphed.per_episode) == strip(eager.per_episode)
+    assert graphed.meta["policy_cuda_graph"] is False
+
+
+def test_amp_bf16_on_cpu_runs_and_keeps_exact_results_for_an_integer_policy():
+    result = evaluate(env=KA, policy=ParityPolicy(), n_episodes=9, batch_size=3, device="cpu", amp="bf16")
+    assert strip(result.per_episode) == exp_strip(parity_expected(0, 9))
+    assert result.meta["policy_amp"] == "bf16"
+
+
+class NoisyPolicy(torch.nn.Module):
+    """Stochastic: action = 1 if a fresh uniform draw < 0.5."""
+
+    def forward(self, obs):
+        return (torch.rand(obs.shape[0], device=obs.device) < 0.5).long()
+
+
+def test_stochastic_policy_is_reproducible_for_a_seed_and_draws_fresh_noise():
+    a = evaluate(env=KA, policy=NoisyPolicy(), n_episodes=30, batch_size=4, seed=1, device="cpu")
+    b = evaluate(env=KA, policy=NoisyPolicy(), n_episodes=30, batch_size=4, seed=1, device="cpu")
+    assert strip(a.per_episode) == strip(b.per_episode)
+    zero = [expected_episode(1 + i)["sum_reward"] for i in range(30)]
+    one = [expected_episode(1 + i, action_fn=lambda o: 1)["sum_reward"] for i in range(30)]
+    got = [r["sum_reward"] for r in a.per_episode]
+    assert got != zero and got != one  # the actions vary across steps and episodes
+
+
+# -- GPU-only -----------------------------------------------------------------------------------
+
+@cuda
+def test_gpu_graph_and_eager_agree_exactly():
+    eager = evaluate(env=KA, policy=ParityPolicy(), n_episodes=40, batch_size=8, device="cuda", cuda_graph=False)
+    graphed = evaluate(env=KA, policy=ParityPolicy(), n_episodes=40, batch_size=8, device="cuda", cuda_graph=True)
+    assert graphed.meta["policy_cuda_graph"] is True
+    assert strip(graphed.per_episode) == strip(eager.per_episode) == exp_strip(parity_expected(0, 40))
+
+
+@cuda
+def test_gpu_graph_replays_fresh_noise_and_is_reproducible():
+    a = evaluate(env=KA, policy=NoisyPolicy(), n_episodes=30, batch_size=4, seed=2, device="cuda", cuda_graph=True)
+    b = evaluate(env=KA, policy=NoisyPolicy(), n_episodes=30, batch_size=4, seed=2, device="cuda", cuda_graph=True)
+    assert a.meta["policy_cuda_graph"] is True
+    assert strip(a.per_episode) == strip(b.per_episode)
+    zero = [expected_episode(2 + i)["sum_reward"] for i in range(30)]
+    assert [r["sum_reward"] for r in a.per_episode] != zero
+
+
+@cuda
+def test_gpu_memory_stays_flat_across_steps_and_runs():
+    engine = Engine(EvalSpec(env=KA, policy=ParityPolicy().cuda(), n_episodes=50, batch_size=8, device="cuda"))
+    try:
+        engine.run()
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        for seed in range(3):
+            engine.run(seed=seed)
+        torch.cuda.synchronize()
+        assert torch.cuda.memory_allocated() == before
+    finally:
+        engine.close()
