@@ -58,8 +58,9 @@ def action_host_dtype(space: gym.Space) -> np.dtype:
 class Engine:
     """Envs, policy, buffers and kernel for one spec. Use :meth:`run`; call :meth:`close` at the end."""
 
-    def __init__(self, spec: EvalSpec, n_slots: int | None = None):
+    def __init__(self, spec: EvalSpec, n_slots: int | None = None, pin_memory: bool = True):
         self.spec = spec
+        self.pin_memory = pin_memory
         self.n_slots = n_slots or spec.n_slots
         factory, probe, cap = make_factory(spec.env, spec.env_kwargs, spec.max_steps)
         self.factory = factory
@@ -87,7 +88,7 @@ class Engine:
         self.policy_batch = (self.n_slots + 1) // 2 if spec.pipeline else self.n_slots
         """Rows per policy call: all slots, or one group's with ``pipeline``."""
         self.runner = PolicyRunner(policy, envs.action_space, self.policy_batch, spec.reset_mode)
-        self.h2d = HostToDevice(envs.obs, self.device)
+        self.h2d = HostToDevice(envs.obs, self.device, self.pin_memory)
         self.d2h = DeviceToHost(self.n_slots, tuple(envs.action_space.shape or ()), action_host_dtype(envs.action_space), self.device)
         self.check_actions = make_action_check(action_host_dtype(envs.action_space))
         if spec.pipeline:

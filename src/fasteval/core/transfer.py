@@ -29,7 +29,7 @@ class HostToDevice:
     a Tensor ``[B, ...]`` for array observations, a TensorDict for Dict observations.
     """
 
-    def __init__(self, host_obs: Any, device: torch.device):
+    def __init__(self, host_obs: Any, device: torch.device, pin_memory: bool = True):
         self.device = device
         self.host = _as_tensor_tree(host_obs)
         n_slots = next(iter(self.host.values())).shape[0] if isinstance(self.host, dict) else self.host.shape[0]
@@ -37,7 +37,7 @@ class HostToDevice:
             self.device_obs = self.host
             self.copy = _no_copy
         else:
-            pin = torch.cuda.is_available()
+            pin = pin_memory and torch.cuda.is_available()  # pageable staging only to measure what pinning buys
             if isinstance(self.host, dict):
                 self.staging = {k: torch.empty_like(v, pin_memory=pin) for k, v in self.host.items()}
                 self.device_obs = {k: torch.empty_like(v, device=device) for k, v in self.host.items()}
