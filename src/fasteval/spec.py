@@ -16,6 +16,7 @@ VECTORIZATIONS = ("sync", "async")
 DEVICES = ("cpu", "cuda", "auto")
 RESET_MODES = ("auto", "per-env", "wave")
 ON_NAN_ACTIONS = ("error", "skip-episode")
+OBSERVATION_FORMATS = ("raw", "lerobot")
 AMP_MODES = ("none", "bf16", "fp16")
 
 
@@ -68,6 +69,28 @@ class EvalSpec:
     """Seconds an async env may take for one step or reset before it is killed and handled
     like a crash. ``None`` waits forever. (In-process sync envs cannot be interrupted.)"""
 
+    observation_format: str = "raw"
+    """What the policy receives: ``raw`` (the env's observation: a Tensor, or a TensorDict of the
+    env's Dict keys) or ``lerobot`` (a TensorDict with LeRobot keys: ``observation.image`` /
+    ``observation.images.<camera>`` as float CHW in [0, 1], ``observation.state``,
+    ``observation.environment_state``; see :mod:`fasteval.core.obs_mapping`)."""
+
+    rename: Mapping[str, str] = field(default_factory=dict)
+    """Observation key renames applied after the mapping, ``{key: new_key}`` (``--rename key=new``).
+    A key may name the mapped key or the env's raw key; for array observations in ``raw`` format
+    the key is ``observation``."""
+
+    max_episodes_rendered: int = 0
+    """Render the first K episodes (by episode index) with ``env.render()`` into
+    ``<videos_dir>/<env>/eval_episode_<i>.mp4``. The env must render ``rgb_array`` frames. >= 0."""
+
+    videos_dir: str | None = None
+    """Folder for videos. ``None``: ``videos`` under the CLI's output folder, or ``./videos`` for the library."""
+
+    return_episode_data: bool = False
+    """Also return the rollout data of every episode (observation, action, reward, done, episode
+    and frame index) as ``result.episode_data``, a TensorDict with one row per step."""
+
     pipeline: bool = False
     """Double-buffer two slot groups: one group's async envs step while the policy runs on the
     other. Needs ``vectorization="async"`` and a stateless policy; same results."""
@@ -80,6 +103,11 @@ class EvalSpec:
 
     compile: bool = False
     """Wrap the policy step in ``torch.compile`` (pays for large policies and long runs)."""
+
+    cpu_threads: int | None = 1
+    """torch intra-op threads while a CPU policy runs (restored afterwards). One is fastest for
+    small policies beside env stepping: a second thread stalls whenever the other core is busy
+    (40x slower seen on a loaded 2-core box). ``None`` keeps torch's setting (big CNNs)."""
 
     def __post_init__(self) -> None:
         _require(isinstance(self.env, str) and self.env.strip() != "", "env", "a non-empty env id or module:callable", self.env)
@@ -103,12 +131,25 @@ class EvalSpec:
                                           and self.step_timeout > 0),
             "step_timeout", "None or a number of seconds > 0", self.step_timeout,
         )
+        _require(self.cpu_threads is None or (_is_int(self.cpu_threads) and self.cpu_threads >= 1),
+                 "cpu_threads", "None or an integer >= 1", self.cpu_threads)
         _require(self.amp in AMP_MODES, "amp", " or ".join(AMP_MODES), self.amp)
         _require(self.cuda_graph in (None, True, False), "cuda_graph", "None, True or False", self.cuda_graph)
         _require(isinstance(self.pipeline, bool), "pipeline", "True or False", self.pipeline)
         _require(isinstance(self.compile, bool), "compile", "True or False", self.compile)
         _require(isinstance(self.env_kwargs, Mapping), "env_kwargs", "a mapping of keyword arguments", self.env_kwargs)
         object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))
+        _require(self.observation_format in OBSERVATION_FORMATS, "observation_format", " or ".join(OBSERVATION_FORMATS),
+                 self.observation_format)
+        _require(isinstance(self.rename, Mapping) and all(isinstance(k, str) and isinstance(v, str) and k and v
+                                                          for k, v in self.rename.items()),
+                 "rename", "a mapping of non-empty key strings to new key strings", self.rename)
+        object.__setattr__(self, "rename", dict(self.rename))
+        _require(_is_int(self.max_episodes_rendered) and self.max_episodes_rendered >= 0,
+                 "max_episodes_rendered", "an integer >= 0", self.max_episodes_rendered)
+        _require(self.videos_dir is None or (isinstance(self.videos_dir, str) and self.videos_dir != ""),
+                 "videos_dir", "None or a folder path string", self.videos_dir)
+        _require(isinstance(self.return_episode_data, bool), "return_episode_data", "True or False", self.return_episode_data)
 
     @property
     def n_slots(self) -> int:

@@ -153,6 +153,9 @@ class Engine:
         self.timers.reset()
         np_state, py_state = np.random.get_state(), random.getstate()
         devices = [self.device] if self.device.type == "cuda" else []
+        threads = torch.get_num_threads()
+        if self.device.type == "cpu" and self.spec.cpu_threads is not None:
+            torch.set_num_threads(self.spec.cpu_threads)
         start = perf_counter()
         try:
             with torch.random.fork_rng(devices=devices), torch.inference_mode():
@@ -175,6 +178,7 @@ class Engine:
         finally:
             np.random.set_state(np_state)
             random.setstate(py_state)
+            torch.set_num_threads(threads)
         self.runs += 1
         result = self._result(ledger, faults, perf_counter() - start, seed)
         result.meta["status"] = "interrupted" if ledger.limit < ledger.n_episodes else "complete"
