@@ -88,6 +88,15 @@ def test_known_answers_async(policy, batch, known_answers, check_episodes):
     assert result.meta["vectorization"] == "async"
 
 
+@pytest.mark.parametrize("policy,batch", [("parity", 5), ("zero", 8)])
+def test_pipelined_loop_matches_known_answers(policy, batch, known_answers, check_episodes, check_same_results):
+    """``pipeline=True`` (two double-buffered slot groups, async, stateless policies only): same episodes."""
+    result = evaluate(env=KNOWN_ANSWER_ID, policy=POLICIES[policy](), n_episodes=N, batch_size=batch, seed=SEED,
+                      vectorization="async", pipeline=True, device="cpu")
+    check_episodes(result.per_episode, known_answers(N, SEED, policy), f"{policy}, batch {batch}, pipeline")
+    check_same_results(result.per_episode, run(policy, 1).per_episode, "pipeline vs batch 1 sync")
+
+
 def test_policies_are_told_apart(known_answers):
     """The three policies earn different rewards, so a run with the wrong actions cannot pass."""
     tables = {name: numbers(known_answers(N, SEED, name)) for name in POLICIES}
@@ -235,6 +244,7 @@ def test_random_policy_same_seed_same_episode(check_same_results):
 NAN_SEEDS = [SEED + 2, SEED + 5, SEED + 17]  # 13 has length 1: the NaN is its only reward
 
 
+@pytest.mark.filterwarnings("ignore:.*The reward is a NaN value:UserWarning")  # gymnasium's env checker
 @pytest.mark.parametrize("env,batch", [(KNOWN_ANSWER_ID, 3), (CALLABLE_ENV, 8)])
 def test_nan_rewards_are_kept_and_counted(env, batch, known_answers, check_episodes):
     assert episode_length(SEED + 2) == 1
@@ -332,14 +342,17 @@ def counting_env():
         ("parity", 8, N, "auto", None),
         ("parity", 8, N, "wave", None),
         ("step_counter", 8, N, "auto", 3),
+        ("wave_only", 8, N, "auto", 3),
+        ("wave_only", 3, N, "auto", None),
         ("zero", 64, 101, "auto", None),
         ("zero", 64, 5, "auto", None),
     ],
 )
 def test_exactly_n_resets_and_the_expected_steps(counting_env, policy, batch, n, reset_mode, max_steps, known_answers, check_episodes):
-    result = evaluate(env=COUNTING_ID, policy=POLICIES[policy](), n_episodes=n, batch_size=batch, seed=SEED,
+    make_policy = {**POLICIES, "wave_only": WaveOnlyPolicy}[policy]
+    result = evaluate(env=COUNTING_ID, policy=make_policy(), n_episodes=n, batch_size=batch, seed=SEED,
                       device="cpu", reset_mode=reset_mode, max_steps=max_steps)
-    expected = known_answers(n, SEED, policy, max_steps=max_steps)
+    expected = known_answers(n, SEED, "step_counter" if policy == "wave_only" else policy, max_steps=max_steps)
     check_episodes(result.per_episode, expected)
     # every episode is reset exactly once, with its own seed, in episode order
     assert counting_env.reset_seeds == list(range(SEED, SEED + n))
@@ -353,6 +366,12 @@ def test_evaluator_with_more_slots_than_episodes(counting_env, known_answers, ch
         check_episodes(result.per_episode, known_answers(5, SEED, "step_counter"))
         assert counting_env.reset_seeds == list(range(SEED, SEED + 5))
         assert counting_env.steps == sum(episode_length(s) for s in range(SEED, SEED + 5))
+        # slots 5..15 were never used; a later, larger call uses them all
+        counting_env.clear()
+        result = ev.evaluate(n_episodes=40, seed=2)
+        check_episodes(result.per_episode, known_answers(40, 2, "step_counter"))
+        assert counting_env.reset_seeds == list(range(2, 42))
+        assert counting_env.steps == sum(episode_length(s) for s in range(2, 42))
 
 
 # --------------------------------------------------------------------------------------------
@@ -530,3 +549,13 @@ def test_global_rng_states_unchanged_when_the_run_raises(rng_snapshot):
     with pytest.raises(RuntimeError, match="boom"):
         evaluate(env=KNOWN_ANSWER_ID, policy=RaisesLater(), n_episodes=10, batch_size=2, seed=SEED, device="cpu")
     snap.assert_unchanged()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_rng_state_unchanged_by_a_cpu_evaluation():
+    torch.cuda.init()
+    before = [torch.cuda.get_rng_state(i).clone() for i in range(torch.cuda.device_count())]
+    evaluate(env=KNOWN_ANSWER_ID, policy=GlobalRngPolicy(), n_episodes=5, batch_size=2, seed=SEED, device="cpu")
+    after = [torch.cuda.get_rng_state(i) for i in range(torch.cuda.device_count())]
+    assert all(torch.equal(a, b) for a, b in zip(after, before)), "global CUDA RNG state changed"

@@ -30,6 +30,7 @@ from fasteval.core.policy import NO_RESET, PolicyRunner
 from fasteval.core.timing import StageTimers
 from fasteval.core.transfer import DeviceToHost, HostToDevice
 from fasteval.errors import EvaluationAborted, UserInputError
+from fasteval.policies.chunking import build_policy_runner
 from fasteval.policies.loaders import load_policy
 from fasteval.results import EvalResult
 from fasteval.spec import EvalSpec
@@ -87,8 +88,9 @@ class Engine:
         self.policy = policy
         self.policy_batch = (self.n_slots + 1) // 2 if spec.pipeline else self.n_slots
         """Rows per policy call: all slots, or one group's with ``pipeline``."""
-        self.runner = PolicyRunner(policy, envs.action_space, self.policy_batch, spec.reset_mode)
         self.h2d = HostToDevice(envs.obs, self.device, self.pin_memory)
+        # A PolicyRunner plus the robot steps (obs mapping, normalization stats, task descriptions, action chunks).
+        self.runner = build_policy_runner(policy, spec, envs, self.h2d, self.policy_batch)
         self.d2h = DeviceToHost(self.n_slots, tuple(envs.action_space.shape or ()), action_host_dtype(envs.action_space), self.device)
         self.check_actions = make_action_check(action_host_dtype(envs.action_space))
         if spec.pipeline:
@@ -159,7 +161,11 @@ class Engine:
         start = perf_counter()
         try:
             with torch.random.fork_rng(devices=devices), torch.inference_mode():
-                torch.manual_seed(seed)
+                # Seed only what fork_rng restores: torch.manual_seed would also reseed every CUDA device.
+                torch.default_generator.manual_seed(seed)
+                if self.device.type == "cuda":
+                    with torch.cuda.device(self.device):
+                        torch.cuda.manual_seed(seed)
                 start_wave(self.envs, self.runner, ledger, self.timers,
                            before_policy_reset=None if self._checked else self._dry_run)
                 loop = run_episodes_pipelined if self.spec.pipeline else run_episodes
