@@ -77,6 +77,11 @@ class CudaGraphCall:
         return out
 
     def _capture(self, obs: Any):
+        # Warm-up and capture must not consume the run's random draws (replays draw their own).
+        with torch.random.fork_rng(devices=[self.device]):
+            return self._capture_unforked(obs)
+
+    def _capture_unforked(self, obs: Any):
         try:
             stream = torch.cuda.Stream(self.device)
             stream.wait_stream(torch.cuda.current_stream(self.device))

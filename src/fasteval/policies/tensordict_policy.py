@@ -17,8 +17,8 @@ would under ``tensordict.nn.set_interaction_type`` at the call site (tensordict'
 deterministic).
 
 The adapter is chosen once (in ``PolicyRunner.__init__``). It builds the input TensorDict once
-per observation buffer (the engine reuses one buffer for the whole run) and then only calls
-the module, so a step costs the module's own call. For ``Dict`` observations it works on a
+per observation buffer (the engine reuses one buffer for the whole run, two with ``pipeline``)
+and then only calls the module, so a step costs the module's own call. For ``Dict`` observations it works on a
 shallow copy of the engine's TensorDict, so keys the module writes never leak into it.
 """
 
@@ -33,6 +33,8 @@ from fasteval.errors import UserInputError
 
 OBSERVATION_KEY = "observation"
 ACTION_KEY = "action"
+MAX_CACHED_INPUTS = 4
+"""Input buffers whose TensorDict wrapper is kept (the engine has one, or two with ``pipeline``)."""
 
 
 def is_tensordict_module(policy: Any) -> bool:
@@ -64,15 +66,15 @@ class TensorDictPolicyAdapter:
         self.module = module
         self.in_keys = list(getattr(module, "in_keys", []) or [])
         self.action_key = action_key_of(module)
-        self._source: Any = None
-        self._td: Any = None
+        self._wrapped: dict[int, tuple[Any, Any]] = {}  # id(obs) -> (obs, its TensorDict); obs kept alive
 
     def __call__(self, obs: Any) -> torch.Tensor:
-        if obs is not self._source:
-            self._td = self._wrap(obs)
-            self._source = obs
-        out = self.module(self._td)
-        return out.get(self.action_key)
+        entry = self._wrapped.get(id(obs))
+        if entry is None:
+            if len(self._wrapped) >= MAX_CACHED_INPUTS:  # not the engine's static buffers: do not grow
+                self._wrapped.clear()
+            entry = self._wrapped[id(obs)] = (obs, self._wrap(obs))
+        return self.module(entry[1]).get(self.action_key)
 
     def _wrap(self, obs: Any) -> Any:
         from tensordict import TensorDictBase, TensorDict
