@@ -162,6 +162,9 @@ def write_json_atomic(path: str | os.PathLike, document: Any) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; results are ordinary files
         with os.fdopen(fd, "w") as f:
             json.dump(document, f, indent=2)
             f.write("\n")

@@ -22,12 +22,13 @@ Example (YAML)::
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
 from fasteval.errors import UserInputError
-from fasteval.spec import DEVICES, RESET_MODES, VECTORIZATIONS, EvalSpec
+from fasteval.spec import EvalSpec
 
 SPEC_SUFFIXES = (".yaml", ".yml", ".toml", ".json")
 
@@ -132,7 +133,10 @@ class EnvEntry:
 
 @dataclass(frozen=True)
 class SweepOptions:
-    """Options shared by every job. They are :class:`~fasteval.spec.EvalSpec` fields, plus torch threads."""
+    """Options shared by every job: :class:`~fasteval.spec.EvalSpec` fields, plus torch threads.
+
+    Only ``max_steps`` changes the numbers of an episode; the others change speed or failure
+    handling, so a resume may change them."""
 
     batch_size: int = 16
     """Env slots stepped together in each job."""
@@ -153,12 +157,25 @@ class SweepOptions:
     trust_remote_code: bool = False
     """Allow ``path/file.py:callable`` policies (runs that file)."""
 
+    retries: int = 1
+    """Times an episode is retried from its seed after its env raised, hung or died. An episode
+    that still fails is left out of the store, and its job is marked ``failed``."""
+
+    on_nan_action: str = "error"
+    """Non-finite policy actions: ``error`` stops the job, ``skip-episode`` fails that episode."""
+
+    step_timeout: float | None = 300.0
+    """Seconds an async env may take for one step or reset (``None``: forever)."""
+
     torch_threads: int = 1
     """torch intra-op threads while a job runs, the same in every worker, so results never
     depend on where a job ran."""
 
     def __post_init__(self) -> None:
-        EvalSpec(env="_", **self.eval_fields())  # the engine's own validation and messages
+        try:
+            EvalSpec(env="_", **self.eval_fields())  # the engine's own validation and messages
+        except UserInputError as exc:
+            raise SweepSpecError(f"options.{exc}") from None
         if not (_is_int(self.torch_threads) and self.torch_threads >= 1):
             _fail("options.torch_threads", "an integer >= 1", self.torch_threads)
 
@@ -194,8 +211,8 @@ class SweepSpec:
     """Name of the sweep; the default output folder is ``outputs/sweeps/<name>``."""
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.name, str) and self.name.strip()):
-            _fail("name", "a non-empty string", self.name)
+        if not (isinstance(self.name, str) and re.fullmatch(r"[A-Za-z0-9._-]+", self.name) and self.name not in (".", "..")):
+            _fail("name", "letters, digits, '.', '_' or '-' (it names the default output folder)", self.name)
         if not (_is_int(self.episodes) and self.episodes >= 1):
             _fail("episodes", "an integer >= 1 (episodes per policy, env and seed block)", self.episodes)
         if not (isinstance(self.policies, tuple) and self.policies and all(isinstance(p, PolicyEntry) for p in self.policies)):

@@ -1,0 +1,485 @@
+"""Sweeps: spec expansion, exact stored numbers, resume after SIGKILL or a failure, Ray = local, report."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import fasteval
+from fasteval.cli import main
+from fasteval.errors import UserInputError
+from fasteval.sweep import LocalExecutor, SweepSpec, SweepSpecError, load_sweep_file, plan, run_sweep
+from fasteval.sweep import executors as executors_module
+from fasteval.sweep.plan import digest_bytes, folder_digest
+from fasteval.sweep.store import Store, SweepLock
+from fasteval.testing import KNOWN_ANSWER_ID, KnownAnswerEnv, expected_episode
+
+REPO = Path(__file__).resolve().parents[1]
+PARITY = "fasteval.testing.policies:ParityPolicy"
+NAN_SEEDS = [3, 52]
+SPEC = {
+    "name": "t",
+    "episodes": 6,
+    "seeds": [0, 50],
+    "policies": [{"name": "zero", "ref": "zero"}, {"name": "parity", "ref": PARITY}],
+    "envs": [
+        {"name": "known", "id": KNOWN_ANSWER_ID},
+        {"name": "known-nan", "id": KNOWN_ANSWER_ID, "kwargs": {"nan_reward_seeds": NAN_SEEDS}},
+    ],
+    "options": {"batch_size": 4, "device": "cpu"},
+}
+N_EPISODES = 2 * 2 * 2 * 6
+ACTIONS = {"zero": lambda obs: 0, "parity": lambda obs: int(round(float(obs[-1])))}
+ROW_COLUMNS = ("policy_digest, env_id, env_kwargs, task, seed, job_id, episode_ix, sum_reward, max_reward, length, "
+               "success, nan_rewards, task_group, task_id")
+
+
+# -- envs for the fault tests (module:callable references; importable in subprocesses too) ------------
+
+class _SlowKnownAnswer(KnownAnswerEnv):
+    def __init__(self, delay: float = 0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.delay = delay
+
+    def step(self, action):
+        time.sleep(self.delay)
+        return super().step(action)
+
+
+def make_slow_env(delay: float = 0.0, **kwargs):
+    """KnownAnswerEnv that sleeps ``delay`` s per step (so a sweep can be killed partway)."""
+    return _SlowKnownAnswer(delay, **kwargs)
+
+
+class _FlakyKnownAnswer(KnownAnswerEnv):
+    def __init__(self, fail_seed: int, marker: str, **kwargs):
+        super().__init__(**kwargs)
+        self.fail_seed, self.marker = fail_seed, marker
+
+    def reset(self, *, seed=None, options=None):
+        if seed == self.fail_seed and os.path.exists(self.marker):
+            raise RuntimeError(f"injected failure at seed {seed}")
+        return super().reset(seed=seed, options=options)
+
+
+def make_flaky_env(fail_seed: int, marker: str, **kwargs):
+    """KnownAnswerEnv whose reset with ``fail_seed`` raises while the file ``marker`` exists."""
+    return _FlakyKnownAnswer(fail_seed, marker, **kwargs)
+
+
+# -- helpers -------------------------------------------------------------------------------------------
+
+def stored_rows(out: Path) -> list[tuple]:
+    with sqlite3.connect(out / "results.sqlite") as conn:
+        return conn.execute(f"SELECT {ROW_COLUMNS} FROM episodes ORDER BY policy_digest, env_id, env_kwargs, task, seed").fetchall()
+
+
+def assert_store_is_clean(out: Path, n: int) -> None:
+    rows = stored_rows(out)
+    assert len(rows) == n
+    assert len({r[:5] for r in rows}) == n, "duplicate episode keys"
+    with sqlite3.connect(out / "results.sqlite") as conn:
+        statuses = conn.execute("SELECT status, COUNT(*) FROM jobs GROUP BY status").fetchall()
+    assert dict(statuses).keys() == {"done"}, statuses
+
+
+def same(got, want) -> bool:
+    if isinstance(want, float) and math.isnan(want):
+        return isinstance(got, float) and math.isnan(got)
+    return type(got) is type(want) and got == want
+
+
+def check_known_answers(out: Path, n: int) -> None:
+    """Every stored episode equals ``expected_episode`` for its policy, env kwargs and seed."""
+    with Store(out, create=False) as store:
+        episodes = store.episodes()
+    assert len(episodes) == n
+    for ep in episodes:
+        kwargs = json.loads(ep["env_kwargs"])
+        want = expected_episode(ep["seed"], ACTIONS[ep["policy_name"]], nan_reward_seeds=kwargs.get("nan_reward_seeds", ()))
+        for key in ("seed", "sum_reward", "max_reward", "length", "success", "nan_rewards"):
+            assert same(ep[key], want[key]), (ep["policy_name"], ep["env_name"], ep["seed"], key, ep[key], want[key])
+        assert ep["task"] == ep["env_id"]
+
+
+@pytest.fixture
+def spy_run_job(monkeypatch):
+    """Records (job label, episode indices) of every job the local executor runs in this process."""
+    calls = []
+    real = executors_module.run_job
+
+    def spy(job, episodes, emit, flush_s=executors_module.FLUSH_S):
+        calls.append((job.label, list(episodes)))
+        return real(job, episodes, emit, flush_s)
+
+    monkeypatch.setattr(executors_module, "run_job", spy)
+    return calls
+
+
+@pytest.fixture(scope="module")
+def clean_sweep(tmp_path_factory) -> Path:
+    """The standard sweep, run once in this process: 2 policies x 2 envs x 2 seed blocks x 6 episodes."""
+    out = tmp_path_factory.mktemp("clean") / "sweep"
+    outcome = run_sweep(SweepSpec.from_dict(SPEC), out, executor=LocalExecutor(workers=1))
+    assert outcome.ok and outcome.done == 8 and outcome.episodes_added == N_EPISODES
+    return out
+
+
+# -- spec and plan ---------------------------------------------------------------------------------------
+
+def test_spec_expands_into_one_job_per_policy_env_seed_block():
+    spec = SweepSpec.from_dict(SPEC)
+    assert spec.n_jobs == 8
+    jobs = plan(spec)
+    assert len(jobs) == 8 and len({j.job_id for j in jobs}) == 8
+    assert [(j.policy_name, j.env_name, j.seed) for j in jobs[:4]] == [
+        ("zero", "known", 0), ("zero", "known", 50), ("zero", "known-nan", 0), ("zero", "known-nan", 50)]
+    job = jobs[2]
+    assert job.env_kwargs_json == '{"nan_reward_seeds":[3,52]}'
+    assert job.policy_digest == digest_bytes(b"zero") and jobs[4].policy_digest == digest_bytes(PARITY.encode())
+    assert list(job.seeds) == [0, 1, 2, 3, 4, 5]
+    eval_spec = job.eval_spec()
+    assert (eval_spec.env, eval_spec.policy, eval_spec.n_episodes, eval_spec.seed, eval_spec.batch_size) == (
+        KNOWN_ANSWER_ID, "zero", 6, 0, 4)
+    assert eval_spec.env_kwargs == {"nan_reward_seeds": [3, 52]}
+    assert SweepSpec.from_dict(spec.to_dict()) == spec
+
+
+def test_seed_blocks_and_per_env_episodes():
+    data = {**SPEC, "seeds": {"start": 10, "count": 3}, "envs": [{"id": KNOWN_ANSWER_ID, "episodes": 2}, {"id": "CartPole-v1"}]}
+    spec = SweepSpec.from_dict(data)
+    assert spec.seeds == (10, 16, 22)  # stride defaults to `episodes`
+    jobs = plan(spec)
+    assert {(j.env_name, j.n_episodes) for j in jobs} == {(KNOWN_ANSWER_ID, 2), ("CartPole-v1", 6)}
+
+
+def test_sweep_file_formats_agree(tmp_path):
+    (tmp_path / "s.json").write_text(json.dumps(SPEC))
+    yaml = pytest.importorskip("yaml")
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(SPEC))
+    (tmp_path / "s.toml").write_text(
+        'name = "t"\nepisodes = 6\nseeds = [0, 50]\n'
+        '[[policies]]\nname = "zero"\nref = "zero"\n'
+        f'[[policies]]\nname = "parity"\nref = "{PARITY}"\n'
+        f'[[envs]]\nname = "known"\nid = "{KNOWN_ANSWER_ID}"\n'
+        f'[[envs]]\nname = "known-nan"\nid = "{KNOWN_ANSWER_ID}"\nkwargs = {{ nan_reward_seeds = [3, 52] }}\n'
+        '[options]\nbatch_size = 4\ndevice = "cpu"\n'
+    )
+    specs = [SweepSpec.from_dict(load_sweep_file(tmp_path / f"s.{ext}")) for ext in ("json", "yaml", "toml")]
+    assert specs[0] == specs[1] == specs[2] == SweepSpec.from_dict(SPEC)
+
+
+def test_example_sweep_file_plans():
+    pytest.importorskip("yaml")
+    path = REPO / "examples" / "sweep.yaml"
+    spec = SweepSpec.from_dict(load_sweep_file(path))
+    jobs = plan(spec, base_dir=path.parent)
+    assert len(jobs) == spec.n_jobs == 12
+    assert {j.policy_ref for j in jobs} >= {"zero", "random", str((REPO / "src/fasteval/assets/cartpole_mlp").resolve())}
+
+
+def _with(**changes):
+    return {**SPEC, **changes}
+
+
+@pytest.mark.parametrize("data, needle", [
+    (_with(episode=5), "unknown key(s) 'episode'"),
+    ({k: v for k, v in SPEC.items() if k != "episodes"}, "missing required key(s) 'episodes'"),
+    (_with(episodes=0), "episodes: expected an integer >= 1"),
+    (_with(seeds=[0, 3]), "blocks 0 and 3 overlap"),
+    (_with(seeds=[-1]), "seeds: expected a non-empty list of integers >= 0"),
+    (_with(policies=[{"ref": "zero"}, {"ref": "zero", "name": "z2"}]), "expected each ref once"),
+    (_with(envs=[{"id": KNOWN_ANSWER_ID}, {"id": KNOWN_ANSWER_ID, "kwargs": {"nan_reward_seeds": [1]}}]), "distinct `name:`"),
+    (_with(envs=[{"id": KNOWN_ANSWER_ID, "kwargs": {"x": float("nan")}}]), "plain JSON data"),
+    (_with(options={"batch_size": 0}), "batch_size: expected an integer >= 1"),
+    (_with(options={"device": "tpu"}), "device: expected cpu, cuda"),
+    (_with(options={"batchsize": 4}), "unknown key(s) 'batchsize'"),
+    (_with(policies=[]), "policies: expected a non-empty list"),
+])
+def test_spec_errors_say_what_was_expected(data, needle):
+    with pytest.raises(SweepSpecError) as info:
+        SweepSpec.from_dict(data)
+    assert needle in str(info.value)
+
+
+def test_bad_files_and_references(tmp_path):
+    (tmp_path / "s.txt").write_text("{}")
+    with pytest.raises(SweepSpecError, match="expected a .yaml"):
+        load_sweep_file(tmp_path / "s.txt")
+    (tmp_path / "s.json").write_text("{not json")
+    with pytest.raises(SweepSpecError, match="could not parse it as JSON"):
+        load_sweep_file(tmp_path / "s.json")
+    spec = SweepSpec.from_dict(_with(policies=[{"name": "p", "ref": "no/such/folder"}]))
+    with pytest.raises(SweepSpecError, match="relative paths are resolved against"):
+        plan(spec, base_dir=tmp_path)
+
+
+def test_checkpoint_digest_is_of_the_files(tmp_path):
+    asset = Path(fasteval.__file__).parent / "assets" / "cartpole_mlp"
+    copy = tmp_path / "ckpt"
+    shutil.copytree(asset, copy)
+    assert folder_digest(copy) == folder_digest(asset)
+    (copy / ".DS_Store").write_text("ignored")
+    assert folder_digest(copy) == folder_digest(asset)
+    spec = SweepSpec.from_dict(_with(policies=[{"name": "a", "ref": "ckpt"}], envs=[{"id": "CartPole-v1"}]))
+    job = plan(spec, base_dir=tmp_path)[0]
+    assert job.policy_ref == str(copy.resolve()) and job.policy_digest == folder_digest(asset)
+    twice = _with(policies=[{"name": "a", "ref": "ckpt"}, {"name": "b", "ref": str(asset)}], envs=[{"id": "CartPole-v1"}])
+    with pytest.raises(SweepSpecError, match="are the same policy"):
+        plan(SweepSpec.from_dict(twice), base_dir=tmp_path)
+    (copy / "notes.txt").write_text("changed")
+    assert folder_digest(copy) != folder_digest(asset)
+
+
+# -- the store ------------------------------------------------------------------------------------------
+
+def test_store_keys_are_unique_and_nan_survives(tmp_path):
+    job = plan(SweepSpec.from_dict(SPEC))[2]  # known-nan, seeds 0..5
+    record = {**expected_episode(3, nan_reward_seeds=[3]), "task": job.task, "task_group": job.task, "task_id": 0}
+    with Store(tmp_path) as store:
+        store.sync_jobs([job])
+        assert store.add_episodes(job, [record]) == 1
+        assert store.add_episodes(job, [record]) == 0  # already stored: left alone
+        with pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):
+            store.conn.execute(
+                "INSERT INTO episodes SELECT * FROM episodes WHERE seed = 3")
+        (ep,) = store.episodes()
+        assert math.isnan(ep["sum_reward"]) and math.isnan(ep["max_reward"]) and ep["nan_rewards"] == 1
+        assert store.sync_jobs([job])[job.job_id] == [0, 1, 2, 4, 5]
+        store.check_settings({"max_steps": None})
+        with pytest.raises(UserInputError, match="another output folder"):
+            store.check_settings({"max_steps": 5})
+        with pytest.raises(ValueError, match="does not belong"):
+            store.add_episodes(job, [{**record, "seed": 99}])
+
+
+def test_one_sweep_per_folder(tmp_path):
+    with SweepLock(tmp_path):
+        with pytest.raises(UserInputError, match="another sweep"):
+            with SweepLock(tmp_path):
+                pass
+    with SweepLock(tmp_path):  # released
+        pass
+
+
+# -- local sweeps ----------------------------------------------------------------------------------------
+
+def test_local_sweep_stores_exact_known_answers(clean_sweep):
+    check_known_answers(clean_sweep, N_EPISODES)
+    assert_store_is_clean(clean_sweep, N_EPISODES)
+    with Store(clean_sweep, create=False) as store:
+        jobs = store.jobs()
+    assert all(j["attempts"] == 1 and j["error"] is None for j in jobs)
+
+
+def test_rerun_skips_everything(clean_sweep, spy_run_job):
+    before = stored_rows(clean_sweep)
+    outcome = run_sweep(SweepSpec.from_dict(SPEC), clean_sweep, executor=LocalExecutor(workers=1), report=False)
+    assert outcome.skipped == 8 and outcome.done == 0 and outcome.episodes_added == 0
+    assert spy_run_job == []
+    assert stored_rows(clean_sweep) == before
+
+
+def test_more_episodes_runs_only_the_new_ones(tmp_path, clean_sweep, spy_run_job):
+    out = tmp_path / "grow"
+    shutil.copytree(clean_sweep, out)
+    outcome = run_sweep(SweepSpec.from_dict(_with(episodes=8, seeds=[0, 50])), out, executor=LocalExecutor(1), report=False)
+    assert outcome.done == 8 and outcome.episodes_added == 16
+    assert {tuple(eps) for _, eps in spy_run_job} == {(6, 7)}
+    check_known_answers(out, 64)
+
+
+def test_workers_do_not_change_results(tmp_path, clean_sweep):
+    out = tmp_path / "two"
+    outcome = run_sweep(SweepSpec.from_dict(SPEC), out, executor=LocalExecutor(workers=2), report=False)
+    assert outcome.ok and outcome.done == 8
+    assert stored_rows(out) == stored_rows(clean_sweep)
+
+
+def test_kill_partway_then_resume_equals_clean_run(tmp_path, spy_run_job):
+    data = {
+        "name": "slow", "episodes": 8, "seeds": [0, 100],
+        "policies": [{"name": "zero", "ref": "zero"}, {"name": "parity", "ref": PARITY}],
+        "envs": [{"name": "slow", "id": "tests.test_sweep:make_slow_env", "kwargs": {"delay": 0.008}}],
+        "options": {"batch_size": 2, "device": "cpu"},
+    }
+    spec_file = tmp_path / "slow.json"
+    spec_file.write_text(json.dumps(data))
+    out = tmp_path / "killed"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from fasteval.cli import main; main()", "sweep", str(spec_file), "-o", str(out), "-w", "1",
+         "--no-report"],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    stored, deadline = 0, time.monotonic() + 90
+    try:
+        while stored == 0 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.02)
+            try:
+                with sqlite3.connect(out / "results.sqlite", timeout=5) as conn:
+                    stored = conn.execute("SELECT COUNT(*) FROM episodes").fetchone()[0]
+            except sqlite3.OperationalError:  # not created yet
+                pass
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGKILL, err.decode()[-2000:]
+    total = 2 * 2 * 8
+    partial = stored_rows(out)
+    assert 0 < len(partial) < total, f"expected a partial store, got {len(partial)} of {total} episodes"
+    with sqlite3.connect(out / "results.sqlite") as conn:
+        assert conn.execute("SELECT COUNT(*) FROM jobs WHERE status = 'running'").fetchone()[0] >= 1
+
+    spec = SweepSpec.from_dict(data)
+    outcome = run_sweep(spec, out, executor=LocalExecutor(workers=1), report=False)
+    assert outcome.ok and outcome.episodes_added == total - len(partial)
+    assert sum(len(eps) for _, eps in spy_run_job) == total - len(partial)  # finished episodes were not rerun
+    clean = tmp_path / "clean"
+    run_sweep(spec, clean, executor=LocalExecutor(workers=1), report=False)
+    assert stored_rows(out) == stored_rows(clean)
+    assert set(partial) <= set(stored_rows(out))
+    assert_store_is_clean(out, total)
+
+
+def test_failed_job_is_recorded_then_retried(tmp_path, spy_run_job):
+    marker = tmp_path / "fail-now"
+    marker.write_text("")
+    data = {
+        "name": "flaky", "episodes": 6, "seeds": [0, 50],
+        "policies": [{"name": "zero", "ref": "zero"}],
+        "envs": [{"name": "flaky", "id": "tests.test_sweep:make_flaky_env",
+                  "kwargs": {"fail_seed": 53, "marker": str(marker)}}],
+        "options": {"batch_size": 2, "device": "cpu"},
+    }
+    spec_file = tmp_path / "flaky.json"
+    spec_file.write_text(json.dumps(data))
+    out = tmp_path / "out"
+    args = ["sweep", str(spec_file), "-o", str(out), "-w", "1"]
+    first = CliRunner().invoke(main, args)
+    assert first.exit_code == 1, first.output
+    assert "re-run the same command" in first.output and "injected failure at seed 53" in first.output
+    with Store(out, create=False) as store:
+        jobs = {j["seed"]: j for j in store.jobs()}
+        assert jobs[0]["status"] == "done" and jobs[50]["status"] == "failed"
+        assert "injected failure at seed 53" in jobs[50]["error"] and jobs[50]["attempts"] == 1
+        assert sorted(e["seed"] for e in store.episodes()) == [0, 1, 2, 3, 4, 5, 50, 51, 52, 54, 55]
+    report = json.loads((out / "report.json").read_text())
+    assert report["cells"][0]["errors"] == 1 and "seed 53" in report["cells"][0]["error_texts"][0]
+
+    marker.unlink()
+    spy_run_job.clear()
+    second = CliRunner().invoke(main, args)
+    assert second.exit_code == 0, second.output
+    assert [eps for _, eps in spy_run_job] == [[3]]  # only the missing episode of the failed job
+    with Store(out, create=False) as store:
+        jobs = {j["seed"]: j for j in store.jobs()}
+        assert jobs[50]["status"] == "done" and jobs[50]["attempts"] == 2 and jobs[50]["error"] is None
+        episodes = store.episodes()
+    assert len(episodes) == 12
+    for ep in episodes:
+        want = expected_episode(ep["seed"])
+        assert all(same(ep[k], want[k]) for k in ("sum_reward", "max_reward", "length", "success", "nan_rewards"))
+
+
+# -- Ray -------------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_ray_backend_matches_local(tmp_path, clean_sweep):
+    ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'fasteval[ray]'")
+    from fasteval.sweep import RayExecutor
+
+    started = time.perf_counter()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        out = tmp_path / "ray"
+        outcome = run_sweep(SweepSpec.from_dict(SPEC), out, executor=RayExecutor(num_cpus=1, max_retries=1), report=False)
+    finally:
+        ray.shutdown()
+    print(f"ray sweep took {time.perf_counter() - started:.1f} s (including ray.init)")
+    assert outcome.ok and outcome.done == 8
+    assert stored_rows(out) == stored_rows(clean_sweep)
+    with Store(out, create=False) as store:
+        assert {(j["status"], j["attempts"]) for j in store.jobs()} == {("done", 1)}
+
+
+def test_ray_missing_says_how_to_install(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    (tmp_path / "s.json").write_text(json.dumps(SPEC))
+    result = CliRunner().invoke(main, ["sweep", str(tmp_path / "s.json"), "-o", str(tmp_path / "o"), "--backend", "ray"])
+    assert result.exit_code == 2
+    assert "pip install 'fasteval[ray]'" in result.output
+
+
+# -- CLI and report ---------------------------------------------------------------------------------------
+
+def test_cli_sweep_then_report(tmp_path, clean_sweep):
+    (tmp_path / "s.json").write_text(json.dumps(SPEC))
+    out = tmp_path / "cli"
+    result = CliRunner().invoke(main, ["sweep", str(tmp_path / "s.json"), "-o", str(out), "-w", "1", "--no-report"])
+    assert result.exit_code == 0, result.output
+    assert stored_rows(out) == stored_rows(clean_sweep)
+    assert not (out / "report.md").exists()
+    result = CliRunner().invoke(main, ["report", str(out)])
+    assert result.exit_code == 0, result.output
+    try:
+        import matplotlib  # noqa: F401
+
+        names = ("report.md", "report.json", "success.png", "returns.png")
+    except ImportError:  # the report degrades to text and says so
+        names = ("report.md", "report.json")
+        assert "pip install 'fasteval[sweep]'" in (out / "report.md").read_text()
+    for name in names:
+        assert (out / name).stat().st_size > 0, name
+    missing = CliRunner().invoke(main, ["report", str(tmp_path)])
+    assert missing.exit_code == 2 and "no results store" in missing.output
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(_with(seeds=[0, 1])))
+    result = CliRunner().invoke(main, ["sweep", str(bad), "-o", str(tmp_path / "bad")])
+    assert result.exit_code == 2 and "overlap" in result.output
+
+
+def test_report_from_store(clean_sweep):
+    pytest.importorskip("matplotlib")
+    for name in ("success.png", "returns.png"):
+        data = (clean_sweep / name).read_bytes()
+        assert data.startswith(b"\x89PNG") and len(data) > 1000, name
+    doc = json.loads((clean_sweep / "report.json").read_text())
+    cells = {(c["policy"], c["env"]): c for c in doc["cells"]}
+    assert set(cells) == {(p, e) for p in ("zero", "parity") for e in ("known", "known-nan")}
+    seeds = [*range(0, 6), *range(50, 56)]
+    for (policy, env), cell in cells.items():
+        nan_seeds = NAN_SEEDS if env == "known-nan" else []
+        eps = [expected_episode(s, ACTIONS[policy], nan_reward_seeds=nan_seeds) for s in seeds]
+        assert cell["episodes"] == 12 and cell["errors"] == 0
+        assert cell["successes"] == sum(e["success"] for e in eps)
+        assert cell["nan_reward_episodes"] == len(nan_seeds)
+        if nan_seeds:
+            assert cell["mean_return"] is None and cell["return_ci95"] == [None, None]  # NaN is not hidden
+        else:
+            mean = sum(e["sum_reward"] for e in eps) / 12
+            assert cell["mean_return"] == pytest.approx(mean)
+            assert cell["return_ci95"][0] <= mean <= cell["return_ci95"][1]
+    totals = doc["totals"]
+    assert totals["episodes"] == N_EPISODES and totals["jobs"]["done"] == 8
+    assert totals["env_steps"] == sum(
+        expected_episode(s)["length"] for s in seeds) * 4
+    assert totals["wall_s"] > 0 and totals["episodes_per_s"] > 0
+    pairs = {(p["env"], p["a"], p["b"]): p for p in doc["paired"]}
+    known = pairs[("known", "zero", "parity")]
+    assert known["episodes"] == 12 and known["success_mcnemar"]["method"] == "exact binomial"
+    # parity earns +0.5 per step where zero does not: the paired difference is -0.5 x length on average
+    assert known["return_diff"]["mean_diff"] < 0
+    md = (clean_sweep / "report.md").read_text()
+    assert "| zero | known |" in md and "Wilson" in md and "McNemar" in md
