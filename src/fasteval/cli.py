@@ -17,7 +17,8 @@ from typing import Any
 
 import click
 
-from fasteval.spec import DEVICES, RESET_MODES, VECTORIZATIONS
+from fasteval.compat import CompatOptions, compat_options
+from fasteval.spec import DEVICES, OBSERVATION_FORMATS, RESET_MODES, VECTORIZATIONS
 
 EXIT_OK, EXIT_RUNTIME_ERROR, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -121,6 +122,13 @@ EVAL_OPTIONS = [
     click.option("--amp", type=click.Choice(["none", "bf16", "fp16"]), default="none", show_default=True,
                  help="Autocast the policy (faster on tensor-core GPUs; slightly different numbers)."),
     click.option("--compile", "compile_policy", is_flag=True, help="torch.compile the policy step (large policies)."),
+    click.option("--obs-format", "observation_format", type=click.Choice(OBSERVATION_FORMATS), default="raw", show_default=True,
+                 help="raw: the env's observations. lerobot: observation.image(s)/state/environment_state keys, "
+                      "images as float CHW in [0, 1] on the policy device."),
+    click.option("--rename", "rename", multiple=True, metavar="KEY=NEW",
+                 help="Rename an observation key on the way to the policy; repeatable (e.g. observation.images.top=observation.image)."),
+    click.option("--max-episodes-rendered", type=click.IntRange(min=0), default=0, show_default=True,
+                 help="Render the first K episodes (by index) into OUTPUT_DIR/videos/<env>/eval_episode_<i>.mp4."),
 ]
 
 
@@ -131,15 +139,26 @@ def eval_options(fn):
 
 
 def build_spec(policy, env, env_kwargs, n_episodes, batch_size, seed, vectorization, device, max_steps, reset_mode,
-               trust_remote_code, pipeline=False, cuda_graph=None, amp="none", compile_policy=False, **extra):
+               trust_remote_code, pipeline=False, cuda_graph=None, amp="none", compile_policy=False, rename=(), **extra):
     from fasteval.spec import EvalSpec
 
     return EvalSpec(
         env=env, policy=policy, env_kwargs=parse_env_kwargs(env_kwargs), n_episodes=n_episodes,
         batch_size=batch_size, seed=seed, vectorization=vectorization, device=device, max_steps=max_steps,
         reset_mode=reset_mode, trust_remote_code=trust_remote_code, pipeline=pipeline, cuda_graph=cuda_graph,
-        amp=amp, compile=compile_policy, **extra,
+        amp=amp, compile=compile_policy, rename=parse_renames(rename), **extra,
     )
+
+
+def parse_renames(pairs: tuple[str, ...]) -> dict[str, str]:
+    """``("key=new", ...)`` -> ``{key: new}`` (for ``--rename``)."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, new = pair.partition("=")
+        if not sep or not key.strip() or not new.strip():
+            raise click.BadParameter(f"expected key=new_key, got {pair!r}.", param_hint="--rename")
+        out[key.strip()] = new.strip()
+    return out
 
 
 def fail(message: str, code: int) -> None:
@@ -157,6 +176,16 @@ SUBCOMMANDS = {
 
 class LazyGroup(click.Group):
     """A group whose subcommands live in their own modules and are imported on first use."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        from fasteval.compat import rewrite_args  # LeRobot-style aliases and key=value -> native options, once
+
+        try:
+            args = rewrite_args(args, self.get_params(ctx))
+        except ValueError as exc:
+            if not ctx.resilient_parsing:
+                raise click.UsageError(str(exc), ctx) from None
+        return super().parse_args(ctx, args)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *(n for n in SUBCOMMANDS if self._load(n) is not None)})
@@ -195,6 +224,7 @@ class LazyGroup(click.Group):
 @click.option("--step-timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
               help="Seconds an async env step/reset may take before its worker is killed and the episode retried.")
 @click.option("--profile", is_flag=True, help="Show the per-stage time breakdown.")
+@compat_options
 @click.version_option(package_name="fasteval")
 @click.pass_context
 def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, retries: int, on_nan_action: str,
@@ -212,6 +242,7 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
     """
     if ctx.invoked_subcommand is not None:
         return
+    compat = CompatOptions(options)  # --config, --print-config, --log, --export
     from fasteval.core.engine import Engine
     from fasteval.durable import STATUS_COMPLETE, STATUS_INTERRUPTED, run_durable
     from fasteval.errors import FastevalError, UserInputError
@@ -223,7 +254,15 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
         else:
             spec = build_spec(**options)
         spec = spec.replace(retries=retries, on_nan_action=on_nan_action, step_timeout=step_timeout)
+        spec, output_dir = compat.resolve(ctx, spec, output_dir, resume=resume_dir is not None)
         out_dir = resume_dir or output_dir or default_output_dir(spec.env)
+        if spec.max_episodes_rendered and spec.videos_dir is None:
+            spec = spec.replace(videos_dir=str(out_dir / "videos"))
+        if compat.print_config:
+            from fasteval.config import dump_config
+
+            click.echo(dump_config(spec, out_dir))
+            return
         engine = Engine(spec)
     except UserInputError as exc:
         fail(str(exc), EXIT_BAD_INPUT)
@@ -243,7 +282,10 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
         click.echo(f"resumed: {outcome.resumed_episodes} episodes were already recorded in {out_dir}")
     click.echo(format_summary(result, profile))
     click.echo(f"wrote {out_dir / 'eval_info.json'} (status: {outcome.status})")
-    if outcome.status == STATUS_COMPLETE:
+    problems = compat.finish(spec, out_dir, result)  # config.json, --export, --log
+    for problem in problems:
+        click.echo(f"Error: {problem} (the results are in {out_dir})", err=True)
+    if outcome.status == STATUS_COMPLETE and not problems:
         return
     if result.n_failed or result.errors:
         click.echo(f"{result.n_failed} episodes failed for good; {len(result.errors)} env/policy errors "
