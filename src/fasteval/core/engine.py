@@ -32,6 +32,7 @@ from fasteval.core.transfer import DeviceToHost, HostToDevice
 from fasteval.errors import EvaluationAborted, UserInputError
 from fasteval.policies.chunking import build_policy_runner
 from fasteval.policies.loaders import load_policy
+from fasteval.recording import attach_recorders, finish_recorders
 from fasteval.results import EvalResult
 from fasteval.spec import EvalSpec
 
@@ -150,6 +151,7 @@ class Engine:
         self.ledger = ledger
         if n == 0:
             return EvalResult([], 0.0, self.timers.as_dict(), self._meta(0, seed))
+        observer = attach_recorders(self, ledger, observer)  # videos / episode data when the spec asks for them
         callback = (lambda done: on_finished(ledger, done)) if on_finished is not None else (lambda done: None)
         faults = Faults(self.envs, self.runner, ledger, self.spec.retries, self.spec.on_nan_action, on_error)
         self.timers.reset()
@@ -178,6 +180,7 @@ class Engine:
         except BaseException as exc:
             partial = self._result(ledger, faults, perf_counter() - start, seed)
             partial.meta["status"] = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+            finish_recorders(observer, partial)
             raise EvaluationAborted(
                 f"evaluation stopped early after {len(partial.per_episode)} finished episodes: "
                 f"{type(exc).__name__}: {exc}", partial) from exc
@@ -188,6 +191,7 @@ class Engine:
         self.runs += 1
         result = self._result(ledger, faults, perf_counter() - start, seed)
         result.meta["status"] = "interrupted" if ledger.limit < ledger.n_episodes else "complete"
+        finish_recorders(observer, result)
         return result
 
     def stop_starting(self) -> None:

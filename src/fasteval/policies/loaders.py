@@ -4,6 +4,8 @@ References, tried in this order:
 
 * ``zero`` / ``random``: built-in policies for the env's action space;
 * a checkpoint folder (``config.json`` + ``model.safetensors``) of a fasteval architecture;
+* ``hf://org/repo[@revision]``: a Hugging Face Hub snapshot, loaded like a checkpoint folder
+  (see :mod:`fasteval.policies.hub`);
 * ``module:callable`` (or ``path/file.py:callable`` with ``trust_remote_code``): the callable
   is called with ``observation_space`` and/or ``action_space`` keyword arguments if it takes
   them, and must return an ``nn.Module`` or an object with ``select_action``;
@@ -21,6 +23,7 @@ import gymnasium as gym
 from fasteval.errors import PolicyLoadError, UserInputError
 from fasteval.policies.builtin import BUILTIN_POLICIES
 from fasteval.policies.checkpoint import WEIGHTS_NAME, is_checkpoint_dir, load_checkpoint
+from fasteval.policies.hub import is_hf_ref, resolve_hf_ref
 from fasteval.refs import resolve_callable, split_callable_ref
 
 
@@ -36,6 +39,12 @@ def load_policy(
         return ref
     if ref in BUILTIN_POLICIES:
         return BUILTIN_POLICIES[ref](action_space, n_slots)
+    if is_hf_ref(ref):  # hf://org/repo[@revision]: a hub snapshot, loaded like a checkpoint folder
+        folder = resolve_hf_ref(ref)
+        if not is_checkpoint_dir(folder):
+            raise PolicyLoadError(f"policy {ref!r}: the snapshot {folder} has no config.json; expected a checkpoint "
+                                  f"folder (config.json + {WEIGHTS_NAME}).")
+        return load_checkpoint(folder)
     path = Path(ref)
     if is_checkpoint_dir(path):
         return load_checkpoint(path)
@@ -71,3 +80,15 @@ def _space_kwargs(factory: Any, observation_space: gym.Space, action_space: gym.
         return {}
     offered = {"observation_space": observation_space, "action_space": action_space}
     return {name: value for name, value in offered.items() if name in params}
+
+
+def policy_folder(ref: Any) -> Path | None:
+    """The checkpoint folder behind a policy reference (a local folder or an ``hf://`` snapshot), else ``None``.
+
+    Used to find files that travel with the weights (``normalization.safetensors``).
+    """
+    if is_hf_ref(ref):
+        return resolve_hf_ref(ref)
+    if isinstance(ref, str) and ref not in BUILTIN_POLICIES and is_checkpoint_dir(ref):
+        return Path(ref)
+    return None
