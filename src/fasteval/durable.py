@@ -138,7 +138,8 @@ def run_durable(
         status = STATUS_COMPLETE
     segments.append({"episodes": len(new.per_episode), "eval_s": new.eval_s, "status": status})
     merged = EvalResult(records, sum(s["eval_s"] for s in segments), new.timings, dict(new.meta),
-                        errors=new.errors, n_failed=new.n_failed)
+                        video_paths=list(new.video_paths), errors=new.errors, n_failed=new.n_failed,
+                        episode_data=new.episode_data)
     merged.meta.update(status=status, segments=len(segments), n_episodes=spec.n_episodes)
     run_dir.write_eval_info(merged.to_eval_info())
     run_dir.write_manifest({**fields, "spec": spec.to_dict(), "status": status, "segments": segments,

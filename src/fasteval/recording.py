@@ -41,7 +41,7 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -75,6 +75,47 @@ def _check_frame(frame: Any, env: str) -> np.ndarray:
     return frame[..., :3]
 
 
+class FrameSpool:
+    """The frames of one episode, spooled raw to a hidden file beside the video, encoded at the end.
+
+    Why not stream into ffmpeg: an ffmpeg process that lives across the episode would have the
+    write end of its stdin copied into any env worker forked meanwhile (an async env rebuilt after
+    a failure), and would then never see end-of-file; the encoder runs only in :meth:`encode`.
+    Memory stays at one frame per open video.
+    """
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.tmp = path.with_name(f".{path.name}.frames")
+        self.file = open(self.tmp, "wb")
+        self.shape: tuple | None = None
+        self.count = 0
+
+    def append(self, frame: np.ndarray, env: str) -> None:
+        if self.shape is None:
+            self.shape = frame.shape
+        elif frame.shape != self.shape:
+            raise UserInputError(f"env {env!r}: env.render() changed its frame shape from {self.shape} to {frame.shape} "
+                                 f"within an episode; a video needs one frame size.")
+        self.file.write(np.ascontiguousarray(frame).tobytes())
+        self.count += 1
+
+    def encode(self, imageio: Any, fps: int) -> None:
+        self.file.close()
+        try:
+            frames = np.memmap(self.tmp, dtype=np.uint8, mode="r", shape=(self.count, *self.shape))
+            with imageio.get_writer(str(self.path), fps=fps, macro_block_size=2, ffmpeg_log_level="error") as writer:
+                for frame in frames:
+                    writer.append_data(np.asarray(frame))
+            del frames
+        finally:
+            self.tmp.unlink(missing_ok=True)
+
+    def discard(self) -> None:
+        self.file.close()
+        self.tmp.unlink(missing_ok=True)
+
+
 class VideoRecorder(StepObserver):
     """Renders the first ``max_episodes`` episodes (by index) into mp4 files, frame by frame."""
 
@@ -91,63 +132,55 @@ class VideoRecorder(StepObserver):
         self.render = slot_getter(envs, "render")
         metadata = getattr(getattr(envs, "vector_env", None), "metadata", None) or {}
         self.fps = int(metadata.get("render_fps") or DEFAULT_FPS)
-        self.open: dict[int, list[Any]] = {}  # slot -> [row, writer, path, frames]
+        self.open: dict[int, tuple[int, FrameSpool]] = {}  # slot -> (ledger row, frames)
         self.done: dict[int, str] = {}  # episode index -> path
         self.frames: dict[int, int] = {}  # episode index -> frames written
 
-    def _wanted(self, slot: int) -> int | None:
-        row = int(self.ledger.slot_episode[slot])
-        if row == IDLE:
-            return None
-        return row if int(self.ledger.episode_ids[row]) < self.max_episodes else None
+    def _wanted(self, row: int) -> bool:
+        return row != IDLE and int(self.ledger.episode_ids[row]) < self.max_episodes
 
-    def _open(self, slots: Sequence[int]) -> None:
-        rows = {s: self._wanted(s) for s in slots}
-        slots = [s for s in slots if rows[s] is not None]
+    def _open(self, rows: dict[int, int]) -> None:
+        """Start videos for ``{slot: ledger row}`` (rows of parked slots are not in the ledger yet)."""
+        rows = {s: r for s, r in rows.items() if self._wanted(r)}
+        slots = list(rows)
         if not slots:
             return
         frames = self.render(slots)
         for slot, frame in zip(slots, frames):
+            frame = _check_frame(frame, self.env)  # before any file is created
             row = rows[slot]
             path = video_path(self.videos_dir, self.env, int(self.ledger.episode_ids[row]))
             path.parent.mkdir(parents=True, exist_ok=True)
-            writer = self._imageio.get_writer(str(path), fps=self.fps, macro_block_size=2, ffmpeg_log_level="error")
-            entry = [row, writer, path, 0]
-            self.open[slot] = entry
-            self._append(entry, frame)
-
-    def _append(self, entry: list[Any], frame: Any) -> None:
-        entry[1].append_data(_check_frame(frame, self.env))
-        entry[3] += 1
+            spool = FrameSpool(path)
+            self.open[slot] = (row, spool)
+            spool.append(frame, self.env)
 
     def _close(self, slot: int) -> None:
-        row, writer, path, frames = self.open.pop(slot)
-        writer.close()
+        row, spool = self.open.pop(slot)
         if self.ledger.finished[row] and not self.ledger.failed[row]:
+            spool.encode(self._imageio, self.fps)
             episode = int(self.ledger.episode_ids[row])
-            self.done[episode] = str(path)
-            self.frames[episode] = frames
+            self.done[episode] = str(spool.path)
+            self.frames[episode] = spool.count
         else:
-            path.unlink(missing_ok=True)
+            spool.discard()
 
     def _discard(self, slot: int) -> None:
-        _row, writer, path, _frames = self.open.pop(slot)
-        writer.close()
-        path.unlink(missing_ok=True)
+        self.open.pop(slot)[1].discard()
 
     def on_start(self, slots: list[int]) -> None:
         failing = {f.slot for f in getattr(self.envs, "failures", [])}
         for slot in slots:
             if slot in self.open:
                 self._close(slot)
-        self._open([s for s in slots if s not in failing])
+        self._open({s: int(self.ledger.slot_episode[s]) for s in slots if s not in failing})
 
     def on_step(self, active: list[int], actions: np.ndarray, parked: dict[int, int]) -> None:
         if parked:
             for slot in parked:
                 if slot in self.open:
                     self._discard(slot)
-            self._open([s for s, row in parked.items() if row != IDLE])
+            self._open(dict(parked))
         if not self.open:
             return
         acc_len = self.ledger.acc_len
@@ -156,15 +189,21 @@ class VideoRecorder(StepObserver):
             entry = self.open.get(slot)
             if entry is None or slot in parked:
                 continue
-            if entry[3] != int(acc_len[slot]) + 1 or int(self.ledger.slot_episode[slot]) != entry[0]:
-                warnings.warn(f"episode {int(self.ledger.episode_ids[entry[0]])} restarted where the recorder could not "
+            row, spool = entry
+            if spool.count != int(acc_len[slot]) + 1 or int(self.ledger.slot_episode[slot]) != row:
+                warnings.warn(f"episode {int(self.ledger.episode_ids[row])} restarted where the recorder could not "
                               f"see it; its video is dropped.", RuntimeWarning, stacklevel=2)
                 self._discard(slot)
                 continue
             slots.append(slot)
         if slots:
-            for slot, frame in zip(slots, self.render(slots)):
-                self._append(self.open[slot], frame)
+            try:
+                for slot, frame in zip(slots, self.render(slots)):
+                    self.open[slot][1].append(_check_frame(frame, self.env), self.env)
+            except UserInputError:
+                for slot in list(self.open):  # no half-written files left behind
+                    self._discard(slot)
+                raise
 
     def finish(self, result: Any) -> None:
         for slot in list(self.open):
@@ -194,9 +233,9 @@ class EpisodeDataRecorder(StepObserver):
     def _buf(self, key: Any) -> np.ndarray:
         return self.obs if key is None else self.obs[key]
 
-    def _start(self, slots: Sequence[int]) -> None:
-        for slot in slots:
-            row = int(self.ledger.slot_episode[slot])
+    def _start(self, rows: dict[int, int]) -> None:
+        """Start recording ``{slot: ledger row}`` (rows of parked slots are not in the ledger yet)."""
+        for slot, row in rows.items():
             if row == IDLE:
                 self.attempt[slot] = -1
                 continue
@@ -211,13 +250,13 @@ class EpisodeDataRecorder(StepObserver):
         failing = {f.slot for f in getattr(self.envs, "failures", [])}
         for slot in failing:
             self.attempt[slot] = -1
-        self._start([s for s in slots if s not in failing])
+        self._start({s: int(self.ledger.slot_episode[s]) for s in slots if s not in failing})
 
     def on_step(self, active: list[int], actions: np.ndarray, parked: dict[int, int]) -> None:
         if parked:
             for slot in parked:
                 self.attempt[slot] = -1
-            self._start([s for s, row in parked.items() if row != IDLE])
+            self._start(dict(parked))
             active = [s for s in active if s not in parked]
         if not active:
             return

@@ -47,6 +47,8 @@ class EvalResult:
     """Fault records (env raised/hung/died, non-finite actions), retried ones included."""
     n_failed: int = 0
     """Episodes that failed for good; they are not in ``per_episode`` nor in any average."""
+    episode_data: Any = None
+    """With ``return_episode_data``: the rollouts of exactly these episodes, cut at their ends."""
 
     # -- aggregates ---------------------------------------------------------------------------
     @property

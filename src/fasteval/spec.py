@@ -6,6 +6,7 @@ trusted by the engine. It does no argv parsing and touches no files.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -161,11 +162,13 @@ class EvalSpec:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready view; a live policy object is shown by its class name."""
-        out = dataclasses.asdict(self)
-        if not isinstance(self.policy, str):
-            out["policy"] = f"<{type(self.policy).__name__}>"
-        return out
+        """JSON-ready view; a live policy object is shown by its class name (and never copied:
+        ``dataclasses.asdict`` would deep-copy a whole model, or fail on an uncopyable one)."""
+        return {
+            f.name: (self.policy if isinstance(self.policy, str) else f"<{type(self.policy).__name__}>")
+            if f.name == "policy" else copy.deepcopy(getattr(self, f.name))
+            for f in dataclasses.fields(self)
+        }
 
 
 def _is_int(value: Any) -> bool:

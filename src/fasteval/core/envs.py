@@ -59,6 +59,8 @@ def import_env_namespace(env_id: str) -> None:
     if "/" not in env_id:
         return
     namespace = env_id.split("/", 1)[0]
+    if not namespace.isidentifier() and not all(part.isidentifier() for part in namespace.split(".")):
+        return  # not a module name: gymnasium reports the unknown id
     try:
         importlib.import_module(namespace)
     except ImportError:

@@ -117,6 +117,7 @@ class TaskDescriptions:
     """Reads ``task_description`` for slots that start an episode and hands it to the policy."""
 
     def __init__(self, envs: Any, policy: Any, n_slots: int, in_observation: bool):
+        self.envs = envs
         self.get = slot_getter(envs, TASK_ATTR)
         self.descriptions: list[str] = [""] * n_slots
         set_task = getattr(policy, "set_task", None)
@@ -133,7 +134,8 @@ class TaskDescriptions:
             self.observations.append(observation)
 
     def update(self, slots: Sequence[int]) -> None:
-        slots = list(slots)
+        failing = {f.slot for f in self.envs.failures}  # their reset failed: the engine restarts them (and asks again)
+        slots = [s for s in slots if s not in failing]
         if not slots:
             return
         values = [str(v) for v in self.get(slots)]

@@ -1,0 +1,57 @@
+"""Smoke test of the CartPole benchmark script: it runs and prints its table.
+
+Runs ``benchmarks/bench_cartpole.py --tiny`` (8 episodes, batch 1 and 4, one repeat,
+no CLI start-up check) once in a subprocess. Never asserts on timings.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "bench_cartpole.py"
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    json_path = tmp_path_factory.mktemp("bench") / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--tiny", "--json", str(json_path)],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )
+    return proc, json_path
+
+
+def test_bench_cartpole_tiny_exits_0(tiny_run):
+    proc, _ = tiny_run
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+
+
+def test_bench_cartpole_tiny_prints_the_table(tiny_run):
+    proc, _ = tiny_run
+    out = proc.stdout
+    assert "| policy | b |" in out
+    for row in ("fasteval (eval_s)", "classic loop", "env only (limit)", "policy only (rows/s)", "sequential limit"):
+        assert row in out, row
+    for policy in ("zero", "demo"):
+        for b in ("1", "4"):
+            assert any(line.startswith(f"| {policy}") and f"| {b} |" in line for line in out.splitlines()), (policy, b)
+    # The target lines are always printed (SKIP in tiny mode: no batch >= 16, no CLI check).
+    assert out.count("SKIP:") + out.count("PASS:") + out.count("FAIL:") >= 3
+
+
+def test_bench_cartpole_tiny_json_and_exact_returns(tiny_run):
+    proc, json_path = tiny_run
+    assert proc.returncode == 0
+    doc = json.loads(json_path.read_text())
+    assert doc["episodes"] == 8 and doc["batch_sizes"] == [1, 4]
+    assert {"cpu", "torch", "gymnasium", "numpy", "fasteval", "kernel_backend", "date"} <= set(doc["machine"])
+    # The env-only replay took exactly fasteval's episodes (same seeds, actions, lengths),
+    # and on CartPole the classic loop's per-episode sums match fasteval's.
+    assert all("exact episode lengths" in line for line in doc["returns"] if line.startswith("- zero") or line.startswith("- demo"))
+    assert all("sums differ in 0/" in line for line in doc["returns"] if not line.startswith("- bias"))
