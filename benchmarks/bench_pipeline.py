@@ -1,14 +1,16 @@
 """Pipelined vs plain evaluation on CPU, with env and policy costs balanced (issue 3).
 
-Workload: ``fasteval.testing.busy:make_busy_env`` (1 ms of CPU per step, 64x64x3 uint8 images)
-and a small conv policy costing about 1 ms per image row on one thread, 2 async workers
-(batch 2). Rows, interleaved per repeat: fasteval async plain, fasteval async ``--pipeline``,
+Workload: ``fasteval.testing.busy:make_busy_env`` (2 ms of CPU per step, 64x64x3 uint8 images)
+and a small conv policy (width 32) costing about 2.2 ms per image row on one thread, so that one
+env step and one policy row cost about the same; 2 async workers (batch 2). Rows, interleaved per repeat: fasteval async plain, fasteval async ``--pipeline``,
 fasteval sync. Reports medians of env steps/s and the pipelined/plain ratio; checks that
 all rows report identical per-episode results.
 
-Why pipelining can win here: the plain loop runs the policy on both rows (~2 ms), then waits
-for both envs (~1 ms); the pipelined loop runs the policy on one group's row (~1 ms) while the
-other group's env steps, so the ideal is 3 ms -> 2 ms per pair of env steps (1.5x).
+Why pipelining can win here: the plain loop runs the policy on both rows (P2 ~ 4.5-5.4 ms), then
+waits for both envs (E ~ 2.1 ms with the round trip); the pipelined loop runs the policy on one
+group's row (P1 ~ 2.2 ms) while the other group's env steps, so a pair of env steps costs
+max(2 P1, P1 + E) instead of P2 + E: ideally ~7 ms -> ~4.4 ms (1.6x). Pipelining cannot win
+when a policy call costs the same for one row as for two (tiny MLPs): then 2 P1 >= P2 + E.
 
     python benchmarks/bench_pipeline.py [--episodes 60] [--repeats 3] [--step-ms 1.0] [--tiny]
 """
@@ -31,9 +33,9 @@ ENV = "fasteval.testing.busy:make_busy_env"
 
 
 class ConvPolicy(nn.Module):
-    """uint8 [B, 64, 64, 3] images -> 2 logits. ~1 ms per row on one CPU thread at width 8."""
+    """uint8 [B, 64, 64, 3] images -> 2 logits. ~2.2 ms per row on one CPU thread at width 32."""
 
-    def __init__(self, width: int = 8):
+    def __init__(self, width: int = 32):
         super().__init__()
         torch.manual_seed(0)
         self.net = nn.Sequential(
@@ -56,14 +58,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=60)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--step-ms", type=float, default=1.0)
+    parser.add_argument("--step-ms", type=float, default=2.0)
+    parser.add_argument("--width", type=int, default=32, help="conv width of the policy (its cost per row)")
     parser.add_argument("--batch-size", type=int, default=2)
     parser.add_argument("--tiny", action="store_true", help="a few episodes, one repeat (used by the test suite)")
     args = parser.parse_args(argv)
     if args.tiny:
-        args.episodes, args.repeats, args.step_ms = 4, 1, 0.05
+        args.episodes, args.repeats, args.step_ms, args.width = 4, 1, 0.05, 4
     torch.set_num_threads(1)
-    policy = ConvPolicy()
+    policy = ConvPolicy(args.width)
     evaluators = {
         name: Evaluator(env=ENV, policy=policy, env_kwargs={"step_ms": args.step_ms}, batch_size=args.batch_size,
                         device="cpu", **options)
@@ -92,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
              f"{samples.median((name, 'steps_per_s')) / base:.2f}x"] for name in ROWS]
     print(format_machine(machine_info()))
     print(f"command: {command_line()}")
-    print(f"workload: BusyEnv step_ms={args.step_ms}, ConvPolicy(width 8), batch {args.batch_size}, "
+    print(f"workload: BusyEnv step_ms={args.step_ms}, ConvPolicy(width {args.width}), batch {args.batch_size}, "
           f"{args.episodes} episodes, medians of {args.repeats} repeats; per-episode results identical in all rows")
     print(markdown_table(["row", "env steps/s", "episodes/s", "vs async plain"], rows))
     ratio = samples.median(("async --pipeline", "steps_per_s")) / base

@@ -55,3 +55,16 @@ def test_bench_cartpole_tiny_json_and_exact_returns(tiny_run):
     # and on CartPole the classic loop's per-episode sums match fasteval's.
     assert all("exact episode lengths" in line for line in doc["returns"] if line.startswith("- zero") or line.startswith("- demo"))
     assert all("sums differ in 0/" in line for line in doc["returns"] if not line.startswith("- bias"))
+
+
+@pytest.mark.parametrize("script, args, needles", [
+    ("bench_pipeline.py", ["--tiny"], ["| async --pipeline |", "per-episode results identical", "pipelining"]),
+    ("gpu_check.py", ["--quick"], ["## Correctness", "## End to end", "CartPole-v1 demo MLP"]),
+    ("kernels_bench.py", [], ["cython", "reference"]),
+])
+def test_other_benchmarks_run_at_tiny_size(script, args, needles):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], capture_output=True, text=True,
+                          timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+    for needle in needles:
+        assert needle in proc.stdout, needle
