@@ -1,0 +1,196 @@
+"""Memory of an evaluation that only computes metrics: O(batch), not O(episodes) (issue 4).
+
+Usage::
+
+    python benchmarks/bench_memory.py [--episodes 1000,100000] [--batch-size 64] [--policy zero]
+                                      [--env CartPole-v1] [--json FILE] [--strict] [--tiny]
+
+Each case runs in a fresh subprocess (``--child``), so every peak is its own. In the child:
+import everything, build the engine (``Engine(spec)``, the engine of every door), run a small
+warm-up, then ``engine.run(n)``. It reads the peak resident set size (``ru_maxrss`` of
+``resource.getrusage``) at two points:
+
+* **loop peak**: inside the ``on_finished`` callback, which the hot loop calls as episodes end;
+  its last call comes after the last episode, before the engine builds the per-episode result
+  table. This is the peak of everything the engine itself holds: envs, host buffers, policy,
+  and the ledger (its per-episode arrays are O(n), ~60 bytes per episode: sums, maxes,
+  lengths, flags, so that results are exact per episode);
+* **with results**: after ``run()`` returned, so it also holds ``EvalResult.per_episode``,
+  one dict per episode (a few hundred bytes each): the output, which grows with n by design.
+
+The target (issue 4): the loop peak at the larger n is within 10% of the smaller one at the same
+batch size. The script also prints what grows: ledger bytes per episode and result bytes per
+episode ((with-results peak - loop peak) / n).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+TARGET_RATIO = 1.10
+
+
+def _maxrss_bytes() -> int:
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kilobytes on Linux
+    return int(kb) * (1 if sys.platform == "darwin" else 1024)
+
+
+def _current_rss_bytes() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return -1
+
+
+def child(args: argparse.Namespace) -> None:
+    """One case, in this fresh process; prints one JSON line."""
+    import numpy as np
+
+    from fasteval.core.engine import Engine
+    from fasteval.spec import EvalSpec
+
+    spec = EvalSpec(env=args.env, policy=args.policy, batch_size=args.batch_size, n_episodes=args.n, device="cpu",
+                    seed=args.seed)
+    after_import = _maxrss_bytes()
+    engine = Engine(spec)
+    engine.run(min(args.n, 2 * spec.n_slots), WARMUP_SEED)  # dry run, first touch of every slot
+    before = _maxrss_bytes()
+    loop_peak = [0]
+
+    def on_finished(ledger, rows) -> None:
+        loop_peak[0] = _maxrss_bytes()
+
+    t0 = time.perf_counter()
+    result = engine.run(args.n, args.seed, on_finished=on_finished)
+    seconds = time.perf_counter() - t0
+    with_results = _maxrss_bytes()
+    ledger = engine.ledger
+    per_episode_arrays = {name: arr for name, arr in vars(ledger).items()
+                          if isinstance(arr, np.ndarray) and arr.shape[:1] == (ledger.n_episodes,)}
+    ledger_bytes = sum(a.nbytes for a in per_episode_arrays.values())
+    o = result.overall()
+    print(json.dumps({
+        "n": args.n, "batch_size": spec.n_slots, "seconds": seconds, "eval_s": result.eval_s,
+        "env_steps": int(o["env_steps"]), "avg_sum_reward": float(o["avg_sum_reward"]),
+        "rss_after_import": after_import, "rss_before_run": before, "loop_peak": loop_peak[0],
+        "with_results": with_results, "current_rss_end": _current_rss_bytes(),
+        "ledger_bytes": ledger_bytes, "ledger_bytes_per_episode": ledger_bytes / ledger.n_episodes,
+        "ledger_arrays": sorted(per_episode_arrays), "records": len(result.per_episode),
+    }))
+    engine.close()
+
+
+WARMUP_SEED = 10_000_000
+
+
+def run_case(args: argparse.Namespace, n: int) -> dict[str, Any]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--n", str(n), "--batch-size", str(args.batch_size),
+           "--policy", args.policy, "--env", args.env, "--seed", str(args.seed)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"child for n={n} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")][-1]
+    return json.loads(line)
+
+
+def mb(x: float) -> str:
+    return f"{x / 2**20:.1f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--episodes", default="1000,100000", help="comma-separated episode counts (first = reference)")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--policy", default="zero")
+    p.add_argument("--env", default="CartPole-v1")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeats", type=int, default=1, help="fresh subprocesses per case (median of the peaks)")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds per child")
+    p.add_argument("--json", dest="json_path", default=None)
+    p.add_argument("--strict", action="store_true", help="exit 1 if the target fails")
+    p.add_argument("--tiny", action="store_true", help="smoke run: 100 and 1000 episodes, batch 8")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--n", type=int, default=0, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        child(args)
+        return 0
+    if args.tiny:
+        args.episodes, args.batch_size = "100,1000", 8
+    counts = [int(x) for x in args.episodes.split(",") if x.strip()]
+    if len(counts) < 2 or min(counts) < 1 or args.batch_size < 1 or args.repeats < 1:
+        p.error("--episodes needs at least two counts >= 1; --batch-size and --repeats must be >= 1")
+
+    import statistics
+
+    from common import check_line, command_line, format_machine, machine_info, markdown_table, write_json
+
+    info = machine_info()
+    print(f"# Memory (issue 4): peak RSS vs episode count at a fixed batch size\n\n{format_machine(info)}")
+    print(f"- command: `{command_line()}`")
+    print(f"- env {args.env}, policy {args.policy}, batch size {args.batch_size}, episodes {counts}; one fresh "
+          f"subprocess per case and repeat ({args.repeats}); peaks are ru_maxrss\n", flush=True)
+    results: dict[int, list[dict[str, Any]]] = {n: [] for n in counts}
+    for _ in range(args.repeats):
+        for n in counts:
+            results[n].append(run_case(args, n))
+            print(f"n={n}: done in {results[n][-1]['seconds']:.1f} s", file=sys.stderr, flush=True)
+
+    def med(n: int, key: str) -> float:
+        return statistics.median(r[key] for r in results[n])
+
+    ref = counts[0]
+    rows = []
+    for n in counts:
+        r0 = results[n][0]
+        rows.append([
+            str(n), str(r0["batch_size"]), f"{med(n, 'seconds'):.2f}", str(r0["env_steps"]), mb(med(n, "rss_before_run")),
+            mb(med(n, "loop_peak")), f"{med(n, 'loop_peak') / med(ref, 'loop_peak'):.3f}", mb(med(n, "with_results")),
+            f"{med(n, 'with_results') / med(ref, 'with_results'):.3f}", f"{r0['ledger_bytes'] / 2**20:.2f}",
+            f"{(med(n, 'with_results') - med(n, 'loop_peak')) / n:.0f}",
+        ])
+    print(markdown_table(
+        ["episodes", "b", "run (s)", "env steps", "RSS before run (MB)", "loop peak (MB)", "loop x", "with results (MB)",
+         "results x", "ledger (MB)", "result B/episode"], rows))
+    big = counts[-1]
+    r_big = results[big][0]
+    ratio = med(big, "loop_peak") / med(ref, "loop_peak")
+    ratio_total = med(big, "with_results") / med(ref, "with_results")
+    print(f"\nWhat grows with n: the ledger's per-episode arrays ({', '.join(r_big['ledger_arrays'])}: "
+          f"{r_big['ledger_bytes_per_episode']:.0f} bytes per episode, {r_big['ledger_bytes'] / 2**20:.1f} MB at n={big}), "
+          f"kept so every episode's result is exact; and, after the loop, the per-episode result table "
+          f"(one dict per episode, about {(med(big, 'with_results') - med(big, 'loop_peak')) / big:.0f} bytes each as measured "
+          f"by the peak's growth). Everything else (envs, host buffers, policy, accumulators) is sized by the batch.")
+    lines = [
+        check_line(f"loop peak RSS at n={big} within {100 * (TARGET_RATIO - 1):.0f}% of n={ref} (batch {args.batch_size})",
+                   ratio <= TARGET_RATIO, f"{mb(med(big, 'loop_peak'))} MB / {mb(med(ref, 'loop_peak'))} MB = {ratio:.3f}x"),
+        f"INFO: with the per-episode result table included: {mb(med(big, 'with_results'))} MB / "
+        f"{mb(med(ref, 'with_results'))} MB = {ratio_total:.3f}x (the output itself, O(n) by design)",
+    ]
+    print("\n" + "\n".join(lines))
+    if args.json_path:
+        write_json(args.json_path, {"machine": info, "command": command_line(), "batch_size": args.batch_size,
+                                    "episodes": counts, "results": {str(k): v for k, v in results.items()},
+                                    "loop_ratio": ratio, "with_results_ratio": ratio_total, "target_ratio": TARGET_RATIO,
+                                    "pass": ratio <= TARGET_RATIO})
+        print(f"\nwrote {args.json_path}")
+    return 1 if (args.strict and ratio > TARGET_RATIO) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
