@@ -20,16 +20,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 
 # -- machine header ----------------------------------------------------------------------------
-def cpu_model() -> str:
-    """The CPU model name from /proc/cpuinfo (Linux), else platform.processor()."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
+from fasteval.bench.machine import cpu_model  # noqa: E402  (one definition, shared with `fasteval bench`)
 
 
 def machine_info() -> dict[str, Any]:

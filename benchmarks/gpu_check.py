@@ -144,7 +144,6 @@ def main(argv=None) -> int:
 
     print("\n## End to end (episodes/s)")
     e2e = []
-    devices = ["cpu"] + (["cuda"] if has_cuda else [])
     n = 200 if args.quick else 1000
     configs = [("cpu", False, True)] + ([("cuda", g, p) for g in (False, True) for p in (True, False)] if has_cuda else [])
     for device, graph, pin in configs:

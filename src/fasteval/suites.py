@@ -105,7 +105,7 @@ def as_task(entry: Any) -> Task:
     elif isinstance(entry, str):
         task = Task(entry)
     elif isinstance(entry, EnvFactory):
-        task = Task(entry.env, dict(entry.kwargs), max_steps=entry.max_episode_steps)
+        task = Task(entry.env, dict(entry.kwargs))
     elif callable(entry):
         task = Task(entry)
     else:

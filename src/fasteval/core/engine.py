@@ -26,7 +26,7 @@ from fasteval.core.ledger import Ledger
 from fasteval.core.loop import StepObserver, run_episodes, start_wave
 from fasteval.core.accel import accelerate
 from fasteval.core.pipeline import check_pipelinable, run_episodes_pipelined
-from fasteval.core.policy import NO_RESET, PolicyRunner
+from fasteval.core.policy import NO_RESET
 from fasteval.core.timing import StageTimers
 from fasteval.core.transfer import DeviceToHost, HostToDevice
 from fasteval.errors import EvaluationAborted, UserInputError

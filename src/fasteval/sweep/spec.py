@@ -30,7 +30,6 @@ from typing import Any, Mapping
 from fasteval.errors import UserInputError
 from fasteval.spec import EvalSpec
 
-SPEC_SUFFIXES = (".yaml", ".yml", ".toml", ".json")
 
 
 class SweepSpecError(UserInputError):
@@ -325,47 +324,8 @@ def _parse_seeds(raw: Any, episodes: Any) -> tuple[int, ...]:
 
 def load_sweep_file(path: str | Path) -> dict[str, Any]:
     """Parse a ``.yaml``/``.yml``, ``.toml`` or ``.json`` sweep file into plain data."""
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in SPEC_SUFFIXES:
-        raise SweepSpecError(f"sweep file {str(path)!r}: expected a {', '.join(SPEC_SUFFIXES)} file, got suffix {suffix!r}.")
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SweepSpecError(f"sweep file {str(path)!r}: cannot read it ({exc}).") from None
-    try:
-        if suffix == ".json":
-            data = json.loads(text)
-        elif suffix == ".toml":
-            data = _toml().loads(text)
-        else:
-            try:
-                import yaml
-            except ImportError:
-                raise SweepSpecError(
-                    f"sweep file {str(path)!r} is YAML, which needs PyYAML: pip install 'fasteval[sweep]' "
-                    "(or write the spec as .toml or .json)."
-                ) from None
-            data = yaml.safe_load(text)
-    except SweepSpecError:
-        raise
-    except Exception as exc:  # the parsers' own errors carry line numbers
-        raise SweepSpecError(f"sweep file {str(path)!r}: could not parse it as {suffix[1:].upper()}: {exc}") from None
-    if not isinstance(data, dict):
-        raise SweepSpecError(f"sweep file {str(path)!r}: expected a mapping at the top level, got {type(data).__name__}.")
-    return data
+    from fasteval.config import read_mapping_file
 
+    return read_mapping_file(path, what="sweep file", error=SweepSpecError, yaml_hint="pip install 'fasteval[sweep]'")
 
-def _toml() -> Any:
-    try:
-        import tomllib
-
-        return tomllib
-    except ImportError:  # Python 3.10
-        try:
-            import tomli
-
-            return tomli
-        except ImportError:
-            raise SweepSpecError("TOML sweep files on Python 3.10 need tomli: pip install tomli (or use .yaml / .json).") from None
 
