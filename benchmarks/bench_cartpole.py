@@ -58,7 +58,7 @@ from fasteval.policies.checkpoint import is_checkpoint_dir  # noqa: E402
 
 from classic_loop import classic_eval, make_vector_env  # noqa: E402
 from common import (  # noqa: E402
-    Samples, calls_per_budget, check_line, command_line, fmt_num, format_machine, machine_info,
+    Samples, calls_per_budget, check_line, env_only_replay, command_line, fmt_num, format_machine, machine_info,
     markdown_table, timed, write_json,
 )
 
@@ -172,54 +172,6 @@ def _per_env_reset(policy: Any):
     if "seeds" in params:
         return lambda slot, seed: fn(torch.tensor([slot]), seeds=[seed])
     return lambda slot, seed: fn(torch.tensor([slot]))
-
-
-def env_only(envs: list[gym.Env], actions: list[list[int]], seed: int) -> tuple[float, list[int]]:
-    """Step ``envs`` in a tight loop, replaying precomputed per-episode ``actions``.
-
-    Episode ``i`` is reset with seed ``seed + i``; a slot whose episode ends (terminated or
-    truncated, as in fasteval) takes the next episode at once (continuous batching, per-slot
-    seeded resets). Observations are written into a ``[b, 4]`` host buffer, as any policy
-    needs. Returns (seconds, each episode's length), so the caller can check that the replay
-    took exactly fasteval's steps.
-    """
-    b, n = len(envs), len(actions)
-    obs_buf = np.zeros((b, 4), dtype=np.float32)
-    slot_acts: list[list[int]] = [[] for _ in range(b)]
-    slot_ep = [0] * b
-    slot_t = [0] * b
-    lengths = [0] * n
-    t0 = time.perf_counter()
-    next_ep = 0
-    active = []
-    for slot in range(min(b, n)):
-        obs, _ = envs[slot].reset(seed=seed + next_ep)
-        obs_buf[slot] = obs
-        slot_acts[slot], slot_ep[slot], slot_t[slot] = actions[next_ep], next_ep, 0
-        next_ep += 1
-        active.append(slot)
-    while active:
-        freed = False
-        for slot in active:
-            t = slot_t[slot]
-            acts = slot_acts[slot]
-            obs, _r, term, trunc, _info = envs[slot].step(acts[t])
-            obs_buf[slot] = obs
-            t += 1
-            slot_t[slot] = t
-            if term or trunc or t == len(acts):
-                lengths[slot_ep[slot]] = t
-                if next_ep < n:
-                    obs, _ = envs[slot].reset(seed=seed + next_ep)
-                    obs_buf[slot] = obs
-                    slot_acts[slot], slot_ep[slot], slot_t[slot] = actions[next_ep], next_ep, 0
-                    next_ep += 1
-                else:
-                    slot_ep[slot] = -1
-                    freed = True
-        if freed:
-            active = [s for s in active if slot_ep[s] >= 0]
-    return time.perf_counter() - t0, lengths
 
 
 def policy_only_rate(policy: Any, b: int, budget_s: float) -> float:
@@ -373,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
                 t_classic, cres = timed(lambda: classic_eval(c.classic_env, c.classic_policy, n, start_seed=0))
                 S.add(key + ("classic_s",), t_classic)
                 c.classic = cres
-                t_env, replay_lengths = env_only(c.env_only_envs, recorded[pn], seed=0)
+                t_env, replay_lengths = env_only_replay(c.env_only_envs, recorded[pn], seed=0)
                 S.add(key + ("env_only_s",), t_env)
                 replay_exact[key] = replay_exact.get(key, True) and replay_lengths == c.lengths.tolist()
                 S.add(key + ("policy_rows_s",), policy_only_rate(c.classic_policy, b, args.policy_budget))

@@ -64,7 +64,7 @@ from fasteval.policies import MLPPolicy, ZeroPolicy, load_checkpoint  # noqa: E4
 
 from classic_loop import classic_eval, make_vector_env  # noqa: E402
 from common import (  # noqa: E402
-    Samples, calls_per_budget, check_line, command_line, fmt_num, format_machine, machine_info, markdown_table,
+    Samples, calls_per_budget, check_line, env_only_replay, command_line, fmt_num, format_machine, machine_info, markdown_table,
     write_json,
 )
 
@@ -374,41 +374,7 @@ class EnvOnlyRow:
         self.replay(2, WARMUP_SEED)
 
     def replay(self, n: int, seed: int) -> tuple[float, list[int]]:
-        envs, actions, obs_buf = self.envs, self.actions, self.obs_buf
-        b = len(envs)
-        slot_acts: list[Any] = [None] * b
-        slot_ep = [-1] * b
-        slot_t = [0] * b
-        lengths = [0] * n
-        t0 = time.perf_counter()
-        next_ep = 0
-        active = []
-        for slot in range(min(b, n)):
-            obs_buf[slot], _ = envs[slot].reset(seed=seed + next_ep)
-            slot_acts[slot], slot_ep[slot], slot_t[slot] = actions[next_ep], next_ep, 0
-            next_ep += 1
-            active.append(slot)
-        while active:
-            freed = False
-            for slot in active:
-                t = slot_t[slot]
-                acts = slot_acts[slot]
-                obs, _r, term, trunc, _info = envs[slot].step(acts[t])
-                obs_buf[slot] = obs
-                t += 1
-                slot_t[slot] = t
-                if term or trunc or t == len(acts):
-                    lengths[slot_ep[slot]] = t
-                    if next_ep < n:
-                        obs_buf[slot], _ = envs[slot].reset(seed=seed + next_ep)
-                        slot_acts[slot], slot_ep[slot], slot_t[slot] = actions[next_ep], next_ep, 0
-                        next_ep += 1
-                    else:
-                        slot_ep[slot] = -1
-                        freed = True
-            if freed:
-                active = [s for s in active if slot_ep[s] >= 0]
-        return time.perf_counter() - t0, lengths
+        return env_only_replay(self.envs, self.actions[:n], seed, self.obs_buf)
 
     def run(self) -> RowRun:
         seconds, lengths = self.replay(self.case.n, self.case.seed)

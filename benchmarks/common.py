@@ -7,10 +7,8 @@ that background noise hits all rows alike.
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -18,44 +16,20 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+import numpy as np
+
 
 # -- machine header ----------------------------------------------------------------------------
-from fasteval.bench.machine import cpu_model  # noqa: E402  (one definition, shared with `fasteval bench`)
-
-
 def machine_info() -> dict[str, Any]:
-    """Facts that make a benchmark number comparable: CPU, cores, library versions, kernel backend, date."""
-    import gymnasium
-    import numpy
-    import torch
+    """Facts that make a benchmark number comparable: ``fasteval bench``'s machine header (CPU, cores,
+    GPU, library versions, kernel backend, date), plus the load at start and the git commit."""
+    from fasteval.bench.machine import machine_info as bench_machine_info
 
-    import fasteval
-    from fasteval import kernels
-
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        usable = os.cpu_count()
-    try:
-        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    except (AttributeError, OSError):
-        load = "n/a"
-    return {
-        "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "cpu": cpu_model(),
-        "cores": os.cpu_count(),
-        "usable_cores": usable,
-        "load_avg_at_start": load,
-        "os": f"{platform.system()} {platform.release()}",
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "gymnasium": gymnasium.__version__,
-        "numpy": numpy.__version__,
-        "fasteval": fasteval.__version__,
-        "kernel_backend": kernels.BACKEND,
-        "git": git_revision(),
-    }
+    info = bench_machine_info()
+    load = info.get("load_avg")
+    info["load_avg_at_start"] = ", ".join(f"{x:.2f}" for x in load) if load else "n/a"
+    info["git"] = git_revision()
+    return info
 
 
 def git_revision() -> str:
@@ -139,6 +113,58 @@ class Samples:
 
     def to_dict(self) -> dict[str, list[float]]:
         return {"|".join(map(str, k)) if isinstance(k, tuple) else str(k): v for k, v in self._data.items()}
+
+
+# -- limits ------------------------------------------------------------------------------------
+def env_only_replay(envs: list, actions: list, seed: int, obs_buf: np.ndarray | None = None) -> tuple[float, list[int]]:
+    """Step ``envs`` in a tight loop, replaying precomputed per-episode ``actions``.
+
+    Episode ``i`` is reset with seed ``seed + i``; a slot whose episode ends (terminated or
+    truncated, as in fasteval) takes the next episode at once (continuous batching, per-slot
+    seeded resets). Observations are written into a ``[b, *obs_shape]`` host buffer
+    (``obs_buf``, allocated here if not given), as any policy needs. Returns (seconds, each episode's length), so the caller can check that the replay
+    took exactly fasteval's steps.
+    """
+    b, n = len(envs), len(actions)
+    if obs_buf is None:
+        space = envs[0].observation_space
+        obs_buf = np.zeros((b, *space.shape), dtype=space.dtype)
+    slot_acts: list[list[int]] = [[] for _ in range(b)]
+    slot_ep = [0] * b
+    slot_t = [0] * b
+    lengths = [0] * n
+    t0 = time.perf_counter()
+    next_ep = 0
+    active = []
+    for slot in range(min(b, n)):
+        obs, _ = envs[slot].reset(seed=seed + next_ep)
+        obs_buf[slot] = obs
+        slot_acts[slot], slot_ep[slot], slot_t[slot] = actions[next_ep], next_ep, 0
+        next_ep += 1
+        active.append(slot)
+    while active:
+        freed = False
+        for slot in active:
+            t = slot_t[slot]
+            acts = slot_acts[slot]
+            obs, _r, term, trunc, _info = envs[slot].step(acts[t])
+            obs_buf[slot] = obs
+            t += 1
+            slot_t[slot] = t
+            if term or trunc or t == len(acts):
+                lengths[slot_ep[slot]] = t
+                if next_ep < n:
+                    obs, _ = envs[slot].reset(seed=seed + next_ep)
+                    obs_buf[slot] = obs
+                    slot_acts[slot], slot_ep[slot], slot_t[slot] = actions[next_ep], next_ep, 0
+                    next_ep += 1
+                else:
+                    slot_ep[slot] = -1
+                    freed = True
+        if freed:
+            active = [s for s in active if slot_ep[s] >= 0]
+    return time.perf_counter() - t0, lengths
+
 
 
 # -- output ------------------------------------------------------------------------------------
