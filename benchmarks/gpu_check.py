@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import check_line, format_machine, machine_info, markdown_table, write_json  # noqa: E402
 
 from fasteval import evaluate  # noqa: E402
-from fasteval.core.engine import Engine  # noqa: E402
+from fasteval.engine import Engine  # noqa: E402
 from fasteval.spec import EvalSpec  # noqa: E402
 from fasteval.testing import ParityPolicy  # noqa: E402
 

@@ -17,11 +17,25 @@ import math
 import random
 from typing import Any, Callable, Iterable
 
+import os
+
 import numpy as np
 import pytest
 import torch
+from hypothesis import settings
 
 from fasteval.testing import StepCounterPolicy, expected_episode
+
+# Hypothesis profiles. "ci" (chosen when the CI environment variable is set, as CI runs do):
+# derandomized, so the same examples run every time and a fuzz test cannot fail CI by drawing a
+# new input; no example database, so nothing is written into the tree; failing examples are
+# printed as a reproduction blob. "dev" (everything else): randomized, with the default
+# database under .hypothesis/ (gitignored), so a failure found locally is replayed locally.
+# Override with HYPOTHESIS_PROFILE=ci|dev.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.register_profile("dev", derandomize=False)
+HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+settings.load_profile(HYPOTHESIS_PROFILE)
 
 EPISODE_NUMBERS = ("seed", "sum_reward", "max_reward", "length", "success", "nan_rewards")
 """The per-episode numbers that ``expected_episode`` predicts (``episode_ix`` is checked separately)."""

@@ -482,7 +482,7 @@ def test_tensordict_module_with_pipeline_exact(known_answers, check_episodes):
 def test_tensordict_adapter_wraps_each_buffer_once(monkeypatch):
     from tensordict.nn import TensorDictModule
 
-    from fasteval.policies.tensordict_policy import MAX_CACHED_INPUTS, TensorDictPolicyAdapter
+    from fasteval.core.tensordict_policy import MAX_CACHED_INPUTS, TensorDictPolicyAdapter
 
     adapter = TensorDictPolicyAdapter(TensorDictModule(ParityPolicy(), in_keys=["observation"], out_keys=["action"]))
     wraps = []

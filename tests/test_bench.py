@@ -230,3 +230,8 @@ def test_bench_memory_tiny(tmp_path):
     assert small["records"] == 100 and big["records"] == 1000
     assert small["loop_peak"] > 0 and big["with_results"] >= big["loop_peak"]
     assert big["ledger_bytes"] > small["ledger_bytes"]  # the per-episode ledger is what grows in the loop
+    assert big["result_table_bytes"] < 100 * 1000  # columnar: ~50 B per episode, not ~410 B dicts
+    cli_small, cli_big = doc["cli"]["100"][0], doc["cli"]["1000"][0]  # the CLI door, its whole process
+    assert cli_small["records"] == 100 and cli_big["records"] == 1000
+    assert cli_big["peak"] > 50 * 2**20 and doc["cli_ratio"] == cli_big["peak"] / cli_small["peak"]
+    assert "CLI peak RSS (whole process)" in proc.stdout

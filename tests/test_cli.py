@@ -56,7 +56,7 @@ def test_parse_env_kwargs():
     "args, needle",
     [
         (["--env", "CartPoel-v1"], "Did you mean"),
-        (["--env", "nosuchplugin_xyz/Thing-v0"], "pip install nosuchplugin-xyz"),
+        (["--env", "nosuchplugin_xyz/Thing-v0"], "nosuchplugin_xyz"),
         (["--env", KA, "--policy", "no/such/folder"], "expected 'zero', 'random'"),
         (["--env", KA, "--policy", "fasteval.testing.policies:NoSuchThing"], "has no attribute"),
         (["--env", KA, "--policy", "some/file.py:make"], "--trust-remote-code"),
@@ -90,3 +90,112 @@ def test_help_documents_defaults():
     result = run(["--help"])
     assert result.exit_code == 0
     assert "sync" in result.output and "default" in result.output
+
+
+# -- resume with the original command line ----------------------------------------------------------
+
+def test_resume_accepts_the_original_command_line_and_refuses_only_what_differs(tmp_path):
+    out = tmp_path / "run"
+    original = ["--env", KA, "--policy", "zero", "-n", "6", "-b", "2", "--seed", "4", "--env-kwarg", "nan_reward_seeds=[5]",
+                "-o", str(out)]
+    assert run(original).exit_code == 0
+    (out / "eval_info.json").unlink()
+    same = run([*original, "--resume", str(out)])
+    assert same.exit_code == 0, same.output
+    assert "6 episodes were already recorded" in same.output
+    faster = run([*original, "-b", "3", "--resume", str(out)])  # how it runs may change
+    assert faster.exit_code == 0, faster.output
+    differ = CliRunner().invoke(main, [*original, "--seed", "5", "-n", "7", "--resume", str(out)])
+    assert differ.exit_code == 2, differ.output
+    assert "--seed: the run has 4, this command has 5" in differ.output
+    assert "--n-episodes: the run has 6, this command has 7" in differ.output
+    assert "--env-kwarg" not in differ.output and "--policy" not in differ.output  # equal ones are not named
+    other_dir = CliRunner().invoke(main, ["-o", str(tmp_path / "elsewhere"), "--resume", str(out)])
+    assert other_dir.exit_code == 2 and "--output-dir" in other_dir.output
+    kwargs = CliRunner().invoke(main, ["--env-kwarg", "nan_reward_seeds=[1]", "--resume", str(out)])
+    assert kwargs.exit_code == 2 and "--env-kwarg: the run has {'nan_reward_seeds': [5]}" in kwargs.output
+
+
+def test_resume_accepts_the_original_config_file(tmp_path):
+    out = tmp_path / "run"
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"env": KA, "n_episodes": 5, "seed": 2, "output_dir": str(out)}))
+    assert run(["--config", str(config)]).exit_code == 0
+    again = run(["--config", str(config), "--resume", str(out)])
+    assert again.exit_code == 0, again.output
+    config.write_text(json.dumps({"env": KA, "n_episodes": 5, "seed": 3, "output_dir": str(out)}))
+    changed = CliRunner().invoke(main, ["--config", str(config), "--resume", str(out)])
+    assert changed.exit_code == 2 and "seed (in" in changed.output and "the run has 2" in changed.output
+
+
+# -- failed episodes in the terminal --------------------------------------------------------------
+
+FAULTY = "fasteval.testing.faulty:make_faulty_env"
+
+
+@pytest.mark.parametrize("seeds, shown, more", [([2], [2], 0), ([1, 2, 3, 4, 5, 6, 7], [1, 2, 3, 4, 5], 2)])
+def test_failed_episodes_are_named_in_the_terminal(tmp_path, seeds, shown, more):
+    args = ["--env", FAULTY, "--env-kwarg", "fault=raise", "--env-kwarg", f"fault_seeds={json.dumps(seeds)}",
+            "--env-kwarg", "fault_step=1", "-n", "9", "-b", "3", "--retries", "0", "-o", str(tmp_path)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1, result.output
+    if len(seeds) == 1:
+        assert "1 episode failed for good" in result.output and "1 episodes" not in result.output
+    else:
+        assert f"{len(seeds)} episodes failed for good" in result.output
+    named = [line for line in result.output.splitlines() if line.startswith("  episode ")]
+    assert [line.split()[1] for line in named] == [str(i) for i in shown]
+    for line, i in zip(named, shown):
+        assert f"(seed {i}, step)" in line and "planted" in line
+    assert (f"... and {more} more" in result.output) == bool(more)
+    assert "errors.jsonl" in result.output
+
+
+def test_plural():
+    from fasteval.cli import plural
+
+    assert [plural(n, "episode") for n in (0, 1, 2)] == ["0 episodes", "1 episode", "2 episodes"]
+
+
+# -- --help stays light ---------------------------------------------------------------------------
+
+def test_help_imports_neither_torch_nor_the_engine():
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from click.testing import CliRunner\n"
+            "from fasteval.cli import main\n"
+            "result = CliRunner().invoke(main, ['--help'])\n"
+            "assert result.exit_code == 0, result.output\n"
+            "assert 'sweep' in result.output and 'bench' in result.output\n"
+            "heavy = sorted(m for m in ('torch', 'fasteval.engine', 'fasteval.core.engine', 'fasteval.durable',\n"
+            "                           'fasteval.bench.cli', 'fasteval.sweep.cli') if m in sys.modules)\n"
+            "print('HEAVY', heavy)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "HEAVY []" in done.stdout, done.stdout
+
+
+def test_subcommand_help_still_works():
+    for name in ("sweep", "report", "bench"):
+        result = run([name, "--help"])
+        assert result.exit_code == 0, (name, result.output)
+        assert "Usage" in result.output
+
+
+# -- sweeps: what the store holds after a resume ----------------------------------------------------
+
+def test_a_resumed_sweep_says_how_many_episodes_the_store_holds(tmp_path):
+    spec = tmp_path / "s.json"
+    spec.write_text(json.dumps({"name": "t", "episodes": 3, "seeds": [0], "policies": [{"name": "zero", "ref": "zero"}],
+                                "envs": [{"name": "a", "id": KA}, {"name": "b", "id": KA, "kwargs": {"nan_reward_seeds": [1]}}],
+                                "options": {"batch_size": 2, "device": "cpu"}}))
+    out = tmp_path / "sweep"
+    first = run(["sweep", str(spec), "-o", str(out), "-w", "1", "--no-report"])
+    assert first.exit_code == 0, first.output
+    assert "2 jobs ran" in first.output and "6 episodes added, 6 episodes now stored" in first.output
+    again = run(["sweep", str(spec), "-o", str(out), "-w", "1", "--no-report"])
+    assert again.exit_code == 0, again.output
+    assert "0 jobs ran, 2 were complete" in again.output
+    assert "0 episodes added, 6 episodes now stored" in again.output

@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 
 from fasteval.cli import main
 from fasteval.compat import ENV_TYPES, rewrite_args
-from fasteval.config import load_config, spec_from_config, to_sweep_dict
+from fasteval.config import load_config, spec_from_config
+from fasteval.sweep.spec import config_to_sweep_dict as to_sweep_dict
 from fasteval.spec import EvalSpec
 
 KA = "fasteval/KnownAnswer-v0"
@@ -134,8 +135,10 @@ def test_alias_resolves_to_the_native_option(args, want):
     (["--env.type=aloha"], {"env": "gym_aloha/AlohaInsertion-v0", "max_steps": 400,
                             "env_kwargs": {"obs_type": "pixels", "render_mode": "rgb_array"}}),
     (["--env.type=aloha", "--env.task=AlohaTransferCube-v0"], {"env": "gym_aloha/AlohaTransferCube-v0"}),
-    (["--env.type=metaworld", "--env.task=push-v3"], {"env": "Meta-World/MT1", "env_kwargs": {"env_name": "push-v3"}}),
-    (["--env.type=metaworld", "--env.task=metaworld-assembly-v3"], {"env_kwargs": {"env_name": "assembly-v3"}}),
+    (["--env.type=metaworld", "--env.task=push-v3"], {"env": "fasteval.suites:make_metaworld_env",
+                                                       "env_kwargs": {"task": "push-v3"}}),
+    (["--env.type=metaworld", "--env.task=metaworld-assembly-v3"], {"env_kwargs": {"task": "assembly-v3"}}),
+    (["--env.type=metaworld", "--env.task=push-v3,metaworld-reach-v3"], {"env_kwargs": {"task": ["push-v3", "reach-v3"]}}),
     (["--env.type=mujoco", "--env.task=HalfCheetah-v5"], {"env": "HalfCheetah-v5", "env_kwargs": {}, "max_steps": None}),
     (["--env.type=gymnasium", "--env.task", "CartPole-v1"], {"env": "CartPole-v1", "observation_format": "raw"}),
     (["--env.type=known_answer"], {"env": KA, "env_kwargs": {}}),
@@ -161,7 +164,9 @@ def test_every_env_type_is_documented():
     (["--env.task=x"], "needs --env.type"),
     (["--env.type=aloha", "--env.task=AlohaInsertion"], "Did you mean AlohaInsertion-v0"),
     (["--env.type=metaworld"], "needs --env.task"),
-    (["--env.type=metaworld", "--env.task=push-v3,reach-v3"], "one task per run"),
+    (["--env.type=mujoco", "--env.task=Hopper-v5,HalfCheetah-v5"], "one task per run"),
+    (["--env.type=metaworld", "--env.task=push-v3,,reach-v3"], "comma-separated list"),
+    (["--env.type=metaworld", "--env.task=push-v3,push-v3"], "listed twice"),
     (["--env.type=known_answer", "--env", "CartPole-v1"], "give the env once"),
     (["--env.type=known_answer", "-e", "CartPole-v1"], "give the env once"),
     (["--eval.use_async_envs=maybe"], "expected true or false"),

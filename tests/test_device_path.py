@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from fasteval import evaluate
-from fasteval.core.engine import Engine
-from fasteval.core.loop import StepObserver
+from fasteval.engine import Engine
+from fasteval.core.protocols import StepObserver
 from fasteval.errors import UserInputError
 from fasteval.spec import EvalSpec
 from fasteval.testing import ParityPolicy, StepCounterPolicy, expected_episode

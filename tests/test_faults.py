@@ -265,11 +265,45 @@ def test_sigterm_partway_then_resume_equals_an_uninterrupted_run(tmp_path, sig, 
     assert json.loads((out / "manifest.json").read_text())["status"] == "complete"
 
 
+def test_sigkill_partway_then_resume_equals_an_uninterrupted_run(tmp_path):
+    """A kill gives no chance to flush: at most the group-commit window is lost, and --resume
+    reruns exactly the episodes missing from episodes.jsonl."""
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "fasteval.cli", "--env", SLOW_ENV, "-n", "40", "-b", "3", "--seed", "11", "-o", str(out)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    log = out / "episodes.jsonl"
+    deadline = time.time() + 60
+    while time.time() < deadline and not (log.is_file() and len(log.read_text().splitlines()) >= 5):
+        time.sleep(0.02)
+    proc.kill()
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "running"  # killed: nobody wrote a final status
+    assert not (out / "eval_info.json").exists()
+    recorded = {json.loads(line)["episode_ix"] for line in log.read_text().splitlines() if line.endswith("}")}
+    assert 5 <= len(recorded) < 40
+
+    resumed = subprocess.run([*cmd, "--resume", str(out)], capture_output=True, text=True, env=env, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"{len(recorded)} episodes were already recorded" in resumed.stdout
+    clean = tmp_path / "clean"
+    fresh = subprocess.run([sys.executable, "-m", "fasteval.cli", "--env", SLOW_ENV, "-n", "40", "-b", "4", "--seed", "11",
+                            "-o", str(clean)], capture_output=True, text=True, env=env, timeout=120)
+    assert fresh.returncode == 0, fresh.stderr
+    assert comparable(out / "eval_info.json") == comparable(clean / "eval_info.json")
+    lines = [json.loads(line) for line in log.read_text().splitlines() if line.endswith("}")]
+    assert sorted(r["episode_ix"] for r in lines) == list(range(40))  # each episode logged once: none rerun twice
+
+
 # -- fuzzing the CLI ----------------------------------------------------------------------------
 
 OPTION_NAMES = ["--env", "--policy", "-n", "-b", "--seed", "--vectorization", "--device", "--max-steps",
-                "--env-kwarg", "--reset-mode", "--retries", "--on-nan-action", "--step-timeout", "--resume"]
-garbage = st.one_of(st.text(max_size=12), st.sampled_from(["-1", "0", "1e9", "nan", "cuda:9", "{", "[]", "a=b", "=", "..", "/"]))
+                "--env-kwarg", "--reset-mode", "--retries", "--on-nan-action", "--step-timeout", "--resume", "-o",
+                "--config"]
+garbage = st.one_of(st.text(max_size=12), st.sampled_from(["-1", "0", "1e9", "nan", "cuda:9", "{", "[]", "a=b", "=", "..", "/",
+                                                           "\x00", "a\x00b", "", "x" * 300]))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -279,7 +313,20 @@ def test_fuzzed_options_exit_cleanly(tmp_path_factory, pairs):
     args = [item for pair in pairs for item in pair]
     if "--env" not in args:
         args += ["--env", KA]
-    args += ["-o", str(out / "run"), "-n", "2"] if "-n" not in args else ["-o", str(out / "run")]
+    if "-o" not in args:
+        args += ["-o", str(out / "run")]
+    if "-n" not in args:
+        args += ["-n", "2"]
     result = CliRunner().invoke(main, args)
     assert result.exit_code in (0, 2), (args, result.output, result.exception)
     assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit), (args, result.exception)
+
+
+@pytest.mark.parametrize("args", [["--resume", "\x00"], ["-o", "\x00"], ["--output-dir", "a\x00b"], ["--config", "\x00"],
+                                  ["--resume", ""], ["-o", "x" * 300]])
+def test_unusable_paths_found_by_the_fuzzer_exit_2(tmp_path, monkeypatch, args):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["--env", KA, "-n", "2", *args])
+    assert result.exit_code == 2, (args, result.output, result.exception)
+    assert "not usable" in result.output or "empty" in result.output
+    assert list(tmp_path.iterdir()) == []

@@ -24,7 +24,7 @@ from click.testing import CliRunner
 
 from fasteval import evaluate
 from fasteval.cli import main
-from fasteval.core.obs_mapping import KeyPlan, plan_keys
+from fasteval.policies.obs_mapping import KeyPlan, plan_keys
 from fasteval.errors import PolicyLoadError, UserInputError
 from fasteval.policies.checkpoint import save_checkpoint
 from fasteval.policies.mlp import MLPPolicy
@@ -41,7 +41,6 @@ def has(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-needs_ffmpeg = pytest.mark.skipif(not has("imageio_ffmpeg"), reason="videos need imageio-ffmpeg: pip install 'fasteval[video]'")
 needs_hub = pytest.mark.skipif(not has("huggingface_hub"), reason="hf:// policies need huggingface_hub: pip install 'fasteval[hub]'")
 
 
@@ -349,6 +348,11 @@ def test_hf_reference_loads_from_an_offline_cache(tmp_path, monkeypatch, check_s
 
 
 # -- videos -------------------------------------------------------------------------------------------
+def video_name(record) -> str:
+    """``ep<episode:06d>_seed<seed>_<success|failure>.mp4`` of a per-episode record."""
+    return f"ep{record['episode_ix']:06d}_seed{record['seed']}_{'success' if record['success'] else 'failure'}.mp4"
+
+
 def decoded_frames(path):
     import imageio.v2 as imageio
 
@@ -356,13 +360,12 @@ def decoded_frames(path):
         return [np.asarray(frame) for frame in reader]
 
 
-@needs_ffmpeg
 @pytest.mark.parametrize("vectorization", ["sync", "async"])
 def test_videos_of_the_first_k_episodes_by_index(tmp_path, vectorization):
     result = evaluate(env=KA, policy=ParityPolicy(), n_episodes=7, batch_size=3, seed=1, max_episodes_rendered=3,
                       videos_dir=str(tmp_path), vectorization=vectorization)
     names = [os.path.relpath(p, tmp_path) for p in result.video_paths]
-    assert names == [f"fasteval.testing.envs_make_known_answer_env/eval_episode_{i}.mp4" for i in range(3)]
+    assert names == [f"fasteval.testing.envs_make_known_answer_env/{video_name(r)}" for r in result.per_episode[:3]]
     assert sorted(os.listdir(tmp_path / "fasteval.testing.envs_make_known_answer_env")) == sorted(os.path.basename(n) for n in names)
     for path, record in zip(result.video_paths, result.per_episode):
         frames = decoded_frames(path)
@@ -373,7 +376,6 @@ def test_videos_of_the_first_k_episodes_by_index(tmp_path, vectorization):
 
 
 def test_render_none_is_a_clear_error(tmp_path):
-    pytest.importorskip("imageio_ffmpeg", reason="videos need imageio-ffmpeg")
     with pytest.raises(UserInputError, match="render_mode='rgb_array'"):
         evaluate(env="CartPole-v1", n_episodes=1, max_episodes_rendered=1, videos_dir=str(tmp_path))
 
@@ -435,15 +437,13 @@ def test_cli_rename_obs_format_and_videos(tmp_path):
     bad = CliRunner().invoke(main, [*args[:-4], "--rename", "novalue", "-o", str(out)])
     assert bad.exit_code == 2 and "key=new_key" in bad.output
     args = args[:-4] + ["--rename", "agent_pos=observation.state", "-o", str(out)]
-    if has("imageio_ffmpeg"):
-        args += ["--max-episodes-rendered", "2"]
+    args += ["--max-episodes-rendered", "2"]
     result = CliRunner().invoke(main, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     info = json.loads((out / "eval_info.json").read_text())
     assert info["overall"]["n_episodes"] == 3
-    if has("imageio_ffmpeg"):
-        videos = sorted(p.name for p in (out / "videos" / "tests.test_robot_make_pixel_env").iterdir())
-        assert videos == ["eval_episode_0.mp4", "eval_episode_1.mp4"]
+    videos = sorted(p.name for p in (out / "videos" / "tests.test_robot_make_pixel_env").iterdir())
+    assert videos == [video_name(r) for r in info["per_episode"][:2]]
 
 
 # -- real envs ----------------------------------------------------------------------------------------
@@ -484,8 +484,6 @@ def test_mujoco_state_observations_and_rgb_array_video(tmp_path, check_same_resu
     b = evaluate(policy=zero, batch_size=3, **common)
     check_same_results(a.per_episode, b.per_episode, "HalfCheetah batch 1 vs 3")
     assert (1, 17) in seen and (3, 17) in seen
-    if not has("imageio_ffmpeg"):
-        pytest.skip("videos need imageio-ffmpeg")
     try:
         probe = gym.make("HalfCheetah-v5", render_mode="rgb_array", width=32, height=32)
         probe.reset(seed=0)
@@ -508,7 +506,7 @@ FAULTY = "fasteval.testing.faulty:make_faulty_env"
 @pytest.mark.parametrize("vectorization,fault", [("sync", "raise"), ("async", "die")])
 def test_recording_drops_partial_data_of_restarted_episodes(tmp_path, vectorization, fault):
     kwargs = {"fault": fault, "fault_seeds": [1, 4], "fault_step": 3, "once_dir": str(tmp_path)}
-    rendered = 3 if has("imageio_ffmpeg") else 0
+    rendered = 3
     result = evaluate(env=FAULTY, env_kwargs=kwargs, policy=ParityPolicy(), n_episodes=8, batch_size=3,
                       vectorization=vectorization, return_episode_data=True, max_episodes_rendered=rendered,
                       videos_dir=str(tmp_path / "videos"))
@@ -526,14 +524,13 @@ def test_recording_drops_partial_data_of_restarted_episodes(tmp_path, vectorizat
 
 def test_failed_episodes_have_no_data_and_no_video(tmp_path):
     kwargs = {"fault": "raise", "fault_seeds": [2], "fault_step": 1}
-    rendered = 4 if has("imageio_ffmpeg") else 0
+    rendered = 4
     result = evaluate(env=FAULTY, env_kwargs=kwargs, policy=ParityPolicy(), n_episodes=5, batch_size=2, retries=0,
                       return_episode_data=True, max_episodes_rendered=rendered, videos_dir=str(tmp_path))
     assert result.n_failed == 1 and [r["episode_ix"] for r in result.per_episode] == [0, 1, 3, 4]
     assert sorted(set(result.episode_data["episode_index"].tolist())) == [0, 1, 3, 4]
     if rendered:
-        assert [os.path.basename(p) for p in result.video_paths] == ["eval_episode_0.mp4", "eval_episode_1.mp4",
-                                                                      "eval_episode_3.mp4"]
+        assert [os.path.basename(p) for p in result.video_paths] == [video_name(r) for r in result.per_episode[:3]]
         assert len(list((tmp_path / "fasteval.testing.faulty_make_faulty_env").iterdir())) == 3
 
 

@@ -1,6 +1,6 @@
 """fasteval: fast, exact evaluation of PyTorch policies on gymnasium environments."""
 
-__version__ = "0.1.0"
+from fasteval.version import __version__
 
 import gymnasium as _gym
 

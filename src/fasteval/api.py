@@ -29,7 +29,8 @@ from typing import Any, Iterator, Mapping
 import torch
 from torch import nn
 
-from fasteval.core.engine import Engine, resolve_device
+from fasteval.core.engine import resolve_device
+from fasteval.engine import Engine
 from fasteval.errors import PolicyLoadError, UserInputError
 from fasteval.results import EvalResult
 from fasteval.spec import EvalSpec

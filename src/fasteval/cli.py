@@ -18,7 +18,8 @@ from typing import Any
 import click
 
 from fasteval.compat import CompatOptions, compat_options
-from fasteval.spec import DEVICES, OBSERVATION_FORMATS, RESET_MODES, VECTORIZATIONS
+from fasteval.paths import UsablePath, path_problem
+from fasteval.spec import DEVICES, OBS_DTYPES, OBSERVATION_FORMATS, RESET_MODES, VECTORIZATIONS, VIDEO_SELECTIONS
 
 EXIT_OK, EXIT_RUNTIME_ERROR, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -107,7 +108,11 @@ EVAL_OPTIONS = [
                  help="Env slots stepped together (capped at N)."),
     click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of episode 0."),
     click.option("--vectorization", type=click.Choice(VECTORIZATIONS), default="sync", show_default=True,
-                 help="sync: envs in-process (best for cheap envs). async: one subprocess per env."),
+                 help="sync: envs in-process (best for cheap envs). async: a pool of worker processes, each "
+                      "stepping a block of slots."),
+    click.option("--workers", "workers", type=click.IntRange(min=1), default=None,
+                 help="Env worker processes for --vectorization async (capped at the batch size) "
+                      "[default: min(batch, usable cores)]."),
     click.option("--device", type=click.Choice([*DEVICES]), default="auto", show_default=True,
                  help="Policy device; auto picks cuda when available."),
     click.option("--max-steps", type=click.IntRange(min=1), default=None,
@@ -127,8 +132,16 @@ EVAL_OPTIONS = [
                       "images as float CHW in [0, 1] on the policy device."),
     click.option("--rename", "rename", multiple=True, metavar="KEY=NEW",
                  help="Rename an observation key on the way to the policy; repeatable (e.g. observation.images.top=observation.image)."),
-    click.option("--max-episodes-rendered", type=click.IntRange(min=0), default=0, show_default=True,
-                 help="Render the first K episodes (by index) into OUTPUT_DIR/videos/<env>/eval_episode_<i>.mp4."),
+    click.option("--obs-dtype", "obs_dtype", type=click.Choice(OBS_DTYPES), default="auto", show_default=True,
+                 help="dtype of float observations for the policy: auto = the policy's parameter dtype "
+                      "(nn.Module policies; else as the env gives them), float32, float64, or keep (no cast)."),
+    click.option("--videos", "--max-episodes-rendered", "max_episodes_rendered", type=click.IntRange(min=0), default=0,
+                 show_default=True, help="Render K episodes (chosen by --video-select) into "
+                 "OUTPUT_DIR/videos/<task>/ep<episode>_seed<seed>_<success|failure>.mp4. "
+                 "--max-episodes-rendered is LeRobot's name."),
+    click.option("--video-select", "video_select", type=click.Choice(VIDEO_SELECTIONS), default="first", show_default=True,
+                 help="Which episodes --videos renders: the first K by index, the first K failures or successes "
+                      "(by index; rendered as candidates, extra videos deleted), or the first K of every task (suites)."),
 ]
 
 
@@ -172,6 +185,12 @@ SUBCOMMANDS = {
     "sweep": "fasteval.sweep.cli:sweep",
     "report": "fasteval.sweep.cli:report",
 }
+SUBCOMMAND_HELP = {
+    # name -> the line `fasteval --help` shows, so that the help imports none of them (nor torch).
+    "bench": "Time an evaluation by stage, with warm-up and repeats.",
+    "sweep": "Run (or resume) a sweep file: policies x envs x seeds.",
+    "report": "Build the report of a sweep folder from its results store.",
+}
 
 
 class LazyGroup(click.Group):
@@ -188,7 +207,14 @@ class LazyGroup(click.Group):
         return super().parse_args(ctx, args)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *(n for n in SUBCOMMANDS if self._load(n) is not None)})
+        return sorted({*super().list_commands(ctx), *SUBCOMMANDS})
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands section of ``--help``, from :data:`SUBCOMMAND_HELP`: imports nothing."""
+        rows = [(name, SUBCOMMAND_HELP.get(name, "")) for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         return super().get_command(ctx, name) or self._load(name)
@@ -212,11 +238,12 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @eval_options
-@click.option("--output-dir", "-o", type=click.Path(file_okay=False, path_type=Path), default=None,
+@click.option("--output-dir", "-o", type=UsablePath("dir", writable=True), default=None,
               help="Where manifest.json, episodes.jsonl and eval_info.json go [default: outputs/eval/<time>_<env>].")
-@click.option("--resume", "resume_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+@click.option("--resume", "resume_dir", type=UsablePath("dir", writable=True), default=None,
               help="Finish an interrupted run in this folder: its settings come from its manifest.json; "
-                   "episodes already recorded are skipped.")
+                   "episodes already recorded are skipped. The original command line may be repeated "
+                   "with it: options equal to the run's are accepted, differing ones are refused.")
 @click.option("--retries", type=click.IntRange(min=0), default=1, show_default=True,
               help="Retries of an episode whose env raised, hung or died (from its seed, on a rebuilt env).")
 @click.option("--on-nan-action", type=click.Choice(["error", "skip-episode"]), default="error", show_default=True,
@@ -243,19 +270,21 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
     if ctx.invoked_subcommand is not None:
         return
     compat = CompatOptions(options)  # --config, --print-config, --log, --export
-    from fasteval.core.engine import Engine
+    from fasteval.engine import Engine
     from fasteval.durable import STATUS_COMPLETE, STATUS_INTERRUPTED, run_durable
     from fasteval.errors import FastevalError, UserInputError
     from fasteval.rundir import RunDirectory
 
     try:
         if resume_dir is not None:
-            spec = spec_from_manifest(ctx, RunDirectory(resume_dir), options)
+            spec = spec_from_manifest(ctx, RunDirectory(resume_dir), options, output_dir, compat.config_file)
+            compat.config_file = None  # compared with the manifest above; the manifest's values stand
         else:
             spec = build_spec(**options)
         spec = spec.replace(retries=retries, on_nan_action=on_nan_action, step_timeout=step_timeout)
         spec, output_dir = compat.resolve(ctx, spec, output_dir, resume=resume_dir is not None)
         out_dir = resume_dir or output_dir or default_output_dir(spec.env)
+        check_output_paths(out_dir, spec)
         if spec.max_episodes_rendered and spec.videos_dir is None:
             spec = spec.replace(videos_dir=str(out_dir / "videos"))
         if compat.print_config:
@@ -264,6 +293,10 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
             click.echo(dump_config(spec, out_dir))
             return
         engine = Engine(spec)
+        if spec.max_episodes_rendered:
+            from fasteval.recording import check_renderable
+
+            check_renderable(engine)  # a MuJoCo env without render_mode: exit 2 before the run starts
     except UserInputError as exc:
         fail(str(exc), EXIT_BAD_INPUT)
     progress = _Progress(spec.n_episodes, enabled=sys.stderr.isatty())
@@ -279,7 +312,8 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
         engine.close()
     result = outcome.result
     if outcome.resumed_episodes:
-        click.echo(f"resumed: {outcome.resumed_episodes} episodes were already recorded in {out_dir}")
+        n = outcome.resumed_episodes
+        click.echo(f"resumed: {plural(n, 'episode')} {'was' if n == 1 else 'were'} already recorded in {out_dir}")
     click.echo(format_summary(result, profile))
     click.echo(f"wrote {out_dir / 'eval_info.json'} (status: {outcome.status})")
     problems = compat.finish(spec, out_dir, result)  # config.json, --export, --log
@@ -288,8 +322,7 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
     if outcome.status == STATUS_COMPLETE and not problems:
         return
     if result.n_failed or result.errors:
-        click.echo(f"{result.n_failed} episodes failed for good; {len(result.errors)} env/policy errors "
-                   f"(details in {out_dir / 'errors.jsonl'}).", err=True)
+        click.echo("\n".join(describe_failures(result, out_dir)), err=True)
     if outcome.status == STATUS_INTERRUPTED:
         click.echo(f"interrupted after {len(result.per_episode)} of {spec.n_episodes} episodes. Resume with:\n"
                    f"  fasteval --resume {out_dir}", err=True)
@@ -300,27 +333,117 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
     sys.exit(EXIT_RUNTIME_ERROR)
 
 
-def spec_from_manifest(ctx: click.Context, run_dir: Any, options: dict[str, Any]):
-    """The spec of an earlier run, from its manifest; options given on this command line may
-    change only how it runs (batch size, vectorization, device), never what it evaluates."""
+def plural(n: int, word: str) -> str:
+    """``plural(1, "episode")`` -> ``"1 episode"``; ``plural(2, "episode")`` -> ``"2 episodes"``."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+FAILURES_SHOWN = 5
+"""Failed episodes named in the terminal; the rest are counted (all are in errors.jsonl)."""
+
+
+def describe_failures(result: Any, out_dir: Path, limit: int = FAILURES_SHOWN) -> list[str]:
+    """Lines for stderr: how many episodes failed for good, and the first ``limit`` of them by
+    index, seed, stage and the first line of their error."""
+    final = sorted((e for e in result.errors if e.get("final")), key=lambda e: e.get("episode_ix", 0))
+    retried = len(result.errors) - len(final)
+    head = f"{plural(result.n_failed, 'episode')} failed for good"
+    if retried:
+        head += f"; {plural(retried, 'env/policy error')} {'was' if retried == 1 else 'were'} retried"
+    lines = [f"{head} (details in {out_dir / 'errors.jsonl'})" + (":" if final else ".")]
+    for error in final[:limit]:
+        text = str(error.get("error") or "").strip()
+        first = text.splitlines()[0] if text else "(no message)"
+        if len(first) > 200:
+            first = first[:197] + "..."
+        lines.append(f"  episode {error.get('episode_ix')} (seed {error.get('seed')}, {error.get('stage')}): {first}")
+    if len(final) > limit:
+        lines.append(f"  ... and {len(final) - limit} more")
+    return lines
+
+
+def check_output_paths(out_dir: Path, spec: Any) -> None:
+    """The output folder (from ``-o``, a config file or the default) and ``videos_dir`` must be
+    usable before anything runs; raises UserInputError (exit 2) naming the path and the problem."""
+    from fasteval.errors import UserInputError
+
+    for what, path in (("output folder", out_dir), ("videos folder", getattr(spec, "videos_dir", None))):
+        if path is None:
+            continue
+        problem = path_problem(path, kind="dir", writable=True)
+        if problem is not None:
+            raise UserInputError(f"the {what} {str(path)!r} is not usable: {problem}. Choose another folder.")
+
+
+HOW_IT_RUNS = ("batch_size", "vectorization", "workers", "device", "pipeline", "cuda_graph", "max_episodes_rendered", "video_select")
+"""Spec fields a resumed run may change: they change how the episodes run (or what is rendered),
+never their results."""
+FIELD_OF_PARAM = {"compile_policy": "compile"}
+"""CLI parameter names that differ from the EvalSpec field they set."""
+
+
+def _same_value(field: str, a: Any, b: Any) -> bool:
+    """Equal as the manifest stores them (JSON); checkpoint folders by their resolved path."""
+    import json
+
+    def norm(value: Any) -> Any:
+        return json.loads(json.dumps(value, default=str))
+
+    if norm(a) == norm(b):
+        return True
+    if field == "policy" and isinstance(a, str) and isinstance(b, str) and Path(a).exists() and Path(b).exists():
+        return Path(a).resolve() == Path(b).resolve()
+    return False
+
+
+def spec_from_manifest(ctx: click.Context, run_dir: Any, options: dict[str, Any], output_dir: Path | None = None,
+                       config_file: Any = None):
+    """The spec of an earlier run, from its manifest, for ``--resume DIR``.
+
+    The original command line may be given again: every option (and ``--config`` key) given is
+    compared with the manifest; equal values are accepted, options in :data:`HOW_IT_RUNS` take
+    the new value, and any other difference is refused with a UserInputError naming each one.
+    """
     from click.core import ParameterSource
 
+    from fasteval.errors import UserInputError
     from fasteval.spec import EvalSpec
 
     manifest = run_dir.read_manifest()
     saved = dict(manifest["spec"])
-    given = {name for name in options if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE}
-    how_it_runs = {"batch_size", "vectorization", "device", "pipeline", "cuda_graph"}
-    for name in given & how_it_runs:
-        saved[name] = options[name]
-    clashing = given - how_it_runs
-    if clashing:
-        from fasteval.errors import UserInputError
+    long_name = {p.name: next((o for o in p.opts if o.startswith("--")), p.opts[0])
+                 for p in ctx.command.params if isinstance(p, click.Option)}
+    given = {FIELD_OF_PARAM.get(name, name): long_name.get(name, name) for name in options
+             if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE}
+    differ: list[str] = []
+    if given or config_file is not None:
+        wanted = build_spec(**options)
+        if config_file is not None:
+            from fasteval.config import apply_config, read_config_file
 
+            from_file = read_config_file(config_file)
+            wanted, config_out = apply_config(ctx, wanted, output_dir, config_file)
+            for key in from_file:
+                given.setdefault(key, f"{key} (in {config_file})")
+            if output_dir is None and config_out is not None:
+                output_dir = Path(config_out)
+        values = wanted.to_dict()
+        for field_name, label in sorted(given.items()):
+            if field_name not in values:
+                continue
+            if field_name in HOW_IT_RUNS:
+                saved[field_name] = values[field_name]
+            elif not _same_value(field_name, saved.get(field_name), values[field_name]):
+                differ.append(f"{label}: the run has {saved.get(field_name)!r}, this command has {values[field_name]!r}")
+    if output_dir is not None and Path(output_dir).resolve() != Path(run_dir.path).resolve():
+        differ.append(f"--output-dir: the run is in {str(run_dir.path)!r}, this command has {str(output_dir)!r}")
+    if differ:
         raise UserInputError(
-            f"--resume takes what to evaluate from {run_dir.path / 'manifest.json'}; do not pass "
-            f"{', '.join('--' + n.replace('_', '-') for n in sorted(clashing))} with it (only --batch-size, "
-            f"--vectorization and --device may change on resume)."
+            f"--resume {run_dir.path}: this command differs from the run in {run_dir.path / 'manifest.json'}: "
+            + "; ".join(differ) + ". Drop those options (the run's values are used), or start a new run with "
+            "another --output-dir. Only " + ", ".join(long_name.get(FIELD_OF_PARAM.get(f, f), "--" + f.replace("_", "-"))
+                                                       for f in HOW_IT_RUNS)
+            + " may change on resume."
         )
     known = set(EvalSpec.__dataclass_fields__)
     return EvalSpec(**{k: v for k, v in saved.items() if k in known})

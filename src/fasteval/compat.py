@@ -120,7 +120,10 @@ ENV_TYPES: dict[str, EnvType] = {
         id="gym_aloha/{task}", tasks=("AlohaInsertion-v0", "AlohaTransferCube-v0"), default_task="AlohaInsertion-v0",
         max_steps=400, lerobot_observations=True, kwargs={"obs_type": "pixels", "render_mode": "rgb_array"},
     ),
-    "metaworld": EnvType(id="Meta-World/MT1", task_kwarg="env_name", strip_prefix="metaworld-", example_task="push-v3"),
+    # fasteval's MetaWorld env, not MetaWorld's own "Meta-World/MT1": there the reset seed does not pick the task
+    # variant (a wrapper draws it from its own generator) and info has "success", not "is_success".
+    "metaworld": EnvType(id="fasteval.suites:make_metaworld_env", task_kwarg="task", strip_prefix="metaworld-",
+                         example_task="push-v3"),
     "mujoco": EnvType(id="{task}", example_task="HalfCheetah-v5"),
     "gymnasium": EnvType(id="{task}", example_task="CartPole-v1"),
     "known_answer": EnvType(id="fasteval/{task}", tasks=("KnownAnswer-v0",), default_task="KnownAnswer-v0"),
@@ -131,7 +134,12 @@ _KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*=")
 
 
 def resolve_env_type(env_type: str, task: str | None) -> tuple[str, dict[str, Any], EnvType]:
-    """``(type, task)`` -> ``(gymnasium id, env kwargs, table entry)``. Raises ``ValueError`` with the fix."""
+    """``(type, task)`` -> ``(gymnasium id, env kwargs, table entry)``. Raises ``ValueError`` with the fix.
+
+    For a type whose task is an env kwarg (``metaworld``), ``task`` may list several tasks
+    (``push-v3,reach-v3``, as LeRobot accepts): the kwarg is then the list of task names, which the
+    CLI runs as a suite (:func:`fasteval.suites.suite_from_spec`), one task after the other.
+    """
     entry = ENV_TYPES.get(env_type)
     if entry is None:
         raise ValueError(f"unknown --env.type {env_type!r}; expected one of {', '.join(sorted(ENV_TYPES))}."
@@ -140,20 +148,26 @@ def resolve_env_type(env_type: str, task: str | None) -> tuple[str, dict[str, An
         task = entry.default_task
     if task is None:
         raise ValueError(f"--env.type={env_type} needs --env.task (e.g. --env.task={entry.example_task}).")
-    if entry.strip_prefix and task.startswith(entry.strip_prefix):
-        task = task[len(entry.strip_prefix):]
-    if "," in task or not task.strip():
-        raise ValueError(f"--env.task={task!r}: fasteval evaluates one task per run; run one command per task, "
-                         f"or list them as envs in a `fasteval sweep` file.")
-    if entry.tasks and task not in entry.tasks:
-        raise ValueError(f"--env.type={env_type}: unknown --env.task {task!r}; expected one of {', '.join(entry.tasks)}."
-                         + _did_you_mean(task, entry.tasks))
+    tasks = [t.strip() for t in task.split(",")]
+    tasks = [t[len(entry.strip_prefix):] if entry.strip_prefix and t.startswith(entry.strip_prefix) else t for t in tasks]
+    if not all(tasks):
+        raise ValueError(f"--env.task={task!r}: expected a task name or a comma-separated list of task names "
+                         f"(e.g. --env.task={entry.example_task or entry.default_task}).")
+    if len(tasks) > 1 and entry.task_kwarg is None:
+        raise ValueError(f"--env.task={task!r}: --env.type={env_type} evaluates one task per run; run one command "
+                         f"per task, or list them as envs in a `fasteval sweep` file.")
+    if len(set(tasks)) != len(tasks):
+        raise ValueError(f"--env.task={task!r}: a task is listed twice.")
+    for name in tasks:
+        if entry.tasks and name not in entry.tasks:
+            raise ValueError(f"--env.type={env_type}: unknown --env.task {name!r}; expected one of "
+                             f"{', '.join(entry.tasks)}." + _did_you_mean(name, entry.tasks))
     kwargs = dict(entry.kwargs)
     if entry.task_kwarg is not None:
-        kwargs[entry.task_kwarg] = task
+        kwargs[entry.task_kwarg] = tasks[0] if len(tasks) == 1 else tasks
         env_id = entry.id
     else:
-        env_id = entry.id.format(task=task)
+        env_id = entry.id.format(task=tasks[0])
     return env_id, kwargs, entry
 
 
@@ -403,8 +417,9 @@ class CompatOptions:
 
 def compat_options(fn: Callable) -> Callable:
     """The click options of this module's features, for ``fasteval.cli.main``."""
+    from fasteval.paths import UsablePath
     decorators = [
-        click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False), default=None,
+        click.option("--config", "config_file", type=UsablePath("file", must_exist=True), default=None,
                      help="YAML/JSON/TOML file of EvalSpec fields (plus output_dir); options given on the "
                           "command line win. LeRobot-style flags (--policy.path=..., --env.type=pusht, "
                           "eval.batch_size=8) are accepted too: see docs/lerobot.md."),

@@ -18,7 +18,7 @@ The format is flat: the EvalSpec field names (``env``, ``policy``, ``env_kwargs`
   ``--print-config`` prints the same document and exits. Loading it gives the same spec back.
 * A relative checkpoint folder in ``policy`` is looked up next to the file first (as sweep files
   do), then in the current folder; saved configs hold absolute folders.
-* :func:`to_sweep_dict` turns a config into a one-job sweep spec (``fasteval sweep``'s format:
+* :func:`fasteval.sweep.spec.config_to_sweep_dict` turns a config into a one-job sweep spec (``fasteval sweep``'s format:
   the same key names under ``options``).
 
 Loading does only the file reading and key checks; the values are validated by ``EvalSpec``.
@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from fasteval.errors import UserInputError
+from fasteval.mapping_files import read_mapping_file
 from fasteval.spec import EvalSpec
 
 CONFIG_FILE_NAME = "config.json"
-CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml")
 EXTRA_KEYS = ("output_dir",)
 MERGED_FIELDS = ("env_kwargs", "rename")
 """Mapping fields merged key by key (config first, then the command line)."""
@@ -62,49 +62,6 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
                              top_level="a mapping of EvalSpec fields")
 
 
-def read_mapping_file(path: str | Path, *, what: str, error: type[Exception], yaml_hint: str,
-                      top_level: str = "a mapping") -> dict[str, Any]:
-    """Parse a YAML/JSON/TOML file whose top level is a mapping. Shared by eval configs and sweep specs.
-
-    Every failure raises ``error`` with a message that names ``what`` and the file, says what was
-    expected, and (for a missing parser) what to install.
-    """
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in CONFIG_SUFFIXES:
-        raise error(f"{what} {str(path)!r}: expected a {', '.join(CONFIG_SUFFIXES)} file, got suffix {suffix!r}.")
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise error(f"{what} {str(path)!r}: cannot read it ({exc}).") from None
-    try:
-        if suffix == ".json":
-            data = json.loads(text)
-        elif suffix == ".toml":
-            try:
-                import tomllib as toml
-            except ImportError:  # Python 3.10
-                try:
-                    import tomli as toml
-                except ImportError:
-                    raise error(f"{what} {str(path)!r} is TOML, which on Python 3.10 needs tomli: pip install tomli "
-                                "(or write it as .json).") from None
-            data = toml.loads(text)
-        else:
-            try:
-                import yaml
-            except ImportError:
-                raise error(f"{what} {str(path)!r} is YAML, which needs PyYAML: {yaml_hint} (or write it as .json).") from None
-            data = yaml.safe_load(text)
-    except error:
-        raise
-    except Exception as exc:  # the parsers' own messages carry line numbers
-        raise error(f"{what} {str(path)!r}: could not parse it as {suffix[1:].upper()}: {exc}") from None
-    if not isinstance(data, dict):
-        raise error(f"{what} {str(path)!r}: expected {top_level} at the top level, got {type(data).__name__}.")
-    return data
-
-
 def load_config(path: str | Path) -> dict[str, Any]:
     """Read and check a config file: known keys only, ``policy`` a string, ``env_kwargs`` a mapping.
 
@@ -123,6 +80,13 @@ def load_config(path: str | Path) -> dict[str, Any]:
         beside = path.parent / policy
         if not Path(policy).is_absolute() and beside.is_dir() and path.parent.resolve() != Path.cwd().resolve():
             data["policy"] = str(beside.resolve())
+    out = data.get("output_dir")
+    if out is not None:
+        from fasteval.paths import path_problem
+
+        problem = "expected a folder path string" if not isinstance(out, str) else path_problem(out, kind="dir")
+        if problem is not None:
+            raise ConfigError(f"config file {str(path)!r}: output_dir {out!r} is not usable: {problem}.")
     if "env_kwargs" in data and not isinstance(data["env_kwargs"], Mapping):
         raise ConfigError(f"config file {str(path)!r}: env_kwargs: expected a mapping, got {data['env_kwargs']!r}.")
     return data
@@ -206,33 +170,3 @@ def apply_config(ctx: Any, spec: EvalSpec, output_dir: Any, config_file: str | P
     if "output_dir" not in given and data.get("output_dir") is not None:
         output_dir = Path(data["output_dir"])
     return spec, output_dir
-
-
-def to_sweep_dict(data: Mapping[str, Any], name: str = "config") -> dict[str, Any]:
-    """A config (EvalSpec fields) as a one-job ``fasteval sweep`` spec: one policy, one env, one seed block.
-
-    Fields the sweep format has no place for must keep their defaults; anything else raises
-    :class:`ConfigError` naming them.
-    """
-    from fasteval.sweep.spec import OPTION_KEYS
-
-    check_keys(data)
-    if "env" not in data:
-        raise ConfigError("config: missing 'env' (a gymnasium id or module:callable).")
-    defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())  # type: ignore[misc]
-                for f in dataclasses.fields(EvalSpec) if f.name != "env"}
-    per_job = {"env", "policy", "env_kwargs", "n_episodes", "seed"}
-    options = {k: v for k, v in data.items() if k in OPTION_KEYS}
-    lost = sorted(k for k, v in data.items()
-                  if k not in per_job and k not in OPTION_KEYS and k not in EXTRA_KEYS and v != defaults.get(k))
-    if lost:
-        raise ConfigError(f"config: fields {', '.join(lost)} differ from their defaults, and a sweep spec has no "
-                          f"place for them (its options are {', '.join(OPTION_KEYS)}).")
-    return {
-        "name": name,
-        "episodes": data.get("n_episodes", defaults["n_episodes"]),
-        "seeds": [data.get("seed", defaults["seed"])],
-        "policies": [{"ref": data.get("policy", defaults["policy"])}],
-        "envs": [{"id": data["env"], "kwargs": dict(data.get("env_kwargs") or {})}],
-        "options": options,
-    }

@@ -2,10 +2,18 @@
 
 Used by the CLI. The sequence:
 
-1. a new run writes ``manifest.json`` (status ``running``) before the first step; a resumed
-   run checks that its spec and policy digest match the manifest, and runs only the episodes
-   that are not in ``episodes.jsonl`` yet;
-2. each finished episode is appended to ``episodes.jsonl`` and flushed at once;
+1. nothing is written until the run has passed its dry run: ``manifest.json`` (status
+   ``running``) is written just before the first record (a finished episode or an error), so a
+   run that fails its dry run leaves the folder as it was, free for the next run. A resumed run
+   checks that its spec and policy digest match the manifest, and runs only the episodes that
+   are not in ``episodes.jsonl`` yet;
+2. finished episodes are appended to ``episodes.jsonl`` by a group commit
+   (:class:`GroupCommitLog`): the records of all episodes finished in a step are formatted
+   together and written with one ``write``; the file is flushed when the oldest unwritten record
+   is :attr:`FlushPolicy.max_delay_s` (50 ms) old or :attr:`FlushPolicy.max_records` (256) are
+   waiting, whichever comes first, and at the end of the run (normal exit, signal, abort).
+   A kill (SIGKILL, power loss of the process) loses at most that window; ``--resume`` reruns
+   exactly the episodes that are not in the log;
 3. the first SIGINT/SIGTERM stops starting new episodes (in-flight ones finish and are kept);
    a second one stops at once;
 4. at the end, ``eval_info.json`` is written atomically from *all* recorded episodes (earlier
@@ -14,15 +22,17 @@ Used by the CLI. The sequence:
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
-from fasteval.core.engine import Engine
+from fasteval.engine import Engine
 from fasteval.errors import EvaluationAborted
-from fasteval.results import EvalResult
+from fasteval.results import EvalResult, merge_episodes
 from fasteval.rundir import RunDirectory, check_resumable, policy_digest
 from fasteval.spec import EvalSpec
 
@@ -42,7 +52,7 @@ class DurableOutcome:
 
 
 def manifest_fields(spec: EvalSpec, engine: Engine) -> dict[str, Any]:
-    import fasteval
+    from fasteval.version import __version__
 
     return {
         "env": spec.env,
@@ -54,8 +64,119 @@ def manifest_fields(spec: EvalSpec, engine: Engine) -> dict[str, Any]:
         "max_steps": engine.max_steps,
         "batch_size": spec.batch_size,
         "vectorization": spec.vectorization,
-        "fasteval_version": fasteval.__version__,
+        "fasteval_version": __version__,
     }
+
+
+@dataclass(frozen=True)
+class FlushPolicy:
+    """When buffered episode records must reach the file: the crash window of a run."""
+
+    max_delay_s: float = 0.05
+    """Longest time (seconds) a record may wait in memory; a kill loses at most this window."""
+    max_records: int = 256
+    """Most records that may wait in memory, whatever their age."""
+
+    def due(self, pending: int, oldest_age_s: float) -> bool:
+        """``pending`` records wait, the oldest for ``oldest_age_s`` seconds: write them now?"""
+        return pending >= self.max_records or (pending > 0 and oldest_age_s >= self.max_delay_s)
+
+
+_encode = json.JSONEncoder(check_circular=False, separators=(",", ":")).encode
+
+
+def format_records(records: Iterable[dict[str, Any]]) -> tuple[str, int]:
+    """``records`` -> (their JSON lines as one string, how many). One join per batch; compact
+    separators; NaN is written as ``NaN`` (Python's json reads it back)."""
+    lines = [_encode(record) for record in records]
+    return ("\n".join(lines) + "\n" if lines else ""), len(lines)
+
+
+class GroupCommitLog:
+    """Buffered appends of complete JSON lines, written in groups by :class:`FlushPolicy`.
+
+    ``write(text)`` must append ``text`` and flush it to the OS (one ``write`` call per group).
+    :meth:`add` checks the policy each time; a background thread (``background=True``) checks it
+    every ``max_delay_s / 2`` so that a record never waits much longer than ``max_delay_s`` when no
+    further episode finishes. :meth:`close` (or :meth:`flush`) writes whatever is left. An error
+    raised by ``write`` in the thread is re-raised by the next :meth:`add`, :meth:`flush` or
+    :meth:`close`. ``clock`` is injectable for tests (seconds, monotonic).
+    """
+
+    def __init__(self, write: Callable[[str], None], policy: FlushPolicy = FlushPolicy(),
+                 clock: Callable[[], float] = time.monotonic, background: bool = True):
+        self.write, self.policy, self.clock = write, policy, clock
+        self._parts: list[str] = []
+        self._pending = 0
+        self._oldest = 0.0
+        self._lock = threading.Lock()
+        self._error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.groups_written = 0
+        if background:
+            self._thread = threading.Thread(target=self._run, name="fasteval-log-flush", daemon=True)
+            self._thread.start()
+
+    def add(self, text: str, n: int) -> None:
+        """Buffer ``n`` complete lines (``text``); write the group if the policy says so."""
+        self._reraise()
+        if not n:
+            return
+        with self._lock:
+            now = self.clock()
+            if not self._pending:
+                self._oldest = now
+            self._parts.append(text)
+            self._pending += n
+            if self.policy.due(self._pending, now - self._oldest):
+                self._write_locked()
+
+    def poll(self) -> None:
+        """Write the buffered group if it is due (what the background thread calls)."""
+        with self._lock:
+            if self.policy.due(self._pending, self.clock() - self._oldest):
+                self._write_locked()
+
+    def flush(self) -> None:
+        """Write whatever is buffered now."""
+        with self._lock:
+            self._write_locked()
+        self._reraise()
+
+    def close(self) -> None:
+        """Stop the thread and write the rest. Safe to call twice."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self.flush()
+
+    @property
+    def pending(self) -> int:
+        return self._pending
+
+    def _write_locked(self) -> None:
+        if not self._parts:
+            return
+        text = "".join(self._parts)
+        self._parts.clear()
+        self._pending = 0
+        self.write(text)
+        self.groups_written += 1
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.policy.max_delay_s / 2):
+            try:
+                self.poll()
+            except BaseException as exc:  # disk full, ...: the main thread re-raises it
+                self._error = exc
+                return
+
+    def _reraise(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
 
 
 class _StopOnSignal:
@@ -91,43 +212,78 @@ def run_durable(
     resume: bool = False,
     on_finished: Callable[[Any, Any], None] | None = None,
     announce: Callable[[str], None] = lambda message: print(message, file=sys.stderr),
+    flush_policy: FlushPolicy = FlushPolicy(),
 ) -> DurableOutcome:
-    """Run ``engine.spec`` into ``run_dir`` (see the module docstring). Never loses a finished episode."""
+    """Run ``engine.spec`` into ``run_dir`` (see the module docstring).
+
+    Loses no finished episode on a normal exit, an error or a signal, and at most
+    ``flush_policy``'s window on a kill. Raises :class:`~fasteval.errors.UserInputError` (the
+    folder holds another run, the resume does not match, the dry run failed) with the folder
+    left as it was.
+    """
+    from fasteval.errors import UserInputError
+
     spec = engine.spec
     fields = manifest_fields(spec, engine)
     done: list[dict[str, Any]] = []
     segments: list[dict[str, Any]] = []
+    original_manifest: dict[str, Any] | None = None
     if resume:
-        manifest = run_dir.read_manifest()
-        check_resumable(manifest, fields, run_dir.path)
+        original_manifest = run_dir.read_manifest()
+        check_resumable(original_manifest, fields, run_dir.path)
         done = [r for r in run_dir.records() if 0 <= int(r["episode_ix"]) < spec.n_episodes]
-        segments = list(manifest.get("segments", []))
+        segments = list(original_manifest.get("segments", []))
     elif run_dir.has_manifest():
-        from fasteval.errors import UserInputError
-
         raise UserInputError(
             f"{run_dir.path} already holds a fasteval run. Pass --resume {run_dir.path} to finish it, "
             f"or choose another --output-dir."
         )
     done_ix = {int(r["episode_ix"]) for r in done}
-    missing = [i for i in range(spec.n_episodes) if i not in done_ix]
-    run_dir.open_logs()
-    run_dir.write_manifest({**fields, "spec": spec.to_dict(), "status": STATUS_RUNNING, "segments": segments})
+    missing = [i for i in range(spec.n_episodes) if i not in done_ix] if done else None  # None: all, no O(n) list
+    folder_existed = run_dir.path.exists()
+    log: GroupCommitLog | None = None
+
+    def start() -> GroupCommitLog:
+        """First record of this segment (the dry run has passed): manifest, then the logs."""
+        nonlocal log
+        if log is None:
+            run_dir.open_logs()
+            run_dir.write_manifest({**fields, "spec": spec.to_dict(), "status": STATUS_RUNNING, "segments": segments})
+            log = GroupCommitLog(run_dir.append_episode_text, flush_policy)
+        return log
 
     def log_finished(ledger: Any, rows: Any) -> None:
-        run_dir.append_episodes(engine.record(ledger, int(r)) for r in rows)
+        text, n = format_records([engine.record(ledger, int(r)) for r in rows])
+        start().add(text, n)
         if on_finished is not None:
             on_finished(ledger, rows)
+
+    def log_error(record: dict[str, Any]) -> None:
+        start()
+        run_dir.append_errors([record])
 
     error: BaseException | None = None
     with _StopOnSignal(engine, announce) as stopper:
         try:
-            new = engine.run(episodes=missing, on_finished=log_finished,
-                             on_error=lambda record: run_dir.append_errors([record]))
+            new = engine.run(episodes=missing, on_finished=log_finished, on_error=log_error)
         except EvaluationAborted as exc:
             new, error = exc.partial, exc.__cause__ or exc
+        except UserInputError:  # the dry run failed: nothing was evaluated, leave the folder as it was
+            if log is not None:
+                log.close()
+                run_dir.close()
+                if original_manifest is not None:
+                    run_dir.write_manifest(original_manifest)
+                else:
+                    run_dir.remove_new_run(remove_folder=not folder_existed)
+            raise
+        finally:
+            if log is not None:
+                log.close()  # every buffered record reaches the file, whatever happened
+    start()
+    log.close()
     run_dir.close()
-    records = sorted(done + new.per_episode, key=lambda r: r["episode_ix"])
+    records = merge_episodes(done, new.per_episode)  # columnar, in episode order
     if len(records) == spec.n_episodes and error is None and not new.n_failed:
         status = STATUS_COMPLETE  # a signal that came after the last episode changes nothing
     elif stopper.received is not None or isinstance(error, KeyboardInterrupt):
@@ -141,7 +297,7 @@ def run_durable(
                         video_paths=list(new.video_paths), errors=new.errors, n_failed=new.n_failed,
                         episode_data=new.episode_data)
     merged.meta.update(status=status, segments=len(segments), n_episodes=spec.n_episodes)
-    run_dir.write_eval_info(merged.to_eval_info())
+    run_dir.write_eval_info(merged.eval_info_document())  # streamed: no per-episode dicts in memory
     run_dir.write_manifest({**fields, "spec": spec.to_dict(), "status": status, "segments": segments,
                             **({"error": f"{type(error).__name__}: {error}"} if error is not None else {})})
     return DurableOutcome(merged, status, stopper.received, error, resumed_episodes=len(done))

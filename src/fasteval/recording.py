@@ -1,8 +1,27 @@
-"""Videos and episode data: two :class:`~fasteval.core.loop.StepObserver` s the engine adds when the spec asks.
+"""Videos and episode data: two :class:`~fasteval.core.protocols.StepObserver` s the engine adds when the spec asks.
 
-* ``max_episodes_rendered=K``: the first K episodes **by episode index** (not by finishing order)
-  are rendered with ``env.render()`` (``rgb_array``) into
-  ``<videos_dir>/<env>/eval_episode_<i>.mp4`` (imageio + ffmpeg: ``pip install 'fasteval[video]'``).
+* ``max_episodes_rendered=K`` (``--videos K``; LeRobot's ``--max-episodes-rendered K``) renders K
+  episodes with ``env.render()`` (``rgb_array``) into
+  ``<videos_dir>/<task>/ep<episode:06d>_seed<seed>_<success|failure>.mp4`` (imageio + ffmpeg, in
+  the default install). ``<task>`` is the env kwarg ``task`` or ``env_name`` when there is one
+  (``push-v3``), else the env id, made safe for a file name. ``video_select`` chooses the episodes:
+
+  =============  ==============================================================================
+  ``first``      the K smallest episode indices (not the first K to finish)
+  ``failures``   the K smallest episode indices among the episodes that end without success
+  ``successes``  the K smallest episode indices among the episodes that succeed
+  ``per-task``   the first K of every task of a suite (:func:`fasteval.suites.run_suite`); in
+                 one engine run it is ``first``
+  =============  ==============================================================================
+
+  The outcome of an episode is known only at its end, so for ``failures``/``successes`` every
+  episode that may still be among the K is rendered as a candidate: an episode is rendered when
+  it starts unless K matching episodes with smaller indices have already finished (and its
+  recording stops as soon as that becomes true). A finished candidate that matches is encoded; when
+  that makes K + 1 videos, the one with the largest index is deleted. The videos left are exactly
+  the K matching episodes with the smallest indices, whatever the batch size, vectorization or
+  finishing order (fewer if fewer match). Episodes that fail with an error (env or policy faults)
+  have no video and count as neither.
   A video has exactly ``length + 1`` frames: the reset frame, then one frame per step. Only the
   slots being recorded are rendered; async envs render in their worker (gymnasium's ``_call``
   pipe command), so frames cross the pipe only for those slots. ``result.video_paths`` lists the
@@ -45,28 +64,114 @@ from typing import Any
 
 import numpy as np
 
-from fasteval.core.loop import StepObserver
-from fasteval.core.obs_mapping import RAW, plan_keys, slot_getter
+from fasteval.core.protocols import StepObserver
+from fasteval.core.slot_calls import slot_getter
 from fasteval.errors import UserInputError
+from fasteval.kernels import IDLE
+from fasteval.policies.obs_mapping import RAW, plan_keys
 
-IDLE = -1
 DEFAULT_FPS = 30
+
+
+FIRST, FAILURES, SUCCESSES, PER_TASK = "first", "failures", "successes", "per-task"
+TASK_KWARGS = ("task", "env_name")
+"""Env kwargs that name the task (``fasteval.suites:make_metaworld_env``, ``Meta-World/MT1``)."""
 
 
 def safe_name(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in str(text)) or "env"
 
 
-def video_path(videos_dir: str | os.PathLike, env: str, episode_ix: int) -> Path:
-    """``<videos_dir>/<env>/eval_episode_<i>.mp4`` (the env id made safe for a file name)."""
-    return Path(videos_dir) / safe_name(env) / f"eval_episode_{int(episode_ix)}.mp4"
+def task_label(env: str, env_kwargs: Any = None) -> str:
+    """The task an env runs: its ``task`` / ``env_name`` kwarg if it is a string, else the env id."""
+    for key in TASK_KWARGS:
+        value = (env_kwargs or {}).get(key)
+        if isinstance(value, str) and value:
+            return value
+    return env
+
+
+def video_path(videos_dir: str | os.PathLike, task: str, episode_ix: int, seed: int, success: bool) -> Path:
+    """``<videos_dir>/<task>/ep<episode:06d>_seed<seed>_<success|failure>.mp4`` (the task made safe for a file name)."""
+    outcome = "success" if success else "failure"
+    return Path(videos_dir) / safe_name(task) / f"ep{int(episode_ix):06d}_seed{int(seed)}_{outcome}.mp4"
+
+
+class VideoSelection:
+    """Which episodes get a video (see the module docstring): ``wanted`` at an episode's start,
+    ``keep`` at its end. The result depends only on the episodes' outcomes, never on their order."""
+
+    def __init__(self, mode: str, k: int):
+        if mode not in (FIRST, FAILURES, SUCCESSES, PER_TASK):
+            raise UserInputError(f"video_select: expected first, failures, successes or per-task, got {mode!r}.")
+        self.mode = FIRST if mode == PER_TASK else mode
+        self.k = k
+        self.kept: list[int] = []
+        """Episodes (sorted) whose video is kept so far (``failures`` / ``successes``)."""
+
+    def wanted(self, episode: int) -> bool:
+        """Whether episode ``episode`` may still be among the K (render it, or keep rendering it)."""
+        if self.mode == FIRST:
+            return episode < self.k
+        return int(np.searchsorted(self.kept, episode)) < self.k
+
+    def keep(self, episode: int, success: bool) -> tuple[bool, list[int]]:
+        """At the end of a rendered episode: ``(keep its video, episodes whose videos to delete)``."""
+        if not self.wanted(episode):
+            return False, []
+        if self.mode == FIRST:
+            return True, []
+        if success != (self.mode == SUCCESSES):
+            return False, []
+        self.kept.insert(int(np.searchsorted(self.kept, episode)), episode)
+        dropped, self.kept = self.kept[self.k:], self.kept[: self.k]
+        return True, dropped
+
+
+def is_mujoco_env(env: Any) -> bool:
+    """Whether ``env`` (through its wrappers) is a MuJoCo env: gymnasium's ``MujocoEnv``, MetaWorld..."""
+    unwrapped = getattr(env, "unwrapped", env)
+    return any("mujoco" in (getattr(cls, "__module__", "") or "") for cls in type(unwrapped).__mro__)
+
+
+def render_problem(env: Any, name: str) -> str | None:
+    """Why ``env`` cannot give video frames, known before any episode: a MuJoCo env made without
+    ``render_mode="rgb_array"`` (MuJoCo's own error would be ``Unexpected mode: None``). ``None``: no
+    known problem (other envs are checked on their first frame)."""
+    mode = getattr(env, "render_mode", None)
+    if mode == "rgb_array" or not is_mujoco_env(env):
+        return None
+    return (f"env {name!r} is a MuJoCo env made with render_mode={mode!r}, so it cannot render videos (MuJoCo "
+            f"would stop with 'Unexpected mode: {mode}'). Add --env-kwarg render_mode=rgb_array (and width=, height= "
+            f"for the frame size), or drop --videos / --max-episodes-rendered.")
+
+
+def check_renderable(engine: Any) -> None:
+    """Raise :class:`UserInputError` (after closing ``engine``) if its env cannot render videos, before the
+    run starts (see :func:`render_problem`). Sync envs are inspected in place; for async envs one env is
+    built in this process from the engine's factory and closed again."""
+    envs = engine.envs
+    local = getattr(envs, "envs", None)
+    own = None
+    if local and not hasattr(envs, "_pipes"):
+        env = local[0]
+    else:
+        env = own = engine.factory()
+    try:
+        problem = render_problem(env, engine.spec.env)
+    finally:
+        if own is not None:
+            own.close()
+    if problem is not None:
+        engine.close()
+        raise UserInputError(problem)
 
 
 def _check_frame(frame: Any, env: str) -> np.ndarray:
     if frame is None:
         raise UserInputError(
             f"env {env!r}: env.render() returned None, so there is nothing to record. Make the env with "
-            f"render_mode='rgb_array' (--env-kwarg render_mode=rgb_array), or set max_episodes_rendered=0."
+            f"render_mode='rgb_array' (--env-kwarg render_mode=rgb_array), or set --videos 0."
         )
     frame = np.asarray(frame)
     if frame.ndim != 3 or frame.shape[-1] not in (3, 4) or frame.dtype != np.uint8:
@@ -76,17 +181,17 @@ def _check_frame(frame: Any, env: str) -> np.ndarray:
 
 
 class FrameSpool:
-    """The frames of one episode, spooled raw to a hidden file beside the video, encoded at the end.
+    """The frames of one episode, spooled raw to a hidden file in the video folder, encoded at the end.
 
     Why not stream into ffmpeg: an ffmpeg process that lives across the episode would have the
     write end of its stdin copied into any env worker forked meanwhile (an async env rebuilt after
     a failure), and would then never see end-of-file; the encoder runs only in :meth:`encode`.
-    Memory stays at one frame per open video.
+    The file name (which carries the outcome) is chosen at the end. Memory stays at one frame per
+    open video.
     """
 
-    def __init__(self, path: Path):
-        self.path = path
-        self.tmp = path.with_name(f".{path.name}.frames")
+    def __init__(self, folder: Path, episode_ix: int):
+        self.tmp = folder / f".ep{int(episode_ix):06d}.frames"
         self.file = open(self.tmp, "wb")
         self.shape: tuple | None = None
         self.count = 0
@@ -100,11 +205,11 @@ class FrameSpool:
         self.file.write(np.ascontiguousarray(frame).tobytes())
         self.count += 1
 
-    def encode(self, imageio: Any, fps: int) -> None:
+    def encode(self, imageio: Any, fps: int, path: Path) -> None:
         self.file.close()
         try:
             frames = np.memmap(self.tmp, dtype=np.uint8, mode="r", shape=(self.count, *self.shape))
-            with imageio.get_writer(str(self.path), fps=fps, macro_block_size=2, ffmpeg_log_level="error") as writer:
+            with imageio.get_writer(str(path), fps=fps, macro_block_size=2, ffmpeg_log_level="error") as writer:
                 for frame in frames:
                     writer.append_data(np.asarray(frame))
             del frames
@@ -116,19 +221,32 @@ class FrameSpool:
         self.tmp.unlink(missing_ok=True)
 
 
-class VideoRecorder(StepObserver):
-    """Renders the first ``max_episodes`` episodes (by index) into mp4 files, frame by frame."""
+def load_video_writer() -> Any:
+    """``imageio.v2`` with its ffmpeg plugin (both in the default install); a clear error if missing."""
+    try:
+        import imageio.v2 as imageio
+        import imageio_ffmpeg  # noqa: F401  (the ffmpeg plugin's binary)
+    except ImportError:
+        raise UserInputError("videos need imageio with its ffmpeg plugin, which fasteval installs by default; "
+                             "reinstall it with: pip install imageio imageio-ffmpeg.") from None
+    return imageio
 
-    def __init__(self, envs: Any, ledger: Any, env: str, max_episodes: int, videos_dir: str | os.PathLike):
-        try:
-            import imageio.v2 as imageio
-            import imageio_ffmpeg  # noqa: F401  (the ffmpeg plugin's binary)
-        except ImportError:
-            raise UserInputError("videos need imageio with its ffmpeg plugin: pip install 'fasteval[video]' "
-                                 "(or pip install imageio-ffmpeg).") from None
-        self._imageio = imageio
+
+class VideoRecorder(StepObserver):
+    """Renders the episodes that ``selection`` picks into mp4 files, frame by frame."""
+
+    def __init__(self, envs: Any, ledger: Any, env: str, max_episodes: int, videos_dir: str | os.PathLike,
+                 select: str = FIRST, task: str | None = None):
+        self._imageio = load_video_writer()
+        local = getattr(envs, "envs", None)
+        problem = render_problem(local[0], env) if local and not hasattr(envs, "_pipes") else None
+        if problem is not None:
+            raise UserInputError(problem)
         self.envs, self.ledger, self.env = envs, ledger, env
+        self.task = task or env
         self.max_episodes, self.videos_dir = max_episodes, videos_dir
+        self.folder = Path(videos_dir) / safe_name(self.task)
+        self.selection = VideoSelection(select, max_episodes)
         self.render = slot_getter(envs, "render")
         metadata = getattr(getattr(envs, "vector_env", None), "metadata", None) or {}
         self.fps = int(metadata.get("render_fps") or DEFAULT_FPS)
@@ -136,8 +254,11 @@ class VideoRecorder(StepObserver):
         self.done: dict[int, str] = {}  # episode index -> path
         self.frames: dict[int, int] = {}  # episode index -> frames written
 
+    def _episode(self, row: int) -> int:
+        return int(self.ledger.episode_ids[row])
+
     def _wanted(self, row: int) -> bool:
-        return row != IDLE and int(self.ledger.episode_ids[row]) < self.max_episodes
+        return row != IDLE and self.selection.wanted(self._episode(row))
 
     def _open(self, rows: dict[int, int]) -> None:
         """Start videos for ``{slot: ledger row}`` (rows of parked slots are not in the ledger yet)."""
@@ -149,21 +270,29 @@ class VideoRecorder(StepObserver):
         for slot, frame in zip(slots, frames):
             frame = _check_frame(frame, self.env)  # before any file is created
             row = rows[slot]
-            path = video_path(self.videos_dir, self.env, int(self.ledger.episode_ids[row]))
-            path.parent.mkdir(parents=True, exist_ok=True)
-            spool = FrameSpool(path)
+            self.folder.mkdir(parents=True, exist_ok=True)
+            spool = FrameSpool(self.folder, self._episode(row))
             self.open[slot] = (row, spool)
             spool.append(frame, self.env)
 
     def _close(self, slot: int) -> None:
         row, spool = self.open.pop(slot)
-        if self.ledger.finished[row] and not self.ledger.failed[row]:
-            spool.encode(self._imageio, self.fps)
-            episode = int(self.ledger.episode_ids[row])
-            self.done[episode] = str(spool.path)
-            self.frames[episode] = spool.count
-        else:
+        L = self.ledger
+        if not (L.finished[row] and not L.failed[row]):
             spool.discard()
+            return
+        episode, success = self._episode(row), bool(L.success[row])
+        keep, dropped = self.selection.keep(episode, success)
+        if not keep:
+            spool.discard()
+            return
+        path = video_path(self.videos_dir, self.task, episode, L.seed + episode, success)
+        spool.encode(self._imageio, self.fps, path)
+        self.done[episode] = str(path)
+        self.frames[episode] = spool.count
+        for other in dropped:  # a matching episode with a smaller index finished later
+            Path(self.done.pop(other)).unlink(missing_ok=True)
+            self.frames.pop(other, None)
 
     def _discard(self, slot: int) -> None:
         self.open.pop(slot)[1].discard()
@@ -190,8 +319,11 @@ class VideoRecorder(StepObserver):
             if entry is None or slot in parked:
                 continue
             row, spool = entry
+            if not self.selection.wanted(self._episode(row)):  # K matching episodes with smaller indices are done
+                self._discard(slot)
+                continue
             if spool.count != int(acc_len[slot]) + 1 or int(self.ledger.slot_episode[slot]) != row:
-                warnings.warn(f"episode {int(self.ledger.episode_ids[row])} restarted where the recorder could not "
+                warnings.warn(f"episode {self._episode(row)} restarted where the recorder could not "
                               f"see it; its video is dropped.", RuntimeWarning, stacklevel=2)
                 self._discard(slot)
                 continue
@@ -362,7 +494,8 @@ def attach_recorders(engine: Any, ledger: Any, observer: StepObserver | None) ->
     spec = engine.spec
     parts: list[Any] = []
     if spec.max_episodes_rendered > 0:
-        parts.append(VideoRecorder(engine.envs, ledger, spec.env, spec.max_episodes_rendered, spec.videos_dir or "videos"))
+        parts.append(VideoRecorder(engine.envs, ledger, spec.env, spec.max_episodes_rendered, spec.videos_dir or "videos",
+                                   select=spec.video_select, task=task_label(spec.env, spec.env_kwargs)))
     if spec.return_episode_data:
         parts.append(EpisodeDataRecorder(engine.envs, ledger, spec.observation_format, spec.rename))
     return Recorders(parts, observer) if parts else observer

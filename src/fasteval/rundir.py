@@ -3,9 +3,11 @@
 Layout:
   manifest.json    written before the first step: the spec, the policy digest, the
                    fasteval version and a ``status`` (running / complete / interrupted / failed)
-  episodes.jsonl   one JSON record per finished episode, appended and flushed as it finishes
+  episodes.jsonl   one JSON record per finished episode, appended in groups (see
+                   :class:`fasteval.durable.GroupCommitLog`: at most 50 ms or 256 episodes late)
   errors.jsonl     one JSON record per env/policy fault (retried ones included)
   eval_info.json   the final results (classic layout), written atomically at the end
+  config.json      the resolved config (written by the CLI; loadable with --config)
 
 A crash leaves at worst one partial last line in a ``.jsonl`` file; :meth:`RunDirectory.records`
 ignores it. ``manifest.json`` and ``eval_info.json`` are replaced atomically (temp file +
@@ -106,12 +108,23 @@ class RunDirectory:
 
     # -- episode log ----------------------------------------------------------------------
     def open_logs(self) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
-        self._episodes = open(self.path / EPISODES, "a", buffering=1)
-        self._errors = open(self.path / ERRORS, "a", buffering=1)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserInputError(f"cannot create the output folder {self.path}: {exc.strerror or exc}. "
+                                 f"Choose another --output-dir.") from None
+        self._episodes = open(self.path / EPISODES, "a", encoding="utf-8")  # flushed per group by the caller
+        self._errors = open(self.path / ERRORS, "a", buffering=1, encoding="utf-8")
 
     def append_episodes(self, records: Iterable[dict[str, Any]]) -> None:
+        """Append ``records`` to ``episodes.jsonl`` now (one write, flushed)."""
         self._append(self._episodes, self.path / EPISODES, records)
+
+    def append_episode_text(self, text: str) -> None:
+        """Append complete JSON lines to ``episodes.jsonl`` with one write, then flush to the OS."""
+        with _write_guard(self.path / EPISODES):
+            self._episodes.write(text)
+            self._episodes.flush()
 
     def append_errors(self, records: Iterable[dict[str, Any]]) -> None:
         self._append(self._errors, self.path / ERRORS, records)
@@ -148,6 +161,21 @@ class RunDirectory:
                     pass
                 handle.close()
         self._episodes = self._errors = None
+
+    def remove_new_run(self, remove_folder: bool) -> None:
+        """Undo a new run that never got past its dry run: remove the files it wrote (and the
+        folder, when this run created it and it is empty), so the folder is free again."""
+        self.close()
+        for name in (MANIFEST, EPISODES, ERRORS):
+            try:
+                (self.path / name).unlink()
+            except FileNotFoundError:
+                pass
+        if remove_folder:
+            try:
+                self.path.rmdir()
+            except OSError:
+                pass  # not empty (something else is there): leave it
 
     def write_eval_info(self, document: dict[str, Any]) -> Path:
         path = self.path / EVAL_INFO

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from fasteval.errors import UserInputError
-from fasteval.results import EPISODE_FIELDS
+from fasteval.results import EPISODE_FIELDS, EpisodeTable
 
 LOG_KINDS = ("tensorboard", "wandb")
 EXPORT_FORMATS = ("parquet", "csv")
@@ -157,18 +157,24 @@ def export_tables(result: Any, out_dir: str | Path, formats: Iterable[str]) -> l
     return written
 
 
-def _columns(records: list[dict[str, Any]]) -> list[str]:
+def _columns(records: Any) -> list[str]:
+    if isinstance(records, EpisodeTable):
+        return list(records.fields)
     extra = [k for r in records for k in r if k not in EPISODE_FIELDS]
     return [*EPISODE_FIELDS, *dict.fromkeys(extra)]
 
 
-def write_parquet(records: list[dict[str, Any]], path: str | Path) -> Path:
-    """The per-episode table as Parquet (one row per episode; NaN rewards stay NaN)."""
+def write_parquet(records: Any, path: str | Path) -> Path:
+    """The per-episode table (an :class:`~fasteval.results.EpisodeTable` or a list of dicts) as
+    Parquet, one row per episode; NaN rewards stay NaN. A table's columns go over without rows."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     columns = _columns(records)
-    table = pa.table({c: [_plain(r.get(c)) for r in records] for c in columns})
+    if isinstance(records, EpisodeTable):
+        table = pa.table({c: (records.column(c) if c in records.columns else records.column(c).tolist()) for c in columns})
+    else:
+        table = pa.table({c: [_plain(r.get(c)) for r in records] for c in columns})
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
@@ -177,7 +183,7 @@ def write_parquet(records: list[dict[str, Any]], path: str | Path) -> Path:
     return path
 
 
-def write_csv(records: list[dict[str, Any]], path: str | Path) -> Path:
+def write_csv(records: Any, path: str | Path) -> Path:
     import csv
 
     columns = _columns(records)

@@ -19,6 +19,8 @@ RESET_MODES = ("auto", "per-env", "wave")
 ON_NAN_ACTIONS = ("error", "skip-episode")
 OBSERVATION_FORMATS = ("raw", "lerobot")
 AMP_MODES = ("none", "bf16", "fp16")
+OBS_DTYPES = ("auto", "keep", "float32", "float64")
+VIDEO_SELECTIONS = ("first", "failures", "successes", "per-task")
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,12 @@ class EvalSpec:
     """Seed of episode 0; episode ``i`` uses ``seed + i``. >= 0."""
 
     vectorization: str = "sync"
-    """``sync``: envs in this process. ``async``: one subprocess per env (pays only for costly envs)."""
+    """``sync``: envs in this process. ``async``: a pool of worker processes, each stepping a
+    contiguous block of slots (pays when a block's step outweighs one round trip, ~0.1 ms)."""
+
+    workers: int | None = None
+    """Worker processes for ``vectorization="async"`` (capped at the number of slots). ``None``:
+    ``min(batch, usable cores)``. Ignored by sync envs. >= 1."""
 
     device: str = "auto"
     """Where the policy runs: ``cpu``, ``cuda`` (or ``cuda:N``), or ``auto`` (cuda when available)."""
@@ -74,16 +81,30 @@ class EvalSpec:
     """What the policy receives: ``raw`` (the env's observation: a Tensor, or a TensorDict of the
     env's Dict keys) or ``lerobot`` (a TensorDict with LeRobot keys: ``observation.image`` /
     ``observation.images.<camera>`` as float CHW in [0, 1], ``observation.state``,
-    ``observation.environment_state``; see :mod:`fasteval.core.obs_mapping`)."""
+    ``observation.environment_state``; see :mod:`fasteval.policies.obs_mapping`)."""
 
     rename: Mapping[str, str] = field(default_factory=dict)
     """Observation key renames applied after the mapping, ``{key: new_key}`` (``--rename key=new``).
     A key may name the mapped key or the env's raw key; for array observations in ``raw`` format
     the key is ``observation``."""
 
+    obs_dtype: str = "auto"
+    """The dtype of float observations the policy receives (``--obs-dtype``), cast on the policy
+    device into buffers allocated once: ``auto`` (the dtype of an ``nn.Module`` policy's first
+    floating parameter; other policies get the env's dtypes), ``float32``, ``float64``, or ``keep``
+    (no cast). Integer and uint8 entries (raw images) are never cast. See
+    :mod:`fasteval.policies.obs_dtype`."""
+
     max_episodes_rendered: int = 0
-    """Render the first K episodes (by episode index) with ``env.render()`` into
-    ``<videos_dir>/<env>/eval_episode_<i>.mp4``. The env must render ``rgb_array`` frames. >= 0."""
+    """Number of videos K (``--videos K``; LeRobot's ``--max-episodes-rendered``), rendered with
+    ``env.render()`` into ``<videos_dir>/<task>/ep<episode:06d>_seed<seed>_<success|failure>.mp4``;
+    ``video_select`` says which episodes. The env must render ``rgb_array`` frames. >= 0."""
+
+    video_select: str = "first"
+    """Which episodes get the ``max_episodes_rendered`` videos (see :mod:`fasteval.recording`):
+    ``first`` (the K smallest episode indices), ``failures`` / ``successes`` (the K episodes with
+    the smallest indices among those that fail / succeed), ``per-task`` (the first K of every task
+    of a suite; ``first`` for one env)."""
 
     videos_dir: str | None = None
     """Folder for videos. ``None``: ``videos`` under the CLI's output folder, or ``./videos`` for the library."""
@@ -116,6 +137,8 @@ class EvalSpec:
         _require(_is_int(self.batch_size) and self.batch_size >= 1, "batch_size", "an integer >= 1", self.batch_size)
         _require(_is_int(self.seed) and self.seed >= 0, "seed", "an integer >= 0", self.seed)
         _require(self.vectorization in VECTORIZATIONS, "vectorization", " or ".join(VECTORIZATIONS), self.vectorization)
+        _require(self.workers is None or (_is_int(self.workers) and self.workers >= 1), "workers", "None or an integer >= 1",
+                 self.workers)
         _require(
             isinstance(self.device, str) and (self.device in DEVICES or self.device.startswith("cuda:")),
             "device", "cpu, cuda, cuda:N or auto", self.device,
@@ -148,6 +171,8 @@ class EvalSpec:
         object.__setattr__(self, "rename", dict(self.rename))
         _require(_is_int(self.max_episodes_rendered) and self.max_episodes_rendered >= 0,
                  "max_episodes_rendered", "an integer >= 0", self.max_episodes_rendered)
+        _require(self.obs_dtype in OBS_DTYPES, "obs_dtype", " or ".join(OBS_DTYPES), self.obs_dtype)
+        _require(self.video_select in VIDEO_SELECTIONS, "video_select", " or ".join(VIDEO_SELECTIONS), self.video_select)
         _require(self.videos_dir is None or (isinstance(self.videos_dir, str) and self.videos_dir != ""),
                  "videos_dir", "None or a folder path string", self.videos_dir)
         _require(isinstance(self.return_episode_data, bool), "return_episode_data", "True or False", self.return_episode_data)

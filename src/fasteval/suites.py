@@ -54,8 +54,9 @@ import gymnasium as gym
 import numpy as np
 
 from fasteval.core.envs import EnvFactory
+from fasteval.core.headless import ensure_headless_gl
 from fasteval.errors import UserInputError
-from fasteval.results import EvalResult
+from fasteval.results import EpisodeTable, EvalResult
 from fasteval.spec import EvalSpec
 
 
@@ -183,15 +184,14 @@ def run_suite(
 
     def run_one(index: int) -> EvalResult:
         from fasteval.api import policy_eval_mode
-        from fasteval.core.engine import Engine
+        from fasteval.engine import Engine
 
         group, task_id, task = tasks[index]
         spec = specs[index].replace(policy=_policy_for(policy, policy_factory, concurrent))
         with Engine(spec) as engine, policy_eval_mode(engine.policy):
             result = engine.run()
         name = task.name or task.env
-        for record in result.per_episode:
-            record.update(task_group=group, task_id=task_id, task=name)
+        result.per_episode.set_task(group, task_id, name)  # the table is columnar: relabel it, not row copies
         for error in result.errors:
             error.update(task_group=group, task_id=task_id, task=name)
         return result
@@ -210,7 +210,7 @@ def _safe(value: Any) -> str:
 
 
 def _merge(tasks: list[tuple[str, Any, Task]], results: list[EvalResult], eval_s: float, concurrency: int) -> EvalResult:
-    records = [r for result in results for r in result.per_episode]
+    records = EpisodeTable.concat([result.per_episode for result in results])
     timings: dict[str, float] = {}
     for result in results:
         for stage, seconds in result.timings.items():
@@ -268,12 +268,13 @@ class MetaWorldEnv(gym.Wrapper):
     * ``info["is_success"]`` mirrors MetaWorld's ``info["success"]``. Episodes are truncated by
       MetaWorld at ``max_path_length`` (500) steps.
     * ``task_description``: the task name in words (``pick place``), read once per episode.
-    * Rendering: ``render_mode="rgb_array"`` with ``camera_name`` / ``width`` / ``height`` (MuJoCo:
-      set ``MUJOCO_GL=egl`` or ``osmesa`` on a headless machine).
+    * Rendering: ``render_mode="rgb_array"`` with ``camera_name`` / ``width`` / ``height``. On a
+      machine without a display, ``MUJOCO_GL=egl`` is set when it is unset (said once).
     """
 
     def __init__(self, task: str, render_mode: str | None = None, camera_name: str = "corner",
                  width: int = 480, height: int = 480):
+        ensure_headless_gl()  # MUJOCO_GL=egl without a display, before MuJoCo renders (docs/robot.md)
         env_dict = _import_metaworld()
         from metaworld.types import Task as MWTask
 

@@ -166,7 +166,7 @@ def bench_cell(
     least 2; 0 skips it, and the first repeat then pays for the dry run and any capture).
     """
     from fasteval.api import policy_eval_mode
-    from fasteval.core.engine import Engine
+    from fasteval.engine import Engine
 
     if not isinstance(repeats, int) or repeats < 1:
         raise UserInputError(f"repeats: expected an integer >= 1, got {repeats!r}.")

@@ -45,7 +45,7 @@ def machine_info() -> dict[str, Any]:
     import numpy
     import torch
 
-    import fasteval
+    from fasteval.version import __version__
     from fasteval import kernels
 
     try:
@@ -72,7 +72,7 @@ def machine_info() -> dict[str, Any]:
         "gymnasium": gymnasium.__version__,
         "numpy": numpy.__version__,
         "numba": _version("numba"),
-        "fasteval": fasteval.__version__,
+        "fasteval": __version__,
         "kernel_backend": kernels.BACKEND,
     }
 

@@ -1,9 +1,11 @@
 """The engine: built once from an :class:`~fasteval.spec.EvalSpec`, run many times.
 
 Building resolves and validates everything (env, spaces, policy, device, buffers,
-kernel backend); :meth:`Engine.run` then runs a ledger of episodes through the hot
+kernel backend); :meth:`CoreEngine.run` then runs a ledger of episodes through the hot
 loop and returns an :class:`~fasteval.results.EvalResult`. Every door (CLI, library
-API, bench, sweeps) goes through this class.
+API, bench, sweeps) goes through this class, as :class:`fasteval.engine.Engine`, which plugs
+in the policy loaders, the robot steps and the recorders (:class:`~fasteval.core.protocols.EngineParts`):
+core itself imports none of them.
 """
 
 from __future__ import annotations
@@ -18,23 +20,21 @@ import numpy as np
 import torch
 from torch import nn
 
-import fasteval
 from fasteval import kernels
+from fasteval.core.accel import accelerate
 from fasteval.core.envs import SlotEnvs, build_slot_envs, make_factory
 from fasteval.core.faults import Faults, make_action_check
 from fasteval.core.ledger import Ledger
-from fasteval.core.loop import StepObserver, run_episodes, start_wave
-from fasteval.core.accel import accelerate
-from fasteval.core.pipeline import check_pipelinable, run_episodes_pipelined
+from fasteval.core.loop import StepContext, run_episodes, start_wave
+from fasteval.core.pipeline import check_pipelinable, group_rows, policy_batch
 from fasteval.core.policy import NO_RESET
+from fasteval.core.protocols import EngineParts, StepObserver
 from fasteval.core.timing import StageTimers
 from fasteval.core.transfer import DeviceToHost, HostToDevice
 from fasteval.errors import EvaluationAborted, UserInputError
-from fasteval.policies.chunking import build_policy_runner
-from fasteval.policies.loaders import load_policy
-from fasteval.recording import attach_recorders, finish_recorders
-from fasteval.results import EvalResult
+from fasteval.results import EpisodeTable, EvalResult
 from fasteval.spec import EvalSpec
+from fasteval.version import __version__
 
 logger = logging.getLogger(__name__)
 
@@ -57,11 +57,16 @@ def action_host_dtype(space: gym.Space) -> np.dtype:
     return np.dtype(np.int64) if isinstance(space, gym.spaces.Discrete) else np.dtype(space.dtype)
 
 
-class Engine:
-    """Envs, policy, buffers and kernel for one spec. Use :meth:`run`; call :meth:`close` at the end."""
+class CoreEngine:
+    """Envs, policy, buffers and kernel for one spec. Use :meth:`run`; call :meth:`close` at the end.
 
-    def __init__(self, spec: EvalSpec, n_slots: int | None = None, pin_memory: bool = True):
+    ``parts`` supplies the policy side and the observers (see :class:`EngineParts`); the doors use
+    :class:`fasteval.engine.Engine`, which passes fasteval's own.
+    """
+
+    def __init__(self, spec: EvalSpec, parts: EngineParts, n_slots: int | None = None, pin_memory: bool = True):
         self.spec = spec
+        self.parts = parts
         self.pin_memory = pin_memory
         self.n_slots = n_slots or spec.n_slots
         factory, probe, cap = make_factory(spec.env, spec.env_kwargs, spec.max_steps)
@@ -82,16 +87,18 @@ class Engine:
     def _build_policy_side(self, spec: EvalSpec) -> None:
         envs = self.envs
         loaded_here = isinstance(spec.policy, str)
-        policy = load_policy(spec.policy, envs.observation_space, envs.action_space, self.n_slots, spec.trust_remote_code)
+        policy = self.parts.load_policy(spec, envs, self.n_slots)
         self.device = resolve_device(spec.device, policy)
         if loaded_here and isinstance(policy, nn.Module):
             policy = policy.to(self.device).eval()
         self.policy = policy
-        self.policy_batch = (self.n_slots + 1) // 2 if spec.pipeline else self.n_slots
-        """Rows per policy call: all slots, or one group's with ``pipeline``."""
+        self.group_rows = group_rows(self.n_slots, spec.pipeline)
+        """The slot groups of the step sequence: one, or two with ``pipeline``."""
+        self.policy_batch = policy_batch(self.n_slots, spec.pipeline)
+        """Rows per policy call: all slots, or the larger group's with ``pipeline``."""
         self.h2d = HostToDevice(envs.obs, self.device, self.pin_memory)
         # A PolicyRunner plus the robot steps (obs mapping, normalization stats, task descriptions, action chunks).
-        self.runner = build_policy_runner(policy, spec, envs, self.h2d, self.policy_batch)
+        self.runner = self.parts.build_runner(policy, spec, envs, self.h2d, self.policy_batch)
         self.d2h = DeviceToHost(self.n_slots, tuple(envs.action_space.shape or ()), action_host_dtype(envs.action_space), self.device)
         self.check_actions = make_action_check(action_host_dtype(envs.action_space))
         if spec.pipeline:
@@ -151,7 +158,7 @@ class Engine:
         self.ledger = ledger
         if n == 0:
             return EvalResult([], 0.0, self.timers.as_dict(), self._meta(0, seed))
-        observer = attach_recorders(self, ledger, observer)  # videos / episode data when the spec asks for them
+        observer = self.parts.attach_observers(self, ledger, observer)  # videos / episode data when the spec asks
         callback = (lambda done: on_finished(ledger, done)) if on_finished is not None else (lambda done: None)
         faults = Faults(self.envs, self.runner, ledger, self.spec.retries, self.spec.on_nan_action, on_error)
         self.timers.reset()
@@ -170,17 +177,18 @@ class Engine:
                         torch.cuda.manual_seed(seed)
                 start_wave(self.envs, self.runner, ledger, self.timers,
                            before_policy_reset=None if self._checked else self._dry_run)
-                loop = run_episodes_pipelined if self.spec.pipeline else run_episodes
-                loop(
-                    self.envs, self.runner, self.h2d, self.d2h, ledger, kernels.step_bookkeeping, self.timers,
-                    self.max_steps or 0, callback, faults, self.check_actions, observer,
+                ctx = StepContext(
+                    envs=self.envs, runner=self.runner, h2d=self.h2d, d2h=self.d2h, ledger=ledger, faults=faults,
+                    timers=self.timers, step_bookkeeping=kernels.step_bookkeeping, max_steps=self.max_steps or 0,
+                    check_actions=self.check_actions, on_finished=callback, observer=observer,
                 )
+                run_episodes(ctx, self.group_rows)
         except UserInputError:
             raise  # the dry run: nothing was evaluated
         except BaseException as exc:
             partial = self._result(ledger, faults, perf_counter() - start, seed)
             partial.meta["status"] = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-            finish_recorders(observer, partial)
+            self.parts.finish_observers(observer, partial)
             raise EvaluationAborted(
                 f"evaluation stopped early after {len(partial.per_episode)} finished episodes: "
                 f"{type(exc).__name__}: {exc}", partial) from exc
@@ -191,7 +199,7 @@ class Engine:
         self.runs += 1
         result = self._result(ledger, faults, perf_counter() - start, seed)
         result.meta["status"] = "interrupted" if ledger.limit < ledger.n_episodes else "complete"
-        finish_recorders(observer, result)
+        self.parts.finish_observers(observer, result)
         return result
 
     def stop_starting(self) -> None:
@@ -203,10 +211,32 @@ class Engine:
         result = EvalResult(self._records(ledger), eval_s, self.timers.as_dict(), self._meta(ledger.n_episodes, seed))
         result.errors = list(faults.errors)
         result.n_failed = int(ledger.failed.sum())
+        result.meta["has_success_signal"] = self._success_signal()
+        # the intra-op threads the run used (run() sets them for CPU policies, then restores them)
+        cpu = self.device.type == "cpu" and self.spec.cpu_threads is not None
+        result.meta["torch_threads"] = int(self.spec.cpu_threads) if cpu else torch.get_num_threads()
         return result
 
-    def _records(self, ledger: Ledger) -> list[dict[str, Any]]:
-        return [self.record(ledger, row) for row in range(ledger.n_episodes) if ledger.finished[row]]
+    def _success_signal(self) -> bool:
+        """Whether the envs have reported ``info["is_success"]`` so far (the env layer's
+        ``has_success_signal``; envs that do not track it count as reporting it)."""
+        return bool(getattr(self.envs, "has_success_signal", True))
+
+    def _records(self, ledger: Ledger) -> EpisodeTable:
+        """The finished rows of ``ledger`` as a columnar table (views of the ledger's arrays when
+        every row finished: a later run builds a new ledger, so they never change)."""
+        n = ledger.n_episodes
+        rows = np.flatnonzero(ledger.finished[:n])
+        pick = (lambda a: a[:n]) if rows.size == n else (lambda a: a[rows])
+        ids = pick(ledger.episode_ids)
+        columns = {
+            "episode_ix": ids, "seed": ids + ledger.seed, "sum_reward": pick(ledger.sum_reward),
+            "max_reward": pick(ledger.max_reward), "length": pick(ledger.length), "success": pick(ledger.success),
+            "nan_rewards": pick(ledger.nan_rewards),
+            "has_success_signal": np.broadcast_to(np.bool_(self._success_signal()), (rows.size,)),
+        }
+        task = self.spec.env
+        return EpisodeTable(columns, np.zeros(1, np.int64), [(task, 0, task)])
 
     def record(self, ledger: Ledger, row: int) -> dict[str, Any]:
         """The per-episode record of ledger row ``row`` (final once the row is finished)."""
@@ -223,11 +253,12 @@ class Engine:
             "task_group": task,
             "task_id": 0,
             "task": task,
+            "has_success_signal": self._success_signal(),
         }
 
     def _meta(self, n: int, seed: int) -> dict[str, Any]:
         return {
-            "fasteval_version": fasteval.__version__,
+            "fasteval_version": __version__,
             "env": self.spec.env,
             "env_kwargs": self.spec.env_kwargs,
             "policy": self.spec.to_dict()["policy"],
@@ -246,7 +277,7 @@ class Engine:
     def close(self) -> None:
         self.envs.close()
 
-    def __enter__(self) -> "Engine":
+    def __enter__(self) -> "CoreEngine":
         return self
 
     def __exit__(self, *exc: Any) -> None:

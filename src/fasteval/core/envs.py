@@ -7,22 +7,22 @@ ledger runs out.
 
 * ``sync``: the sub-envs of a gymnasium ``SyncVectorEnv`` (autoreset disabled),
   stepped in this process. Best for cheap envs (classic control).
-* ``async``: a gymnasium ``AsyncVectorEnv`` (autoreset disabled, shared-memory
-  observations), one subprocess per slot, driven per slot over its pipes. Pays off
-  only when a step costs more than the inter-process round trip (~50-100 us).
+* ``async``: a pool of worker processes (:mod:`fasteval.core.workers`), each stepping a
+  contiguous block of slots, with the step buffers in shared memory. Pays off when a block's
+  step costs more than one round trip to its worker (~50-100 us).
 """
 
 from __future__ import annotations
 
 import importlib
-import multiprocessing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import gymnasium as gym
 import numpy as np
 
-from fasteval.errors import EnvNotFoundError, UserInputError
+from fasteval.core.headless import ensure_headless_gl
+from fasteval.errors import EnvNotFoundError, EnvStepError, UserInputError
 from fasteval.refs import resolve_callable, split_callable_ref
 
 
@@ -67,17 +67,77 @@ def lean_spec(env_id: str) -> gym.envs.registration.EnvSpec:
     return dataclasses.replace(spec, order_enforce=False, disable_env_checker=True, max_episode_steps=None)
 
 
+KNOWN_NAMESPACES: dict[str, tuple[str, str]] = {
+    "Meta-World": ("metaworld", "metaworld"),
+    "gym_pusht": ("gym_pusht", "gym-pusht"),
+    "gym_aloha": ("gym_aloha", "gym-aloha"),
+    "gym_xarm": ("gym_xarm", "gym-xarm"),
+    "gym_hil": ("gym_hil", "gym-hil"),
+    "ALE": ("ale_py", "ale-py"),
+}
+"""Env id namespaces whose module or pip package is not the namespace itself: ``ns -> (module, package)``."""
+MUJOCO_MODULES = ("mujoco", "metaworld", "gym_aloha")
+"""Entry-point modules of envs that render through MuJoCo (see :func:`uses_mujoco`)."""
+
+
+def namespace_module(namespace: str) -> str | None:
+    """The module that registers the envs of ``namespace`` (``Meta-World`` -> ``metaworld``), or
+    ``None`` when the namespace is not a module name and not a known plugin."""
+    if namespace in KNOWN_NAMESPACES:
+        return KNOWN_NAMESPACES[namespace][0]
+    if all(part.isidentifier() for part in namespace.split(".")):
+        return namespace
+    return None
+
+
+def uses_mujoco(env_id: str) -> bool:
+    """Whether the registered entry point of ``env_id`` is a MuJoCo env (gymnasium's, MetaWorld, ALOHA)."""
+    try:
+        entry = gym.spec(env_id).entry_point
+    except gym.error.Error:
+        return False
+    text = entry if isinstance(entry, str) else f"{getattr(entry, '__module__', '')}"
+    return any(name in text.lower() for name in MUJOCO_MODULES)
+
+
 def import_env_namespace(env_id: str) -> None:
-    """Import the plugin package of a namespaced id (``ns/Name-vN`` -> ``import ns``), if any."""
+    """Import the plugin package of a namespaced id (``ns/Name-vN`` -> ``import ns``; known plugins
+    whose module has another name through :data:`KNOWN_NAMESPACES`), if any. For a MuJoCo env on a
+    machine without a display, set ``MUJOCO_GL=egl`` first (:mod:`fasteval.core.headless`)."""
     if "/" not in env_id:
+        if uses_mujoco(env_id):
+            ensure_headless_gl()
         return
-    namespace = env_id.split("/", 1)[0]
-    if not namespace.isidentifier() and not all(part.isidentifier() for part in namespace.split(".")):
+    module = namespace_module(env_id.split("/", 1)[0])
+    if module is None:
         return  # not a module name: gymnasium reports the unknown id
     try:
-        importlib.import_module(namespace)
+        importlib.import_module(module)
     except ImportError:
         pass  # gymnasium raises NamespaceNotFound next; make_factory turns that into a clear error
+    else:
+        if uses_mujoco(env_id):
+            ensure_headless_gl()
+
+
+def namespace_hint(namespace: str) -> str:
+    """What to do about an unknown env namespace: the package to install, or why its import failed."""
+    module = namespace_module(namespace)
+    if module is None:
+        return (f"The namespace {namespace!r} is not a Python module name and not a plugin fasteval knows "
+                f"({', '.join(sorted(KNOWN_NAMESPACES))}); import the package that registers it first, or give "
+                f"the env as module:callable.")
+    package = KNOWN_NAMESPACES.get(namespace, (module, None))[1]
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and module.split(".")[0] == exc.name.split(".")[0]:
+            install = f"`pip install {package}`" if package else "install the package that provides it"
+            return f"The namespace {namespace!r} comes from the plugin module {module!r}, which is not installed: {install}."
+        return f"Importing {module!r} (which registers {namespace!r}) failed: {type(exc).__name__}: {exc}."
+    except Exception as exc:  # a plugin that is installed but broken
+        return f"Importing {module!r} (which registers {namespace!r}) failed: {type(exc).__name__}: {exc}."
+    return f"The module {module!r} is installed but registers no {namespace!r} envs; check the env id."
 
 
 def make_factory(env: str, kwargs: dict, max_steps: int | None) -> tuple[EnvFactory, gym.Env, int | None]:
@@ -91,11 +151,7 @@ def make_factory(env: str, kwargs: dict, max_steps: int | None) -> tuple[EnvFact
     try:
         probe = factory()
     except gym.error.NamespaceNotFound as exc:
-        namespace = env.split("/", 1)[0]
-        raise EnvNotFoundError(
-            f"env {env!r}: {exc} The namespace {namespace!r} comes from a plugin package; install it "
-            f"(for example `pip install {namespace.replace('_', '-')}`) and try again."
-        ) from None
+        raise EnvNotFoundError(f"env {env!r}: {exc} {namespace_hint(env.split('/', 1)[0])}") from None
     except gym.error.Error as exc:  # NameNotFound / VersionNotFound carry gymnasium's suggestion
         raise EnvNotFoundError(f"env {env!r}: {exc}") from None
     except TypeError as exc:
@@ -126,10 +182,6 @@ def _failure(slot: int, stage: str, exc: BaseException) -> EnvFailure:
     return EnvFailure(slot, stage, f"{type(exc).__name__}: {exc}", "".join(traceback.format_exception(exc)))
 
 
-def _success(info: dict) -> bool:
-    return bool(info.get("is_success", False))
-
-
 class SlotEnvs:
     """``n_slots`` envs stepped and reset per slot. Host buffers are allocated once.
 
@@ -154,10 +206,45 @@ class SlotEnvs:
         """Slots whose env raised, hung or died in the last ``step``/``reset_slots``; the engine
         handles and clears them. Rows of failed slots in the step buffers are meaningless."""
 
+    overlaps = False
+    """Whether ``step_send`` returns before the envs have stepped (envs in other processes), so
+    that the loop can run the policy for another group meanwhile."""
+
+    metadata: dict = {}
+    """The env's ``metadata`` (``render_fps``, ``render_modes``...), from slot 0's env."""
+
     def rebuild(self, slot: int) -> list[int]:
         """Replace the env of ``slot`` after a failure. Returns every slot whose env state was
         lost (those episodes must restart from their seeds)."""
         raise NotImplementedError
+
+    def call(self, slots: Sequence[int], name: str) -> list[Any]:
+        """``[env.<name>() (a method) or env.<name> (an attribute) for each slot]``, looked up
+        through the wrappers. Raises :class:`~fasteval.errors.EnvStepError` if an env raises."""
+        raise NotImplementedError
+
+    def has_attr(self, name: str) -> bool:
+        """Whether slot 0's env (through its wrappers) has attribute ``name``."""
+        raise NotImplementedError
+
+    def groups(self, n: int) -> list[slice]:
+        """``n`` contiguous slot groups (the pipelined loop's), as even as possible."""
+        base, extra = divmod(self.n_slots, n)
+        out, start = [], 0
+        for g in range(n):
+            stop = start + base + (1 if g < extra else 0)
+            out.append(slice(start, stop))
+            start = stop
+        return out
+
+    def step_send(self, slots: Sequence[int], actions: np.ndarray) -> list[int]:
+        """Start the step of ``slots``; returns the slots to pass to :meth:`step_recv`. In-process
+        envs step right here."""
+        self.step(slots, actions)
+        return list(slots)
+
+    def step_recv(self, sent: Sequence[int]) -> None:
+        """Finish the step started by :meth:`step_send` (nothing to do for in-process envs)."""
 
     def reset_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:
         raise NotImplementedError
@@ -202,23 +289,6 @@ def allocate_obs_buffer(space: gym.Space, n_slots: int, allocate: Callable[[tupl
     return allocate((n_slots, *space.shape), np.dtype(space.dtype))
 
 
-def _row_copier(source: Any, target: Any) -> Callable[[int], None]:
-    """``copy(slot)`` copies row ``slot`` of ``source`` (array or dict of arrays) into ``target``."""
-    if isinstance(source, dict):
-        pairs = [(source[key], target[key]) for key in target]
-
-        def copy_dict(slot: int) -> None:
-            for src, dst in pairs:
-                dst[slot] = src[slot]
-
-        return copy_dict
-
-    def copy_array(slot: int) -> None:
-        target[slot] = source[slot]
-
-    return copy_array
-
-
 class SyncSlotEnvs(SlotEnvs):
     """Sub-envs of a ``SyncVectorEnv`` (autoreset disabled), stepped in-process per active slot."""
 
@@ -233,6 +303,7 @@ class SyncSlotEnvs(SlotEnvs):
         self.obs = allocate_obs_buffer(self.observation_space, n_slots, obs_allocate)
         self._write_obs = _obs_writer(self.obs)
         self._array_obs = not isinstance(self.obs, dict)
+        self.metadata = dict(getattr(self.vector_env, "metadata", None) or {})
 
     def reset_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:
         for slot, seed in zip(slots, seeds):
@@ -286,132 +357,47 @@ class SyncSlotEnvs(SlotEnvs):
             truncated[slot] = trunc
             success[slot] = info.get("is_success", False)
 
+    def call(self, slots: Sequence[int], name: str) -> list[Any]:
+        out = []
+        for slot in slots:
+            try:
+                attr = self.envs[slot].get_wrapper_attr(name)
+                out.append(attr() if callable(attr) else attr)
+            except Exception as exc:
+                raise EnvStepError(f"env.{name} failed for slot {slot}: {type(exc).__name__}: {exc}") from exc
+        return out
+
+    def has_attr(self, name: str) -> bool:
+        return bool(self.envs[0].has_wrapper_attr(name))
+
     def close(self) -> None:
         self.vector_env.close()
 
 
-class AsyncSlotEnvs(SlotEnvs):
-    """Sub-envs in the worker processes of an ``AsyncVectorEnv``, driven per slot over its pipes.
-
-    Observations arrive through the vector env's shared memory (no pickling);
-    rewards, flags and infos come back over the pipes. ``step`` is split into
-    ``step_send`` and ``step_recv`` so that the engine can overlap env work with
-    policy work.
-    """
-
-    def __init__(self, factory: EnvFactory, n_slots: int, context: str | None = None, step_timeout: float | None = None):
-        self.factory, self.context, self.step_timeout = factory, context, step_timeout
-        self._start(n_slots)
-        super().__init__(n_slots, self.vector_env.single_observation_space, self.vector_env.single_action_space)
-        # A stable host buffer of our own: rows are copied out of the shared memory the workers
-        # write into, so a rebuilt vector env (new shared memory) does not invalidate the views
-        # the engine holds on this buffer.
-        self.obs = allocate_obs_buffer(self.observation_space, n_slots)
-        self._copy_row = _row_copier(self.vector_env.observations, self.obs)
-
-    def _start(self, n_slots: int) -> None:
-        self.vector_env = gym.vector.AsyncVectorEnv(
-            [self.factory] * n_slots,
-            shared_memory=True,
-            context=self.context,
-            autoreset_mode=gym.vector.AutoresetMode.DISABLED,
-        )
-        self._pipes = self.vector_env.parent_pipes
-
-    def rebuild(self, slot: int) -> list[int]:
-        """Restart every worker (an ``AsyncVectorEnv`` cannot respawn just one), so every
-        in-flight episode restarts from its seed (same numbers, some repeated work)."""
-        self.close()
-        self._start(self.n_slots)
-        self._copy_row = _row_copier(self.vector_env.observations, self.obs)
-        return list(range(self.n_slots))
-
-    def _recv(self, slot: int, what: str) -> Any:
-        pipe = self._pipes[slot]
-        try:
-            if self.step_timeout is not None and not pipe.poll(self.step_timeout):
-                process = self.vector_env.processes[slot]
-                process.kill()
-                process.join(timeout=5.0)
-                self.failures.append(EnvFailure(slot, what, f"timed out after {self.step_timeout:g} s (--step-timeout); worker killed"))
-                return None
-            result, ok = pipe.recv()
-        except (EOFError, ConnectionResetError, BrokenPipeError, OSError) as exc:
-            process = self.vector_env.processes[slot]
-            process.join(timeout=1.0)
-            code = process.exitcode
-            how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-            self.failures.append(EnvFailure(slot, what, f"async env worker died ({how}): {exc!r}", exit_code=code))
-            return None
-        if not ok:
-            index, error_type, message, trace = self.vector_env.error_queue.get()
-            self.failures.append(EnvFailure(slot, what, f"{error_type.__name__}: {message}", trace))
-            return None
-        return result
-
-    def reset_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:
-        sent = []
-        for slot, seed in zip(slots, seeds):
-            try:
-                self._pipes[slot].send(("reset", {"seed": int(seed)}))
-            except (BrokenPipeError, OSError) as exc:
-                self.failures.append(_failure(slot, "reset", exc))
-                continue
-            sent.append(slot)
-        for slot in sent:
-            if self._recv(slot, "reset") is not None:
-                self._copy_row(slot)
-
-    def step_send(self, slots: Sequence[int], actions: np.ndarray) -> list[int]:
-        """Send step commands; returns the slots that were sent (pass them to ``step_recv``)."""
-        env_actions = self._env_actions(actions)  # Python ints pickle smaller than numpy scalars
-        pipes = self._pipes
-        sent = []
-        for slot in slots:
-            try:
-                pipes[slot].send(("step", env_actions[slot]))
-            except (BrokenPipeError, OSError) as exc:
-                self.failures.append(_failure(slot, "step", exc))
-                continue
-            sent.append(slot)
-        return sent
-
-    def step_recv(self, sent: Sequence[int]) -> None:
-        """Receive the results of ``step_send`` for ``sent`` into the host buffers."""
-        rewards, terminated, truncated, success = self.rewards, self.terminated, self.truncated, self.success
-        copy_row = self._copy_row
-        for slot in sent:
-            result = self._recv(slot, "step")
-            if result is None:
-                continue
-            _obs, reward, term, trunc, info = result
-            copy_row(slot)
-            rewards[slot] = reward
-            terminated[slot] = term
-            truncated[slot] = trunc
-            success[slot] = _success(info)
-
-    def step(self, slots: Sequence[int], actions: np.ndarray) -> None:
-        self.step_recv(self.step_send(slots, actions))
-
-    def close(self) -> None:
-        try:
-            self.vector_env.close(terminate=True)
-        except Exception:  # a dead worker must not turn close() into a crash
-            pass
-
-
 def build_slot_envs(vectorization: str, factory: EnvFactory, n_slots: int, probe: gym.Env | None,
-                    step_timeout: float | None = None) -> SlotEnvs:
+                    step_timeout: float | None = None, workers: int | None = None) -> SlotEnvs:
     """Build the slot envs for ``vectorization`` (``sync`` reuses ``probe`` as slot 0).
 
-    ``step_timeout`` (seconds) applies to async workers: a worker that does not answer in
-    time is killed and its episode handled like a crash. In-process (sync) envs cannot be
-    interrupted safely; use async for envs that may hang.
+    ``async`` builds a :class:`~fasteval.core.workers.WorkerPoolEnvs` of ``workers`` processes
+    (``None``: ``min(n_slots, usable cores)``); its spaces and metadata come from ``probe`` (then
+    closed). ``step_timeout`` (seconds) applies to the workers: one that does not answer in time
+    is killed and replaced, and handled like a crash. In-process (sync) envs cannot be interrupted
+    safely; use async for envs that may hang.
     """
     if vectorization == "sync":
         return SyncSlotEnvs(factory, n_slots, first_env=probe)
-    if probe is not None:
-        probe.close()
-    context = None if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    return AsyncSlotEnvs(factory, n_slots, context=context, step_timeout=step_timeout)
+    from fasteval.core.workers import WorkerPoolEnvs  # workers imports this module
+
+    probe = probe if probe is not None else factory()
+    spaces = (probe.observation_space, probe.action_space, dict(getattr(probe, "metadata", None) or {}))
+    probe.close()
+    return WorkerPoolEnvs(factory, n_slots, spaces[0], spaces[1], n_workers=workers, step_timeout=step_timeout,
+                          metadata=spaces[2])
+
+
+def __getattr__(name: str) -> Any:
+    if name == "AsyncSlotEnvs":  # the old name of the async slot envs, kept for importers not yet moved
+        from fasteval.core.workers import WorkerPoolEnvs
+
+        return WorkerPoolEnvs
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

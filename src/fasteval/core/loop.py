@@ -1,9 +1,34 @@
-"""The hot loop. Every decision is made before it starts; the body reads like its docstring."""
+"""The hot loop: one step sequence for the plain and the pipelined run.
+
+The slots are split into contiguous :class:`StepGroup` s: one group normally, two with
+``--pipeline`` (see :mod:`fasteval.core.pipeline`). Each group goes through the same two halves
+of a step, and the plain loop is the pipelined loop with one group:
+
+*launch* (:func:`launch`)
+  1. copy the group's observations to the policy device (``h2d``);
+  2. run the policy on the group's rows, a static batch (``policy``);
+  3. copy the actions to the host and check them; non-finite ones never reach an env (``d2h``);
+  4. send the actions of the slots that run an episode to their envs (``env_step``).
+
+*land* (:func:`land`)
+  5. receive the envs' step; env failures restart their episodes from their seeds (``env_step``);
+  6. fold the step into the ledger with the bookkeeping kernel; in continuous mode freed slots take
+     their next episode at once; report the finished episodes (``bookkeeping``);
+  7. reset the refilled slots' envs with their seeds, and the policy's slots (``env_step``).
+
+:func:`run_episodes` launches every group, then lands and relaunches them in turn, so that one
+group's envs step while the policy runs for the other. When every slot is idle (wave mode), the
+next wave starts, or the run ends when the ledger is exhausted.
+
+Every decision that is constant for a run is made when the :class:`StepContext` and the groups
+are built; the loop body only calls what was bound there.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from time import perf_counter
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -11,29 +36,177 @@ from fasteval.core.envs import SlotEnvs
 from fasteval.core.faults import Faults
 from fasteval.core.ledger import Ledger
 from fasteval.core.policy import PolicyRunner
+from fasteval.core.protocols import StepObserver
 from fasteval.core.timing import StageTimers
 from fasteval.core.transfer import DeviceToHost, HostToDevice
+from fasteval.kernels import IDLE
 
 
-class StepObserver:
-    """Extension point for per-step consumers (video frames, episode recording).
+@dataclass(eq=False)
+class StepContext:
+    """Everything one run's step sequence touches, built once by the engine per run."""
 
-    ``on_start(slots)``: those slots just reset into new episodes (``ledger.slot_episode``
-    says which); their first observations are in the env host buffer.
-    ``on_step(active, actions, parked)``: the active slots just stepped with ``actions``
-    (host ``[B, ...]``); rewards, flags and observations are in the env host buffers and
-    the ledger's accumulators do not include this step yet. Slots in ``parked`` (a dict)
-    failed this step and restarted; ignore their rows.
-    """
+    envs: SlotEnvs
+    runner: PolicyRunner
+    h2d: HostToDevice
+    d2h: DeviceToHost
+    ledger: Ledger
+    faults: Faults
+    timers: StageTimers
+    step_bookkeeping: Callable[..., tuple[int, int, int]]
+    """The bookkeeping kernel (:func:`fasteval.kernels.reference.step_bookkeeping`), backend chosen once."""
+    max_steps: int
+    """Step cap per episode (0: none)."""
+    check_actions: Callable[[np.ndarray, list[int]], list[int]]
+    on_finished: Callable[[np.ndarray], None]
+    """Called with the ledger rows that just finished (their numbers are final)."""
+    observer: StepObserver | None = None
+    parked: dict[int, int] = field(default_factory=dict)
+    """Scratch for fault handling: slot -> ledger row of episodes (re)seated mid-step."""
+    groups: list["StepGroup"] = field(default_factory=list)
 
-    def on_start(self, slots: list[int]) -> None:
-        pass
+    def __post_init__(self) -> None:
+        envs = self.envs
+        send = getattr(envs, "step_send", None)
+        if send is None:  # sync envs: the step happens on send, nothing to receive
+            def send(slots: list[int], actions: np.ndarray) -> list[int]:
+                envs.step(slots, actions)
+                return slots
+            self.receive: Callable[[list[int]], None] = _nothing
+        else:
+            self.receive = envs.step_recv
+        self.send: Callable[[list[int], np.ndarray], list[int]] = send
+        self.refill = bool(self.runner.continuous)
 
-    def on_step(self, active: list[int], actions: np.ndarray, parked: dict[int, int]) -> None:
-        pass
+    def recover(self) -> set[int]:
+        """Handle ``envs.failures``: restart (or give up) their episodes. Returns the restarted slots.
+
+        A restart can take other slots with it (an async worker rebuild), in any group: their
+        rows in flight are dropped from what those groups sent, and the groups' active lists
+        are recomputed.
+        """
+        parked = self.parked
+        self.faults.handle_env_failures(parked)
+        restarted = set(parked)
+        self.faults.unpark(parked)
+        for group in self.groups:
+            if group.sent:
+                group.sent = [s for s in group.sent if s not in restarted]
+            group.stale = True
+        return restarted
 
 
-NULL_OBSERVER = StepObserver()
+def _nothing(*args: Any) -> None:
+    return None
+
+
+class StepGroup:
+    """One contiguous block of slots, with views of every buffer the kernel and the policy touch."""
+
+    def __init__(self, rows: slice, ctx: StepContext):
+        L = ctx.ledger
+        self.rows, self.offset = rows, rows.start
+        whole = rows.start == 0 and rows.stop == L.n_slots
+        if whole:  # the plain loop: the engine's own buffers, no views
+            self.policy_input, self.copy_obs, self.copy_actions = ctx.h2d.policy_input, ctx.h2d.copy, ctx.d2h.copy
+        else:
+            self.policy_input, self.copy_obs = ctx.h2d.group(rows)
+            self.copy_actions = ctx.d2h.group(rows)
+        envs = ctx.envs
+        self.kernel_views = (
+            envs.rewards[rows], envs.terminated[rows], envs.truncated[rows], envs.success[rows], L.slot_episode[rows],
+            L.acc_sum[rows], L.acc_max[rows], L.acc_len[rows], L.acc_success[rows], L.acc_nan[rows],
+        )
+        self.results = (L.sum_reward, L.max_reward, L.length, L.success, L.nan_rewards)
+        size = rows.stop - rows.start
+        self.finished = np.zeros(size, dtype=np.int64)
+        self.resets = np.zeros(size, dtype=np.int64)
+        self.slot_episode = L.slot_episode[rows]
+        self.sent: list[int] = []
+        """Slots whose actions were sent and whose step has not been folded in yet."""
+        self.actions: np.ndarray | None = None
+        self.stale = True
+        self._active: list[int] = []
+
+    def active(self) -> list[int]:
+        """Slots of this group that run an episode (recomputed only after something changed)."""
+        if self.stale:
+            self._active = (np.flatnonzero(self.slot_episode != IDLE) + self.offset).tolist()
+            self.stale = False
+        return self._active
+
+
+def launch(ctx: StepContext, group: StepGroup) -> None:
+    """Steps 1-4 for ``group``: policy on its rows, actions to its envs (``group.sent``)."""
+    t = perf_counter()
+    active = group.active()
+    if not active:
+        group.sent = []
+        return
+    add = ctx.timers.add
+    group.copy_obs()
+    t = add("h2d", t)
+    actions = ctx.runner(group.policy_input)
+    t = add("policy", t)
+    host = group.copy_actions(actions)
+    bad = ctx.check_actions(host, active)
+    if bad:  # those slots get their next episode now (or a raise, with --on-nan-action error)
+        ctx.faults.handle_bad_actions(bad, ctx.parked)
+        ctx.faults.unpark(ctx.parked)
+        group.stale = True
+        bad_set = set(bad)
+        active = [s for s in active if s not in bad_set]
+    t = add("d2h", t)
+    group.actions = host
+    group.sent = ctx.send(active, host) if active else []
+    add("env_step", t)
+
+
+def land(ctx: StepContext, group: StepGroup) -> None:
+    """Steps 5-7 for ``group``: receive its step, fold it into the ledger, refill and reset."""
+    t = perf_counter()
+    add, L = ctx.timers.add, ctx.ledger
+    ctx.receive(group.sent)
+    folded, group.sent = group.sent, []
+    if ctx.envs.failures:
+        restarted = ctx.recover()
+        folded = [s for s in folded if s not in restarted]
+    t = add("env_step", t)
+    active = group.active()
+    # Slots that did not step (restarted after a fault, or given a new episode after a bad
+    # action) are held idle while the kernel folds the step in, then put back.
+    held: dict[int, int] = {}
+    if len(folded) != len(active):
+        folded_set = set(folded)
+        held = {s: int(L.slot_episode[s]) for s in active if s not in folded_set}
+        for s in held:
+            L.slot_episode[s] = IDLE
+    if ctx.observer is not None:
+        ctx.observer.on_step(folded, group.actions, held)
+    n_finished, n_reset, L.next_episode = ctx.step_bookkeeping(
+        *group.kernel_views, ctx.max_steps, *group.results, L.next_episode, L.limit, ctx.refill,
+        group.finished, group.resets,
+    )
+    for s, row in held.items():
+        L.slot_episode[s] = row
+    if n_finished:
+        done = group.finished[:n_finished]
+        L.finished[done] = True
+        ctx.on_finished(done)
+        if n_reset < n_finished:
+            group.stale = True  # some slots went idle
+        if n_reset:
+            slots = (group.resets[:n_reset] + group.offset).tolist()
+            t = add("bookkeeping", t)
+            seeds = L.seeds_of(L.slot_episode[slots])
+            ctx.envs.reset_slots(slots, seeds)
+            t = add("env_step", t)
+            ctx.runner.reset_slots(slots, seeds)
+            if ctx.envs.failures:
+                ctx.recover()
+            if ctx.observer is not None:
+                ctx.observer.on_start(slots)
+    add("bookkeeping", t)
 
 
 def start_wave(
@@ -58,101 +231,34 @@ def start_wave(
     return slots
 
 
-def run_episodes(
-    envs: SlotEnvs,
-    runner: PolicyRunner,
-    h2d: HostToDevice,
-    d2h: DeviceToHost,
-    ledger: Ledger,
-    step_bookkeeping: Callable,
-    timers: StageTimers,
-    max_steps: int,
-    on_finished: Callable[[np.ndarray], None],
-    faults: Faults,
-    check_actions: Callable[[np.ndarray, list[int]], list[int]],
-    observer: StepObserver | None = None,
-) -> None:
-    """Run the ledger to the end. The first wave must already be started (:func:`start_wave`).
-
-    Each step:
-      1. copy observations to the policy device (``h2d``);
-      2. run the policy on all slots, a static batch (``policy``);
-      3. copy actions to the host (``d2h``) and check them (non-finite ones never reach an env);
-      4. step the slots that run an episode (``env_step``); env failures go to ``faults``;
-      5. fold the step into the ledger; hand freed slots their next episode in continuous mode
-         (``runner.continuous``), report finished episodes (``bookkeeping``);
-      6. reset the refilled slots' envs with their seeds (``env_step``) and the policy's slots;
-      7. when every slot is idle: start the next wave, or stop when the ledger is exhausted.
-
-    ``observer`` (videos, episode recording) sees each step after the envs stepped and before
-    the bookkeeping, and each slot start; without one, the loop pays nothing for it.
-    """
-    observer = observer or NULL_OBSERVER
-    on_step, on_start = observer.on_step, observer.on_start
-    L = ledger
-    on_start(L.active_slots())
-    parked: dict[int, int] = {}
+def run_episodes(ctx: StepContext, group_rows: list[slice]) -> None:
+    """Run the ledger to the end over groups of slots ``group_rows``. The first wave must already
+    be started (:func:`start_wave`)."""
+    L, envs, observer = ctx.ledger, ctx.envs, ctx.observer
+    groups = ctx.groups = [StepGroup(rows, ctx) for rows in group_rows]
     if envs.failures:
-        faults.handle_env_failures(parked)
-        faults.unpark(parked)
-    active = L.active_slots()
-    refill = runner.continuous
-    policy_input = h2d.policy_input
-    copy_obs, copy_actions = h2d.copy, d2h.copy
-    rewards, terminated, truncated, success = envs.rewards, envs.terminated, envs.truncated, envs.success
-    finished_scratch, reset_scratch = L.finished_scratch, L.reset_scratch
-    add = timers.add
-    while active:
-        t = perf_counter()
-        copy_obs()
-        t = add("h2d", t)
-        actions = runner(policy_input)
-        t = add("policy", t)
-        host_actions = copy_actions(actions)
-        bad = check_actions(host_actions, active)
-        t = add("d2h", t)
-        if bad:
-            faults.handle_bad_actions(bad, parked)
-            envs.step([s for s in active if s not in parked], host_actions)
-        else:
-            envs.step(active, host_actions)
-        if envs.failures:
-            faults.handle_env_failures(parked)
-        t = add("env_step", t)
-        on_step(active, host_actions, parked)
-        n_finished, n_reset, L.next_episode = step_bookkeeping(
-            rewards, terminated, truncated, success, L.slot_episode,
-            L.acc_sum, L.acc_max, L.acc_len, L.acc_success, L.acc_nan, max_steps,
-            L.sum_reward, L.max_reward, L.length, L.success, L.nan_rewards,
-            L.next_episode, L.limit, refill, finished_scratch, reset_scratch,
-        )
-        changed = bool(parked)
-        if changed:
-            faults.unpark(parked)
-        if n_finished:
-            done = finished_scratch[:n_finished]
-            L.finished[done] = True
-            on_finished(done)
-            t = add("bookkeeping", t)
-            changed = changed or n_reset < n_finished
-            if n_reset:
-                slots = reset_scratch[:n_reset].tolist()
-                seeds = L.seeds_of(L.slot_episode[slots])
-                envs.reset_slots(slots, seeds)
-                t = add("env_step", t)
-                runner.reset_slots(slots, seeds)
-                if envs.failures:
-                    faults.handle_env_failures(parked)
-                    faults.unpark(parked)
-                    changed = True
-                on_start(slots)
-        if changed:
-            active = L.active_slots()
-            while not active and not L.exhausted:
-                started = start_wave(envs, runner, L, timers)
-                if envs.failures:
-                    faults.handle_env_failures(parked)
-                    faults.unpark(parked)
-                active = L.active_slots()
-                on_start(started)
-        add("bookkeeping", t)
+        ctx.recover()
+    if observer is not None:
+        observer.on_start(L.active_slots())
+    for group in groups:
+        launch(ctx, group)
+    while True:
+        for group in groups:
+            if group.sent:
+                land(ctx, group)
+            launch(ctx, group)
+        if any(group.sent for group in groups):
+            continue
+        # Nothing in flight: every slot is idle (wave mode, or the end of the ledger).
+        while not L.exhausted and not any(group.active() for group in groups):
+            started = start_wave(envs, ctx.runner, L, ctx.timers)
+            if envs.failures:
+                ctx.recover()
+            for group in groups:
+                group.stale = True
+            if observer is not None:
+                observer.on_start(started)
+        if not any(group.active() for group in groups):
+            return
+        for group in groups:
+            launch(ctx, group)

@@ -13,7 +13,7 @@ A policy is any object with ``select_action(obs) -> Tensor[B, ...]`` or a callab
 
 A ``tensordict.nn.TensorDictModule`` is accepted too: it reads ``"observation"`` (array
 observations) or the env's Dict keys, and writes ``"action"`` (else its last out_key); see
-:mod:`fasteval.policies.tensordict_policy`.
+:mod:`fasteval.core.tensordict_policy`.
 
 ``obs`` is a Tensor ``[B, ...]`` on the policy's device for array observations, or a
 TensorDict ``[B]`` for Dict observations. The policy must not keep references to it
@@ -33,7 +33,7 @@ from typing import Any, Callable, Sequence
 import gymnasium as gym
 import torch
 from fasteval.errors import ActionSpaceMismatchError, PolicyDryRunError, UserInputError
-from fasteval.policies.tensordict_policy import TensorDictPolicyAdapter, is_tensordict_module
+from fasteval.core.tensordict_policy import TensorDictPolicyAdapter, is_tensordict_module
 
 PER_ENV, WAVE, NO_RESET = "per-env", "wave", "none"
 

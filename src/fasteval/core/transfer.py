@@ -94,6 +94,7 @@ class DeviceToHost:
         self.copy = self._copy_cpu if device.type == "cpu" else self._copy_cuda
         if device.type != "cpu" and torch.cuda.is_available():
             self.staging = torch.empty_like(self.host_tensor, pin_memory=True)
+            self.stream = torch.cuda.current_stream(device)  # looked up once, not per step
 
     def group(self, rows: slice) -> Callable[[torch.Tensor], np.ndarray]:
         """``copy(actions)`` for a group of slots: writes rows ``rows`` of :attr:`host` and returns
@@ -104,12 +105,12 @@ class DeviceToHost:
                 host_rows.copy_(actions)
                 return self.host
             return copy_cpu
-        staging_rows = self.staging[rows]
+        staging_rows, stream = self.staging[rows], self.stream
 
         def copy_cuda(actions: torch.Tensor) -> np.ndarray:
             staging_rows.copy_(actions, non_blocking=True)
             # Sync: the env workers are sent these actions next, so the copy must have landed.
-            torch.cuda.current_stream(self.device).synchronize()
+            stream.synchronize()
             host_rows.copy_(staging_rows)
             return self.host
 
@@ -122,6 +123,6 @@ class DeviceToHost:
     def _copy_cuda(self, actions: torch.Tensor) -> np.ndarray:
         self.staging.copy_(actions, non_blocking=True)
         # Sync: the env steps read these actions on the host next, so the copy must have landed.
-        torch.cuda.current_stream(self.device).synchronize()
+        self.stream.synchronize()
         self.host_tensor.copy_(self.staging)
         return self.host

@@ -98,3 +98,25 @@ def load_checkpoint(folder: str | Path) -> nn.Module:
         raise PolicyLoadError(f"checkpoint {folder}: could not load {WEIGHTS_NAME} into the {arch}: {exc!r}.") from None
     module.eval()
     return module
+
+
+def check_observation_fit(module: nn.Module, folder: str | Path, observation_space: Any) -> nn.Module:
+    """Refuse a checkpoint whose ``obs_dim`` (from its ``config.json``) does not fit the env's
+    flat observations, naming both sides; returns ``module`` when it fits.
+
+    Checked for 1-D ``Box`` observations only (what fasteval's MLP takes as ``[B, obs_dim]``);
+    other spaces are left to the dry run.
+    """
+    import gymnasium as gym
+
+    obs_dim = getattr(module, "config", {}).get("obs_dim") if isinstance(getattr(module, "config", None), dict) else None
+    shape = getattr(observation_space, "shape", None)
+    if obs_dim is None or not isinstance(observation_space, gym.spaces.Box) or shape is None or len(shape) != 1:
+        return module
+    if int(shape[0]) != int(obs_dim):
+        raise PolicyLoadError(
+            f"checkpoint {folder}: {CONFIG_NAME} has obs_dim={obs_dim}, but the env's observations have shape "
+            f"{tuple(int(d) for d in shape)} ({int(shape[0])} values). Evaluate it on the env it was trained on, "
+            f"or use a checkpoint made for this env."
+        )
+    return module

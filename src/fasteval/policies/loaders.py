@@ -3,6 +3,8 @@
 References, tried in this order:
 
 * ``zero`` / ``random``: built-in policies for the env's action space;
+* a LeRobot checkpoint folder (``config.json`` with LeRobot's ``"type"``): loaded through LeRobot's
+  own API (:mod:`fasteval.lerobot.loader`; the ``lerobot`` extra, Python >= 3.12);
 * a checkpoint folder (``config.json`` + ``model.safetensors``) of a fasteval architecture;
 * ``hf://org/repo[@revision]``: a Hugging Face Hub snapshot, loaded like a checkpoint folder
   (see :mod:`fasteval.policies.hub`);
@@ -22,7 +24,8 @@ import gymnasium as gym
 
 from fasteval.errors import PolicyLoadError, UserInputError
 from fasteval.policies.builtin import BUILTIN_POLICIES
-from fasteval.policies.checkpoint import WEIGHTS_NAME, is_checkpoint_dir, load_checkpoint
+from fasteval.policies.checkpoint import WEIGHTS_NAME, check_observation_fit, is_checkpoint_dir, load_checkpoint
+from fasteval.lerobot.checkpoint import is_lerobot_checkpoint
 from fasteval.policies.hub import is_hf_ref, resolve_hf_ref
 from fasteval.refs import resolve_callable, split_callable_ref
 
@@ -41,13 +44,17 @@ def load_policy(
         return BUILTIN_POLICIES[ref](action_space, n_slots)
     if is_hf_ref(ref):  # hf://org/repo[@revision]: a hub snapshot, loaded like a checkpoint folder
         folder = resolve_hf_ref(ref)
+        if is_lerobot_checkpoint(folder):
+            return _load_lerobot(folder, n_slots)
         if not is_checkpoint_dir(folder):
             raise PolicyLoadError(f"policy {ref!r}: the snapshot {folder} has no config.json; expected a checkpoint "
                                   f"folder (config.json + {WEIGHTS_NAME}).")
-        return load_checkpoint(folder)
+        return check_observation_fit(load_checkpoint(folder), folder, observation_space)
     path = Path(ref)
+    if is_lerobot_checkpoint(path):  # config.json with LeRobot's "type": LeRobot's own API (the lerobot extra)
+        return _load_lerobot(path, n_slots)
     if is_checkpoint_dir(path):
-        return load_checkpoint(path)
+        return check_observation_fit(load_checkpoint(path), path, observation_space)
     if path.is_dir():
         raise PolicyLoadError(
             f"policy {ref!r} is a folder but has no config.json; a checkpoint folder needs config.json and {WEIGHTS_NAME}."
@@ -71,6 +78,13 @@ def load_policy(
         f"policy {ref!r}: expected 'zero', 'random', a checkpoint folder (config.json + {WEIGHTS_NAME}), "
         f"or module:callable; no such folder exists and it is not of the form module:callable."
     )
+
+
+def _load_lerobot(folder: Path, n_slots: int) -> Any:
+    from fasteval.lerobot.envs import active_env_config
+    from fasteval.lerobot.loader import load_lerobot_policy
+
+    return load_lerobot_policy(folder, n_slots, env_config=active_env_config())
 
 
 def _space_kwargs(factory: Any, observation_space: gym.Space, action_space: gym.Space) -> dict[str, Any]:

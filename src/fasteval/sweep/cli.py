@@ -16,12 +16,13 @@ from pathlib import Path
 
 import click
 
-from fasteval.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUNTIME_ERROR, fail
+from fasteval.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUNTIME_ERROR, fail, plural
+from fasteval.paths import UsablePath
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("spec_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--out", "-o", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+@click.argument("spec_file", type=UsablePath("file", must_exist=True))
+@click.option("--out", "-o", "out_dir", type=UsablePath("dir", writable=True), default=None,
               help="Sweep folder: results.sqlite and the report [default: outputs/sweeps/<spec name>].")
 @click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="local: this machine, no services. ray: one Ray task per job.")
@@ -62,8 +63,9 @@ def sweep(spec_file: Path, out_dir: Path | None, backend: str, workers: int | No
                             report=not no_report, progress=lambda line: click.echo(line, err=True))
     except UserInputError as exc:
         fail(str(exc), EXIT_BAD_INPUT)
-    click.echo(f"{outcome.done} jobs ran, {outcome.skipped} were complete, {len(outcome.failed)} failed; "
-               f"{outcome.episodes_added} episodes stored in {out / 'results.sqlite'}")
+    click.echo(f"{plural(outcome.done, 'job')} ran, {outcome.skipped} {'was' if outcome.skipped == 1 else 'were'} "
+               f"complete, {len(outcome.failed)} failed; {plural(outcome.episodes_added, 'episode')} added, "
+               f"{plural(outcome.episodes_stored, 'episode')} now stored in {out / 'results.sqlite'}")
     if outcome.report is not None:
         click.echo(f"report: {outcome.report['paths']['md']}")
     if outcome.failed:
@@ -74,8 +76,8 @@ def sweep(spec_file: Path, out_dir: Path | None, backend: str, workers: int | No
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("sweep_dir", type=click.Path(exists=True, path_type=Path))
-@click.option("--out", "-o", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+@click.argument("sweep_dir", type=UsablePath("any", must_exist=True))
+@click.option("--out", "-o", "out_dir", type=UsablePath("dir", writable=True), default=None,
               help="Where the report goes [default: SWEEP_DIR].")
 def report(sweep_dir: Path, out_dir: Path | None) -> None:
     """Build report.md, report.json and plots from SWEEP_DIR's results store alone."""

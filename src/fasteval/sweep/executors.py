@@ -82,7 +82,7 @@ def run_job(job: Job, episodes: Sequence[int], emit: Callable[[Message], None], 
     """Run episodes ``episodes`` of ``job``; see the module docstring. Never raises for job errors."""
     import torch
 
-    from fasteval.core.engine import Engine
+    from fasteval.engine import Engine
 
     emit(("start", job.job_id))
     threads = torch.get_num_threads()

@@ -34,6 +34,9 @@ class SweepOutcome:
     failed: list[tuple[str, str]] = field(default_factory=list)
     """(job label, error text) of the jobs that failed in this invocation."""
     episodes_added: int = 0
+    """Episodes written to the store by this invocation."""
+    episodes_stored: int = 0
+    """Episodes the store holds after this invocation (earlier runs included)."""
     report: dict[str, Any] | None = None
 
     @property
@@ -110,6 +113,7 @@ def run_sweep(
                 executor.run(items, sink)
         finally:  # also on Ctrl-C: the run's wall time counts; unfinished jobs stay "running" until resumed
             store.finish_run(run_id)
+            outcome.episodes_stored = store.count_episodes()
     if report:
         from fasteval.sweep.report import write_report
 

@@ -21,6 +21,7 @@ Example (YAML)::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass, field, fields
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from fasteval.errors import UserInputError
+from fasteval.mapping_files import read_mapping_file
 from fasteval.spec import EvalSpec
 
 
@@ -146,6 +148,9 @@ class SweepOptions:
     vectorization: str = "sync"
     """``sync`` or ``async`` envs inside each job."""
 
+    workers: int | None = None
+    """Env worker processes per job with ``async`` envs (``None``: ``min(batch, usable cores)``)."""
+
     max_steps: int | None = None
     """Step cap per episode (``None``: the env's own limit). It changes results, so a store
     remembers it and refuses to resume with a different value."""
@@ -165,6 +170,10 @@ class SweepOptions:
 
     step_timeout: float | None = 300.0
     """Seconds an async env may take for one step or reset (``None``: forever)."""
+
+    obs_dtype: str = "auto"
+    """dtype of float observations for the policy: ``auto`` (the policy's parameter dtype),
+    ``float32``, ``float64`` or ``keep`` (see :attr:`fasteval.spec.EvalSpec.obs_dtype`)."""
 
     torch_threads: int = 1
     """torch intra-op threads while a job runs, the same in every worker, so results never
@@ -324,8 +333,34 @@ def _parse_seeds(raw: Any, episodes: Any) -> tuple[int, ...]:
 
 def load_sweep_file(path: str | Path) -> dict[str, Any]:
     """Parse a ``.yaml``/``.yml``, ``.toml`` or ``.json`` sweep file into plain data."""
-    from fasteval.config import read_mapping_file
-
     return read_mapping_file(path, what="sweep file", error=SweepSpecError, yaml_hint="pip install 'fasteval[sweep]'")
 
 
+def config_to_sweep_dict(data: Mapping[str, Any], name: str = "config") -> dict[str, Any]:
+    """A config (EvalSpec fields) as a one-job ``fasteval sweep`` spec: one policy, one env, one seed block.
+
+    Fields the sweep format has no place for must keep their defaults; anything else raises
+    :class:`ConfigError` naming them.
+    """
+    from fasteval.config import EXTRA_KEYS, ConfigError, check_keys
+
+    check_keys(data)
+    if "env" not in data:
+        raise ConfigError("config: missing 'env' (a gymnasium id or module:callable).")
+    defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())  # type: ignore[misc]
+                for f in dataclasses.fields(EvalSpec) if f.name != "env"}
+    per_job = {"env", "policy", "env_kwargs", "n_episodes", "seed"}
+    options = {k: v for k, v in data.items() if k in OPTION_KEYS}
+    lost = sorted(k for k, v in data.items()
+                  if k not in per_job and k not in OPTION_KEYS and k not in EXTRA_KEYS and v != defaults.get(k))
+    if lost:
+        raise ConfigError(f"config: fields {', '.join(lost)} differ from their defaults, and a sweep spec has no "
+                          f"place for them (its options are {', '.join(OPTION_KEYS)}).")
+    return {
+        "name": name,
+        "episodes": data.get("n_episodes", defaults["n_episodes"]),
+        "seeds": [data.get("seed", defaults["seed"])],
+        "policies": [{"ref": data.get("policy", defaults["policy"])}],
+        "envs": [{"id": data["env"], "kwargs": dict(data.get("env_kwargs") or {})}],
+        "options": options,
+    }

@@ -4,7 +4,9 @@ Schema (``SCHEMA`` below is the source of truth):
 
 * ``episodes``: one row per finished episode, ``UNIQUE(policy_digest, env_id, env_kwargs, task,
   seed)``, so an episode can never be stored twice. Rewards are REAL; SQLite keeps NaN as NULL,
-  and :meth:`Store.episodes` turns NULL rewards back into NaN.
+  and :meth:`Store.episodes` turns NULL rewards back into NaN. ``has_success_signal`` (1/0) says
+  whether the run's envs had reported ``info["is_success"]``; NULL (stores made before it, added
+  to them by ``ALTER TABLE`` on open) means unknown and reads as ``None``.
 * ``jobs``: one row per (policy, env, seed block) with ``status`` (``pending``, ``running``,
   ``done``, ``failed``), ``attempts`` (starts seen), ``error`` (last failure's text), engine
   seconds, labels and references.
@@ -76,6 +78,7 @@ CREATE TABLE IF NOT EXISTS episodes (
     task_group    TEXT NOT NULL,
     task_id       INTEGER NOT NULL,
     stored_at     REAL NOT NULL,
+    has_success_signal INTEGER,
     UNIQUE (policy_digest, env_id, env_kwargs, task, seed)
 );
 CREATE TABLE IF NOT EXISTS runs (
@@ -124,6 +127,9 @@ class Store:
                     if statement.strip():
                         self.conn.execute(statement)
                 self.conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+                columns = {row[1] for row in self.conn.execute("PRAGMA table_info(episodes)")}
+                if "has_success_signal" not in columns:  # a store made before the column existed: NULL = unknown
+                    self.conn.execute("ALTER TABLE episodes ADD COLUMN has_success_signal INTEGER")
         version = self.meta("schema_version")
         if version != str(SCHEMA_VERSION):
             raise UserInputError(f"results store {str(self.path)!r}: expected schema version {SCHEMA_VERSION}, got {version!r}.")
@@ -245,13 +251,14 @@ class Store:
                     raise ValueError(f"episode with seed {seed} does not belong to job {job.label}.")
                 cur = self.conn.execute(
                     """INSERT INTO episodes(policy_digest, env_id, env_kwargs, task, seed, job_id, episode_ix, sum_reward,
-                                            max_reward, length, success, nan_rewards, task_group, task_id, stored_at)
-                       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                            max_reward, length, success, nan_rewards, task_group, task_id, stored_at,
+                                            has_success_signal)
+                       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                        ON CONFLICT DO NOTHING""",
                     (job.policy_digest, job.env_id, job.env_kwargs_json, str(r.get("task", job.task)), seed, job.job_id,
                      seed - job.seed, _nan_to_none(float(r["sum_reward"])), _nan_to_none(float(r["max_reward"])),
                      int(r["length"]), int(bool(r["success"])), int(r["nan_rewards"]), str(r.get("task_group", job.task)),
-                     int(r.get("task_id", 0)), now),
+                     int(r.get("task_id", 0)), now, _flag(r.get("has_success_signal"))),
                 )
                 if cur.rowcount:
                     added += 1
@@ -306,10 +313,16 @@ class Store:
         return [dict(zip(names, row)) for row in cur.fetchall()]
 
 
+def _flag(value: Any) -> int | None:
+    return None if value is None else int(bool(value))
+
+
 def _episode_numbers(row: dict[str, Any]) -> dict[str, Any]:
     row["sum_reward"] = _none_to_nan(row["sum_reward"])
     row["max_reward"] = _none_to_nan(row["max_reward"])
     row["success"] = bool(row["success"])
+    signal = row.get("has_success_signal")
+    row["has_success_signal"] = None if signal is None else bool(signal)  # None: stored before it was recorded
     return row
 
 

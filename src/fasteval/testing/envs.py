@@ -104,6 +104,32 @@ def make_known_answer_env(**kwargs: Any) -> KnownAnswerEnv:
     return KnownAnswerEnv(**kwargs)
 
 
+class KnownAnswerFloat64Env(KnownAnswerEnv):
+    """:class:`KnownAnswerEnv` with **float64** observations (as MuJoCo and MetaWorld return them).
+
+    The values are the float32 observations of :class:`KnownAnswerEnv` widened to float64, so a
+    policy that reads them back as float32 sees exactly the same numbers, and
+    :func:`expected_episode` gives the known answers.
+    """
+
+    def __init__(self, nan_reward_seeds: Iterable[int] = (), render_mode: str | None = None):
+        super().__init__(nan_reward_seeds, render_mode)
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(3,), dtype=np.float64)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        obs, info = super().reset(seed=seed, options=options)
+        return obs.astype(np.float64), info
+
+    def step(self, action: Any):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs.astype(np.float64), reward, terminated, truncated, info
+
+
+def make_known_answer_float64_env(**kwargs: Any) -> KnownAnswerFloat64Env:
+    """``module:callable`` entry point: ``--env fasteval.testing.envs:make_known_answer_float64_env``."""
+    return KnownAnswerFloat64Env(**kwargs)
+
+
 def expected_episode(
     seed: int,
     action_fn: Callable[[np.ndarray], int] = lambda obs: 0,

@@ -6,7 +6,7 @@ action per call) costs exactly what it costs with the base runner (``__call__`` 
 
 One policy call, in order:
 
-1. observation mapping (:mod:`fasteval.core.obs_mapping`), when ``observation_format`` is
+1. observation mapping (:mod:`fasteval.policies.obs_mapping`), when ``observation_format`` is
    ``lerobot`` or keys are renamed: LeRobot keys, images uint8 -> float CHW in [0, 1] on the device;
 2. input normalization (:mod:`fasteval.policies.normalization`), when the checkpoint folder has
    ``normalization.safetensors``;
@@ -41,111 +41,15 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 import gymnasium as gym
-import numpy as np
 import torch
 
-from fasteval.core.obs_mapping import LEROBOT, build_observation_adapter, env_has_attr, slot_getter
 from fasteval.core.policy import NO_RESET, PER_ENV, WAVE, PolicyRunner
-from fasteval.errors import ActionSpaceMismatchError, UserInputError
+from fasteval.core.slot_calls import env_has_attr
+from fasteval.errors import UserInputError
+from fasteval.policies.chunk_queue import ChunkQueue, chunk_length
 from fasteval.policies.normalization import NORMALIZATION_NAME, Normalizer, load_stats
-
-TASK_ATTR = "task_description"
-
-
-def chunk_length(raw: torch.Tensor, action_space: gym.Space, batch: int) -> int | None:
-    """The chunk length if ``raw`` (a dry-run output) is an action chunk, else ``None``."""
-    if not isinstance(raw, torch.Tensor) or raw.ndim < 2 or raw.shape[0] != batch:
-        return None
-    if isinstance(action_space, gym.spaces.Discrete):
-        if raw.ndim == 2 and not raw.is_floating_point() and raw.shape[1] >= 2:
-            return int(raw.shape[1])
-        if raw.ndim == 3 and raw.is_floating_point() and raw.shape[2] == int(action_space.n):
-            return int(raw.shape[1])
-        return None
-    shape = tuple(action_space.shape or ())
-    if raw.ndim == 2 + len(shape) and tuple(raw.shape[2:]) == shape:
-        return int(raw.shape[1])
-    return None
-
-
-class ChunkQueue:
-    """Per-slot action queues over a chunking policy call. ``queue(obs) -> actions [B, ...]``.
-
-    Queue positions live on the host (``pos``), so deciding whether the policy must be called
-    needs no device sync.
-    """
-
-    def __init__(self, call: Callable[[Any], torch.Tensor], sample: torch.Tensor, n_exec: int):
-        self.call = call
-        self.n_slots, self.chunk = int(sample.shape[0]), int(sample.shape[1])
-        self.n_exec = n_exec
-        self.item_shape = tuple(sample.shape[2:])
-        self.device = sample.device
-        self.queue = torch.zeros((self.n_slots, n_exec, *self.item_shape), dtype=sample.dtype, device=sample.device)
-        self.pos = np.full(self.n_slots, n_exec, dtype=np.int64)  # n_exec = empty
-        self._pos = torch.from_numpy(self.pos)  # shares memory with pos
-        self._rows = torch.arange(self.n_slots, device=self.device)
-        self.policy_calls = 0
-
-    def drop(self, slots: Sequence[int]) -> None:
-        """Empty the queues of ``slots`` (they start new episodes)."""
-        self.pos[np.asarray(slots, dtype=np.int64)] = self.n_exec
-
-    def __call__(self, obs: Any) -> torch.Tensor:
-        need = self.pos >= self.n_exec
-        if need.any():
-            chunk = self.call(obs)
-            if tuple(chunk.shape) != (self.n_slots, self.chunk, *self.item_shape):
-                raise ActionSpaceMismatchError(
-                    f"the chunking policy returned shape {tuple(chunk.shape)}; on its first call it returned "
-                    f"{(self.n_slots, self.chunk, *self.item_shape)}. The chunk shape must not change."
-                )
-            if need.all():
-                self.queue.copy_(chunk[:, : self.n_exec])
-            else:
-                rows = torch.from_numpy(np.flatnonzero(need)).to(self.device)
-                self.queue[rows] = chunk[rows, : self.n_exec].to(self.queue.dtype)
-            self.pos[need] = 0
-            self.policy_calls += 1
-        pos = self._pos if self.device.type == "cpu" else self._pos.to(self.device)
-        actions = self.queue[self._rows, pos]
-        self.pos += 1
-        return actions
-
-
-class TaskDescriptions:
-    """Reads ``task_description`` for slots that start an episode and hands it to the policy."""
-
-    def __init__(self, envs: Any, policy: Any, n_slots: int, in_observation: bool):
-        self.envs = envs
-        self.get = slot_getter(envs, TASK_ATTR)
-        self.descriptions: list[str] = [""] * n_slots
-        set_task = getattr(policy, "set_task", None)
-        self.set_task: Callable[..., Any] | None = set_task if callable(set_task) else None
-        self.in_observation = in_observation
-        self.observations: list[Any] = []
-        """Policy-input TensorDicts that carry the ``"task"`` entry (one per engine buffer)."""
-        self.reads = 0
-        """Descriptions read from the envs so far (one per episode start)."""
-
-    def attach(self, observation: Any) -> None:
-        if self.in_observation and not isinstance(observation, torch.Tensor):
-            observation.set_non_tensor("task", list(self.descriptions))
-            self.observations.append(observation)
-
-    def update(self, slots: Sequence[int]) -> None:
-        failing = {f.slot for f in self.envs.failures}  # their reset failed: the engine restarts them (and asks again)
-        slots = [s for s in slots if s not in failing]
-        if not slots:
-            return
-        values = [str(v) for v in self.get(slots)]
-        self.reads += len(slots)
-        for slot, value in zip(slots, values):
-            self.descriptions[slot] = value
-        for observation in self.observations:
-            observation.set_non_tensor("task", list(self.descriptions))
-        if self.set_task is not None:
-            self.set_task(torch.as_tensor(slots, dtype=torch.long), values)
+from fasteval.policies.obs_mapping import LEROBOT, build_observation_adapter
+from fasteval.policies.task_descriptions import TASK_ATTR, TaskDescriptions
 
 
 class InputPipeline:
@@ -261,7 +165,7 @@ def build_policy_runner(policy: Any, spec: Any, envs: Any, h2d: Any, n_slots: in
     device = h2d.device
     stages: list[Any] = []
     example = h2d.policy_input
-    adapter = build_observation_adapter(envs.observation_space, spec.observation_format, spec.rename, n_slots, device)
+    adapter = build_observation_adapter(envs.observation_space, spec.observation_format, spec.rename, device)
     if adapter is not None:
         stages.append(adapter)
         example = adapter.build(example)[0]
@@ -275,6 +179,10 @@ def build_policy_runner(policy: Any, spec: Any, envs: Any, h2d: Any, n_slots: in
             stages.append(normalizer)
         if normalizer.has_action_stats:
             unnormalize = normalizer.actions
+    from fasteval.policies.obs_dtype import build_obs_cast  # float observations -> the policy's dtype (--obs-dtype)
+    cast = build_obs_cast(getattr(spec, "obs_dtype", "auto"), policy, example, after_stages=bool(stages))
+    if cast is not None:
+        stages.append(cast)
     tasks = None
     pipelined = bool(getattr(spec, "pipeline", False))
     in_observation = spec.observation_format == LEROBOT and not pipelined  # group views: no per-row task lists

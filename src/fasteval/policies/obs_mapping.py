@@ -28,12 +28,9 @@ Chosen once per engine (``EvalSpec.observation_format`` and ``EvalSpec.rename``)
 name or the env's raw key (``observation`` stands for an array observation in ``raw`` format).
 Renaming in ``raw`` format turns the policy input into a TensorDict.
 
-The adapter is a step of :class:`fasteval.policies.chunking.RobotPolicyRunner`: it runs right
+The adapter is a step of :class:`fasteval.policies.runner.RobotPolicyRunner`: it runs right
 before the policy, after :class:`~fasteval.core.transfer.HostToDevice` copied the raw buffers.
 
-This module also holds the per-slot env calls (``slot_getter``) used to read task descriptions at
-reset and to render video frames: in-process for sync envs, over the worker pipe (gymnasium's
-``_call`` command) for async envs, only for the slots that need it.
 """
 
 from __future__ import annotations
@@ -44,7 +41,7 @@ from typing import Any, Callable, Mapping, Sequence
 import gymnasium as gym
 import torch
 
-from fasteval.errors import EnvStepError, UserInputError
+from fasteval.errors import UserInputError
 
 RAW, LEROBOT = "raw", "lerobot"
 ARRAY_KEY = "observation"
@@ -148,14 +145,9 @@ class ObservationAdapter:
     TensorDictModule adapter) wrap it once.
     """
 
-    def __init__(self, plans: list[KeyPlan], n_slots: int, device: torch.device):
+    def __init__(self, plans: list[KeyPlan], device: torch.device):
         self.plans = plans
-        self.n_slots = n_slots
         self.device = device
-
-    @property
-    def keys(self) -> list[str]:
-        return [p.target for p in self.plans]
 
     def build(self, obs: Any) -> tuple[Any, list[Callable[[], Any]]]:
         from tensordict import TensorDict
@@ -184,65 +176,8 @@ def _cast_step(src: torch.Tensor, out: torch.Tensor) -> Callable[[], Any]:
 
 
 def build_observation_adapter(space: gym.Space, observation_format: str, rename: Mapping[str, str],
-                              n_slots: int, device: torch.device) -> ObservationAdapter | None:
+                              device: torch.device) -> ObservationAdapter | None:
     """The adapter for a spec, or ``None`` when the policy reads the raw buffers (``raw``, no renames)."""
     if observation_format == RAW and not rename:
         return None
-    return ObservationAdapter(plan_keys(space, observation_format, rename), n_slots, device)
-
-
-# -- per-slot env calls ---------------------------------------------------------------------------
-def slot_getter(envs: Any, name: str) -> Callable[[Sequence[int]], list[Any]]:
-    """``get(slots) -> [value per slot]``: call ``env.<name>()`` (or read the attribute) on those slots only.
-
-    Sync envs are called in this process (``env.get_wrapper_attr(name)``); async envs over their
-    worker pipes with gymnasium's ``("_call", (name, (), {}))`` command, sent to all the slots first
-    and then received, so the workers work in parallel. Raises :class:`EnvStepError` if an env raises.
-    """
-    if hasattr(envs, "_pipes"):
-        return _async_getter(envs, name)
-
-    def get_sync(slots: Sequence[int]) -> list[Any]:
-        out = []
-        for slot in slots:
-            attr = envs.envs[slot].get_wrapper_attr(name)
-            out.append(attr() if callable(attr) else attr)
-        return out
-
-    return get_sync
-
-
-def _async_getter(envs: Any, name: str) -> Callable[[Sequence[int]], list[Any]]:
-    def get_async(slots: Sequence[int]) -> list[Any]:
-        pipes = envs._pipes
-        for slot in slots:
-            pipes[slot].send(("_call", (name, (), {})))
-        out, errors = [], []
-        for slot in slots:
-            value, ok = pipes[slot].recv()
-            if not ok:
-                _index, error_type, message, _trace = envs.vector_env.error_queue.get()
-                errors.append(f"slot {slot}: {error_type.__name__}: {message}")
-            out.append(value)
-        if errors:
-            raise EnvStepError(f"env.{name} failed in async workers: " + "; ".join(errors))
-        return out
-
-    return get_async
-
-
-def env_has_attr(envs: Any, name: str) -> bool:
-    """Whether slot 0's env (through its wrappers) has attribute ``name``. Asked once, at build time."""
-    if hasattr(envs, "_pipes"):
-        return _async_has(envs, name)
-    return bool(envs.envs[0].has_wrapper_attr(name))
-
-
-def _async_has(envs: Any, name: str) -> bool:
-    pipe = envs._pipes[0]
-    pipe.send(("_call", ("has_wrapper_attr", (name,), {})))
-    value, ok = pipe.recv()
-    if not ok:
-        envs.vector_env.error_queue.get()
-        return False
-    return bool(value)
+    return ObservationAdapter(plan_keys(space, observation_format, rename), device)

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Build, or reuse, the Python 3.12 environment that runs the LeRobot tests (tests/lerobot/).
+#
+#   scripts/lerobot_env.sh            # prints the environment's python on its last line
+#
+# LeRobot 0.6 needs Python >= 3.12 and pins torch < 2.12, so it cannot share the main
+# environment (torch 2.13, CPU wheel). The environment lives outside the checkout, in
+# ${FASTEVAL_LEROBOT_VENV:-$XDG_CACHE_HOME/fasteval/lerobot-py312}, and is reused when its
+# stamp matches the requirements below. fasteval itself is not installed into it: the tests
+# put this checkout's src/ on PYTHONPATH (the kernels then use Numba or the NumPy reference).
+# Exit 3 means no Python 3.12 was found: the caller skips the LeRobot tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+REQS=(
+  "lerobot[pusht,diffusion]>=0.6,<0.7"
+  "pytest>=7" "hypothesis>=6"
+  "numba>=0.59" "tensordict>=0.5" "safetensors>=0.4" "click>=8.1" "tqdm>=4.60"
+  "imageio>=2.30" "imageio-ffmpeg>=0.4"
+)
+VENV="${FASTEVAL_LEROBOT_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/fasteval/lerobot-py312}"
+STAMP="$VENV/.fasteval-stamp"
+want="$(printf '%s\n' "${REQS[@]}")"
+
+if [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
+  echo "reusing $VENV" >&2
+  echo "$VENV/bin/python"
+  exit 0
+fi
+
+py=""
+for cand in python3.12 "$(pyenv root 2>/dev/null || true)"/versions/3.12*/bin/python3.12; do
+  if command -v "$cand" >/dev/null 2>&1 && "$cand" -c 'import sys; assert sys.version_info[:2] >= (3, 12)' 2>/dev/null; then
+    py="$(command -v "$cand")"; break
+  fi
+done
+if [ -z "$py" ]; then
+  echo "no Python 3.12 found (LeRobot 0.6 needs it; pyenv install 3.12 provides it)" >&2
+  exit 3
+fi
+
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c 'import sys; assert sys.version_info[:2] >= (3, 12)' 2>/dev/null; then
+  echo "updating $VENV (the requirements changed)" >&2
+else
+  echo "building $VENV with $py (LeRobot pulls torch < 2.12, a few GB, once)" >&2
+  rm -rf "$VENV"
+  "$py" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --upgrade pip >&2
+fi
+"$VENV/bin/python" -m pip install -q "${REQS[@]}" >&2
+printf '%s' "$want" > "$STAMP"
+echo "$VENV/bin/python"

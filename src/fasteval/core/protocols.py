@@ -1,0 +1,61 @@
+"""The protocols core defines and the layers above implement.
+
+Core never imports a loader, a recorder or a door. The layer above (see :mod:`fasteval.engine`)
+composes the concrete pieces and hands them to :class:`fasteval.core.engine.CoreEngine` as one
+:class:`EngineParts` object.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from fasteval.core.envs import SlotEnvs
+    from fasteval.core.ledger import Ledger
+    from fasteval.core.policy import PolicyRunner
+    from fasteval.core.transfer import HostToDevice
+
+
+class StepObserver:
+    """Extension point for per-step consumers (video frames, episode recording).
+
+    ``on_start(slots)``: those slots just reset into new episodes (``ledger.slot_episode``
+    says which); their first observations are in the env host buffer.
+    ``on_step(active, actions, parked)``: the slots in ``active`` just stepped with ``actions``
+    (host ``[B, ...]``, rows indexed by slot); rewards, flags and observations are in the env
+    host buffers and the ledger's accumulators do not include this step yet. Slots in
+    ``parked`` (a dict slot -> ledger row) did not step: their episode restarted from its seed
+    (an env fault) or they were given a new episode (a bad action); their first observation is
+    in the host buffer.
+
+    An engine run without an observer makes no observer calls at all.
+    """
+
+    def on_start(self, slots: list[int]) -> None:
+        pass
+
+    def on_step(self, active: list[int], actions: np.ndarray, parked: dict[int, int]) -> None:
+        pass
+
+
+class EngineParts(Protocol):
+    """What the layer above core plugs into the engine: the policy side and the observers.
+
+    * ``load_policy(spec, envs, n_slots)``: the policy object (a live module, a loaded checkpoint, ...);
+    * ``build_runner(policy, spec, envs, h2d, policy_batch)``: the :class:`PolicyRunner` that calls it
+      (observation mapping, normalization, chunk queues, task descriptions are the runner's business);
+    * ``attach_observers(engine, ledger, observer)``: the observer of one run (recorders the spec asks
+      for, plus the caller's ``observer``), or ``None`` for none;
+    * ``finish_observers(observer, result)``: close them and put what they made into ``result``.
+    """
+
+    def load_policy(self, spec: Any, envs: "SlotEnvs", n_slots: int) -> Any: ...
+
+    def build_runner(self, policy: Any, spec: Any, envs: "SlotEnvs", h2d: "HostToDevice",
+                     policy_batch: int) -> "PolicyRunner": ...
+
+    def attach_observers(self, engine: Any, ledger: "Ledger", observer: StepObserver | None) -> StepObserver | None: ...
+
+    def finish_observers(self, observer: StepObserver | None, result: Any) -> None: ...

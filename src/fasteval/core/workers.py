@@ -1,0 +1,706 @@
+"""A pool of env worker processes, each stepping a contiguous block of slots (``--vectorization async``).
+
+``W`` workers (``--workers``, default ``min(batch, usable cores)``) split the ``B`` slots into
+contiguous blocks (``numpy.array_split`` sizes: the first ``B % W`` blocks have one slot more).
+Each worker builds the envs of its block once and steps the active ones in a plain loop.
+
+**Shared memory.** The step buffers (observations, every Dict key; actions; rewards; terminated;
+truncated; success) live in one shared mapping allocated once (an anonymous ``memfd``, or an
+unlinked temp file where there is none). ``pool.obs`` *is* that memory: the engine's host
+observation buffer reads what the workers wrote, without a copy. A replaced worker maps the same
+memory, so the views the engine holds stay valid for the whole life of the pool.
+
+**Messages.** Per step and per worker with active slots: one command (``step`` with the block's
+active slots, or ``reset`` with slots and seeds) and one reply. Nothing travels per slot except
+the failure records and the values of *watched* calls (below), inside that reply.
+
+**Watched calls.** ``call(slots, name)`` (``env.<name>()`` or the attribute, e.g. ``render``
+or a task description) goes to the workers the first time. The pool then *watches* those slots:
+the workers compute ``name`` right after each step or reset of them and send it in the reply,
+so the next ``call`` is answered without another round trip (video frames cost no extra message).
+A watched value that nobody asks for before the slot's next step ends its watch.
+
+**Isolation.**
+
+* an env that raises in ``step``/``reset`` is restarted inside its worker; the failure is
+  reported for that slot only (``rebuild`` then returns just that slot);
+* a worker that dies, or does not answer within ``step_timeout`` seconds (it is killed), is
+  replaced; the failure is reported for the slot it was working on (it writes its progress into
+  shared memory), and ``rebuild`` returns its whole block: those episodes restart from their
+  seeds, the other blocks go on.
+
+**Start method.** ``forkserver`` where available (fork is unsafe once torch has started threads),
+preloading this module and gymnasium so a worker starts in milliseconds, else ``spawn``. Workers
+import the env's plugin namespace (``gym_pusht/...`` imports ``gym_pusht``) through
+:class:`~fasteval.core.envs.EnvFactory`. Scripts that build a pool need the usual
+``if __name__ == "__main__":`` guard (spawn/forkserver import the main module).
+
+**Ordering.** Commands to one worker are answered in order. Two groups of slots (the pipelined
+loop) may each have a step in flight on the same worker; replies are matched by sequence number
+and kept until claimed, so ``step_recv`` must be called for each ``step_send``, in any order.
+For full overlap make the groups whole blocks (:meth:`WorkerPoolEnvs.groups`).
+"""
+
+from __future__ import annotations
+
+import mmap
+import multiprocessing
+import os
+import tempfile
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import gymnasium as gym
+import numpy as np
+
+from fasteval.core.envs import EnvFactory, EnvFailure, SlotEnvs, _obs_writer, allocate_obs_buffer
+from fasteval.errors import EnvStepError, UserInputError
+
+_ALIGN = 64
+DIED, TIMED_OUT = "died", "timed out"  # what _receive returns instead of a reply
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (``os.sched_getaffinity``), else ``os.cpu_count()``."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS, Windows
+        return max(1, os.cpu_count() or 1)
+
+
+def default_workers(n_slots: int) -> int:
+    """``min(n_slots, usable cores)``: the ``--workers`` default."""
+    return max(1, min(int(n_slots), usable_cores()))
+
+
+def split_blocks(n_slots: int, n_workers: int) -> list[range]:
+    """Contiguous slot blocks, ``numpy.array_split`` sizes. ``n_workers`` is capped at ``n_slots``."""
+    n_workers = max(1, min(n_workers, n_slots))
+    base, extra = divmod(n_slots, n_workers)
+    blocks, start = [], 0
+    for w in range(n_workers):
+        size = base + (1 if w < extra else 0)
+        blocks.append(range(start, start + size))
+        start += size
+    return blocks
+
+
+# -- shared memory ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Field:
+    name: str
+    shape: tuple
+    dtype: str
+    offset: int
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each step buffer lives in the shared mapping (picklable; rebuilt into views anywhere)."""
+
+    fields: tuple
+    size: int
+    obs_keys: tuple | None
+    """Dict observation keys (``obs.<key>`` fields), or ``None`` for an array observation (``obs``)."""
+
+    @classmethod
+    def plan(cls, observation_space: gym.Space, action_shape: tuple, action_dtype: np.dtype, n_slots: int,
+             n_workers: int) -> "Layout":
+        arrays: list[tuple[str, tuple, np.dtype]] = []
+        obs = allocate_obs_buffer(observation_space, 1)  # validates the space; shapes per slot
+        if isinstance(obs, dict):
+            keys = tuple(obs)
+            arrays += [(f"obs.{k}", (n_slots, *v.shape[1:]), v.dtype) for k, v in obs.items()]
+        else:
+            keys = None
+            arrays.append(("obs", (n_slots, *obs.shape[1:]), obs.dtype))
+        arrays += [
+            ("actions", (n_slots, *action_shape), np.dtype(action_dtype)),
+            ("rewards", (n_slots,), np.dtype(np.float64)),
+            ("terminated", (n_slots,), np.dtype(bool)),
+            ("truncated", (n_slots,), np.dtype(bool)),
+            ("success", (n_slots,), np.dtype(bool)),
+            ("progress", (n_workers, 3), np.dtype(np.int64)),  # per worker: seq, slot, stage being worked on
+        ]
+        fields, offset = [], 0
+        for name, shape, dtype in arrays:
+            fields.append(_Field(name, tuple(int(s) for s in shape), np.dtype(dtype).str, offset))
+            nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+            offset += -(-max(nbytes, 1) // _ALIGN) * _ALIGN
+        return cls(tuple(fields), max(offset, _ALIGN), keys)
+
+    def views(self, buffer: Any) -> dict[str, np.ndarray]:
+        out = {}
+        for f in self.fields:
+            dtype = np.dtype(f.dtype)
+            count = int(np.prod(f.shape, dtype=np.int64))
+            out[f.name] = np.frombuffer(buffer, dtype=dtype, count=count, offset=f.offset).reshape(f.shape)
+        return out
+
+    def obs(self, views: dict[str, np.ndarray]) -> Any:
+        if self.obs_keys is None:
+            return views["obs"]
+        return {k: views[f"obs.{k}"] for k in self.obs_keys}
+
+
+class SharedFd:
+    """A file descriptor of the shared mapping that crosses into spawned/forkserver workers.
+
+    Pickled with :class:`multiprocessing.reduction.DupFd`, as connections are, so the mapping needs
+    no name in the file system (nothing to leak if the parent is killed).
+    """
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def __reduce__(self):
+        from multiprocessing import reduction
+
+        return (_rebuild_fd, (reduction.DupFd(self.fd),))
+
+
+def _rebuild_fd(dup: Any) -> SharedFd:
+    return SharedFd(dup.detach())
+
+
+def _anonymous_fd(size: int) -> int:
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("fasteval-pool")
+    else:  # no memfd: an unlinked temp file (page cache backed)
+        fd, path = tempfile.mkstemp(prefix="fasteval-pool-")
+        os.unlink(path)
+    os.ftruncate(fd, size)
+    return fd
+
+
+# -- the worker process -----------------------------------------------------------------------
+def _call_env(env: gym.Env, name: str) -> Any:
+    attr = env.get_wrapper_attr(name)
+    return attr() if callable(attr) else attr
+
+
+class _CallError:
+    """A watched/called value whose call raised (pickled back in place of the value)."""
+
+    def __init__(self, message: str):
+        self.message = message
+
+
+def _worker_main(index: int, conn: Any, factory: EnvFactory, shared: SharedFd, layout: Layout, block: range) -> None:
+    """Worker ``index``: build the envs of ``block``, then answer commands until ``close``.
+
+    Commands ``(kind, seq, payload)`` and replies ``(seq, failures, values)``:
+
+    * ``step``  payload ``(slots, watched)``: step each slot with its row of the shared actions;
+    * ``reset`` payload ``(slots, seeds, watched)``;
+    * ``call``  payload ``(slots, name)``: ``values`` is the list of ``env.<name>()`` results;
+    * ``has``   payload ``name``: ``values`` is ``has_wrapper_attr(name)`` of the block's first env;
+    * ``restart`` payload ``slots``: rebuild those envs;
+    * ``close``.
+
+    ``failures`` lists ``(slot, stage, error, traceback)`` of envs that raised; each such env was
+    already rebuilt. ``watched`` maps a name to the slots whose value is sent back after the step
+    or reset, in ``values`` (``{name: {slot: value}}``).
+    """
+    mapping = mmap.mmap(shared.fd, layout.size)
+    views = layout.views(mapping)
+    obs_write = _obs_writer(layout.obs(views))
+    actions, rewards, terminated, truncated, success = (views[k] for k in ("actions", "rewards", "terminated", "truncated", "success"))
+    progress = views["progress"][index]
+    envs: dict[int, Any] = {}
+    try:
+        for slot in block:
+            envs[slot] = factory()
+    except BaseException as exc:  # reported to the parent, which raises it
+        conn.send((0, [(block.start, "start", f"{type(exc).__name__}: {exc}", traceback.format_exc())], None))
+        return
+    conn.send((0, None, None))
+
+    def restart(slot: int) -> None:
+        try:
+            envs[slot].close()
+        except Exception:
+            pass
+        try:
+            envs[slot] = factory()
+        except Exception as exc:  # the next use raises, and is reported again
+            envs[slot] = _Broken(f"{type(exc).__name__}: {exc}")
+
+    def watch_values(watched: dict, done: Sequence[int]) -> dict | None:
+        if not watched:
+            return None
+        out = {}
+        for name, wslots in watched.items():
+            got = {}
+            for slot in done:
+                if slot in wslots:
+                    try:
+                        got[slot] = _call_env(envs[slot], name)
+                    except Exception as exc:
+                        got[slot] = _CallError(f"{type(exc).__name__}: {exc}")
+            out[name] = got
+        return out
+
+    while True:
+        try:
+            kind, seq, payload = conn.recv()
+        except (EOFError, OSError, KeyboardInterrupt):
+            break
+        failures = []
+        if kind == "step":
+            slots, watched = payload
+            progress[0], progress[2] = seq, 0
+            done = []
+            for slot in slots:
+                progress[1] = slot
+                try:
+                    obs, reward, term, trunc, info = envs[slot].step(actions[slot])
+                except Exception as exc:
+                    failures.append((slot, "step", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+                    restart(slot)
+                    continue
+                obs_write(slot, obs)
+                rewards[slot] = reward
+                terminated[slot] = term
+                truncated[slot] = trunc
+                success[slot] = info.get("is_success", False)
+                done.append(slot)
+            conn.send((seq, failures or None, watch_values(watched, done)))
+        elif kind == "reset":
+            slots, seeds, watched = payload
+            progress[0], progress[2] = seq, 1
+            done = []
+            for slot, seed in zip(slots, seeds):
+                progress[1] = slot
+                try:
+                    obs, _info = envs[slot].reset(seed=int(seed))
+                except Exception as exc:
+                    failures.append((slot, "reset", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+                    restart(slot)
+                    continue
+                obs_write(slot, obs)
+                done.append(slot)
+            conn.send((seq, failures or None, watch_values(watched, done)))
+        elif kind == "call":
+            slots, name = payload
+            progress[0], progress[2] = seq, 2
+            values = []
+            for slot in slots:
+                progress[1] = slot
+                try:
+                    values.append(_call_env(envs[slot], name))
+                except Exception as exc:
+                    values.append(_CallError(f"{type(exc).__name__}: {exc}"))
+            conn.send((seq, None, values))
+        elif kind == "has":
+            try:
+                value = bool(envs[block.start].has_wrapper_attr(payload))
+            except Exception:
+                value = False
+            conn.send((seq, None, value))
+        elif kind == "restart":
+            for slot in payload:
+                restart(slot)
+            conn.send((seq, None, None))
+        elif kind == "close":
+            break
+    for env in envs.values():
+        try:
+            env.close()
+        except Exception:
+            pass
+
+
+class _Broken:
+    """Stands in for an env whose rebuild failed: every use raises with the rebuild's error."""
+
+    def __init__(self, error: str):
+        self.error = error
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(f"the env could not be rebuilt after a failure: {self.error}")
+
+
+# -- the parent side --------------------------------------------------------------------------
+def default_context() -> multiprocessing.context.BaseContext:
+    """``forkserver`` (preloading this module and gymnasium) where available, else ``spawn``."""
+    methods = multiprocessing.get_all_start_methods()
+    if "forkserver" in methods:
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["fasteval.core.workers", "gymnasium"])
+        return ctx
+    return multiprocessing.get_context("spawn")
+
+
+class _Worker:
+    """Parent-side handle of one worker: its process, pipe, and the commands it has not answered."""
+
+    def __init__(self, index: int, block: range):
+        self.index, self.block = index, block
+        self.process: Any = None
+        self.conn: Any = None
+        self.seq = 0
+        self.pending: deque[tuple[int, str, tuple]] = deque()  # (seq, kind, slots) in send order
+        self.stash: dict[int, tuple] = {}  # replies received before they were claimed
+
+
+class WorkerPoolEnvs(SlotEnvs):
+    """``n_slots`` envs in ``n_workers`` processes, one contiguous block of slots each.
+
+    Buffers (``obs``, ``rewards``, ``terminated``, ``truncated``, ``success``) are views of the
+    shared memory the workers write into; they stay valid until the pool is garbage (also after
+    ``close`` and worker replacements).
+    """
+
+    overlaps = True
+    """``step_send`` returns before the envs have stepped (the loop may run the policy meanwhile)."""
+
+    def __init__(self, factory: EnvFactory, n_slots: int, observation_space: gym.Space, action_space: gym.Space,
+                 n_workers: int | None = None, step_timeout: float | None = None, context: Any = None,
+                 metadata: dict | None = None):
+        super().__init__(n_slots, observation_space, action_space)
+        self.factory, self.step_timeout = factory, step_timeout
+        self.metadata = dict(metadata or {})
+        if isinstance(context, str) or context is None:
+            context = default_context() if context is None else multiprocessing.get_context(context)
+        self.context = context
+        n_workers = default_workers(n_slots) if n_workers is None else int(n_workers)
+        if n_workers < 1:
+            raise UserInputError(f"workers: expected an integer >= 1, got {n_workers}.")
+        self.blocks = split_blocks(n_slots, n_workers)
+        self.n_workers = len(self.blocks)
+        self.owner = np.concatenate([np.full(len(b), w, dtype=np.int64) for w, b in enumerate(self.blocks)])
+        discrete = isinstance(action_space, gym.spaces.Discrete)
+        if not discrete and getattr(action_space, "shape", None) is None:
+            raise UserInputError(f"action space {action_space} has no fixed shape; the worker pool needs Box, Discrete, "
+                                 f"MultiDiscrete or MultiBinary actions.")
+        action_shape = () if discrete else tuple(action_space.shape)
+        action_dtype = np.dtype(np.int64) if discrete else np.dtype(action_space.dtype)
+        self.layout = Layout.plan(observation_space, action_shape, action_dtype, n_slots, self.n_workers)
+        self._fd = _anonymous_fd(self.layout.size)
+        self._mapping = mmap.mmap(self._fd, self.layout.size)
+        views = self.layout.views(self._mapping)
+        self.obs = self.layout.obs(views)
+        self.actions = views["actions"]
+        self.rewards, self.terminated, self.truncated, self.success = (
+            views["rewards"], views["terminated"], views["truncated"], views["success"])
+        self._progress = views["progress"]
+        self._progress[:] = -1
+        self._workers = [_Worker(w, block) for w, block in enumerate(self.blocks)]
+        self._lost: dict[int, list[int]] = {}  # culprit slot -> slots lost with its worker
+        self._restarted: set[int] = set()  # slots whose env the worker already rebuilt
+        self._watch: dict[str, set[int]] = {}  # name -> slots whose value comes back with each step/reset
+        self._cache: dict[str, dict[int, Any]] = {}  # name -> slot -> value after the slot's last step/reset
+        self._closed = False
+        try:
+            for worker in self._workers:
+                self._spawn(worker)
+            for worker in self._workers:
+                self._await_ready(worker)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- groups -----------------------------------------------------------------------------
+    def groups(self, n: int) -> list[slice]:
+        """``n`` contiguous slot groups made of whole worker blocks (as even as the blocks allow),
+        so one group's ``step_send`` never queues behind another group's step. With fewer
+        blocks than ``n``, falls back to even slot halves (correct, with less overlap)."""
+        if self.n_workers < n:
+            return _even_slices(self.n_slots, n)
+        return [slice(b[0].start, b[-1].stop) for b in (self.blocks[g.start:g.stop] for g in _even_slices(self.n_workers, n))]
+
+    # -- processes --------------------------------------------------------------------------
+    def _spawn(self, worker: _Worker) -> None:
+        parent, child = self.context.Pipe(duplex=True)
+        process = self.context.Process(
+            target=_worker_main, name=f"fasteval-env-worker-{worker.index}",
+            args=(worker.index, child, self.factory, SharedFd(self._fd), self.layout, worker.block), daemon=True,
+        )
+        process.start()
+        child.close()
+        worker.process, worker.conn = process, parent
+        worker.seq = 0
+        worker.pending = deque([(0, "start", tuple(worker.block))])
+        worker.stash = {}
+
+    def _await_ready(self, worker: _Worker) -> None:
+        timeout = None if self.step_timeout is None else max(self.step_timeout, 60.0)
+        reply = self._receive(worker, 0, timeout)
+        if reply is TIMED_OUT:
+            worker.process.kill()
+        if isinstance(reply, str) or reply[1]:
+            detail = "" if isinstance(reply, str) else f": {reply[1][0][2]}\n{reply[1][0][3]}"
+            how = f" ({reply}; {self._exit_text(worker)})" if isinstance(reply, str) else ""
+            raise EnvStepError(f"env worker {worker.index} (slots {worker.block.start}..{worker.block.stop - 1}) failed "
+                               f"to build its envs{how}{detail}")
+
+    def _exit_text(self, worker: _Worker) -> str:
+        worker.process.join(timeout=1.0)
+        code = worker.process.exitcode
+        return f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+
+    def _receive(self, worker: _Worker, seq: int, timeout: float | None) -> Any:
+        """The reply to command ``seq`` of ``worker`` (replies to other commands are stashed until
+        claimed), ``DIED`` if the worker died, or ``TIMED_OUT``. Claiming ends the command's pending entry."""
+        reply = worker.stash.pop(seq, None)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while reply is None:
+            try:
+                if deadline is not None and not worker.conn.poll(max(0.0, deadline - time.monotonic())):
+                    return TIMED_OUT
+                got = worker.conn.recv()
+            except (EOFError, ConnectionResetError, BrokenPipeError, OSError):
+                return DIED
+            if got[0] == seq:
+                reply = got
+            else:
+                worker.stash[got[0]] = got
+        _drop_pending(worker, seq)
+        return reply
+
+    def _send(self, worker: _Worker, kind: str, payload: Any, slots: tuple) -> int | None:
+        worker.seq += 1
+        try:
+            worker.conn.send((kind, worker.seq, payload))
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            return None
+        worker.pending.append((worker.seq, kind, slots))
+        return worker.seq
+
+    def _replace(self, worker: _Worker, stage: str, slots: Sequence[int], timed_out: bool) -> None:
+        """Kill and replace ``worker``; report one failure (the slot it was working on)."""
+        seq, slot, _stage = (int(v) for v in self._progress[worker.index])
+        culprit = slot if slot in worker.block and (seq in {p[0] for p in worker.pending} or not slots) else (
+            slots[0] if slots else worker.block.start)
+        if timed_out:
+            worker.process.kill()
+            error = f"timed out after {self.step_timeout:g} s (--step-timeout); worker killed"
+        else:
+            error = None
+        worker.process.join(timeout=5.0)
+        code = worker.process.exitcode
+        if error is None:
+            how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+            error = f"env worker {worker.index} died ({how}) while on slot {culprit}"
+        try:
+            worker.conn.close()
+        except OSError:
+            pass
+        for name in self._cache:
+            for s in worker.block:
+                self._cache[name].pop(s, None)
+        self._progress[worker.index] = -1
+        self._spawn(worker)
+        self._await_ready(worker)
+        lost = list(worker.block)
+        self._lost[culprit] = lost
+        self._restarted.difference_update(lost)
+        self.failures.append(EnvFailure(culprit, stage, error, exit_code=None if timed_out else code))
+
+    def _claim(self, worker: _Worker, seq: int, stage: str, slots: Sequence[int]) -> tuple | None:
+        reply = self._receive(worker, seq, self.step_timeout)
+        if isinstance(reply, str):
+            self._replace(worker, stage, slots, timed_out=reply is TIMED_OUT)
+            return None
+        failures = reply[1]
+        if failures:
+            for slot, fstage, error, trace in failures:
+                self.failures.append(EnvFailure(slot, fstage, error, trace))
+                self._restarted.add(slot)
+                for cache in self._cache.values():
+                    cache.pop(slot, None)
+        return reply
+
+    # -- watched calls ----------------------------------------------------------------------
+    def _watched_for(self, slots: Sequence[int]) -> dict[str, frozenset]:
+        """The watched names with the slots among ``slots``; values not read since their last refresh end their watch."""
+        if not self._watch:
+            return {}
+        out = {}
+        for name, wslots in list(self._watch.items()):
+            cache = self._cache[name]
+            stale = [s for s in slots if s in cache]  # computed, never asked for: stop watching
+            for s in stale:
+                del cache[s]
+                wslots.discard(s)
+            hit = wslots.intersection(slots)
+            if hit:
+                out[name] = frozenset(hit)
+        return out
+
+    def _store(self, values: dict | None) -> None:
+        if values:
+            for name, got in values.items():
+                self._cache.setdefault(name, {}).update(got)
+
+    def call(self, slots: Sequence[int], name: str) -> list[Any]:
+        """``[env.<name>() or env.<name> for each slot]`` (through wrappers), computed in the workers.
+
+        Values of watched slots come from the last step/reset reply; the others take one round
+        trip to their workers (in parallel). Those slots are watched from then on. Raises
+        :class:`EnvStepError` if an env raised (or its worker died) for any slot.
+        """
+        slots = [int(s) for s in slots]
+        cache = self._cache.setdefault(name, {})
+        out: dict[int, Any] = {s: cache.pop(s) for s in slots if s in cache}
+        missing = [s for s in slots if s not in out]
+        if missing:
+            sent = []
+            for w, wslots in _by_worker(self.owner, missing).items():
+                worker = self._workers[w]
+                seq = self._send(worker, "call", (wslots, name), tuple(wslots))
+                sent.append((worker, seq, wslots))
+            for worker, seq, wslots in sent:
+                reply = None if seq is None else self._claim(worker, seq, "call", wslots)
+                if reply is None:
+                    if seq is None:
+                        self._replace(worker, "call", wslots, timed_out=False)
+                    raise EnvStepError(f"env.{name}: env worker {worker.index} died or timed out; "
+                                       f"slots {worker.block.start}..{worker.block.stop - 1} were restarted.")
+                out.update(zip(wslots, reply[2]))
+        self._watch.setdefault(name, set()).update(slots)
+        errors = [f"slot {s}: {v.message}" for s, v in out.items() if isinstance(v, _CallError)]
+        if errors:
+            raise EnvStepError(f"env.{name} failed in env workers: " + "; ".join(errors))
+        return [out[s] for s in slots]
+
+    def has_attr(self, name: str) -> bool:
+        """Whether slot 0's env (through its wrappers) has attribute ``name``."""
+        worker = self._workers[0]
+        seq = self._send(worker, "has", name, ())
+        reply = DIED if seq is None else self._receive(worker, seq, self.step_timeout)
+        if isinstance(reply, str):
+            raise EnvStepError(f"env worker 0 died or timed out while asked whether its env has {name!r}.")
+        return bool(reply[2])
+
+    # -- the SlotEnvs interface -------------------------------------------------------------
+    def reset_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:
+        """Reset ``slots`` with ``seeds`` (one command per worker involved, in parallel)."""
+        if len(slots) == 0:
+            return
+        slots = [int(s) for s in slots]
+        seed_of = dict(zip(slots, (int(s) for s in seeds)))
+        sent = []
+        for w, wslots in _by_worker(self.owner, slots).items():
+            worker = self._workers[w]
+            seq = self._send(worker, "reset", (wslots, [seed_of[s] for s in wslots], self._watched_for(wslots)), tuple(wslots))
+            if seq is None:
+                self._replace(worker, "reset", wslots, timed_out=False)
+                continue
+            sent.append((worker, seq, wslots))
+        for worker, seq, wslots in sent:
+            reply = self._claim(worker, seq, "reset", wslots)
+            if reply is not None:
+                self._store(reply[2])
+
+    def step_send(self, slots: Sequence[int], actions: np.ndarray) -> list[int]:
+        """Copy the rows of ``slots`` into the shared actions and send one command per worker
+        involved. Returns the slots sent (pass them to :meth:`step_recv`)."""
+        if len(slots) == 0:
+            return []
+        index = np.asarray(slots, dtype=np.int64)
+        self.actions[index] = actions[index]
+        sent: list[int] = []
+        for w, wslots in _by_worker(self.owner, slots).items():
+            worker = self._workers[w]
+            seq = self._send(worker, "step", (wslots, self._watched_for(wslots) if self._watch else None), tuple(wslots))
+            if seq is None:
+                self._replace(worker, "step", wslots, timed_out=False)
+                continue
+            sent.extend(wslots)
+        return sent
+
+    def step_recv(self, sent: Sequence[int]) -> None:
+        """Wait for the step of ``sent`` (slots, as returned by :meth:`step_send`, possibly with
+        restarted slots removed). Results are already in the shared buffers; failures are recorded."""
+        if len(sent) == 0:
+            return
+        wanted = set(int(s) for s in sent)
+        for w in dict.fromkeys(int(self.owner[s]) for s in sent):
+            worker = self._workers[w]
+            entry = next((p for p in worker.pending if p[1] == "step" and wanted.intersection(p[2])), None)
+            if entry is None:
+                continue  # already claimed, or lost with a replaced worker (its slots restart anyway)
+            seq, _kind, wslots = entry
+            reply = self._claim(worker, seq, "step", wslots)
+            if reply is not None:
+                self._store(reply[2])
+
+    def step(self, slots: Sequence[int], actions: np.ndarray) -> None:
+        self.step_recv(self.step_send(slots, actions))
+
+    def rebuild(self, slot: int) -> list[int]:
+        """Slots whose env state was lost with the failure of ``slot``: its worker's whole block
+        if the worker was replaced, else just ``slot`` (its worker rebuilt the env already, or
+        does now)."""
+        if slot in self._lost:
+            return self._lost.pop(slot)
+        if slot in self._restarted:
+            self._restarted.discard(slot)
+            return [slot]
+        worker = self._workers[int(self.owner[slot])]
+        seq = self._send(worker, "restart", [slot], (slot,))
+        reply = DIED if seq is None else self._receive(worker, seq, self.step_timeout)
+        if isinstance(reply, str):
+            self._replace(worker, "reset", [slot], timed_out=reply is TIMED_OUT)
+            self.failures = [f for f in self.failures if f.slot != slot]
+            return self._lost.pop(slot, list(worker.block))
+        for cache in self._cache.values():
+            cache.pop(slot, None)
+        return [slot]
+
+    def close(self) -> None:
+        """Stop the workers (a dead or hung one is killed). The buffers stay readable."""
+        if self._closed:
+            return
+        self._closed = True
+        for worker in self._workers:
+            if worker.conn is None:
+                continue
+            try:
+                worker.conn.send(("close", 0, None))
+            except (BrokenPipeError, ConnectionResetError, OSError):
+                pass
+        for worker in self._workers:
+            if worker.process is None:
+                continue
+            worker.process.join(timeout=2.0)
+            if worker.process.is_alive():
+                worker.process.kill()
+                worker.process.join(timeout=2.0)
+            try:
+                worker.conn.close()
+            except OSError:
+                pass
+        try:
+            os.close(self._fd)
+        except OSError:
+            pass
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _drop_pending(worker: _Worker, seq: int) -> None:
+    for i, entry in enumerate(worker.pending):
+        if entry[0] == seq:
+            del worker.pending[i]
+            return
+
+
+def _by_worker(owner: np.ndarray, slots: Sequence[int]) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for slot in slots:
+        out.setdefault(int(owner[slot]), []).append(int(slot))
+    return out
+
+
+def _even_slices(n: int, parts: int) -> list[slice]:
+    return [slice(b.start, b.stop) for b in split_blocks(n, parts)]

@@ -1,0 +1,128 @@
+"""One task's env, built by LeRobot's own env config and factory: ``fasteval.lerobot.envs:make_env``.
+
+fasteval's env factory calls ``make_env(type=..., task=..., **options)`` once per slot (in the
+worker process for async envs). It builds ``lerobot.envs.factory.make_env_config(type, task=task,
+**options)``, asks the config for a one-env vector env (``create_envs(n_envs=1)``: LeRobot's
+wrappers, features and task lists), and returns that single env. Multi-task suites take one task
+per call: LIBERO's ``task_id`` (passed to LeRobot as ``task_ids=[task_id]``), Meta-World's task name.
+
+Nested ``pixels`` Dict observations (several cameras) are flattened to ``pixels/<camera>`` keys,
+which :func:`fasteval.lerobot.policy.lerobot_batch` nests again before LeRobot's
+``preprocess_observation``.
+
+The last env config built in this process is remembered (:func:`active_env_config`), so that
+the policy loader can pair the env-side processors LeRobot pairs with that env type.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+from fasteval.errors import UserInputError
+from fasteval.lerobot.extra import require_lerobot
+
+ENV_REF = "fasteval.lerobot.envs:make_env"
+_ACTIVE: dict[str, Any] = {}
+
+
+def active_env_config() -> Any:
+    """The LeRobot ``EnvConfig`` of the last env :func:`make_env` built in this process, else ``None``."""
+    return _ACTIVE.get("config")
+
+
+def env_config(type: str, task: str | None = None, task_id: int | None = None, **options: Any) -> Any:
+    """LeRobot's ``EnvConfig`` for one task. Raises :class:`UserInputError` for an unknown type or option."""
+    require_lerobot(f"--env.type={type}")
+    from lerobot.envs.factory import make_env_config
+
+    kwargs = dict(options)
+    if task is not None:
+        kwargs["task"] = task
+    if task_id is not None:
+        kwargs["task_ids"] = [int(task_id)]
+    if type in ("libero", "libero_plus"):
+        prepare_libero()
+    try:
+        return make_env_config(type, **kwargs)
+    except (ValueError, TypeError) as exc:
+        raise UserInputError(f"--env.type={type}: LeRobot's env config rejected {kwargs}: {exc}") from None
+
+
+def make_env(type: str, task: str | None = None, task_id: int | None = None, **options: Any) -> gym.Env:
+    """One env of ``type`` / ``task``, as LeRobot's factory builds it (see the module docstring)."""
+    config = env_config(type, task, task_id, **options)
+    suites = config.create_envs(n_envs=1, use_async_envs=False)
+    vec_envs = [vec for tasks in suites.values() for vec in tasks.values()]
+    if len(vec_envs) != 1:
+        for vec in vec_envs:
+            vec.close()
+        raise UserInputError(f"--env.type={type} --env.task={task}: LeRobot built {len(vec_envs)} task envs; "
+                             f"fasteval builds one task per env (give one task, and task_id for suites).")
+    env = vec_envs[0].envs[0]
+    _ACTIVE["config"] = config
+    if isinstance(env.observation_space, gym.spaces.Dict) and isinstance(env.observation_space.spaces.get("pixels"),
+                                                                         gym.spaces.Dict):
+        env = FlattenPixels(env)
+    return env
+
+
+class FlattenPixels(gym.ObservationWrapper):
+    """``{"pixels": {cam: img}, ...}`` -> ``{"pixels/cam": img, ...}`` (fasteval's buffers are flat)."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        spaces: dict[str, gym.Space] = {}
+        for key, sub in env.observation_space.spaces.items():
+            if key == "pixels" and isinstance(sub, gym.spaces.Dict):
+                spaces.update({f"pixels/{cam}": s for cam, s in sub.spaces.items()})
+            else:
+                spaces[key] = sub
+        self.observation_space = gym.spaces.Dict(spaces)
+
+    def observation(self, observation: dict[str, Any]) -> dict[str, Any]:
+        out = {k: v for k, v in observation.items() if k != "pixels"}
+        out.update({f"pixels/{cam}": img for cam, img in observation["pixels"].items()})
+        return out
+
+
+# -- LIBERO ----------------------------------------------------------------------------------------
+LIBERO_ASSETS_ENV = "FASTEVAL_LIBERO_ASSETS"
+
+
+def libero_config_path() -> Path:
+    """Where LIBERO reads its config: ``$LIBERO_CONFIG_PATH/config.yaml``, else ``~/.libero/config.yaml``."""
+    return Path(os.environ.get("LIBERO_CONFIG_PATH", Path.home() / ".libero")) / "config.yaml"
+
+
+def prepare_libero(assets: str | Path | None = None) -> Path:
+    """Write LIBERO's config file unless it exists, so its first import asks no question. Returns its path.
+
+    LIBERO's import prompts for a dataset folder when ``config.yaml`` is missing. The file written
+    here points every folder inside the installed ``libero`` package (LIBERO's own defaults), and
+    ``assets`` at ``assets`` (argument), else ``$FASTEVAL_LIBERO_ASSETS``, else the package's
+    ``assets`` folder. Scene assets are not in the wheel: put them there (LIBERO otherwise fetches
+    them from the Hugging Face Hub).
+    """
+    path = libero_config_path()
+    if path.exists():
+        return path
+    import importlib.util
+
+    spec = importlib.util.find_spec("libero")
+    base = Path(next(iter(spec.submodule_search_locations))) / "libero" if spec and spec.submodule_search_locations \
+        else Path.home() / ".libero" / "libero"
+    assets = Path(assets or os.environ.get(LIBERO_ASSETS_ENV) or base / "assets")
+    entries = {
+        "benchmark_root": base,
+        "bddl_files": base / "bddl_files",
+        "init_states": base / "init_files",
+        "datasets": base.parent / "datasets",
+        "assets": assets,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{key}: {value}\n" for key, value in entries.items()))
+    return path

@@ -1,0 +1,293 @@
+"""A LeRobot policy behind fasteval's per-env policy protocol.
+
+:class:`LeRobotPolicy` (continuous batching; wave mode with ``--reset-mode wave``):
+
+* ``reset(env_ids, seeds)``: those slots start an episode: their action queues empty, their
+  observation history restarts, and (stochastic policies) their noise generator is seeded with
+  the episode's seed;
+* ``set_task(env_ids, descriptions)``: the env's ``task_description`` (LeRobot's ``batch["task"]``,
+  ``""`` when the env has none, as in LeRobot's rollout);
+* ``select_action(obs) -> action [B, action_dim]`` (on the CPU, as LeRobot's postprocessor leaves it).
+
+One call, in LeRobot's order (``lerobot_eval.rollout``):
+
+1. the observation becomes LeRobot's batch: raw env observations (``observation_format="raw"``)
+   go through LeRobot's own ``preprocess_observation``; observations fasteval already mapped to
+   LeRobot's keys (``observation_format="lerobot"``: ``observation.image`` float CHW in [0, 1],
+   ``observation.state`` float32, renamed with ``--rename``) are taken as they are: the two give the
+   same tensors for ``pixels`` / ``agent_pos`` / ``environment_state``;
+2. ``batch["task"]``, then the env preprocessor and the policy preprocessor (rename, batch dim,
+   device, normalization);
+3. ``n_obs_steps > 1`` (Diffusion): each slot's history gets the new observation; the first one of
+   an episode fills the whole history (LeRobot's ``populate_queues``);
+4. slots whose queue is empty get a fresh chunk from ``policy.predict_action_chunk`` run on those
+   rows only (all rows when all need one, as in a wave), keeping the first ``n_action_steps``;
+5. each slot pops its next action; the postprocessor (unnormalize, to CPU) and the env
+   postprocessor run on the popped batch, as LeRobot runs them on ``select_action``'s output.
+
+In wave mode all slots start together, so every slot needs a chunk on the same steps and the
+policy sees exactly the batches LeRobot's ``select_action`` sees: the same numbers, per seed.
+
+**Noise.** Diffusion's ``predict_action_chunk`` takes the initial ``noise``; each row's is drawn
+from its slot's generator (seeded with the episode seed at reset), so an episode's noise does not
+depend on the batch or on the other slots. DDPM also draws noise in every denoising step from the
+global RNG: :class:`LeRobotPolicy` passes the slots' generators to the scheduler's ``step`` (as a
+per-row list, which diffusers' schedulers accept) for the duration of the call. Policies without
+a ``noise`` argument keep LeRobot's global-RNG draws; :attr:`batch_invariant` says which case holds.
+
+:class:`LeRobotWavePolicy` runs any other policy exactly as LeRobot's rollout does:
+``reset()`` on the whole batch, ``select_action`` on the whole batch (wave mode only).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from fasteval.errors import UserInputError
+
+ACTION = "action"
+OBS_PREFIX = "observation."
+PIXEL_SEP = "/"
+
+
+class _Pipelines:
+    """LeRobot's four processor pipelines, rebuilt when the policy moves to another device."""
+
+    def __init__(self, build: Callable[[torch.device], tuple[Any, Any, Any, Any]], device: torch.device):
+        self.build = build
+        self.device = device
+        self.pre, self.post, self.env_pre, self.env_post = build(device)
+
+    def move(self, device: torch.device) -> None:
+        if device != self.device:
+            self.device = device
+            self.pre, self.post, self.env_pre, self.env_post = self.build(device)
+
+
+def lerobot_batch(obs: Any) -> dict[str, Any]:
+    """fasteval's policy input -> LeRobot's observation batch (see step 1 of the module docstring)."""
+    if isinstance(obs, torch.Tensor):
+        raise UserInputError(
+            "a LeRobot policy needs Dict observations (pixels / agent_pos / ...), as LeRobot's envs give; this env "
+            f"gives one array of shape {tuple(obs.shape)}. Use a LeRobot env (--env.type) or a Dict-observation env."
+        )
+    keys = [k for k in obs.keys() if k != "task"]
+    if keys and all(k.startswith(OBS_PREFIX) for k in keys):
+        return {k: obs.get(k) for k in keys}
+    from lerobot.envs.utils import preprocess_observation
+
+    arrays: dict[str, Any] = {}
+    for key in keys:
+        value = obs.get(key).cpu().numpy()
+        head, sep, cam = key.partition(PIXEL_SEP)
+        if sep and head == "pixels":  # fasteval keeps Dict spaces flat: "pixels/<cam>" -> {"pixels": {cam: ...}}
+            arrays.setdefault("pixels", {})[cam] = value
+        else:
+            arrays[key] = value
+    return preprocess_observation(arrays)
+
+
+def _take_rows(batch: dict[str, Any], rows: torch.Tensor, index: np.ndarray, n: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in batch.items():
+        if isinstance(value, torch.Tensor) and value.ndim >= 1 and value.shape[0] == n:
+            out[key] = value.index_select(0, rows.to(value.device))
+        elif isinstance(value, (list, tuple)) and len(value) == n:
+            out[key] = [value[i] for i in index]
+        else:
+            out[key] = value
+    return out
+
+
+def _pick_rows(gens: Sequence[torch.Generator], index: np.ndarray) -> list[torch.Generator]:
+    return [gens[i] for i in index]
+
+
+class LeRobotPolicy(nn.Module):
+    """Per-slot action queues (and observation histories) over a LeRobot policy; see the module docstring."""
+
+    def __init__(self, policy: nn.Module, pipelines: _Pipelines, n_slots: int, noise_shape: tuple[int, ...] | None,
+                 scheduler_generators: bool):
+        super().__init__()
+        config = policy.config
+        self.policy = policy
+        self.pipelines = pipelines
+        self.n_slots = int(n_slots)
+        self.policy_type = str(config.type)
+        self.n_action_steps = int(config.n_action_steps)
+        self.n_obs_steps = int(getattr(config, "n_obs_steps", 1) or 1)
+        self.noise_shape = noise_shape
+        self.scheduler_generators = scheduler_generators
+        self.batch_invariant = noise_shape is not None or not _is_stochastic(config)
+        """True when an episode's actions depend only on its own observations and seed."""
+        self.tasks: list[str] = [""] * self.n_slots
+        self.pos = np.full(self.n_slots, self.n_action_steps, dtype=np.int64)
+        """Next queue position per slot; ``n_action_steps`` means empty."""
+        self.fresh = np.ones(self.n_slots, dtype=bool)
+        """Slots whose next observation is their episode's first (it fills the history)."""
+        self.chunks: torch.Tensor | None = None
+        self.history: dict[str, torch.Tensor] = {}
+        self.generators = [torch.Generator() for _ in range(self.n_slots)]
+        self._rows = torch.arange(self.n_slots)
+        if hasattr(policy, "reset"):
+            policy.reset()  # empty internal queues: predict_action_chunk then reads the batch it is given
+
+    # -- device -----------------------------------------------------------------------------------
+    def _apply(self, fn: Any, recurse: bool = True) -> "LeRobotPolicy":
+        super()._apply(fn, recurse)
+        param = next(self.policy.parameters(), None)
+        if param is not None:
+            self.policy.config.device = str(param.device)
+            self.pipelines.move(param.device)
+        return self
+
+    # -- protocol ---------------------------------------------------------------------------------
+    def reset(self, env_ids: torch.Tensor, seeds: Sequence[int] | None = None) -> None:
+        ids = np.asarray(torch.as_tensor(env_ids).cpu(), dtype=np.int64)
+        self.pos[ids] = self.n_action_steps
+        self.fresh[ids] = True
+        if seeds is not None:
+            for slot, seed in zip(ids.tolist(), seeds):
+                self.generators[slot].manual_seed(int(seed))
+
+    def set_task(self, env_ids: torch.Tensor, descriptions: Sequence[str]) -> None:
+        for slot, text in zip(torch.as_tensor(env_ids).tolist(), descriptions):
+            self.tasks[slot] = str(text)
+
+    @torch.no_grad()
+    def select_action(self, obs: Any) -> torch.Tensor:
+        n = self.n_slots
+        batch = lerobot_batch(obs)
+        first = next(v for v in batch.values() if isinstance(v, torch.Tensor))
+        if first.shape[0] != n:
+            raise UserInputError(f"LeRobot policy: expected a batch of {n} observations (one per env slot), got "
+                                 f"{first.shape[0]}. --pipeline (half batches) is not supported for LeRobot policies.")
+        batch["task"] = list(self.tasks)
+        pipes = self.pipelines
+        batch = pipes.pre(pipes.env_pre(batch))
+        if self.n_obs_steps > 1:
+            batch = self._with_history(batch)
+        need = np.flatnonzero(self.pos >= self.n_action_steps)
+        if need.size:
+            self._refill(batch, need)
+        assert self.chunks is not None
+        take = torch.from_numpy(self.pos).to(self.chunks.device)
+        action = self.chunks[self._rows.to(self.chunks.device), take]
+        self.pos += 1
+        action = pipes.post(action)
+        return pipes.env_post({ACTION: action})[ACTION]
+
+    # -- internals --------------------------------------------------------------------------------
+    def _with_history(self, batch: dict[str, Any]) -> dict[str, Any]:
+        fresh = torch.from_numpy(self.fresh)
+        out = dict(batch)
+        for key, value in batch.items():
+            if not (key.startswith(OBS_PREFIX) and isinstance(value, torch.Tensor)):
+                continue
+            step = value.unsqueeze(1)
+            old = self.history.get(key)
+            if old is None or old.shape[2:] != value.shape[1:]:
+                hist = step.expand(-1, self.n_obs_steps, *value.shape[1:]).clone()
+            else:
+                hist = torch.cat([old[:, 1:], step], dim=1)
+                rows = fresh.to(value.device)
+                if bool(rows.any()):
+                    hist[rows] = step[rows].expand(-1, self.n_obs_steps, *value.shape[1:])
+            self.history[key] = hist
+            out[key] = hist
+        self.fresh[:] = False
+        return out
+
+    def _refill(self, batch: dict[str, Any], need: np.ndarray) -> None:
+        n = self.n_slots
+        sub = batch if need.size == n else _take_rows(batch, torch.from_numpy(need), need, n)
+        kwargs: dict[str, Any] = {}
+        gens = _pick_rows(self.generators, need)
+        if self.noise_shape is not None:
+            param = next(self.policy.parameters())
+            noise = torch.stack([torch.randn(self.noise_shape, generator=g) for g in gens])
+            kwargs["noise"] = noise.to(device=param.device, dtype=param.dtype)
+        if self.scheduler_generators:
+            with _scheduler_generators(self.policy, gens):
+                chunk = self.policy.predict_action_chunk(sub, **kwargs)
+        else:
+            chunk = self.policy.predict_action_chunk(sub, **kwargs)
+        chunk = chunk[:, : self.n_action_steps]
+        if chunk.shape[1] != self.n_action_steps:
+            raise UserInputError(f"LeRobot {self.policy_type}: predict_action_chunk returned {chunk.shape[1]} actions; "
+                                 f"n_action_steps is {self.n_action_steps}. Lower n_action_steps in config.json.")
+        if self.chunks is None or self.chunks.shape[2:] != chunk.shape[2:] or self.chunks.device != chunk.device:
+            self.chunks = chunk.new_zeros((n, *chunk.shape[1:]))
+        if need.size == n:
+            self.chunks.copy_(chunk)
+        else:
+            self.chunks[torch.from_numpy(need).to(chunk.device)] = chunk.to(self.chunks.dtype)
+        self.pos[need] = 0
+
+
+class _scheduler_generators:
+    """Within the block, the diffusion scheduler's ``step`` draws its noise from per-row generators."""
+
+    def __init__(self, policy: nn.Module, gens: list[torch.Generator]):
+        self.scheduler = policy.diffusion.noise_scheduler
+        self.gens = gens if len(gens) > 1 else gens[0]
+
+    def __enter__(self) -> None:
+        original = type(self.scheduler).step.__get__(self.scheduler)
+        gens = self.gens
+
+        def step(*args: Any, generator: Any = None, **kwargs: Any) -> Any:
+            return original(*args, generator=gens if generator is None else generator, **kwargs)
+
+        self.scheduler.step = step
+
+    def __exit__(self, *exc: Any) -> None:
+        del self.scheduler.step
+
+
+class LeRobotWavePolicy(nn.Module):
+    """LeRobot's own ``reset()`` / ``select_action`` on the whole batch (wave mode only); see the module docstring."""
+
+    def __init__(self, policy: nn.Module, pipelines: _Pipelines, n_slots: int):
+        super().__init__()
+        self.policy = policy
+        self.pipelines = pipelines
+        self.n_slots = int(n_slots)
+        self.tasks: list[str] = [""] * self.n_slots
+        self.batch_invariant = not _is_stochastic(policy.config)
+
+    _apply = LeRobotPolicy._apply
+
+    def reset(self) -> None:
+        self.policy.reset()
+
+    def set_task(self, env_ids: torch.Tensor, descriptions: Sequence[str]) -> None:
+        LeRobotPolicy.set_task(self, env_ids, descriptions)  # type: ignore[arg-type]
+
+    @torch.no_grad()
+    def select_action(self, obs: Any) -> torch.Tensor:
+        batch = lerobot_batch(obs)
+        batch["task"] = list(self.tasks)
+        pipes = self.pipelines
+        action = self.policy.select_action(pipes.pre(pipes.env_pre(batch)))
+        return pipes.env_post({ACTION: pipes.post(action)})[ACTION]
+
+
+def _is_stochastic(config: Any) -> bool:
+    return str(config.type) not in DETERMINISTIC_TYPES
+
+
+DETERMINISTIC_TYPES = {"act", "vqbet", "tdmpc"}
+"""Policy types whose inference draws no random numbers (eval mode)."""
+
+
+def predict_takes_noise(policy: nn.Module) -> bool:
+    try:
+        return "noise" in inspect.signature(policy.predict_action_chunk).parameters
+    except (AttributeError, TypeError, ValueError):
+        return False

@@ -1,0 +1,168 @@
+"""Run folders: the group commit of episodes.jsonl, and a failed dry run that leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from fasteval.cli import main
+from fasteval.durable import FlushPolicy, GroupCommitLog, format_records
+from fasteval.rundir import RunDirectory
+
+KA = "fasteval/KnownAnswer-v0"
+
+
+class FakeClock:
+    """A clock the test moves by hand (seconds)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def lines(n: int, start: int = 0) -> tuple[str, int]:
+    return format_records({"episode_ix": i} for i in range(start, start + n))
+
+
+# -- the flush policy ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("pending, age, due", [
+    (0, 10.0, False),      # nothing to write, however long
+    (1, 0.0, False),
+    (1, 0.049, False),
+    (1, 0.05, True),       # the oldest record is 50 ms old
+    (255, 0.0, False),
+    (256, 0.0, True),      # 256 records wait
+    (1000, 0.0, True),
+])
+def test_flush_policy_is_50_ms_or_256_records(pending, age, due):
+    assert FlushPolicy().due(pending, age) is due
+
+
+def test_group_commit_writes_by_age_and_by_count_with_an_injected_clock():
+    # Times are binary fractions, so that the clock arithmetic is exact.
+    clock, written = FakeClock(), []
+    log = GroupCommitLog(written.append, FlushPolicy(max_delay_s=0.5, max_records=256), clock=clock, background=False)
+    log.add(*lines(3, 0))  # t = 0: buffered
+    clock.now += 0.25
+    log.add(*lines(2, 3))  # the oldest is 0.25 s old: still buffered
+    assert written == [] and log.pending == 5
+    clock.now += 0.125
+    log.poll()  # 0.375 s: not yet
+    assert written == []
+    clock.now += 0.125
+    log.poll()  # 0.5 s after the first record: one write of all five
+    assert len(written) == 1 and [json.loads(x)["episode_ix"] for x in written[0].splitlines()] == [0, 1, 2, 3, 4]
+    log.add(*lines(255, 5))  # age 0, 255 records: buffered
+    assert len(written) == 1
+    log.add(*lines(1, 260))  # the 256th record: written at once, whatever the age
+    assert len(written) == 2 and len(written[1].splitlines()) == 256
+    log.add(*lines(2, 261))
+    log.add("", 0)  # an empty step changes nothing
+    assert len(written) == 2
+    log.close()  # the rest, at the end
+    assert len(written) == 3 and len(written[2].splitlines()) == 2
+    log.close()  # twice is harmless
+    assert len(written) == 3
+    assert log.groups_written == 3
+
+
+def test_age_counts_from_the_oldest_waiting_record_not_the_last_write():
+    clock, written = FakeClock(), []
+    log = GroupCommitLog(written.append, FlushPolicy(max_delay_s=0.5, max_records=256), clock=clock, background=False)
+    clock.now += 10.0  # a long quiet time before the first record must not make it "old"
+    log.add(*lines(1))
+    assert written == []
+    clock.now += 0.5
+    log.add(*lines(1, 1))
+    assert len(written) == 1 and len(written[0].splitlines()) == 2
+
+
+def test_the_background_thread_writes_a_lone_record_within_the_window():
+    written = []
+    log = GroupCommitLog(written.append, FlushPolicy(max_delay_s=0.05, max_records=256))
+    try:
+        log.add(*lines(1))
+        deadline = time.monotonic() + 5.0
+        while not written and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert written, "a record waited more than 5 s although no further episode finished"
+    finally:
+        log.close()
+    assert "".join(written).splitlines() == ['{"episode_ix":0}']
+
+
+def test_a_write_error_in_the_thread_is_raised_in_the_caller():
+    def full_disk(text):
+        raise OSError(28, "No space left on device")
+
+    log = GroupCommitLog(full_disk, FlushPolicy(max_delay_s=0.01, max_records=256))
+    log.add(*lines(1))
+    time.sleep(0.2)
+    with pytest.raises(OSError, match="No space"):
+        log.add(*lines(1, 1))
+    log.close()
+
+
+def test_format_records_is_one_json_line_per_record_and_reads_back():
+    records = [{"episode_ix": 0, "sum_reward": float("nan"), "success": True, "task": 'a "quoted"\nname'},
+               {"episode_ix": 1, "sum_reward": -1.5, "success": False, "task": "}, {"}]
+    text, n = format_records(records)
+    assert n == 2 and text.endswith("\n") and text.count("\n") == 2
+    back = [json.loads(line) for line in text.splitlines()]
+    assert math.isnan(back[0]["sum_reward"]) and back[0]["task"] == 'a "quoted"\nname'
+    assert back[1] == records[1]
+    assert format_records([]) == ("", 0)
+
+
+def test_records_reads_group_committed_lines_and_skips_a_torn_one(tmp_path):
+    run_dir = RunDirectory(tmp_path)
+    run_dir.open_logs()
+    run_dir.append_episode_text(format_records({"episode_ix": i, "x": i} for i in range(3))[0])
+    run_dir.append_episode_text('{"episode_ix": 3, "x"')  # what a kill mid-write leaves
+    run_dir.close()
+    assert [r["episode_ix"] for r in run_dir.records()] == [0, 1, 2]
+
+
+# -- a failed dry run writes nothing ---------------------------------------------------------------
+
+@pytest.mark.parametrize("policy", ["tests.helpers:raising_policy", "tests.helpers:three_logits"])
+def test_a_failed_dry_run_leaves_the_folder_free_for_the_next_run(tmp_path, policy):
+    out = tmp_path / "run"
+    failed = CliRunner().invoke(main, ["--env", KA, "--policy", policy, "-n", "3", "-o", str(out)])
+    assert failed.exit_code == 2, failed.output
+    assert not (out / "manifest.json").exists() and not out.exists()
+    again = CliRunner().invoke(main, ["--env", KA, "--policy", "zero", "-n", "3", "-o", str(out)])
+    assert again.exit_code == 0, again.output
+    assert json.loads((out / "manifest.json").read_text())["status"] == "complete"
+
+
+def test_a_failed_dry_run_in_an_existing_folder_leaves_its_files_alone(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    failed = CliRunner().invoke(main, ["--env", KA, "--policy", "tests.helpers:raising_policy", "-o", str(tmp_path)])
+    assert failed.exit_code == 2, failed.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_checkpoint_that_does_not_fit_the_env_names_obs_dim_and_the_env_shape(tmp_path):
+    from fasteval.testing import KnownAnswerEnv
+
+    shape = KnownAnswerEnv().observation_space.shape
+    assert shape != (4,)  # the bundled CartPole MLP has obs_dim 4
+    from pathlib import Path
+
+    import fasteval
+
+    checkpoint = Path(fasteval.__file__).parent / "assets" / "cartpole_mlp"
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, ["--env", KA, "--policy", str(checkpoint), "-o", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "obs_dim=4" in result.output and f"shape {tuple(shape)}" in result.output
+    assert "config.json" in result.output
+    assert not out.exists()
