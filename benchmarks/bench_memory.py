@@ -9,10 +9,10 @@ Each case runs in fresh processes, so every peak is its own. Two doors are measu
 
 * **CLI** (the target, issue 14): ``fasteval --env E --policy P -n N -b B --device cpu -o DIR`` as
   its own process, run to the end (``eval_info.json``, ``episodes.jsonl``, ``config.json`` written);
-  its peak is the ``ru_maxrss`` that ``os.wait4`` reports for exactly that process: the whole
-  process, imports, engine, run, result table and the streamed ``eval_info.json`` included.
+  its peak (``VmHWM``, read at exit) covers the whole process: imports, engine, run, result
+  table and the streamed ``eval_info.json``.
 * **engine** (``--child``): import everything, build the engine (``Engine(spec)``, the engine of
-  every door), run a small warm-up, then ``engine.run(n)``. It reads the peak (``ru_maxrss``) at
+  every door), run a small warm-up, then ``engine.run(n)``. It reads the peak (``VmHWM``) at
   two points:
 
   * **loop peak**: inside the ``on_finished`` callback, which the hot loop calls as episodes end;
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -47,7 +46,21 @@ TARGET_RATIO = 1.10
 
 
 def _maxrss_bytes() -> int:
-    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kilobytes on Linux
+    """This process's peak resident set size in bytes.
+
+    Linux: ``VmHWM`` from ``/proc/self/status``, the high-water mark of this process's own memory
+    map. Not ``ru_maxrss``: Linux carries that across ``fork`` + ``exec``, so a child's value starts
+    at its parent's peak (here, the driver's: torch imported, results parsed) and hides the child's
+    own. Elsewhere: ``ru_maxrss``.
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kilobytes on Linux, bytes on macOS
     return int(kb) * (1 if sys.platform == "darwin" else 1024)
 
 
@@ -114,26 +127,38 @@ def run_case(args: argparse.Namespace, n: int) -> dict[str, Any]:
     return json.loads(line)
 
 
+CLI_LAUNCHER = """
+import atexit, os, sys
+sys.path.insert(0, sys.argv.pop(1))
+from bench_memory import _maxrss_bytes
+out = sys.argv.pop(1)
+atexit.register(lambda: open(out, "w").write(str(_maxrss_bytes())))
+from fasteval.cli import main
+sys.argv[0] = "fasteval"
+main()
+"""
+"""Runs the ``fasteval`` command in this process and writes its peak RSS when it exits (``atexit``
+runs after click's ``sys.exit``): the whole process, from interpreter start to exit."""
+
+
 def run_cli_case(args: argparse.Namespace, n: int) -> dict[str, Any]:
-    """The ``fasteval`` command as its own process; returns its peak RSS (``os.wait4``) and time."""
+    """The ``fasteval`` command as its own process; returns its peak RSS, time and record count."""
     with tempfile.TemporaryDirectory(prefix="fasteval-mem-") as tmp:
-        out = Path(tmp) / "run"
-        cmd = [sys.executable, "-c", "from fasteval.cli import main; main()", "--env", args.env, "--policy", args.policy,
-               "-n", str(n), "-b", str(args.batch_size), "--seed", str(args.seed), "--device", "cpu", "-o", str(out)]
+        out, peak_file = Path(tmp) / "run", Path(tmp) / "peak"
+        options = ["--env", args.env, "--policy", args.policy, "-n", str(n), "-b", str(args.batch_size),
+                   "--seed", str(args.seed), "--device", "cpu", "-o", str(out)]
+        cmd = [sys.executable, "-c", CLI_LAUNCHER, str(HERE), str(peak_file), *options]
         t0 = time.perf_counter()
-        with open(Path(tmp) / "stdout", "w+") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-            _, status, usage = os.wait4(proc.pid, 0)
-            proc.returncode = os.waitstatus_to_exitcode(status)
-            seconds = time.perf_counter() - t0
-            if proc.returncode != 0:
-                log.seek(0)
-                raise RuntimeError(f"fasteval for n={n} failed (exit {proc.returncode}):\n{log.read()[-3000:]}")
-        info = json.loads((out / "eval_info.json").read_text())
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+        seconds = time.perf_counter() - t0
+        if proc.returncode != 0:
+            raise RuntimeError(f"fasteval for n={n} failed (exit {proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}")
+        with (out / "eval_info.json").open() as f:  # count without loading (this driver stays small)
+            records = sum(1 for line in f if line.startswith('    {"episode_ix": '))
         return {
-            "n": n, "seconds": seconds, "peak": int(usage.ru_maxrss) * (1 if sys.platform == "darwin" else 1024),
-            "records": len(info["per_episode"]), "eval_info_bytes": (out / "eval_info.json").stat().st_size,
-            "command": " ".join(["fasteval", *cmd[3:-2], "-o", "DIR"]),
+            "n": n, "seconds": seconds, "peak": int(peak_file.read_text()), "records": records,
+            "eval_info_bytes": (out / "eval_info.json").stat().st_size,
+            "command": " ".join(["fasteval", *options[:-1], "DIR"]),
         }
 
 
@@ -173,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# Memory (issues 4 and 14): peak RSS vs episode count at a fixed batch size\n\n{format_machine(info)}")
     print(f"- command: `{command_line()}`")
     print(f"- env {args.env}, policy {args.policy}, batch size {args.batch_size}, episodes {counts}; one fresh "
-          f"subprocess per case and repeat ({args.repeats}); peaks are ru_maxrss\n", flush=True)
+          f"subprocess per case and repeat ({args.repeats}); peaks are VmHWM (the process's own high-water RSS)\n", flush=True)
     results: dict[int, list[dict[str, Any]]] = {n: [] for n in counts}
     cli: dict[int, list[dict[str, Any]]] = {n: [] for n in counts}
     for _ in range(args.repeats):
@@ -190,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         return statistics.median(r[key] for r in cli[n])
 
     ref = counts[0]
-    print(f"CLI door: `{cli[ref][0]['command']}` (one process per case; peak = its ru_maxrss from os.wait4)\n")
+    print(f"CLI door: `{cli[ref][0]['command']}` (one process per case; peak = its VmHWM at exit)\n")
     print(markdown_table(
         ["episodes", "b", "CLI run (s)", "CLI peak RSS (MB)", "CLI x", "eval_info.json (MB)"],
         [[str(n), str(args.batch_size), f"{cli_med(n, 'seconds'):.2f}", mb(cli_med(n, "peak")),

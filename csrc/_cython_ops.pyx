@@ -15,10 +15,6 @@ native byte order, aligned, writeable for outputs, long enough; any stride,
 including non-contiguous views, is fine. NumPy bool arrays are read and written
 in place as bytes, without copies. The loops are ``nogil``; the GIL is only
 released for very large batches, where doing so costs less than it gains.
-
-``masked_episode_reduce`` runs once per batch, so it simply uses typed
-memoryviews (bool arrays as ``unsigned char``, which Cython accepts for NumPy's
-``'?'`` buffer format without a copy).
 """
 
 cimport numpy as cnp
@@ -30,14 +26,13 @@ cnp.import_array()
 IDLE = -1
 """Value of ``slot_episode`` for a slot that runs no episode."""
 
-__all__ = ["IDLE", "masked_episode_reduce", "step_bookkeeping", "warmup"]
+__all__ = ["IDLE", "step_bookkeeping", "warmup"]
 
 cdef enum:
     _IDLE = -1
     # Below these sizes the loop takes well under a microsecond, less than a
     # GIL release/re-acquire round trip can cost when other threads are busy.
     _NOGIL_MIN_SLOTS = 4096
-    _NOGIL_MIN_CELLS = 65536
 
 cdef enum _Kind:
     K_F64 = 0
@@ -260,87 +255,6 @@ def step_bookkeeping(
             f"results table (length {n_res})"
         )
     return n_finished, n_reset, next_episode
-
-
-cdef void _reduce_core(
-    const double[:, :] rewards,
-    const unsigned char[:, :] terminated,
-    const unsigned char[:, :] truncated,
-    const unsigned char[:, :] success,
-    double[:] out_sum,
-    double[:] out_max,
-    int64_t[:] out_len,
-    unsigned char[:] out_success,
-    int64_t[:] out_nan,
-    unsigned char[:] out_done,
-) noexcept nogil:
-    cdef Py_ssize_t n_rows = rewards.shape[0], n_steps = rewards.shape[1]
-    cdef Py_ssize_t row, t
-    cdef double total, best, reward
-    cdef int64_t nan_steps, length
-    cdef bint any_success, done
-    for row in range(n_rows):
-        total = 0.0
-        best = -INFINITY
-        nan_steps = 0
-        any_success = False
-        length = 0
-        done = False
-        for t in range(n_steps):
-            reward = rewards[row, t]
-            total += reward
-            if isnan(reward):
-                nan_steps += 1
-                best = NAN
-            elif reward > best:
-                best = reward
-            if success[row, t]:
-                any_success = True
-            length += 1
-            if terminated[row, t] or truncated[row, t]:
-                done = True
-                break
-        out_sum[row] = total
-        out_max[row] = best
-        out_len[row] = length
-        out_success[row] = 1 if any_success else 0
-        out_nan[row] = nan_steps
-        out_done[row] = 1 if done else 0
-
-
-def masked_episode_reduce(
-    const double[:, :] rewards,
-    const unsigned char[:, :] terminated,
-    const unsigned char[:, :] truncated,
-    const unsigned char[:, :] success,
-    double[:] out_sum,
-    double[:] out_max,
-    int64_t[:] out_len,
-    unsigned char[:] out_success,
-    int64_t[:] out_nan,
-    unsigned char[:] out_done,
-):
-    """Reduce recorded ``[B, T]`` step buffers to per-row episode metrics.
-
-    See ``fasteval.kernels.reference.masked_episode_reduce`` for the contract.
-    """
-    cdef Py_ssize_t n_rows = rewards.shape[0], n_steps = rewards.shape[1]
-    for name, grid in (("terminated", terminated), ("truncated", truncated), ("success", success)):
-        if grid.shape[0] < n_rows or grid.shape[1] < n_steps:
-            raise ValueError(f"{name} has shape {tuple(grid.shape)[:2]}, rewards {(n_rows, n_steps)}")
-    for name, out in (
-        ("out_sum", out_sum), ("out_max", out_max), ("out_len", out_len),
-        ("out_success", out_success), ("out_nan", out_nan), ("out_done", out_done),
-    ):
-        if out.shape[0] < n_rows:
-            raise ValueError(f"{name} has length {out.shape[0]}, needs at least {n_rows} (one per row)")
-    if n_rows * n_steps >= _NOGIL_MIN_CELLS:
-        with nogil:
-            _reduce_core(rewards, terminated, truncated, success,
-                         out_sum, out_max, out_len, out_success, out_nan, out_done)
-    else:
-        _reduce_core(rewards, terminated, truncated, success,
-                     out_sum, out_max, out_len, out_success, out_nan, out_done)
 
 
 def warmup():

@@ -7,8 +7,9 @@ weights as they are at that moment; the global RNGs, the module's train/eval mod
 ``--async-eval`` the evaluations run in a worker process on a snapshot of the weights
 while training continues.
 
-Results are printed and, when tensorboard is installed, written with ``SummaryWriter``
-(``tensorboard --logdir runs``).
+Results are printed and, when tensorboard is installed, written with ``SummaryWriter`` into
+``outputs/train_with_eval`` (gitignored, like every ``outputs/`` folder; ``--logdir`` changes it):
+``tensorboard --logdir outputs/train_with_eval``.
 
 Usage::
 
@@ -104,7 +105,8 @@ def main() -> None:
     parser.add_argument("--gamma", type=float, default=0.99)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--async-eval", action="store_true", help="evaluate in a background process on weight snapshots")
-    parser.add_argument("--logdir", default="runs/train_with_eval", help="TensorBoard folder ('' to disable)")
+    parser.add_argument("--logdir", default="outputs/train_with_eval",
+                        help="TensorBoard folder, gitignored by default ('' to disable)")
     args = parser.parse_args()
 
     torch.manual_seed(args.seed)

@@ -533,7 +533,7 @@ def test_gpu_update_weights_under_cuda_graph(known_answers, check_episodes):
         ev.update_weights(ANTI)  # CPU tensors, copied onto the GPU parameters
         assert {k: v.data_ptr() for k, v in policy.state_dict().items()} == ptrs
         result = ev.evaluate(n_episodes=N, seed=SEED)
-        assert result.meta.get("policy_cuda_graph") is True
+        assert result.meta.get("policy_cuda_graph") == "captured"
         check_episodes(result.per_episode, known_answers(N, SEED, anti_parity_actions))
         future = ev.evaluate_async(n_episodes=N, seed=SEED)
         check_episodes(future.result(timeout=300).per_episode, known_answers(N, SEED, anti_parity_actions))

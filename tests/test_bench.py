@@ -235,3 +235,38 @@ def test_bench_memory_tiny(tmp_path):
     assert cli_small["records"] == 100 and cli_big["records"] == 1000
     assert cli_big["peak"] > 50 * 2**20 and doc["cli_ratio"] == cli_big["peak"] / cli_small["peak"]
     assert "CLI peak RSS (whole process)" in proc.stdout
+
+
+# -- the threads in the header (issue 14) ---------------------------------------------------------------
+def test_bench_header_names_the_threads_the_runs_used(tmp_path):
+    import torch
+
+    from fasteval.bench.machine import machine_info
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # the process default differs from what the runs use (cpu_threads=1)
+    try:
+        path = tmp_path / "bench.json"
+        result = bench(["--env", KA, "--policy", "zero", "-n", "6", "-b", "2", "--repeats", "1", "--json", str(path)])
+        default = machine_info()["torch_threads"]
+    finally:
+        torch.set_num_threads(before)
+    assert result.exit_code == 0, result.output
+    assert default == 2
+    assert "(1 thread in the runs)" in result.output and "(2 threads" not in result.output
+    doc = json.loads(path.read_text())
+    assert doc["torch_threads"] == [1] and [c["torch_threads"] for c in doc["cells"]] == [1]
+
+
+def test_bench_cell_reports_the_spec_threads():
+    cell = bench_cell(EvalSpec(env=KA, policy="zero", n_episodes=4, batch_size=2, device="cpu", cpu_threads=2), repeats=1)
+    assert cell.summary()["torch_threads"] == 2
+
+
+def test_format_machine_threads_wording():
+    from fasteval.bench.machine import format_machine, machine_info
+
+    info = dict(machine_info(), torch_threads=8)
+    assert "(8 threads by default)" in format_machine(info)
+    assert "(1 thread in the runs)" in format_machine(info, run_threads=[1, 1])
+    assert "(1/2 threads in the runs)" in format_machine(info, run_threads=[2, 1, None])

@@ -59,8 +59,12 @@ def test_bench_cartpole_tiny_json_and_exact_returns(tiny_run):
 
 @pytest.mark.parametrize("script, args, needles", [
     ("bench_pipeline.py", ["--tiny"], ["| async --pipeline |", "per-episode results identical", "pipelining"]),
-    ("gpu_check.py", ["--quick"], ["## Correctness", "## End to end", "CartPole-v1 demo MLP"]),
+    ("gpu_check.py", ["--quick"], ["## Checks", "SKIP: graph really captured", "## End to end", "CartPole-v1 demo MLP"]),
     ("kernels_bench.py", [], ["cython", "reference"]),
+    ("bench_workers.py", ["--tiny"], ["| cartpole ", "pool / sync", "CartPole b=256"]),
+    ("scaling.py", ["--tiny"], ["| workers | env steps/s | speed-up |", "FixedCostEnv"]),
+    ("ab_compare.py", ["--tiny", "--before", str(ROOT)], ["| cartpole zero b16 sync |", "after / before"]),
+    ("bench_cli_overhead.py", ["--tiny"], ["| CLI ", "same episodes in every row: True"]),
 ])
 def test_other_benchmarks_run_at_tiny_size(script, args, needles):
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], capture_output=True, text=True,

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from fasteval.cli import main
 from fasteval.compat import ENV_TYPES, rewrite_args
 from fasteval.config import load_config, spec_from_config
+from fasteval.fast_envs import pusht_env_id
 from fasteval.sweep.spec import config_to_sweep_dict as to_sweep_dict
 from fasteval.spec import EvalSpec
 
@@ -123,7 +124,7 @@ def test_alias_resolves_to_the_native_option(args, want):
 
 
 @pytest.mark.parametrize("args, want", [
-    (["--env.type=pusht"], {"env": "gym_pusht/PushT-v0", "max_steps": 300, "observation_format": "lerobot",
+    (["--env.type=pusht"], {"env": pusht_env_id(), "max_steps": 300, "observation_format": "lerobot",
                             "env_kwargs": {"obs_type": "pixels_agent_pos", "render_mode": "rgb_array",
                                            "visualization_width": 384, "visualization_height": 384}}),
     (["--env.type=pusht", "--env.episode_length=100", "--env.obs_type=state"],
@@ -311,11 +312,15 @@ def test_bad_config_file_exits_2(tmp_path, content, needle):
     assert needle in result.output and "Traceback" not in result.output
 
 
-def test_config_with_resume_is_refused(tmp_path):
+def test_config_with_resume_is_compared_with_the_run(tmp_path):
+    # Issue 14: --resume accepts the original command line; only differing values are refused.
     assert invoke(["--env", KA, "-n", "2", "-o", tmp_path / "run"]).exit_code == 0
     (tmp_path / "c.json").write_text(json.dumps({"env": KA}))
     result = invoke(["--resume", tmp_path / "run", "--config", tmp_path / "c.json"])
-    assert result.exit_code == 2 and "do not pass --config" in result.output
+    assert result.exit_code == 0, result.output
+    (tmp_path / "c.json").write_text(json.dumps({"env": KA, "seed": 9}))
+    result = invoke(["--resume", tmp_path / "run", "--config", tmp_path / "c.json"])
+    assert result.exit_code == 2 and "seed (in" in result.output and "the run has 0, this command has 9" in result.output
 
 
 def test_config_is_a_one_job_sweep(tmp_path):

@@ -17,7 +17,12 @@ from fasteval.testing import ParityPolicy, StepCounterPolicy, expected_episode
 
 KA = "fasteval/KnownAnswer-v0"
 FAULTY = "fasteval.testing.faulty:make_faulty_env"
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+_needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def cuda(test):
+    """GPU-only: marked ``gpu`` and skipped without a CUDA device."""
+    return pytest.mark.gpu(_needs_cuda(test))
 
 
 def parity_expected(seed0, n):
@@ -111,7 +116,7 @@ def test_cuda_graph_request_on_cpu_warns_once_and_gives_identical_results():
         graphed = evaluate(env=KA, policy=ParityPolicy(), n_episodes=12, batch_size=4, device="cpu", cuda_graph=True)
     assert sum("cuda-graph" in str(w.message).lower() for w in caught) == 1
     assert strip(graphed.per_episode) == strip(eager.per_episode)
-    assert graphed.meta["policy_cuda_graph"] is False
+    assert graphed.meta["policy_cuda_graph"] == "eager (no CUDA device)"  # what happened, not what was asked
 
 
 def test_amp_bf16_on_cpu_runs_and_keeps_exact_results_for_an_integer_policy():
@@ -127,14 +132,35 @@ class NoisyPolicy(torch.nn.Module):
         return (torch.rand(obs.shape[0], device=obs.device) < 0.5).long()
 
 
+class ActionLog(StepObserver):
+    """The action rows of every step of a run (4 binary actions per step)."""
+
+    def __init__(self):
+        self.steps = []
+
+    def on_step(self, active, actions, parked):
+        self.steps.append(tuple(actions.tolist()))
+
+
+def noisy_actions(seed, device="cpu", **kwargs):
+    log = ActionLog()
+    with Engine(EvalSpec(env=KA, policy=NoisyPolicy().to(device), n_episodes=30, batch_size=4, device=device, **kwargs)) as e:
+        result = e.run(seed=seed, observer=log)
+    return log.steps, result
+
+
+def check_fresh_noise(device="cpu", **kwargs):
+    (a, ra), (b, rb), (c, _) = (noisy_actions(1, device, **kwargs), noisy_actions(1, device, **kwargs),
+                                noisy_actions(2, device, **kwargs))
+    assert a == b and strip(ra.per_episode) == strip(rb.per_episode)  # same seed: same draws, step by step
+    assert a != c  # another seed: other draws
+    # Fresh noise: a step repeats the previous step's 4 random bits 1 time in 16; frozen noise: always.
+    assert sum(x == y for x, y in zip(a, a[1:])) < len(a) // 4
+    return ra
+
+
 def test_stochastic_policy_is_reproducible_for_a_seed_and_draws_fresh_noise():
-    a = evaluate(env=KA, policy=NoisyPolicy(), n_episodes=30, batch_size=4, seed=1, device="cpu")
-    b = evaluate(env=KA, policy=NoisyPolicy(), n_episodes=30, batch_size=4, seed=1, device="cpu")
-    assert strip(a.per_episode) == strip(b.per_episode)
-    zero = [expected_episode(1 + i)["sum_reward"] for i in range(30)]
-    one = [expected_episode(1 + i, action_fn=lambda o: 1)["sum_reward"] for i in range(30)]
-    got = [r["sum_reward"] for r in a.per_episode]
-    assert got != zero and got != one  # the actions vary across steps and episodes
+    check_fresh_noise()
 
 
 # -- GPU-only -----------------------------------------------------------------------------------
@@ -143,18 +169,14 @@ def test_stochastic_policy_is_reproducible_for_a_seed_and_draws_fresh_noise():
 def test_gpu_graph_and_eager_agree_exactly():
     eager = evaluate(env=KA, policy=ParityPolicy(), n_episodes=40, batch_size=8, device="cuda", cuda_graph=False)
     graphed = evaluate(env=KA, policy=ParityPolicy(), n_episodes=40, batch_size=8, device="cuda", cuda_graph=True)
-    assert graphed.meta["policy_cuda_graph"] is True
+    assert graphed.meta["policy_cuda_graph"] == "captured" and eager.meta["policy_cuda_graph"] == "off"
     assert strip(graphed.per_episode) == strip(eager.per_episode) == exp_strip(parity_expected(0, 40))
 
 
 @cuda
 def test_gpu_graph_replays_fresh_noise_and_is_reproducible():
-    a = evaluate(env=KA, policy=NoisyPolicy(), n_episodes=30, batch_size=4, seed=2, device="cuda", cuda_graph=True)
-    b = evaluate(env=KA, policy=NoisyPolicy(), n_episodes=30, batch_size=4, seed=2, device="cuda", cuda_graph=True)
-    assert a.meta["policy_cuda_graph"] is True
-    assert strip(a.per_episode) == strip(b.per_episode)
-    zero = [expected_episode(2 + i)["sum_reward"] for i in range(30)]
-    assert [r["sum_reward"] for r in a.per_episode] != zero
+    result = check_fresh_noise("cuda", cuda_graph=True)
+    assert result.meta["policy_cuda_graph"] == "captured"
 
 
 @cuda
@@ -170,3 +192,29 @@ def test_gpu_memory_stays_flat_across_steps_and_runs():
         assert torch.cuda.memory_allocated() == before
     finally:
         engine.close()
+
+
+@cuda
+def test_gpu_one_copy_observation_path_and_graphs_reused_across_pipelined_runs():
+    spec = EvalSpec(env=KA, policy=ParityPolicy().cuda(), n_episodes=12, batch_size=4, device="cuda",
+                    cuda_graph=True, vectorization="sync")
+    with Engine(spec) as engine:
+        assert engine.envs.obs.ctypes.data == engine.h2d.host.data_ptr() and engine.h2d.host.is_pinned()
+        assert engine.h2d.staged == [] and engine.d2h.pinned
+        engine.run()
+    spec = EvalSpec(env=KA, policy=ParityPolicy().cuda(), n_episodes=12, batch_size=4, device="cuda",
+                    cuda_graph=True, vectorization="async", pipeline=True)
+    with Engine(spec) as engine:
+        assert engine.envs.pinned and engine.h2d.staged == []  # the pool's shared buffers, registered: one copy
+        for seed in range(5):
+            result = engine.run(seed=seed)
+            assert strip(result.per_episode) == exp_strip(parity_expected(seed, 12))
+        assert engine.runner._step.captures == len(engine.runner._step.graphs) == 2
+
+
+@cuda
+def test_gpu_pin_memory_false_pins_nothing():
+    spec = EvalSpec(env=KA, policy=ParityPolicy().cuda(), n_episodes=8, batch_size=4, device="cuda")
+    with Engine(spec, pin_memory=False) as engine:
+        assert not engine.h2d.host.is_pinned() and not engine.d2h.pinned and engine.h2d.staged == []
+        assert strip(engine.run().per_episode) == exp_strip(parity_expected(0, 8))

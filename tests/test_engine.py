@@ -97,6 +97,14 @@ def test_pipelined_loop_matches_known_answers(policy, batch, known_answers, chec
     check_same_results(result.per_episode, run(policy, 1).per_episode, "pipeline vs batch 1 sync")
 
 
+@pytest.mark.parametrize("workers,pipeline", [(1, False), (3, False), (1, True), (3, True)])
+def test_worker_pool_sizes_match_known_answers(workers, pipeline, known_answers, check_episodes):
+    """Batch 5 on 1 worker (one block) or 3 (blocks of 2, 2, 1; pipelined halves straddle a block): same episodes."""
+    result = evaluate(env=KNOWN_ANSWER_ID, policy=ParityPolicy(), n_episodes=N, batch_size=5, seed=SEED,
+                      vectorization="async", workers=workers, pipeline=pipeline, device="cpu")
+    check_episodes(result.per_episode, known_answers(N, SEED, "parity"), f"{workers} workers, pipeline={pipeline}")
+
+
 def test_policies_are_told_apart(known_answers):
     """The three policies earn different rewards, so a run with the wrong actions cannot pass."""
     tables = {name: numbers(known_answers(N, SEED, name)) for name in POLICIES}

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from fasteval import evaluate
 from fasteval.cli import main
 from fasteval.errors import EvaluationAborted
-from fasteval.testing import ParityPolicy, expected_episode
+from fasteval.testing import expected_episode
 
 FAULTY = "fasteval.testing.faulty:make_faulty_env"
 KA = "fasteval/KnownAnswer-v0"
@@ -45,7 +45,8 @@ def assert_exact(result, exp):
 @pytest.mark.parametrize("fault", ["raise", "raise_reset"])
 def test_env_that_raises_once_is_retried_and_results_are_exact(tmp_path, vectorization, fault):
     kwargs = dict(fault=fault, fault_seeds=[3, 5], fault_step=2, once_dir=str(tmp_path))
-    result = evaluate(env=FAULTY, env_kwargs=kwargs, n_episodes=10, batch_size=3, vectorization=vectorization)
+    result = evaluate(env=FAULTY, env_kwargs=kwargs, n_episodes=10, batch_size=3, vectorization=vectorization,
+                      workers=2 if vectorization == "async" else None)  # blocks of 2 and 1 slots
     assert_exact(result, expected(0, 10))
     assert result.n_failed == 0
     assert sorted(e["episode_ix"] for e in result.errors) == [3, 5]
@@ -66,19 +67,22 @@ def test_env_that_always_raises_fails_for_good_after_retries():
     assert overall["n_failed_episodes"] == 1 and overall["n_episodes"] == 7
 
 
-def test_dead_async_worker_is_recorded_with_its_signal_and_never_hangs(tmp_path):
+@pytest.mark.parametrize("workers", [1, 3])  # one worker for the batch (all restart), one per slot
+def test_dead_async_worker_is_recorded_with_its_signal_and_never_hangs(tmp_path, workers):
     kwargs = dict(fault="die", fault_seeds=[4], fault_step=3, once_dir=str(tmp_path))
-    result = evaluate(env=FAULTY, env_kwargs=kwargs, n_episodes=9, batch_size=3, vectorization="async")
+    result = evaluate(env=FAULTY, env_kwargs=kwargs, n_episodes=9, batch_size=3, vectorization="async", workers=workers)
     assert_exact(result, expected(0, 9))
     (error,) = result.errors
     assert error["episode_ix"] == 4 and error["exit_code"] == -signal.SIGKILL
     assert "signal 9" in error["error"]
 
 
-def test_hanging_async_env_times_out_and_is_retried(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_hanging_async_env_times_out_and_is_retried(tmp_path, workers):
     kwargs = dict(fault="hang", fault_seeds=[2], fault_step=1, once_dir=str(tmp_path))
     t0 = time.perf_counter()
-    result = evaluate(env=FAULTY, env_kwargs=kwargs, n_episodes=6, batch_size=2, vectorization="async", step_timeout=1.0)
+    result = evaluate(env=FAULTY, env_kwargs=kwargs, n_episodes=6, batch_size=2, vectorization="async", step_timeout=1.0,
+                      workers=workers)
     assert time.perf_counter() - t0 < 60  # generous: proves it did not wait for the hour-long hang
     assert_exact(result, expected(0, 6))
     (error,) = result.errors
@@ -299,9 +303,9 @@ def test_sigkill_partway_then_resume_equals_an_uninterrupted_run(tmp_path):
 
 # -- fuzzing the CLI ----------------------------------------------------------------------------
 
-OPTION_NAMES = ["--env", "--policy", "-n", "-b", "--seed", "--vectorization", "--device", "--max-steps",
+OPTION_NAMES = ["--env", "--policy", "-n", "-b", "--seed", "--vectorization", "--workers", "--device", "--max-steps",
                 "--env-kwarg", "--reset-mode", "--retries", "--on-nan-action", "--step-timeout", "--resume", "-o",
-                "--config"]
+                "--config", "--save-episodes"]
 garbage = st.one_of(st.text(max_size=12), st.sampled_from(["-1", "0", "1e9", "nan", "cuda:9", "{", "[]", "a=b", "=", "..", "/",
                                                            "\x00", "a\x00b", "", "x" * 300]))
 
@@ -310,20 +314,31 @@ garbage = st.one_of(st.text(max_size=12), st.sampled_from(["-1", "0", "1e9", "na
 @given(st.lists(st.tuples(st.sampled_from(OPTION_NAMES), garbage), min_size=1, max_size=3))
 def test_fuzzed_options_exit_cleanly(tmp_path_factory, pairs):
     out = tmp_path_factory.mktemp("fuzz")
-    args = [item for pair in pairs for item in pair]
+    # Folders the run may write to stay inside `out`: fuzzed -o/--resume values are made relative
+    # ("sub/" + value, still holding any NUL byte) to a folder deep enough that a 12-character
+    # "../../../../" cannot climb out of it.
+    here_deep = out.joinpath(*"abcdefg")
+    here_deep.mkdir(parents=True)
+    args = [item for name, value in pairs
+            for item in (name, "sub/" + value if name in ("-o", "--resume", "--save-episodes") else value)]
     if "--env" not in args:
         args += ["--env", KA]
     if "-o" not in args:
         args += ["-o", str(out / "run")]
     if "-n" not in args:
         args += ["-n", "2"]
-    result = CliRunner().invoke(main, args)
+    here = os.getcwd()
+    os.chdir(here_deep)  # never the checkout
+    try:
+        result = CliRunner().invoke(main, args)
+    finally:
+        os.chdir(here)
     assert result.exit_code in (0, 2), (args, result.output, result.exception)
     assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit), (args, result.exception)
 
 
 @pytest.mark.parametrize("args", [["--resume", "\x00"], ["-o", "\x00"], ["--output-dir", "a\x00b"], ["--config", "\x00"],
-                                  ["--resume", ""], ["-o", "x" * 300]])
+                                  ["--resume", ""], ["-o", "x" * 300], ["--save-episodes", "\x00"]])
 def test_unusable_paths_found_by_the_fuzzer_exit_2(tmp_path, monkeypatch, args):
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(main, ["--env", KA, "-n", "2", *args])

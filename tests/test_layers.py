@@ -23,10 +23,10 @@ for rank, prefixes in enumerate([
     ["fasteval.version", "fasteval.errors", "fasteval.spec", "fasteval.results", "fasteval.refs",
      "fasteval.stats", "fasteval.mapping_files"],                           # 1 types: data only
     ["fasteval.core"],                                                      # 2 core: ledger, envs, transfers, the loop
-    ["fasteval.policies", "fasteval.recording", "fasteval.lerobot", "fasteval.envs_fast",
+    ["fasteval.policies", "fasteval.recording", "fasteval.lerobot", "fasteval.fast_envs",
      "fasteval.testing"],                                                   # 3 robot steps, loaders, recorders
     ["fasteval.engine", "fasteval.api", "fasteval.durable", "fasteval.rundir", "fasteval.sinks",
-     "fasteval.config", "fasteval.paths"],                                                    # 4 API: engine composition, run folders
+     "fasteval.config", "fasteval.paths", "fasteval.episode_files"],                                                    # 4 API: engine composition, run folders
     ["fasteval.cli", "fasteval.compat", "fasteval.sweep", "fasteval.bench", "fasteval.suites",
      "fasteval.__main__"],                                                  # 5 doors
 ]):

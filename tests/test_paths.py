@@ -65,11 +65,11 @@ BAD_PATHS = ["\x00", "run\x00", "", "x" * (NAME_MAX + 1)]
 
 
 @pytest.mark.parametrize("bad", BAD_PATHS, ids=["nul", "trailing-nul", "empty", "too-long"])
-@pytest.mark.parametrize("where", ["-o", "--output-dir", "--resume", "--config", "output_dir-in-config",
+@pytest.mark.parametrize("where", ["-o", "--output-dir", "--resume", "--save-episodes", "--config", "output_dir-in-config",
                                    "sweep-file", "sweep-o", "report-dir", "report-o"])
 def test_every_path_option_rejects_an_unusable_path_with_exit_2(tmp_path, monkeypatch, where, bad):
     monkeypatch.chdir(tmp_path)  # nothing may land in the checkout, whatever happens
-    if where in ("-o", "--output-dir", "--resume"):
+    if where in ("-o", "--output-dir", "--resume", "--save-episodes"):
         args = ["--env", KA, "-n", "2", where, bad]
     elif where == "--config":
         args = ["--config", bad]

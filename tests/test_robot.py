@@ -545,3 +545,108 @@ def test_recording_with_pipeline_and_chunks_refuse_pipeline(tmp_path):
         assert np.array_equal(rows["observation"].numpy(), np.stack([w[0] for w in want]))
     with pytest.raises(UserInputError, match="Drop --pipeline"):
         evaluate(env=KA, policy=ChunkParity(), n_episodes=4, batch_size=4, vectorization="async", pipeline=True)
+
+
+# -- robot envs as the docs describe them ---------------------------------------------------------------
+needs_metaworld = pytest.mark.skipif(not has("metaworld"), reason="MetaWorld needs metaworld: pip install 'fasteval[metaworld]'")
+
+
+@needs_metaworld
+def test_metaworld_env_type_and_the_meta_world_namespace_run_end_to_end(tmp_path):
+    runner = CliRunner()
+    common = ["--eval.n_episodes=2", "--eval.batch_size=2", "--env.episode_length=4", "--policy.device=cpu", "--seed=7"]
+    typed = runner.invoke(main, ["--env.type=metaworld", "--env.task=push-v3", *common, f"--output_dir={tmp_path / 'a'}"])
+    assert typed.exit_code == 0, typed.output
+    info = json.loads((tmp_path / "a" / "eval_info.json").read_text())
+    assert [(r["seed"], r["length"]) for r in info["per_episode"]] == [(7, 4), (8, 4)]
+    again = runner.invoke(main, ["--env.type=metaworld", "--env.task=metaworld-push-v3", *common, f"--output_dir={tmp_path / 'b'}"])
+    assert again.exit_code == 0, again.output  # the reset seed picks the task variant: the same numbers again
+    assert json.loads((tmp_path / "b" / "eval_info.json").read_text())["per_episode"] == info["per_episode"]
+    plain = runner.invoke(main, ["--env", "Meta-World/MT1", "--env-kwarg", "env_name=push-v3", "-n", "2", "--max-steps", "4",
+                                 "--device", "cpu", "-o", str(tmp_path / "c")])
+    assert plain.exit_code == 0, plain.output  # MetaWorld's own registration, found through its module name
+
+
+@needs_metaworld
+def test_several_metaworld_tasks_from_the_command_line(tmp_path):
+    out = tmp_path / "suite"
+    result = CliRunner().invoke(main, ["--env.type=metaworld", "--env.task=push-v3,reach-v3", "--eval.n_episodes=2",
+                                       "--eval.batch_size=2", "--env.episode_length=3", "--policy.device=cpu",
+                                       f"--output_dir={out}"])
+    assert result.exit_code == 0, result.output
+    info = json.loads((out / "eval_info.json").read_text())
+    assert [(t["task_group"], t["task_id"], t["task"]) for t in info["per_task"]] == [
+        ("metaworld", 0, "push-v3"), ("metaworld", 1, "reach-v3")]
+    assert list(info["per_group"]) == ["metaworld"] and info["per_group"]["metaworld"]["n_episodes"] == 4
+    assert [(r["task"], r["seed"]) for r in info["per_episode"]] == [("push-v3", 0), ("push-v3", 1), ("reach-v3", 0), ("reach-v3", 1)]
+    single = CliRunner().invoke(main, ["--env.type=metaworld", "--env.task=reach-v3", "--eval.n_episodes=2",
+                                       "--env.episode_length=3", "--policy.device=cpu", f"--output_dir={tmp_path / 'one'}"])
+    assert single.exit_code == 0, single.output
+    alone = json.loads((tmp_path / "one" / "eval_info.json").read_text())["per_episode"]
+    assert [r["sum_reward"] for r in info["per_episode"][2:]] == [r["sum_reward"] for r in alone]  # same seeds, same task
+    assert (out / "tasks" / "metaworld_1" / "episodes.jsonl").exists() and (out / "config.json").exists()
+
+
+@pytest.mark.skipif(not has("mujoco"), reason="MuJoCo envs need gymnasium[mujoco]: pip install 'fasteval[mujoco]'")
+@pytest.mark.parametrize("flag", ["--videos", "--max-episodes-rendered"])
+def test_mujoco_videos_without_render_mode_exit_2_before_the_run(tmp_path, flag):
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, ["--env", "Hopper-v5", "-n", "1", "--max-steps", "2", flag, "1", "-o", str(out)])
+    assert result.exit_code == 2, result.output
+    assert "render_mode=rgb_array" in result.output and "Unexpected mode" in result.output  # named, not raised
+    assert not (out / "manifest.json").exists() and not (out / "episodes.jsonl").exists()
+    with pytest.raises(UserInputError, match="render_mode=rgb_array"):
+        evaluate(env="Hopper-v5", n_episodes=1, max_steps=2, max_episodes_rendered=1, videos_dir=str(tmp_path / "v"))
+
+
+def test_headless_gl_is_set_once_when_unset_and_there_is_no_display(monkeypatch, caplog):
+    import fasteval.core.headless as headless
+
+    monkeypatch.setattr(headless, "_said", False)
+    with caplog.at_level("WARNING", logger="fasteval"):
+        env: dict[str, str] = {}
+        assert headless.ensure_headless_gl(env, platform="linux") is True
+        assert env == {"MUJOCO_GL": "egl", "PYOPENGL_PLATFORM": "egl"}
+        other: dict[str, str] = {"PYOPENGL_PLATFORM": "osmesa"}
+        assert headless.ensure_headless_gl(other, platform="linux") is True and other["PYOPENGL_PLATFORM"] == "osmesa"
+    assert [r.getMessage() for r in caplog.records].count(caplog.records[0].getMessage()) == 1  # said once
+    assert "MUJOCO_GL=egl" in caplog.records[0].getMessage()
+    for env, platform in [({"MUJOCO_GL": "osmesa"}, "linux"), ({"DISPLAY": ":0"}, "linux"),
+                          ({"WAYLAND_DISPLAY": "wayland-0"}, "linux"), ({}, "darwin")]:
+        before = dict(env)
+        assert headless.ensure_headless_gl(env, platform=platform) is False and env == before
+
+
+@pytest.mark.skipif(not has("mujoco"), reason="MuJoCo envs need gymnasium[mujoco]: pip install 'fasteval[mujoco]'")
+def test_mujoco_envs_set_mujoco_gl_on_a_headless_linux(monkeypatch):
+    import sys
+
+    from fasteval.core.envs import import_env_namespace
+
+    monkeypatch.setattr(sys, "platform", "linux")
+    for name in ("MUJOCO_GL", "DISPLAY", "WAYLAND_DISPLAY", "PYOPENGL_PLATFORM"):
+        monkeypatch.delenv(name, raising=False)
+    import_env_namespace("CartPole-v1")
+    assert "MUJOCO_GL" not in os.environ  # not a MuJoCo env: nothing changes
+    import_env_namespace("Hopper-v5")
+    assert os.environ["MUJOCO_GL"] == "egl"
+    monkeypatch.setenv("MUJOCO_GL", "osmesa")
+    import_env_namespace("Hopper-v5")
+    assert os.environ["MUJOCO_GL"] == "osmesa"  # a user's choice stays
+
+
+def test_unknown_namespaces_name_the_package_to_install():
+    from fasteval.core.envs import KNOWN_NAMESPACES, make_factory, namespace_module
+    from fasteval.errors import EnvNotFoundError
+
+    assert namespace_module("Meta-World") == "metaworld" and namespace_module("gym_pusht") == "gym_pusht"
+    assert namespace_module("Not-A-Module") is None
+    if not has("gym_aloha"):
+        with pytest.raises(EnvNotFoundError, match="`pip install gym-aloha`"):
+            make_factory("gym_aloha/AlohaInsertion-v0", {}, None)
+    with pytest.raises(EnvNotFoundError, match="'no_such_plugin_xyz', which is not installed") as info:
+        make_factory("no_such_plugin_xyz/Env-v0", {}, None)
+    assert "pip install no-such" not in str(info.value)  # no made-up package name
+    with pytest.raises(EnvNotFoundError, match="not a plugin fasteval knows"):
+        make_factory("Some-Thing/Env-v0", {}, None)
+    assert KNOWN_NAMESPACES["Meta-World"] == ("metaworld", "metaworld")

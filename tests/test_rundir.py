@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import math
 import time
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -26,8 +26,8 @@ class FakeClock:
         return self.now
 
 
-def lines(n: int, start: int = 0) -> tuple[str, int]:
-    return format_records({"episode_ix": i} for i in range(start, start + n))
+def lines(n: int, start: int = 0) -> list[dict]:
+    return [{"episode_ix": i} for i in range(start, start + n)]
 
 
 # -- the flush policy ----------------------------------------------------------------------------
@@ -49,9 +49,9 @@ def test_group_commit_writes_by_age_and_by_count_with_an_injected_clock():
     # Times are binary fractions, so that the clock arithmetic is exact.
     clock, written = FakeClock(), []
     log = GroupCommitLog(written.append, FlushPolicy(max_delay_s=0.5, max_records=256), clock=clock, background=False)
-    log.add(*lines(3, 0))  # t = 0: buffered
+    log.add(lines(3, 0))  # t = 0: buffered
     clock.now += 0.25
-    log.add(*lines(2, 3))  # the oldest is 0.25 s old: still buffered
+    log.add(lines(2, 3))  # the oldest is 0.25 s old: still buffered
     assert written == [] and log.pending == 5
     clock.now += 0.125
     log.poll()  # 0.375 s: not yet
@@ -59,12 +59,12 @@ def test_group_commit_writes_by_age_and_by_count_with_an_injected_clock():
     clock.now += 0.125
     log.poll()  # 0.5 s after the first record: one write of all five
     assert len(written) == 1 and [json.loads(x)["episode_ix"] for x in written[0].splitlines()] == [0, 1, 2, 3, 4]
-    log.add(*lines(255, 5))  # age 0, 255 records: buffered
+    log.add(lines(255, 5))  # age 0, 255 records: buffered
     assert len(written) == 1
-    log.add(*lines(1, 260))  # the 256th record: written at once, whatever the age
+    log.add(lines(1, 260))  # the 256th record: written at once, whatever the age
     assert len(written) == 2 and len(written[1].splitlines()) == 256
-    log.add(*lines(2, 261))
-    log.add("", 0)  # an empty step changes nothing
+    log.add(lines(2, 261))
+    log.add([])  # an empty step changes nothing
     assert len(written) == 2
     log.close()  # the rest, at the end
     assert len(written) == 3 and len(written[2].splitlines()) == 2
@@ -77,10 +77,10 @@ def test_age_counts_from_the_oldest_waiting_record_not_the_last_write():
     clock, written = FakeClock(), []
     log = GroupCommitLog(written.append, FlushPolicy(max_delay_s=0.5, max_records=256), clock=clock, background=False)
     clock.now += 10.0  # a long quiet time before the first record must not make it "old"
-    log.add(*lines(1))
+    log.add(lines(1))
     assert written == []
     clock.now += 0.5
-    log.add(*lines(1, 1))
+    log.add(lines(1, 1))
     assert len(written) == 1 and len(written[0].splitlines()) == 2
 
 
@@ -88,7 +88,7 @@ def test_the_background_thread_writes_a_lone_record_within_the_window():
     written = []
     log = GroupCommitLog(written.append, FlushPolicy(max_delay_s=0.05, max_records=256))
     try:
-        log.add(*lines(1))
+        log.add(lines(1))
         deadline = time.monotonic() + 5.0
         while not written and time.monotonic() < deadline:
             time.sleep(0.005)
@@ -103,28 +103,35 @@ def test_a_write_error_in_the_thread_is_raised_in_the_caller():
         raise OSError(28, "No space left on device")
 
     log = GroupCommitLog(full_disk, FlushPolicy(max_delay_s=0.01, max_records=256))
-    log.add(*lines(1))
+    log.add(lines(1))
     time.sleep(0.2)
     with pytest.raises(OSError, match="No space"):
-        log.add(*lines(1, 1))
+        log.add(lines(1, 1))
     log.close()
 
 
-def test_format_records_is_one_json_line_per_record_and_reads_back():
-    records = [{"episode_ix": 0, "sum_reward": float("nan"), "success": True, "task": 'a "quoted"\nname'},
-               {"episode_ix": 1, "sum_reward": -1.5, "success": False, "task": "}, {"}]
-    text, n = format_records(records)
-    assert n == 2 and text.endswith("\n") and text.count("\n") == 2
+@pytest.mark.parametrize("records", [
+    [],
+    [{"episode_ix": 0}],
+    [{"episode_ix": 0, "sum_reward": float("nan"), "success": True, "task": 'a "quoted"\nname'},
+     {"episode_ix": 1, "sum_reward": -1.5, "success": False, "task": '},{"episode_ix":'}],
+    [{"episode_ix": i, "seed": 10 + i, "max_reward": float("-inf"), "task": "t"} for i in range(300)],
+    [{"episode_ix": 0, "x": 1}, {"x": 2, "episode_ix": 1}],              # another first key: one by one
+    [{"episode_ix": 0, "l": [{"episode_ix": 5}, {"episode_ix": 6}]}, {"episode_ix": 1}],  # nested boundaries
+])
+def test_format_records_gives_one_json_line_per_record(records):
+    text = format_records(records)
+    assert text == "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
     back = [json.loads(line) for line in text.splitlines()]
-    assert math.isnan(back[0]["sum_reward"]) and back[0]["task"] == 'a "quoted"\nname'
-    assert back[1] == records[1]
-    assert format_records([]) == ("", 0)
+    assert len(back) == len(records)
+    for got, want in zip(back, records):
+        assert json.dumps(got, sort_keys=True) == json.dumps(want, sort_keys=True)  # NaN-safe comparison
 
 
 def test_records_reads_group_committed_lines_and_skips_a_torn_one(tmp_path):
     run_dir = RunDirectory(tmp_path)
     run_dir.open_logs()
-    run_dir.append_episode_text(format_records({"episode_ix": i, "x": i} for i in range(3))[0])
+    run_dir.append_episode_text(format_records([{"episode_ix": i, "x": i} for i in range(3)]))
     run_dir.append_episode_text('{"episode_ix": 3, "x"')  # what a kill mid-write leaves
     run_dir.close()
     assert [r["episode_ix"] for r in run_dir.records()] == [0, 1, 2]
@@ -155,8 +162,6 @@ def test_checkpoint_that_does_not_fit_the_env_names_obs_dim_and_the_env_shape(tm
 
     shape = KnownAnswerEnv().observation_space.shape
     assert shape != (4,)  # the bundled CartPole MLP has obs_dim 4
-    from pathlib import Path
-
     import fasteval
 
     checkpoint = Path(fasteval.__file__).parent / "assets" / "cartpole_mlp"
@@ -166,3 +171,44 @@ def test_checkpoint_that_does_not_fit_the_env_names_obs_dim_and_the_env_shape(tm
     assert "obs_dim=4" in result.output and f"shape {tuple(shape)}" in result.output
     assert "config.json" in result.output
     assert not out.exists()
+
+
+# -- the disk fills up mid-run ---------------------------------------------------------------------
+
+def test_disk_full_mid_run_keeps_the_written_groups_and_resume_finishes_exactly(tmp_path, monkeypatch):
+    import errno
+
+    from fasteval.durable import run_durable
+    from fasteval.engine import Engine
+    from fasteval.rundir import DiskFullError
+    from fasteval.spec import EvalSpec
+    from fasteval.testing import expected_episode
+
+    spec = EvalSpec(env=KA, policy="zero", n_episodes=30, batch_size=3, seed=7, device="cpu")
+    original = RunDirectory.append_episode_text
+    calls = []
+
+    def fills_up(self, text):
+        calls.append(text)
+        if len(calls) > 2:  # two groups fit on the disk, then it is full
+            with open(self.path / "episodes.jsonl", "a") as handle:
+                handle.write(text[: len(text) // 2])  # a torn group, as a full disk leaves it
+            raise DiskFullError(errno.ENOSPC, f"disk full while writing {self.path / 'episodes.jsonl'}")
+        original(self, text)
+
+    monkeypatch.setattr(RunDirectory, "append_episode_text", fills_up)
+    policy = FlushPolicy(max_delay_s=3600.0, max_records=4)  # groups by count only: deterministic
+    with Engine(spec) as engine:
+        failed = run_durable(engine, RunDirectory(tmp_path), flush_policy=policy, announce=lambda m: None)
+    assert failed.status == "failed" and isinstance(failed.error, DiskFullError)
+    kept = RunDirectory(tmp_path).records()
+    assert 8 <= len(kept) < 30  # the two groups that fitted (>= 4 records each) are valid
+    monkeypatch.setattr(RunDirectory, "append_episode_text", original)  # space was freed
+    with Engine(spec) as engine:
+        outcome = run_durable(engine, RunDirectory(tmp_path), resume=True, announce=lambda m: None)
+    assert outcome.status == "complete" and outcome.resumed_episodes == len(kept)
+    for record in outcome.result.per_episode:
+        want = expected_episode(record["seed"])
+        assert (record["sum_reward"], record["length"], record["success"]) == (
+            want["sum_reward"], want["length"], want["success"])
+    assert [r["episode_ix"] for r in outcome.result.per_episode] == list(range(30))

@@ -40,6 +40,13 @@ def make_offset_env(offset: int = 0) -> OffsetEnv:
 
 
 OFFSET = "tests.test_suites:make_offset_env"
+NAMED = {"open": 0, "close": 100}
+
+
+def make_named_task_env(task: str) -> OffsetEnv:
+    """An env whose ``task`` kwarg names it (as MetaWorld's does): ``open`` or ``close``."""
+    return OffsetEnv(NAMED[task])
+
 SUITE = {
     "kitchen": {0: Task(OFFSET, {"offset": 0}, name="open"), 1: Task(OFFSET, {"offset": 100}, name="close")},
     "garage": {0: Task(OFFSET, {"offset": 1000}, name="park")},
@@ -150,16 +157,26 @@ def test_callable_tasks_and_suite_validation():
 
 
 def test_suite_videos_and_episode_data_per_task(tmp_path):
-    if importlib.util.find_spec("imageio_ffmpeg") is None:
-        pytest.skip("videos need imageio-ffmpeg: pip install 'fasteval[video]'")
     result = run_suite(SUITE, policy=ParityPolicy(), n_episodes=3, batch_size=2, max_episodes_rendered=1,
-                       videos_dir=str(tmp_path), return_episode_data=True)
+                       video_select="per-task", videos_dir=str(tmp_path), return_episode_data=True)
     rel = sorted(os.path.relpath(p, tmp_path).split(os.sep)[0] for p in result.video_paths)
     assert rel == ["garage_0", "kitchen_0", "kitchen_1"]
     assert result.per_group()["kitchen"]["video_paths"] and len(result.per_group()["garage"]["video_paths"]) == 1
     assert set(result.episode_data) == {"kitchen/0", "kitchen/1", "garage/0"}
     for key, data in result.episode_data.items():
         assert sorted(set(data["episode_index"].tolist())) == [0, 1, 2]
+
+
+def test_suite_first_k_videos_count_over_the_whole_suite(tmp_path):
+    result = run_suite(SUITE, policy=ParityPolicy(), n_episodes=3, batch_size=2, max_episodes_rendered=4,
+                       videos_dir=str(tmp_path))  # video_select="first": 3 of the first task, then 1 of the second
+    rel = [os.path.relpath(p, tmp_path).split(os.sep) for p in result.video_paths]
+    assert sorted((parts[0], parts[-1][:8]) for parts in rel) == [
+        ("kitchen_0", "ep000000"), ("kitchen_0", "ep000001"), ("kitchen_0", "ep000002"), ("kitchen_1", "ep000000")]
+    from fasteval.suites import video_budgets
+
+    assert video_budgets(4, "first", [3, 3, 3]) == [3, 1, 0]
+    assert video_budgets(4, "failures", [3, 3]) == [4, 4] == video_budgets(4, "per-task", [3, 3])
 
 
 @pytest.mark.skipif(importlib.util.find_spec("metaworld") is None,
@@ -183,3 +200,33 @@ def test_metaworld_suite_seeds_and_concurrency(check_same_results):
     assert env.get_wrapper_attr("task_description") == "reach"
     with pytest.raises(UserInputError, match="unknown"):
         metaworld_suite(["reach-v9"])
+
+
+def test_a_task_list_from_the_command_line_is_a_resumable_suite(tmp_path):
+    import json
+    import shutil
+
+    from click.testing import CliRunner
+
+    from fasteval.cli import main
+
+    out = tmp_path / "run"
+    args = ["--env", "tests.test_suites:make_named_task_env", "--env-kwarg", 'task=["open", "close"]', "-n", "3",
+            "-b", "2", "--seed", "5", "--policy", "fasteval.testing.policies:ParityPolicy", "-o", str(out)]
+    first = CliRunner().invoke(main, args)
+    assert first.exit_code == 0, first.output
+    info = json.loads((out / "eval_info.json").read_text())
+    parity = ACTION_FNS["parity"]()
+    want = [(task, 5 + i, expected_episode(5 + i + NAMED[task], parity)["sum_reward"])
+            for task in ("open", "close") for i in range(3)]
+    assert [(r["task"], r["seed"], r["sum_reward"]) for r in info["per_episode"]] == want
+    assert [t["task"] for t in info["per_task"]] == ["open", "close"]
+    assert list(info["per_group"]) == ["tests.test_suites:make_named_task_env"]
+    shutil.rmtree(out / "tasks" / "tests.test_suites_make_named_task_env_1")  # as if stopped before task 2
+    again = CliRunner().invoke(main, args)  # the same command finishes the suite
+    assert again.exit_code == 0 and "(resuming)" in again.output, again.output
+    assert json.loads((out / "eval_info.json").read_text())["per_episode"] == info["per_episode"]
+    changed = CliRunner().invoke(main, [*args[:-2], "--max-steps", "2", "-o", str(out)])
+    assert changed.exit_code == 2, changed.output  # a task folder holds a run with other settings
+    bad = CliRunner().invoke(main, [*args[:4], "--env-kwarg", 'task=["open", "open"]', *args[6:-1], str(tmp_path / "x")])
+    assert bad.exit_code == 2 and "distinct task names" in bad.output

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -483,3 +484,147 @@ def test_report_from_store(clean_sweep):
     assert known["return_diff"]["mean_diff"] < 0
     md = (clean_sweep / "report.md").read_text()
     assert "| zero | known |" in md and "Wilson" in md and "McNemar" in md
+
+
+# -- envs without a success signal (issue 14) ---------------------------------------------------------
+
+def _store_with_signals(out: Path, signal: dict[str, bool | None]) -> list:
+    """The standard sweep's jobs with their known-answer episodes stored directly; every episode of
+    env ``name`` carries ``has_success_signal = signal[name]`` (None: the field is absent)."""
+    jobs = plan(SweepSpec.from_dict(SPEC))
+    with Store(out) as store:
+        store.sync_jobs(jobs)
+        for job in jobs:
+            kwargs = json.loads(job.env_kwargs_json)
+            records = []
+            for i in range(job.n_episodes):
+                ep = expected_episode(job.seed + i, ACTIONS[job.policy_name], nan_reward_seeds=kwargs.get("nan_reward_seeds", ()))
+                record = {**ep, "task": job.task, "task_group": job.task, "task_id": 0}
+                if signal[job.env_name] is not None:
+                    record["has_success_signal"] = signal[job.env_name]
+                records.append(record)
+            store.add_episodes(job, records)
+            store.job_done(job.job_id, 0.1)
+    return jobs
+
+
+def test_report_says_no_success_signal_and_drops_success_stats(tmp_path):
+    from fasteval.sweep.report import NO_SIGNAL, write_report
+
+    _store_with_signals(tmp_path, {"known": False, "known-nan": True})
+    doc = write_report(tmp_path)
+    saved = json.loads((tmp_path / "report.json").read_text())
+    cells = {(c["policy"], c["env"]): c for c in saved["cells"]}
+    seeds = [*range(0, 6), *range(50, 56)]
+    for policy in ("zero", "parity"):
+        silent, signalled = cells[(policy, "known")], cells[(policy, "known-nan")]
+        assert silent["success_signal"] is False
+        assert silent["successes"] is None and silent["success_pct"] is None and silent["success_ci95"] == [None, None]
+        assert silent["episodes"] == 12 and silent["mean_return"] == pytest.approx(
+            sum(expected_episode(s, ACTIONS[policy])["sum_reward"] for s in seeds) / 12)  # returns stay
+        wins = sum(expected_episode(s, ACTIONS[policy], nan_reward_seeds=NAN_SEEDS)["success"] for s in seeds)
+        assert signalled["success_signal"] is True and signalled["successes"] == wins
+        assert signalled["success_pct"] == pytest.approx(100 * wins / 12)
+    pairs = {p["env"]: p for p in saved["paired"]}
+    assert pairs["known"]["success_signal"] is False and pairs["known"]["success_mcnemar"] is None
+    assert pairs["known"]["return_diff"]["mean_diff"] < 0  # the return comparison stays
+    assert pairs["known-nan"]["success_mcnemar"]["method"] == "exact binomial"
+    assert [a["envs"] for a in saved["across_envs"]] == [1, 1]  # the silent env is left out of the aggregates
+    md = (tmp_path / "report.md").read_text()
+    assert f"| zero | known | {NO_SIGNAL} |" in md and f"| parity | known | {NO_SIGNAL} |" in md
+    assert f"| known | zero | parity | 12 | {NO_SIGNAL} | - | - |" in md
+    assert "| zero | known-nan | 0.0 [" not in md or cells[("zero", "known-nan")]["successes"] == 0
+    if doc["plots"] != "plots skipped: matplotlib is not installed (pip install 'fasteval[sweep]')":
+        from fasteval.sweep.report import success_figure
+
+        assert doc["plots"] == ["returns.png", "success.png"]
+        (ax,) = success_figure(saved).axes
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["known-nan"]
+        assert "known" in ax.get_title() and NO_SIGNAL in ax.get_title()
+
+
+def test_report_without_any_success_signal_has_no_success_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    from fasteval.sweep.report import NO_SIGNAL, write_report
+
+    _store_with_signals(tmp_path, {"known": False, "known-nan": False})
+    doc = write_report(tmp_path)
+    assert doc["plots"] == ["returns.png"] and not (tmp_path / "success.png").exists()
+    md = (tmp_path / "report.md").read_text()
+    assert "success.png" not in md and "![returns](returns.png)" in md
+    assert md.count(NO_SIGNAL) >= 4 + 2  # 4 cells, 2 paired rows
+    assert json.loads((tmp_path / "report.json").read_text())["across_envs"] == []
+
+
+def test_unknown_success_signal_keeps_the_success_rate(tmp_path):
+    """Episodes stored without the flag (older stores, or an env layer that does not track it)
+    are read as signalled: the report shows their success rate as before."""
+    from fasteval.sweep.report import build_report
+
+    _store_with_signals(tmp_path, {"known": None, "known-nan": True})
+    with Store(tmp_path, create=False) as store:
+        assert {ep["has_success_signal"] for ep in store.episodes() if ep["env_name"] == "known"} == {None}
+        doc = build_report(store)
+    assert all(c["success_signal"] and c["successes"] is not None for c in doc["cells"])
+    assert all(p["success_mcnemar"] is not None for p in doc["paired"])
+
+
+def test_store_made_before_the_signal_column_is_migrated(tmp_path):
+    jobs = _store_with_signals(tmp_path, {"known": True, "known-nan": False})
+    with sqlite3.connect(tmp_path / "results.sqlite") as conn:
+        conn.execute("ALTER TABLE episodes DROP COLUMN has_success_signal")  # the old layout
+    with Store(tmp_path, create=False) as store:  # read-only use: the flag is unknown
+        assert {ep["has_success_signal"] for ep in store.episodes()} == {None}
+    with Store(tmp_path) as store:  # a sweep opening it adds the column; old rows stay unknown
+        assert {ep["has_success_signal"] for ep in store.episodes()} == {None}
+        record = {**expected_episode(jobs[0].seed + 0), "task": jobs[0].task, "has_success_signal": False}
+        store.conn.execute("DELETE FROM episodes WHERE job_id = ? AND seed = ?", (jobs[0].job_id, jobs[0].seed))
+        assert store.add_episodes(jobs[0], [record]) == 1
+        flags = {(ep["job_id"], ep["seed"]): ep["has_success_signal"] for ep in store.episodes()}
+    assert flags[(jobs[0].job_id, jobs[0].seed)] is False
+
+
+def _figure_doc(cells: list[tuple[str, str, list[float]]]) -> dict:
+    return {"cells": [{"policy": p, "env": e, "returns": r, "episodes": len(r), "success_signal": True,
+                       "success_pct": 50.0, "success_ci95": [10.0, 90.0]} for p, e, r in cells]}
+
+
+def test_returns_figure_shares_x_per_env_labels_axes_and_marks_constant_returns():
+    pytest.importorskip("matplotlib")
+    from fasteval.sweep.report import returns_figure
+
+    doc = _figure_doc([
+        ("a", "cartpole", [500.0] * 8),                 # a perfect policy: every return equal
+        ("b", "cartpole", [9.0, 10.0, 11.0, 30.0]),
+        ("a", "pusht", [0.1, 0.5, float("nan")]),
+        ("b", "pusht", [2.0, 3.0]),
+    ])
+    fig = returns_figure(doc)
+    axes = np.asarray(fig.axes).reshape(2, 2)  # rows: policies a, b; columns: envs cartpole, pusht
+    for j in range(2):
+        assert axes[0, j].get_shared_x_axes().joined(axes[0, j], axes[1, j])
+        assert axes[1, j].get_xlabel() == "return"
+        assert axes[0, j].get_xlim() == axes[1, j].get_xlim()
+    assert not axes[0, 0].get_shared_x_axes().joined(axes[0, 0], axes[0, 1])  # envs keep their own scales
+    assert [axes[i, 0].get_ylabel() for i in range(2)] == ["episodes", "episodes"]
+    constant = [a for a in axes[0, 0].get_children() if a.get_gid() == "constant-return"]
+    assert len(constant) == 2 and "all = 500" in axes[0, 0].get_title()
+    lo, hi = axes[0, 0].get_xlim()
+    assert lo < 500.0 < hi
+    for ax in (axes[1, 0], axes[0, 1], axes[1, 1]):
+        assert not [a for a in ax.get_children() if a.get_gid() == "constant-return"] and ax.patches  # histograms
+    assert "1 NaN" in axes[0, 1].get_title()
+    # same bins across the policies of one env
+    widths = {round(p.get_width(), 9) for ax in (axes[0, 1], axes[1, 1]) for p in ax.patches}
+    assert len(widths) == 1
+
+
+def test_returns_figure_all_constant_env_gets_a_visible_range():
+    pytest.importorskip("matplotlib")
+    from fasteval.sweep.report import returns_figure
+
+    fig = returns_figure(_figure_doc([("a", "e", [0.0, 0.0]), ("b", "e", [0.0])]))
+    top, bottom = fig.axes
+    lo, hi = top.get_xlim()
+    assert lo <= -1.0 and hi >= 1.0 and bottom.get_xlim() == (lo, hi)
+    assert all([a for a in ax.get_children() if a.get_gid() == "constant-return"] for ax in (top, bottom))

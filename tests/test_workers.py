@@ -6,6 +6,7 @@ slots, seeds and actions, number for number, or checks which slots a fault takes
 
 from __future__ import annotations
 
+import os
 import signal
 
 import numpy as np
@@ -203,6 +204,22 @@ def test_watched_calls_come_back_in_the_step_reply(pair):
     assert not any(pool._watch.values())
 
 
+def env_reading_environ(**kwargs):
+    from fasteval.testing.envs import KnownAnswerEnv
+
+    env = KnownAnswerEnv(**kwargs)
+    env.marker = os.environ.get("FASTEVAL_TEST_MARKER")
+    return env
+
+
+def test_workers_see_the_parents_current_environment(pair, monkeypatch):
+    """Variables set after the forkserver started (as fasteval sets MUJOCO_GL) reach the workers."""
+    first, _ = pair(KNOWN_ANSWER_ID, 1, 1)  # the forkserver runs by now
+    monkeypatch.setenv("FASTEVAL_TEST_MARKER", "set-late")
+    pool, _ = pair("tests.test_workers:env_reading_environ", 2, 2)
+    assert pool.call([0, 1], "marker") == ["set-late", "set-late"]
+
+
 def test_call_errors_and_has_attr(pair):
     pool, _ = pair(KNOWN_ANSWER_ID, 2, 2)
     pool.reset_slots([0, 1], [1, 2])
@@ -227,3 +244,38 @@ def test_workers_option_is_validated():
 
     result = CliRunner().invoke(main, ["--env", KNOWN_ANSWER_ID, "--vectorization", "async", "--workers", "0", "-n", "2"])
     assert result.exit_code == 2 and "--workers" in result.output
+
+
+@pytest.mark.gpu
+def test_shared_buffers_are_pinned_for_a_cuda_policy():
+    import torch
+
+    from fasteval.core.transfer import is_pinned, pinned_zeros
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    factory, probe, _cap = make_factory("CartPole-v1", {}, None)
+    pool = build_slot_envs("async", factory, 4, probe, 30.0, workers=2, obs_allocate=pinned_zeros)
+    try:
+        assert pool.pinned and is_pinned(torch.from_numpy(pool.obs))
+    finally:
+        pool.close()
+
+
+def test_shared_buffers_are_not_pinned_without_cuda_or_request(pair):
+    pool, _ = pair("CartPole-v1", 2, 2)
+    assert pool.pinned is False
+
+
+def test_videos_from_the_pool_equal_in_process_videos(tmp_path):
+    """Frames come back in the step replies (watched ``render``): the mp4 files are byte-identical."""
+    from fasteval import evaluate
+
+    digests = {}
+    for vectorization in ("sync", "async"):
+        folder = tmp_path / vectorization
+        result = evaluate(env=KNOWN_ANSWER_ID, env_kwargs={"render_mode": "rgb_array"}, n_episodes=6, batch_size=3,
+                          vectorization=vectorization, max_episodes_rendered=4, videos_dir=str(folder), policy="zero")
+        assert len(result.video_paths) == 4
+        digests[vectorization] = {p.name: p.read_bytes() for p in sorted(folder.rglob("*.mp4"))}
+    assert len(digests["sync"]) == 4 and digests["sync"] == digests["async"]

@@ -3,8 +3,13 @@
 Exit codes:
   0  the evaluation ran and every requested episode is reported;
   1  the evaluation failed while running (an env or the policy raised mid-run);
-  2  bad input: unknown env id or option value, unloadable policy, action shape mismatch,
-     a policy that raises on its dry run. Nothing was evaluated.
+  2  bad input: unknown env id or option value, an unusable path (NUL byte, empty, a folder
+     below a file), unloadable policy, action shape mismatch, a policy that raises on its dry
+     run, a --resume whose options differ from the run's. Nothing was evaluated, and nothing
+     was written to the output folder.
+
+``fasteval --help`` imports neither torch nor the engine: subcommands are listed from
+:data:`SUBCOMMAND_HELP` and imported on use, and a run imports the engine when it starts.
 """
 
 from __future__ import annotations
@@ -89,6 +94,7 @@ def format_summary(result: Any, profile: bool) -> str:
         rows.append(("NaN-reward episodes", f"{o['n_nan_reward_episodes']} (their returns are NaN)"))
     if profile:
         total = o["eval_s"] or 1.0
+        rows.append(("cuda_graph", result.meta.get("policy_cuda_graph", "off")))  # captured | eager (reason) | off
         for stage, seconds in result.timings.items():
             rows.append((f"  {stage}", f"{seconds:.4f} s ({100.0 * seconds / total:.1f}%)"))
     width = max(len(k) for k, _ in rows)
@@ -251,11 +257,14 @@ class LazyGroup(click.Group):
 @click.option("--step-timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
               help="Seconds an async env step/reset may take before its worker is killed and the episode retried.")
 @click.option("--profile", is_flag=True, help="Show the per-stage time breakdown.")
+@click.option("--save-episodes", "save_episodes_dir", type=UsablePath("dir", writable=True), default=None,
+              help="Write every step of the n episodes (observations, actions, rewards, flags) to DIR as a TensorDict "
+                   "memory map (load it with fasteval.episode_files.load_episodes).")
 @compat_options
 @click.version_option(package_name="fasteval")
 @click.pass_context
 def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, retries: int, on_nan_action: str,
-         step_timeout: float, profile: bool, **options: Any) -> None:
+         step_timeout: float, profile: bool, save_episodes_dir: Path | None, **options: Any) -> None:
     """Evaluate a policy on a gymnasium env: exactly N episodes, seeds SEED..SEED+N-1.
 
     \b
@@ -282,6 +291,14 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
         else:
             spec = build_spec(**options)
         spec = spec.replace(retries=retries, on_nan_action=on_nan_action, step_timeout=step_timeout)
+        if save_episodes_dir is not None:
+            from fasteval.episode_files import check_episode_folder
+
+            if resume_dir is not None:
+                raise UserInputError("--save-episodes cannot be combined with --resume: the steps of the episodes "
+                                     "recorded before the interruption were not kept. Run again without --resume.")
+            check_episode_folder(save_episodes_dir)
+            spec = spec.replace(return_episode_data=True)
         spec, output_dir = compat.resolve(ctx, spec, output_dir, resume=resume_dir is not None)
         out_dir = resume_dir or output_dir or default_output_dir(spec.env)
         check_output_paths(out_dir, spec)
@@ -292,6 +309,13 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
 
             click.echo(dump_config(spec, out_dir))
             return
+        from fasteval.suites import suite_command, suite_from_spec
+
+        suite = suite_from_spec(spec)  # --env.task=a,b (a list of task names): one durable run per task
+        if suite is not None:
+            if save_episodes_dir is not None:
+                raise UserInputError("--save-episodes is not supported for a list of tasks yet; run one task at a time.")
+            sys.exit(suite_command(spec, suite, out_dir, compat, profile))
         engine = Engine(spec)
         if spec.max_episodes_rendered:
             from fasteval.recording import check_renderable
@@ -316,6 +340,11 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
         click.echo(f"resumed: {plural(n, 'episode')} {'was' if n == 1 else 'were'} already recorded in {out_dir}")
     click.echo(format_summary(result, profile))
     click.echo(f"wrote {out_dir / 'eval_info.json'} (status: {outcome.status})")
+    if save_episodes_dir is not None and getattr(result, "episode_data", None) is not None:
+        from fasteval.episode_files import save_episodes
+
+        n_saved = save_episodes(result.episode_data, save_episodes_dir)
+        click.echo(f"wrote {n_saved} episodes ({len(result.episode_data)} steps) to {save_episodes_dir}")
     problems = compat.finish(spec, out_dir, result)  # config.json, --export, --log
     for problem in problems:
         click.echo(f"Error: {problem} (the results are in {out_dir})", err=True)

@@ -29,6 +29,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 import click
 
+from fasteval.fast_envs import pusht_env_id
+
 TRUE_WORDS = ("true", "1", "yes", "on")
 FALSE_WORDS = ("false", "0", "no", "off")
 
@@ -108,6 +110,9 @@ class EnvType:
     """A prefix LeRobot puts on task names, removed (``metaworld-push-v3`` -> ``push-v3``)."""
     example_task: str = ""
     """Shown in the error when a required task is missing."""
+    choose_id: Callable[[str], str] | None = None
+    """``task -> env id`` that replaces ``id``: picks fasteval's faster, bit-identical env where the
+    installed package is a version its identity test checked (``pusht``), else the original id."""
 
 
 ENV_TYPES: dict[str, EnvType] = {
@@ -115,6 +120,7 @@ ENV_TYPES: dict[str, EnvType] = {
         id="gym_pusht/{task}", tasks=("PushT-v0",), default_task="PushT-v0", max_steps=300, lerobot_observations=True,
         kwargs={"obs_type": "pixels_agent_pos", "render_mode": "rgb_array",
                 "visualization_width": 384, "visualization_height": 384},
+        choose_id=pusht_env_id,
     ),
     "aloha": EnvType(
         id="gym_aloha/{task}", tasks=("AlohaInsertion-v0", "AlohaTransferCube-v0"), default_task="AlohaInsertion-v0",
@@ -140,9 +146,10 @@ def resolve_env_type(env_type: str, task: str | None) -> tuple[str, dict[str, An
     (``push-v3,reach-v3``, as LeRobot accepts): the kwarg is then the list of task names, which the
     CLI runs as a suite (:func:`fasteval.suites.suite_from_spec`), one task after the other.
     """
-    entry = ENV_TYPES.get(env_type)
+    entry = ENV_TYPES.get(env_type) or lerobot_env_type(env_type)
     if entry is None:
-        raise ValueError(f"unknown --env.type {env_type!r}; expected one of {', '.join(sorted(ENV_TYPES))}."
+        raise ValueError(f"unknown --env.type {env_type!r}; expected one of {', '.join(sorted(ENV_TYPES))} "
+                         f"(or, with the lerobot extra installed, any LeRobot env type)."
                          + _did_you_mean(env_type, ENV_TYPES))
     if task is None:
         task = entry.default_task
@@ -166,9 +173,27 @@ def resolve_env_type(env_type: str, task: str | None) -> tuple[str, dict[str, An
     if entry.task_kwarg is not None:
         kwargs[entry.task_kwarg] = tasks[0] if len(tasks) == 1 else tasks
         env_id = entry.id
+    elif entry.choose_id is not None:
+        env_id = entry.choose_id(tasks[0])
     else:
         env_id = entry.id.format(task=tasks[0])
     return env_id, kwargs, entry
+
+
+def lerobot_env_type(env_type: str) -> EnvType | None:
+    """A LeRobot env type not in :data:`ENV_TYPES`, built by LeRobot's own env config and factory
+    (:func:`fasteval.lerobot.envs.make_env`, one task per env; comma-separated tasks run as a suite);
+    ``None`` when LeRobot is not importable or does not know the type."""
+    try:
+        from lerobot.envs.configs import EnvConfig
+    except Exception:  # not installed (or Python < 3.12): the caller reports the unknown type
+        return None
+    choices = EnvConfig.get_known_choices()
+    if env_type not in choices:
+        return None
+    default = getattr(choices[env_type], "task", None)
+    return EnvType(id="fasteval.lerobot.envs:make_env", task_kwarg="task", kwargs={"type": env_type},
+                   default_task=default if isinstance(default, str) else None, example_task=str(default or ""))
 
 
 def _did_you_mean(word: str, choices: Iterable[str]) -> str:

@@ -8,8 +8,9 @@ Used by the CLI. The sequence:
    checks that its spec and policy digest match the manifest, and runs only the episodes that
    are not in ``episodes.jsonl`` yet;
 2. finished episodes are appended to ``episodes.jsonl`` by a group commit
-   (:class:`GroupCommitLog`): the records of all episodes finished in a step are formatted
-   together and written with one ``write``; the file is flushed when the oldest unwritten record
+   (:class:`GroupCommitLog`): the records of the episodes finished in a step are buffered
+   together, and each group is encoded at once and written with one ``write``; that happens when
+   the oldest unwritten record
    is :attr:`FlushPolicy.max_delay_s` (50 ms) old or :attr:`FlushPolicy.max_records` (256) are
    waiting, whichever comes first, and at the end of the run (normal exit, signal, abort).
    A kill (SIGKILL, power loss of the process) loses at most that window; ``--resume`` reruns
@@ -28,7 +29,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Sequence
 
 from fasteval.engine import Engine
 from fasteval.errors import EvaluationAborted
@@ -85,19 +86,36 @@ class FlushPolicy:
 _encode = json.JSONEncoder(check_circular=False, separators=(",", ":")).encode
 
 
-def format_records(records: Iterable[dict[str, Any]]) -> tuple[str, int]:
-    """``records`` -> (their JSON lines as one string, how many). One join per batch; compact
-    separators; NaN is written as ``NaN`` (Python's json reads it back)."""
-    lines = [_encode(record) for record in records]
-    return ("\n".join(lines) + "\n" if lines else ""), len(lines)
+def format_records(records: Sequence[dict[str, Any]]) -> str:
+    """``records`` -> their JSON lines, one string ending in a newline (``""`` for none).
+
+    Compact separators; NaN is written as ``NaN`` (Python's json reads it back). The whole batch
+    is encoded with one call of the C encoder and cut into lines at the record boundaries
+    (``,{"<first key>":``, a sequence that cannot occur inside an encoded string, whose quotes
+    are escaped); if the records do not all start with the same key, or a nested value repeats
+    the boundary, each record is encoded on its own instead. Either way the lines are the same.
+    """
+    n = len(records)
+    if n == 0:
+        return ""
+    first = next(iter(records[0]), None)
+    if first is not None and n > 1:
+        head = "{" + _encode(first) + ":"
+        body = _encode(list(records))[1:-1]
+        boundary = "," + head
+        if body.count(boundary) == n - 1 and all(next(iter(r), None) == first for r in records):
+            return body.replace(boundary, "\n" + head) + "\n"
+    return "\n".join([_encode(record) for record in records]) + "\n"
 
 
 class GroupCommitLog:
-    """Buffered appends of complete JSON lines, written in groups by :class:`FlushPolicy`.
+    """Buffered appends of records as JSON lines, written in groups by :class:`FlushPolicy`.
 
-    ``write(text)`` must append ``text`` and flush it to the OS (one ``write`` call per group).
-    :meth:`add` checks the policy each time; a background thread (``background=True``) checks it
-    every ``max_delay_s / 2`` so that a record never waits much longer than ``max_delay_s`` when no
+    :meth:`add` only keeps the records (the caller must not change them afterwards); a group is
+    encoded at once by :func:`format_records` when it is written, and handed to ``write(text)``,
+    which must append it and flush it to the OS (one ``write`` call per group). :meth:`add`
+    checks the policy each time; a background thread (``background=True``) checks it every
+    ``max_delay_s / 2``, so that a record never waits much longer than ``max_delay_s`` when no
     further episode finishes. :meth:`close` (or :meth:`flush`) writes whatever is left. An error
     raised by ``write`` in the thread is re-raised by the next :meth:`add`, :meth:`flush` or
     :meth:`close`. ``clock`` is injectable for tests (seconds, monotonic).
@@ -106,8 +124,7 @@ class GroupCommitLog:
     def __init__(self, write: Callable[[str], None], policy: FlushPolicy = FlushPolicy(),
                  clock: Callable[[], float] = time.monotonic, background: bool = True):
         self.write, self.policy, self.clock = write, policy, clock
-        self._parts: list[str] = []
-        self._pending = 0
+        self._records: list[dict[str, Any]] = []
         self._oldest = 0.0
         self._lock = threading.Lock()
         self._error: BaseException | None = None
@@ -118,24 +135,23 @@ class GroupCommitLog:
             self._thread = threading.Thread(target=self._run, name="fasteval-log-flush", daemon=True)
             self._thread.start()
 
-    def add(self, text: str, n: int) -> None:
-        """Buffer ``n`` complete lines (``text``); write the group if the policy says so."""
+    def add(self, records: Sequence[dict[str, Any]]) -> None:
+        """Buffer ``records`` (the episodes finished in one step); write the group if it is due."""
         self._reraise()
-        if not n:
+        if not records:
             return
         with self._lock:
             now = self.clock()
-            if not self._pending:
+            if not self._records:
                 self._oldest = now
-            self._parts.append(text)
-            self._pending += n
-            if self.policy.due(self._pending, now - self._oldest):
+            self._records.extend(records)
+            if self.policy.due(len(self._records), now - self._oldest):
                 self._write_locked()
 
     def poll(self) -> None:
         """Write the buffered group if it is due (what the background thread calls)."""
         with self._lock:
-            if self.policy.due(self._pending, self.clock() - self._oldest):
+            if self.policy.due(len(self._records), self.clock() - self._oldest):
                 self._write_locked()
 
     def flush(self) -> None:
@@ -154,15 +170,14 @@ class GroupCommitLog:
 
     @property
     def pending(self) -> int:
-        return self._pending
+        """Records buffered, not yet written."""
+        return len(self._records)
 
     def _write_locked(self) -> None:
-        if not self._parts:
+        if not self._records:
             return
-        text = "".join(self._parts)
-        self._parts.clear()
-        self._pending = 0
-        self.write(text)
+        records, self._records = self._records, []
+        self.write(format_records(records))
         self.groups_written += 1
 
     def _run(self) -> None:
@@ -253,8 +268,7 @@ def run_durable(
         return log
 
     def log_finished(ledger: Any, rows: Any) -> None:
-        text, n = format_records([engine.record(ledger, int(r)) for r in rows])
-        start().add(text, n)
+        start().add([engine.record(ledger, int(r)) for r in rows])
         if on_finished is not None:
             on_finished(ledger, rows)
 

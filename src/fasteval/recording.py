@@ -49,6 +49,11 @@
   ``index``
   =====================  ================================================================
 
+  Steps are written into a ``[B, T]`` TensorDict preallocated on the policy device
+  (:mod:`fasteval.core.rollout_buffer`); each finished episode is cut out of it at its end, and
+  ``result.episode_data`` is on the policy device. ``--save-episodes DIR`` writes it as a TensorDict
+  memory map (:mod:`fasteval.episode_files`).
+
 An episode restarted after an env failure (``parked`` slots) is recorded from its new start;
 its partial data and video are dropped. If a restart cannot be seen in time (an env reset that
 fails at the very start of a wave, or a restart under ``pipeline``), that episode's recording is
@@ -344,129 +349,112 @@ class VideoRecorder(StepObserver):
 
 
 class EpisodeDataRecorder(StepObserver):
-    """Logs every step of every episode (vectorized over the active slots); assembles at the end."""
+    """Records every step into a :class:`~fasteval.core.rollout_buffer.RolloutBuffer` on the policy device;
+    a finished episode is cut out of it at once, and :meth:`finish` puts them together in episode order.
 
-    def __init__(self, envs: Any, ledger: Any, observation_format: str, rename: dict):
-        self.envs, self.ledger = envs, ledger
-        self.obs = envs.obs
-        self.is_dict = isinstance(self.obs, dict)
-        self.keys = list(self.obs) if self.is_dict else [None]
+    ``result.episode_data`` lives on the policy device (``.cpu()`` it to keep it on the host).
+    """
+
+    def __init__(self, engine: Any, ledger: Any, observation_format: str, rename: dict):
+        from fasteval.core.rollout_buffer import RolloutBuffer
+
+        envs = self.envs = engine.envs
+        self.ledger = ledger
         plans = plan_keys(envs.observation_space, observation_format, rename)
         self.names = {p.source: p.target for p in plans}
         self.raw = observation_format == RAW and not rename
+        self.cap = int(engine.max_steps or 0)
+        host = (envs.rewards, envs.terminated, envs.truncated, envs.success)
+        actions = engine.d2h.host
+        self.buffer = RolloutBuffer(engine.h2d.device_obs, host, actions.shape[1:], actions.dtype, engine.device, self.cap)
         n = ledger.n_slots
-        self.prev = {k: np.zeros_like(self._buf(k)) for k in self.keys}
-        self.attempt = np.full(n, -1, dtype=np.int64)  # attempt id per slot (-1: not recording)
-        self.frame = np.zeros(n, dtype=np.int64)
-        self.attempt_row: list[int] = []  # attempt id -> ledger row
-        self.log: list[tuple] = []
-        self._next_attempt = 0
-
-    def _buf(self, key: Any) -> np.ndarray:
-        return self.obs if key is None else self.obs[key]
+        self.row = np.full(n, -1, dtype=np.int64)
+        """Ledger row of the episode each slot is recording (-1: not recording)."""
+        self.episodes: dict[int, Any] = {}
+        """Ledger row -> its steps (``{key: Tensor}`` on the device), for episodes whose end was recorded."""
 
     def _start(self, rows: dict[int, int]) -> None:
         """Start recording ``{slot: ledger row}`` (rows of parked slots are not in the ledger yet)."""
+        slots = [s for s, row in rows.items() if row != IDLE]
         for slot, row in rows.items():
-            if row == IDLE:
-                self.attempt[slot] = -1
-                continue
-            for key in self.keys:
-                self.prev[key][slot] = self._buf(key)[slot]
-            self.attempt[slot] = self._next_attempt
-            self.attempt_row.append(row)
-            self._next_attempt += 1
-            self.frame[slot] = 0
+            self.row[slot] = row if row != IDLE else -1
+        self.buffer.start(np.asarray(slots, dtype=np.int64))
 
     def on_start(self, slots: list[int]) -> None:
         failing = {f.slot for f in getattr(self.envs, "failures", [])}
         for slot in failing:
-            self.attempt[slot] = -1
+            self.row[slot] = -1
         self._start({s: int(self.ledger.slot_episode[s]) for s in slots if s not in failing})
 
     def on_step(self, active: list[int], actions: np.ndarray, parked: dict[int, int]) -> None:
         if parked:
-            for slot in parked:
-                self.attempt[slot] = -1
             self._start(dict(parked))
             active = [s for s in active if s not in parked]
         if not active:
             return
         idx = np.asarray(active, dtype=np.int64)
-        attempts = self.attempt[idx]
-        stale = (self.frame[idx] != self.ledger.acc_len[idx]) & (attempts >= 0)
+        idx = idx[self.row[idx] >= 0]
+        stale = self.buffer.frame[idx] != self.ledger.acc_len[idx]
         if stale.any():
             for slot in idx[stale]:
                 warnings.warn(f"the episode in slot {int(slot)} restarted where the recorder could not see it; "
                               f"its data is dropped.", RuntimeWarning, stacklevel=2)
-            self.attempt[idx[stale]] = -1
-            attempts = self.attempt[idx]
+            self.row[idx[stale]] = -1
+            idx = idx[~stale]
+        if not len(idx):
+            return
+        lengths = self.buffer.write(idx, actions)
         env = self.envs
-        self.log.append((
-            attempts, self.frame[idx].copy(), {k: self.prev[k][idx] for k in self.keys}, actions[idx].copy(),
-            env.rewards[idx].copy(), env.terminated[idx].copy(), env.truncated[idx].copy(), env.success[idx].copy(),
-        ))
-        for key in self.keys:
-            self.prev[key][idx] = self._buf(key)[idx]
-        self.frame[idx] += 1
+        done = env.terminated[idx] | env.truncated[idx]
+        if self.cap:
+            done |= lengths >= self.cap
+        for slot, length in zip(idx[done].tolist(), lengths[done].tolist()):
+            self.episodes[int(self.row[slot])] = self.buffer.episode(slot, length)
+            self.row[slot] = -1
 
     def finish(self, result: Any) -> None:
         result.episode_data = self.assemble()
 
     def assemble(self) -> Any:
+        """The reported episodes' steps, sorted by episode then frame (see the module docstring)."""
         import torch
         from tensordict import TensorDict
 
+        from fasteval.core.rollout_buffer import concat_episodes
+
         L = self.ledger
-        attempt_row = np.asarray(self.attempt_row, dtype=np.int64)
-        if not self.log:
-            return TensorDict({}, batch_size=[0])
-        attempts = np.concatenate([e[0] for e in self.log])
-        frames = np.concatenate([e[1] for e in self.log])
-        keep = attempts >= 0
-        rows = np.full(attempts.shape, -1, dtype=np.int64)
-        rows[keep] = attempt_row[attempts[keep]]
-        ok_row = np.zeros(L.n_episodes, dtype=bool)
-        ok_row[:] = L.finished & ~L.failed
-        keep &= np.where(rows >= 0, ok_row[np.maximum(rows, 0)], False)
-        # An episode may have been recorded more than once only if restarted; keep its last complete attempt.
-        last_attempt = np.full(L.n_episodes, -1, dtype=np.int64)
-        np.maximum.at(last_attempt, rows[keep], attempts[keep])
-        keep &= attempts == np.where(rows >= 0, last_attempt[np.maximum(rows, 0)], -2)
-        episode = np.where(keep, L.episode_ids[np.maximum(rows, 0)], -1)
-        order = np.lexsort((frames, episode))
-        order = order[keep[order]]
-        lengths = L.length[rows[order]] if len(order) else np.zeros(0, dtype=np.int64)
-        frame_index = frames[order]
-        counts = np.bincount(rows[order], minlength=L.n_episodes)
-        complete = ok_row & (counts == L.length)
-        if not complete[ok_row].all():
-            missing = [int(L.episode_ids[r]) for r in np.flatnonzero(ok_row & ~complete)]
+        n = L.n_episodes
+        rows = np.flatnonzero(L.finished[:n] & ~L.failed[:n])
+        rows = rows[np.argsort(L.episode_ids[rows], kind="stable")]
+        complete = [int(r) for r in rows if int(r) in self.episodes and len(self.episodes[int(r)]["action"]) == L.length[r]]
+        if len(complete) < len(rows):
+            missing = sorted(int(L.episode_ids[r]) for r in set(rows.tolist()) - set(complete))
             warnings.warn(f"episode data of episodes {missing[:10]} is incomplete and left out.", RuntimeWarning, stacklevel=2)
-            sel = complete[rows[order]]
-            order, lengths, frame_index = order[sel], lengths[sel], frame_index[sel]
-
-        def cat(i: int) -> np.ndarray:
-            return np.concatenate([e[i] for e in self.log])[order]
-
+        device = self.buffer.device
+        if not complete:
+            return TensorDict({}, batch_size=[0], device=device)
+        steps = concat_episodes([self.episodes[r] for r in complete])
+        lengths = L.length[complete].astype(np.int64)
+        starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+        frame_index = np.arange(int(lengths.sum()), dtype=np.int64) - starts
+        total = len(frame_index)
         out: dict[str, Any] = {}
-        obs = {key: torch.from_numpy(np.concatenate([e[2][key] for e in self.log])[order]) for key in self.keys}
-        n = len(order)
+        obs = steps["observation"]
         if self.raw:
-            out["observation"] = (TensorDict({k: v for k, v in obs.items()}, batch_size=[n]) if self.is_dict else obs[None])
+            out["observation"] = obs if isinstance(obs, torch.Tensor) else TensorDict(obs, batch_size=[total], device=device)
+        elif isinstance(obs, torch.Tensor):
+            out[self.names[None]] = obs
         else:
             for key, value in obs.items():
                 out[self.names[key]] = value
-        out["action"] = torch.from_numpy(np.ascontiguousarray(cat(3)))
-        out["next.reward"] = torch.from_numpy(cat(4))
-        out["next.terminated"] = torch.from_numpy(cat(5))
-        out["next.truncated"] = torch.from_numpy(cat(6))
-        out["next.done"] = torch.from_numpy(frame_index == lengths - 1)
-        out["next.success"] = torch.from_numpy(cat(7))
-        out["episode_index"] = torch.from_numpy(episode[order].copy())
-        out["frame_index"] = torch.from_numpy(frame_index.copy())
-        out["index"] = torch.arange(n, dtype=torch.int64)
-        return TensorDict(out, batch_size=[n])
+        for key in ("action", "next.reward", "next.terminated", "next.truncated"):
+            out[key] = steps[key]
+        out["next.done"] = torch.from_numpy(frame_index == np.repeat(lengths - 1, lengths)).to(device)
+        out["next.success"] = steps["next.success"]
+        out["episode_index"] = torch.from_numpy(np.repeat(L.episode_ids[complete].astype(np.int64), lengths)).to(device)
+        out["frame_index"] = torch.from_numpy(frame_index).to(device)
+        out["index"] = torch.arange(total, dtype=torch.int64, device=device)
+        return TensorDict(out, batch_size=[total], device=device)
 
 
 class Recorders(StepObserver):
@@ -497,7 +485,7 @@ def attach_recorders(engine: Any, ledger: Any, observer: StepObserver | None) ->
         parts.append(VideoRecorder(engine.envs, ledger, spec.env, spec.max_episodes_rendered, spec.videos_dir or "videos",
                                    select=spec.video_select, task=task_label(spec.env, spec.env_kwargs)))
     if spec.return_episode_data:
-        parts.append(EpisodeDataRecorder(engine.envs, ledger, spec.observation_format, spec.rename))
+        parts.append(EpisodeDataRecorder(engine, ledger, spec.observation_format, spec.rename))
     return Recorders(parts, observer) if parts else observer
 
 

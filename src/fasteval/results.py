@@ -46,7 +46,7 @@ COLUMN_DTYPES: dict[str, Any] = {
 """The array dtype of every numeric per-episode field."""
 
 _DEFAULTS = {"has_success_signal": True}
-_CHUNK = 4096
+_CHUNK = 1024
 """Rows turned into Python objects at a time (iteration, JSON streaming)."""
 
 
@@ -414,7 +414,10 @@ def aggregate(records: EpisodeTable | Iterable[dict[str, Any]]) -> dict[str, Any
 # -- streamed JSON ------------------------------------------------------------------------------------
 
 def _leaf(value: Any) -> Any:
-    return value.item() if isinstance(value, np.generic) else value
+    """``json`` ``default``: NumPy scalars become Python ones; anything else is an error."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def _needs_stream(value: Any) -> bool:

@@ -19,9 +19,15 @@ string there).
 * **Results**: one :class:`~fasteval.results.EvalResult` whose per-episode records carry
   ``task_group``, ``task_id`` and ``task``, so ``per_task()``, ``per_group()`` and ``overall()``
   give the classic layout. ``meta["tasks"]`` lists the tasks; ``video_paths`` holds every task's
-  videos (``<videos_dir>/<group>_<task_id>/<env>/eval_episode_<i>.mp4``); with
+  videos (``<videos_dir>/<group>_<task_id>/<task>/ep<episode>_seed<seed>_<outcome>.mp4``); with
   ``return_episode_data=True``, ``result.episode_data`` maps ``"<group>/<task_id>"`` to each
   task's TensorDict.
+* **Videos**: ``max_episodes_rendered=K`` with ``video_select="first"`` renders the first K episodes
+  of the suite, task by task (:func:`video_budgets`); ``per-task`` the first K of every task;
+  ``failures`` / ``successes`` choose within each task (see :mod:`fasteval.recording`).
+* **From the command line**: ``--env.type=metaworld --env.task=push-v3,reach-v3`` (an env kwarg
+  ``task`` or ``env_name`` that is a list) is a suite (:func:`suite_from_spec`); each task is a
+  durable run in ``OUTPUT_DIR/tasks/<group>_<task_id>/`` (:func:`run_suite_durable`).
 * **Concurrency**: ``concurrency=N`` runs up to N tasks at once, each with its own engine in its
   own thread (env stepping in C, async env workers and torch ops release the GIL). Concurrent
   tasks never share a policy object: a stateful policy shared by two engines would mix their
@@ -175,10 +181,14 @@ def run_suite(
     concurrent = concurrency > 1 and len(tasks) > 1
     root = videos_dir or "videos"
     specs = []
-    for group, task_id, task in tasks:
+    budgets = video_budgets(spec_fields.get("max_episodes_rendered", 0), spec_fields.get("video_select", "first"),
+                            [n_episodes] * len(tasks))
+    for (group, task_id, task), budget in zip(tasks, budgets):
         fields = dict(spec_fields)
         if task.max_steps is not None:
             fields["max_steps"] = task.max_steps
+        if budget != fields.get("max_episodes_rendered", 0):
+            fields["max_episodes_rendered"] = budget
         specs.append(EvalSpec(env=task.env, env_kwargs=dict(task.env_kwargs), policy="zero", n_episodes=n_episodes,
                               seed=seed, videos_dir=str(Path(root) / f"{_safe(group)}_{_safe(task_id)}"), **fields))
 
@@ -190,10 +200,7 @@ def run_suite(
         spec = specs[index].replace(policy=_policy_for(policy, policy_factory, concurrent))
         with Engine(spec) as engine, policy_eval_mode(engine.policy):
             result = engine.run()
-        name = task.name or task.env
-        result.per_episode.set_task(group, task_id, name)  # the table is columnar: relabel it, not row copies
-        for error in result.errors:
-            error.update(task_group=group, task_id=task_id, task=name)
+        label_result(result, group, task_id, task.name or task.env)
         return result
 
     start = perf_counter()
@@ -203,6 +210,29 @@ def run_suite(
     else:
         results = [run_one(i) for i in range(len(tasks))]
     return _merge(tasks, results, perf_counter() - start, concurrency)
+
+
+def label_result(result: EvalResult, group: str, task_id: Any, name: str) -> None:
+    """Label every episode and error of one task's result with its group, id and name."""
+    result.per_episode.set_task(group, task_id, name)  # the table is columnar: relabel it, not row copies
+    for error in result.errors:
+        error.update(task_group=group, task_id=task_id, task=name)
+
+
+def video_budgets(k: int, select: str, n_episodes: Sequence[int]) -> list[int]:
+    """Videos per task for ``k`` videos with ``video_select=select`` (tasks in suite order).
+
+    ``first``: the first K episodes of the whole suite, task by task (task ``j`` gets what the tasks
+    before it left of K); ``per-task``, ``failures``, ``successes``: K for every task (the matching
+    episodes are chosen within each task, see :mod:`fasteval.recording`).
+    """
+    if select != "first":
+        return [k] * len(n_episodes)
+    out, left = [], k
+    for n in n_episodes:
+        out.append(min(left, n))
+        left -= out[-1]
+    return out
 
 
 def _safe(value: Any) -> str:
@@ -236,6 +266,120 @@ def _merge(tasks: list[tuple[str, Any, Task]], results: list[EvalResult], eval_s
     if data:
         merged.episode_data = data
     return merged
+
+
+# -- several tasks from one command line --------------------------------------------------------------
+def suite_group(env: str) -> str:
+    """The task group of a command-line suite: ``metaworld`` for MetaWorld envs, else the env id."""
+    if env in (f"{__name__}:make_metaworld_env", "Meta-World/MT1"):
+        return "metaworld"
+    return env
+
+
+def suite_from_spec(spec: EvalSpec) -> dict[str, dict[int, Task]] | None:
+    """The suite a spec stands for when an env kwarg that names the task (``task``, ``env_name``) is a
+    **list** of task names (``--env.type=metaworld --env.task=push-v3,reach-v3``, or the same list
+    in a config file); ``None`` for a one-task spec. Task ``i`` is the ``i``-th name, labelled with it."""
+    from fasteval.recording import TASK_KWARGS
+
+    for key in TASK_KWARGS:
+        names = spec.env_kwargs.get(key)
+        if not isinstance(names, (list, tuple)):
+            continue
+        if not names or not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
+            raise UserInputError(f"env kwarg {key}={list(names)!r}: expected a non-empty list of distinct task names.")
+        return {suite_group(spec.env): {i: Task(spec.env, {**spec.env_kwargs, key: name}, name=name)
+                                        for i, name in enumerate(names)}}
+    return None
+
+
+@dataclass
+class SuiteOutcome:
+    """A command-line suite: the merged result, its status, and each task's run folder."""
+
+    result: EvalResult
+    status: str
+    folders: list[Path]
+    error: BaseException | None = None
+    signal_number: int | None = None
+
+
+def run_suite_durable(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], out_dir: str | Path,
+                      announce: Callable[[str], None] = print) -> SuiteOutcome:
+    """Run ``suite`` with ``spec``'s settings as durable runs, one per task, one after the other.
+
+    Task ``<group>_<task_id>`` runs into ``OUTPUT_DIR/tasks/<group>_<task_id>/`` (its own manifest,
+    ``episodes.jsonl`` and ``eval_info.json``), with ``spec``'s seeds and episode count; videos go to
+    ``<videos_dir>/<group>_<task_id>/<task>/``. ``OUTPUT_DIR/eval_info.json`` holds the merged result
+    (``per_task``, ``per_group``, ``overall``). A task that stops (an error, a signal) stops the suite;
+    the merged file then holds the tasks run so far. Running the same suite into the same folder
+    again resumes it: a task folder that holds a run is resumed (its missing episodes run, a
+    complete one is reused), and settings that differ from its manifest are refused.
+    Raises :class:`UserInputError` for bad input.
+    """
+    from fasteval.durable import STATUS_COMPLETE, run_durable
+    from fasteval.engine import Engine
+    from fasteval.rundir import RunDirectory
+
+    out_dir = Path(out_dir)
+    tasks = flatten_suite(suite)
+    budgets = video_budgets(spec.max_episodes_rendered, spec.video_select, [spec.n_episodes] * len(tasks))
+    videos_root = Path(spec.videos_dir or out_dir / "videos")
+    results, folders, status, error, signal_number = [], [], STATUS_COMPLETE, None, None
+    start = perf_counter()
+    for (group, task_id, task), budget in zip(tasks, budgets):
+        label = f"{_safe(group)}_{_safe(task_id)}"
+        task_spec = spec.replace(env=task.env, env_kwargs=dict(task.env_kwargs), max_episodes_rendered=budget,
+                                 videos_dir=str(videos_root / label))
+        folder = out_dir / "tasks" / label
+        run_dir = RunDirectory(folder)
+        resume = run_dir.has_manifest()  # the same command again: finish (or reuse) the task's run
+        announce(f"task {group}/{task_id} ({task.name or task.env}) -> {folder}" + (" (resuming)" if resume else ""))
+        with Engine(task_spec) as engine:
+            if budget:
+                from fasteval.recording import check_renderable
+
+                check_renderable(engine)
+            outcome = run_durable(engine, run_dir, resume=resume, announce=announce)
+        label_result(outcome.result, group, task_id, task.name or task.env)
+        results.append(outcome.result)
+        folders.append(folder)
+        if outcome.status != STATUS_COMPLETE:
+            status, error, signal_number = outcome.status, outcome.error, outcome.signal_number
+            break
+    merged = _merge(tasks[: len(results)], results, perf_counter() - start, 1)
+    merged.meta["env"] = ", ".join(f"{group}/{task.name or task.env}" for group, _, task in tasks)
+    merged.to_json(out_dir / "eval_info.json")
+    return SuiteOutcome(merged, status, folders, error, signal_number)
+
+
+def suite_command(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], out_dir: str | Path, compat: Any,
+                  profile: bool = False) -> int:
+    """The ``fasteval`` command for a suite spec (see :func:`run_suite_durable`): run, print, return the exit code."""
+    import click
+
+    from fasteval.cli import EXIT_RUNTIME_ERROR, format_summary
+    from fasteval.durable import STATUS_COMPLETE, STATUS_INTERRUPTED
+
+    outcome = run_suite_durable(spec, suite, out_dir, announce=lambda m: click.echo(m, err=True))
+    result = outcome.result
+    for row in result.per_task():
+        agg = row["aggregated"]
+        click.echo(f"{row['task_group']}/{row['task_id']} {row['task']}: {agg['n_episodes']} episodes, "
+                   f"avg_sum_reward {agg['avg_sum_reward']:.4f}, pc_success {agg['pc_success']:.1f}%")
+    click.echo(format_summary(result, profile))
+    click.echo(f"wrote {Path(out_dir) / 'eval_info.json'} ({len(outcome.folders)} of {len(flatten_suite(suite))} tasks; "
+               f"status: {outcome.status})")
+    problems = compat.finish(spec, out_dir, result)
+    for problem in problems:
+        click.echo(f"Error: {problem} (the results are in {out_dir})", err=True)
+    if outcome.status == STATUS_COMPLETE and not problems:
+        return 0
+    if outcome.status == STATUS_INTERRUPTED:
+        return 128 + (outcome.signal_number or 2)
+    if outcome.error is not None:
+        click.echo(f"Error: {outcome.error}", err=True)
+    return EXIT_RUNTIME_ERROR
 
 
 # -- MetaWorld -------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from fasteval.kernels import IDLE, load_backend, reference as ref
+from fasteval.kernels import IDLE, load_backend
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -126,20 +126,6 @@ def step_both(backend, reference, ledger, ref_ledger, rewards, *, max_steps=0, r
     return got
 
 
-def run_reduce(module, rewards, terminated, truncated, success):
-    n_rows = rewards.shape[0]
-    outs = {  # garbage first: every entry must be written
-        "out_sum": np.full(n_rows, 123.0),
-        "out_max": np.full(n_rows, 123.0),
-        "out_len": np.full(n_rows, 99, np.int64),
-        "out_success": np.ones(n_rows, np.bool_),
-        "out_nan": np.full(n_rows, 99, np.int64),
-        "out_done": np.ones(n_rows, np.bool_),
-    }
-    assert module.masked_episode_reduce(rewards, terminated, truncated, success, *outs.values()) is None
-    return outs
-
-
 # ---------------------------------------------------------------------------- strategies
 
 special_rewards = st.sampled_from(
@@ -175,19 +161,6 @@ def step_scenarios(draw):
     }
 
 
-@st.composite
-def reduce_scenarios(draw):
-    n_rows = draw(st.integers(0, 9))
-    n_steps = draw(st.integers(0, 14))
-    shape = (n_rows, n_steps)
-    return (
-        draw(hnp.arrays(np.float64, shape, elements=reward_elements)),
-        draw(flag_grids(shape)),
-        draw(flag_grids(shape)),
-        draw(flag_grids(shape)),
-    )
-
-
 # ---------------------------------------------------------------------------- randomised parity
 
 
@@ -207,28 +180,6 @@ def test_step_bookkeeping_sequences_match_reference(backend, reference, scenario
         want = ref_ledger.step(reference, *args, max_steps=scenario["max_steps"], refill=scenario["refill"])
         assert got == want, f"step {t}"
         ledger.assert_same(ref_ledger, f"after step {t}:")
-
-
-@HYPOTHESIS
-@given(grids=reduce_scenarios())
-def test_masked_episode_reduce_matches_reference(backend, reference, grids):
-    got = run_reduce(backend, *grids)
-    want = run_reduce(reference, *grids)
-    for name in REDUCE_OUTS:
-        assert_exact(got[name], want[name], name)
-
-
-@settings(max_examples=150, deadline=None)
-@given(grids=reduce_scenarios())
-def test_masked_episode_reduce_numpy_matches_loop(grids):
-    # The vectorised form sums with cumsum starting from the first kept reward, the
-    # loop from 0.0: they differ only in the sign of an all-(-0.0) sum, so compare
-    # values with assert_array_equal (0.0 == -0.0) rather than assert_exact.
-    want = run_reduce(ref, *grids)
-    got = ref.masked_episode_reduce_numpy(*grids)
-    for name, value in zip(REDUCE_OUTS, got):
-        assert value.dtype == want[name].dtype, name
-        np.testing.assert_array_equal(value, want[name], err_msg=name, strict=True)
 
 
 # ---------------------------------------------------------------------------- step_bookkeeping edge cases
@@ -427,75 +378,6 @@ def test_cython_rejects_bad_arrays():
     ledger.slot_episode[1] = 5  # outside the results table
     with pytest.raises(IndexError, match="episode 5"):
         call(ledger)
-
-
-# ---------------------------------------------------------------------------- masked_episode_reduce edge cases
-
-
-def _grids(rewards, ends=(), truncs=(), successes=()):
-    rewards = np.array(rewards, dtype=np.float64)
-    out = [rewards]
-    for cells in (ends, truncs, successes):
-        grid = np.zeros(rewards.shape, np.bool_)
-        for row, t in cells:
-            grid[row, t] = True
-        out.append(grid)
-    return out
-
-
-def _reduce_both(backend, reference, grids):
-    got = run_reduce(backend, *grids)
-    want = run_reduce(reference, *grids)
-    for name in REDUCE_OUTS:
-        assert_exact(got[name], want[name], name)
-    return got
-
-
-def test_reduce_zero_steps(backend, reference):
-    grids = _grids(np.zeros((3, 0)))
-    got = _reduce_both(backend, reference, grids)
-    assert got["out_sum"].tolist() == [0.0] * 3 and got["out_max"].tolist() == [-np.inf] * 3
-    assert got["out_len"].tolist() == [0] * 3 and not got["out_done"].any() and not got["out_success"].any()
-    assert_exact(ref.masked_episode_reduce_numpy(*grids)[1], got["out_max"])
-
-
-def test_reduce_zero_rows(backend, reference):
-    got = _reduce_both(backend, reference, _grids(np.zeros((0, 4))))
-    assert all(v.size == 0 for v in got.values())
-
-
-def test_reduce_rows_never_done_cover_all_steps(backend, reference):
-    got = _reduce_both(backend, reference, _grids([[-1.0, -2.0, -3.0], [1.0, 2.0, 3.0]], ends=[(1, 2)]))
-    assert got["out_len"].tolist() == [3, 3]
-    assert got["out_done"].tolist() == [False, True]
-    assert got["out_max"].tolist() == [-1.0, 3.0]
-
-
-def test_reduce_ignores_steps_after_the_end(backend, reference):
-    rewards = [[1.0, 2.0, math.nan, 100.0], [-5.0, math.nan, 7.0, 1.0], [3.0, 4.0, 5.0, 6.0]]
-    grids = _grids(
-        rewards,
-        ends=[(0, 1), (0, 3), (1, 2)],
-        truncs=[(2, 0), (2, 1)],
-        successes=[(0, 2), (1, 3), (2, 0)],
-    )
-    got = _reduce_both(backend, reference, grids)
-    assert got["out_len"].tolist() == [2, 3, 1]
-    assert got["out_sum"][0] == 3.0 and got["out_max"][0] == 2.0 and got["out_nan"][0] == 0
-    assert math.isnan(got["out_sum"][1]) and math.isnan(got["out_max"][1]) and got["out_nan"][1] == 1
-    assert got["out_success"].tolist() == [False, False, True]
-    assert got["out_done"].all()
-    assert got["out_sum"][2] == 3.0
-
-
-def test_reduce_non_contiguous_inputs(backend, reference):
-    rng = np.random.default_rng(2)
-    rewards = rng.standard_normal((6, 9)).T  # Fortran order
-    terminated = (rng.random((12, 9)) < 0.2)[::2].T[:, ::-1]
-    truncated = np.zeros((9, 6), np.bool_)
-    success = (rng.random((9, 6)) < 0.3)
-    got = _reduce_both(backend, reference, [rewards, terminated, truncated, success])
-    assert got["out_len"].shape == (9,)
 
 
 # ---------------------------------------------------------------------------- backend selection

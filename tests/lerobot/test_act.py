@@ -58,32 +58,159 @@ def test_wave_matches_lerobot_eval_per_seed(act_checkpoint: Path, lerobot_rows: 
         assert ours["length"] == STEPS
 
 
+def varying_spec(policy: Path, **fields) -> dict:
+    """Episodes of 7..19 steps (from the seed): slots finish out of step and refill mid-chunk."""
+    from fasteval.lerobot.testing import VARYING_ENV_REF
+
+    base = dict(env=VARYING_ENV_REF, policy=str(policy), device="cpu", seed=0, n_episodes=14,
+                observation_format="lerobot")
+    base.update(fields)
+    return base
+
+
 @pytest.mark.parametrize("batch_size", [1, 3, 10])
-def test_continuous_equals_wave(act_checkpoint: Path, wave_rows: list[tuple], batch_size: int) -> None:
-    result = evaluate(**pusht_spec(act_checkpoint, n_episodes=6, batch_size=batch_size, max_steps=STEPS))
+def test_continuous_equals_wave_exactly(act_checkpoint: Path, batch_size: int) -> None:
+    """Same batch size: every chunk is computed on a batch of the same size, so the numbers are identical,
+    although continuous batching refills slots while the others are mid-chunk."""
+    wave = evaluate(**varying_spec(act_checkpoint, batch_size=batch_size, reset_mode="wave"))
+    continuous = evaluate(**varying_spec(act_checkpoint, batch_size=batch_size))
+    assert (wave.meta["batching"], continuous.meta["batching"]) == ("wave", "continuous")
+    assert len({r["length"] for r in continuous.per_episode}) > 5
+    assert rows(continuous) == rows(wave)
+
+
+def test_continuous_async_equals_sync(act_checkpoint: Path) -> None:
+    sync = evaluate(**varying_spec(act_checkpoint, batch_size=3))
+    async_ = evaluate(**varying_spec(act_checkpoint, batch_size=3, vectorization="async"))
+    assert rows(async_) == rows(sync)
+
+
+def test_batch_sizes_agree_within_rounding(act_checkpoint: Path) -> None:
+    """Across batch sizes the policy's matrix products round differently (about 1e-8 here): the
+    per-episode numbers agree to TOL, not bit for bit."""
+    one = rows(evaluate(**varying_spec(act_checkpoint, batch_size=1)))
+    ten = rows(evaluate(**varying_spec(act_checkpoint, batch_size=10)))
+    assert [r[0] for r in one] == [r[0] for r in ten]
+    for a, b in zip(one, ten):
+        assert a[1] == pytest.approx(b[1], abs=TOL) and a[2] == pytest.approx(b[2], abs=TOL) and a[3] == b[3]
+
+
+def test_continuous_matches_wave_on_pusht(act_checkpoint: Path, wave_rows: list[tuple]) -> None:
+    result = evaluate(**pusht_spec(act_checkpoint, n_episodes=6, batch_size=3, max_steps=STEPS,
+                                   vectorization="async"))
     assert result.meta["batching"] == "continuous"
     assert rows(result) == wave_rows
 
 
-def test_continuous_async_equals_wave(act_checkpoint: Path, wave_rows: list[tuple]) -> None:
-    result = evaluate(**pusht_spec(act_checkpoint, n_episodes=6, batch_size=3, max_steps=STEPS,
-                                   vectorization="async"))
-    assert rows(result) == wave_rows
+def test_cli_policy_path_matches_lerobot_eval(act_checkpoint: Path, lerobot_rows: list[dict], tmp_path: Path) -> None:
+    """The acceptance command line: LeRobot's flags, LeRobot's eval_info.json layout, LeRobot's numbers."""
+    import json
+
+    from click.testing import CliRunner
+
+    from fasteval.cli import main
+
+    out = tmp_path / "eval"
+    args = [f"--policy.path={act_checkpoint}", "--env.type=pusht", "--eval.n_episodes=6", "--eval.batch_size=3",
+            "--policy.device=cpu", "--seed=1000", f"--env.episode_length={STEPS}", f"--output_dir={out}"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    info = json.loads((out / "eval_info.json").read_text())
+    assert {"per_episode", "per_task", "per_group", "overall"} <= set(info)
+    assert info["meta"]["batching"] == "continuous"
+    for ours, theirs in zip(info["per_episode"], lerobot_rows, strict=True):
+        assert ours["seed"] == theirs["seed"] and ours["success"] == theirs["success"]
+        assert ours["sum_reward"] == pytest.approx(theirs["sum_reward"], abs=TOL)
+        assert ours["max_reward"] == pytest.approx(theirs["max_reward"], abs=TOL)
 
 
-def test_continuous_refills_mid_chunk(act_checkpoint: Path) -> None:
-    """Episodes of different lengths: freed slots restart while others are mid-chunk; each episode still
-    equals its own batch-1 run (the policy runs only on the rows that need a chunk)."""
+def test_hf_ref_loads_through_lerobot(act_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """hf://org/repo whose snapshot is a LeRobot checkpoint (offline, from a local hub cache)."""
+    import shutil
+
     from fasteval.lerobot.policy import LeRobotPolicy
+    from fasteval.policies.loaders import load_policy
 
-    spec = pusht_spec(act_checkpoint, n_episodes=5, max_steps=23)  # 23: not a multiple of the 10-step chunk
-    alone = rows(evaluate(**spec, batch_size=1))
-    together = rows(evaluate(**spec, batch_size=2))
-    assert together == alone
-    assert LeRobotPolicy.__name__ in type(_loaded(act_checkpoint)).__name__
+    commit = "0" * 40
+    repo = tmp_path / "hub" / "models--org--act"
+    shutil.copytree(act_checkpoint, repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import gymnasium as gym
+
+    space = gym.spaces.Box(0, 512, (2,))
+    policy = load_policy("hf://org/act", space, space, 2)
+    assert isinstance(policy, LeRobotPolicy) and policy.n_slots == 2 and policy.policy_type == "act"
 
 
-def _loaded(folder: Path):
+def test_config_file_reaches_the_lerobot_loader(act_checkpoint: Path, tmp_path: Path) -> None:
+    """--config with a LeRobot checkpoint folder next to the file (relative path), as sweep files name them."""
+    import json
+    import shutil
+
+    from click.testing import CliRunner
+
+    from fasteval.cli import main
+
+    shutil.copytree(act_checkpoint, tmp_path / "ckpt")
+    config = {"env": "fasteval.lerobot.testing:make_varying_env", "policy": "ckpt", "n_episodes": 3,
+              "batch_size": 2, "seed": 5, "device": "cpu", "observation_format": "lerobot",
+              "output_dir": str(tmp_path / "out")}
+    (tmp_path / "eval.json").write_text(json.dumps(config))
+    result = CliRunner().invoke(main, ["--config", str(tmp_path / "eval.json")])
+    assert result.exit_code == 0, result.output
+    info = json.loads((tmp_path / "out" / "eval_info.json").read_text())
+    direct = evaluate(**varying_spec(act_checkpoint, n_episodes=3, batch_size=2, seed=5))
+    assert [(r["seed"], r["sum_reward"]) for r in info["per_episode"]] == [(r[0], r[1]) for r in rows(direct)]
+
+
+def test_temporal_ensembling_runs_lerobots_own_select_action_in_waves(tmp_path: Path) -> None:
+    """ACT with temporal ensembling has no per-slot queue: LeRobot's select_action on the whole batch, wave mode."""
     from fasteval.lerobot.loader import load_lerobot_policy
+    from fasteval.lerobot.policy import LeRobotWavePolicy
+    from fasteval.lerobot.testing import write_act_checkpoint
 
-    return load_lerobot_policy(folder, n_slots=2, device="cpu")
+    folder = write_act_checkpoint(tmp_path / "ens", n_action_steps=1, temporal_ensemble_coeff=0.01)
+    assert isinstance(load_lerobot_policy(folder, n_slots=2, device="cpu"), LeRobotWavePolicy)
+    result = evaluate(**varying_spec(folder, n_episodes=3, batch_size=2))
+    assert result.meta["batching"] == "wave" and len(result.per_episode) == 3
+
+
+def test_rename_map_behaves_as_lerobots(tmp_path: Path) -> None:
+    """A checkpoint whose camera is observation.images.top, on PushT's observation.image: LeRobot's
+    --rename_map and fasteval's (--rename_map, same JSON) give the same per-seed results."""
+    import json
+
+    from click.testing import CliRunner
+
+    from fasteval.cli import main
+    from fasteval.lerobot.reference import lerobot_eval
+    from fasteval.lerobot.testing import write_act_checkpoint
+
+    folder = write_act_checkpoint(tmp_path / "top", seed=3, image_key="observation.images.top")
+    rename = {"observation.image": "observation.images.top"}
+    theirs = lerobot_eval(folder, n_episodes=2, batch_size=2, seed=11, episode_length=30, rename_map=rename)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, [f"--policy.path={folder}", "--env.type=pusht", "--eval.n_episodes=2",
+                                       "--eval.batch_size=2", "--policy.device=cpu", "--seed=11",
+                                       "--env.episode_length=30", f"--rename_map={json.dumps(rename)}",
+                                       f"--output_dir={out}"])
+    assert result.exit_code == 0, result.output
+    ours = json.loads((out / "eval_info.json").read_text())["per_episode"]
+    for a, b in zip(ours, theirs["per_episode"], strict=True):
+        assert a["seed"] == b["seed"] and a["sum_reward"] == pytest.approx(b["sum_reward"], abs=TOL)
+        assert a["max_reward"] == pytest.approx(b["max_reward"], abs=TOL)
+
+
+def test_auto_device_falls_back_to_cpu_without_cuda() -> None:
+    import torch
+
+    from fasteval.lerobot.loader import resolve_lerobot_device
+
+    assert resolve_lerobot_device("cpu", "cuda") == torch.device("cpu")
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert resolve_lerobot_device("auto", "cuda").type == expected
+    assert resolve_lerobot_device("auto", None).type == expected
+    assert resolve_lerobot_device("auto", "cpu") == torch.device("cpu")

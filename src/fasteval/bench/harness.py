@@ -134,6 +134,8 @@ class BenchCell:
             "device": self.meta.get("device"),
             "batching": self.meta.get("batching"),
             "kernel_backend": self.meta.get("kernel_backend"),
+            "cuda_graph": self.meta.get("policy_cuda_graph", "off"),  # captured | eager (reason) | off
+            "torch_threads": self.meta.get("torch_threads"),
         }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
-from typing import Any
+from typing import Any, Sequence
 
 
 def cpu_model() -> str:
@@ -68,7 +68,7 @@ def machine_info() -> dict[str, Any]:
         "os": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
+        "torch_threads": torch.get_num_threads(),  # the process default; runs set their own (spec.cpu_threads)
         "gymnasium": gymnasium.__version__,
         "numpy": numpy.__version__,
         "numba": _version("numba"),
@@ -77,13 +77,23 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-def format_machine(info: dict[str, Any]) -> str:
-    """The header as two readable lines."""
+def format_machine(info: dict[str, Any], run_threads: Sequence[int] | None = None) -> str:
+    """The header as two readable lines.
+
+    ``run_threads``: the torch intra-op thread counts the timed runs used (``EvalResult.meta
+    ["torch_threads"]``; the engine sets ``spec.cpu_threads``, 1 by default, for CPU policies).
+    Given, the header names them; otherwise it names the process default as such.
+    """
     load = info.get("load_avg")
     load_s = " ".join(f"{x:.2f}" for x in load) if load else "n/a"
+    used = sorted({int(t) for t in run_threads or () if t is not None})
+    if used:
+        threads = f"{'/'.join(map(str, used))} thread{'s' if used != [1] else ''} in the runs"
+    else:
+        threads = f"{info['torch_threads']} threads by default"
     return (
         f"machine: {info['cpu']}; {info['cores']} cores ({info['usable_cores']} usable), load {load_s}; "
         f"GPU: {info['gpu']}; {info['os']}, Python {info['python']}\n"
-        f"versions: torch {info['torch']} ({info['torch_threads']} threads), gymnasium {info['gymnasium']}, "
+        f"versions: torch {info['torch']} ({threads}), gymnasium {info['gymnasium']}, "
         f"numpy {info['numpy']}, fasteval {info['fasteval']} (kernel backend {info['kernel_backend']})"
     )

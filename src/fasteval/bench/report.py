@@ -75,15 +75,21 @@ def breakdown_table(cells: Sequence[BenchCell]) -> str:
     return text_table(["batch", "vec", "eval_s", *parts], rows)
 
 
+def run_threads(grid: BenchGrid) -> list[int]:
+    """The torch intra-op thread counts the timed runs used (one per cell, deduplicated, sorted)."""
+    return sorted({int(t) for t in (c.meta.get("torch_threads") for c in grid.cells) if t is not None})
+
+
 def format_report(grid: BenchGrid, spec_facts: dict[str, Any], machine: dict[str, Any]) -> str:
     """The whole stdout report: header, throughput, stage breakdown, the fastest configuration."""
     cells = grid.cells
     first = cells[0].summary()
     lines = [
-        f"fasteval bench: env {spec_facts['env']}, policy {spec_facts['policy']}, device {first['device']}; "
+        f"fasteval bench: env {spec_facts['env']}, policy {spec_facts['policy']}, device {first['device']}, "
+        f"CUDA graph {first.get('cuda_graph', 'off')}; "
         f"{first['n_episodes']} episodes (seeds {spec_facts['seed']}..{spec_facts['seed'] + first['n_episodes'] - 1}) "
         f"x {first['repeats']} timed repeats per configuration, after an untimed build and warm-up run",
-        format_machine(machine),
+        format_machine(machine, run_threads=run_threads(grid)),
         "",
         throughput_table(cells),
         "",
@@ -111,6 +117,7 @@ def report_document(grid: BenchGrid, spec_facts: dict[str, Any], machine: dict[s
     return {
         "schema": JSON_SCHEMA,
         "machine": machine,
+        "torch_threads": run_threads(grid),
         "command": command,
         "spec": spec_facts,
         "cells": [dict(c.summary(), samples=[_sample_dict(s) for s in c.samples]) for c in grid.cells],

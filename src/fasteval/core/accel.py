@@ -3,23 +3,50 @@
 CUDA graphs (``--cuda-graph``, on by default where CUDA exists)
 ----------------------------------------------------------------
 The policy step (forward pass plus action post-processing) is captured once per static
-input buffer and replayed every step. The engine's device observation buffers are static
-(allocated once), so each batch shape gets one graph (two with ``--pipeline``).
+input buffer and replayed every step. The graphs belong to the engine (:class:`CudaGraphCall`
+is built on the engine's dry run and kept): the engine's device observation buffers and
+their group views are built once (:class:`~fasteval.core.transfer.HostToDevice`), so each
+group gets exactly one graph for the life of the engine (one, two with ``--pipeline``), reused
+by every run. The graphs of one engine share one memory pool (``pool=``): they are replayed one
+after the other on the same stream and never concurrently, and their outputs stay alive.
 
-Rules of the fast path (a policy that breaks one falls back to eager, with one warning):
+How a capture runs (the recipe of tensordict's ``CudaGraphModule``):
+
+1. everything happens inside ``torch.cuda.device(policy_device)``, so that ``--device cuda:1``
+   captures on device 1 even when the thread's current device is 0;
+2. warm-up calls run on a side stream created on that device (once per engine), which waits for
+   the current stream first;
+3. the capture runs on that same side stream (``torch.cuda.graph(..., stream=side)``);
+4. the thread's current stream and the RNG states (CPU and the policy device) are restored
+   afterwards, whether the capture worked or not: warm-up draws never shift a run's noise, and a
+   failed capture leaves nothing behind;
+5. a failed capture warns once and the engine runs the policy eagerly from then on.
+
+Concurrency: suite tasks may run engines in threads. Captures use
+``capture_error_mode="thread_local"`` (another thread may keep launching CUDA work, e.g. its own
+replays and copies, while this one captures; only this thread's unsafe calls fail its capture),
+and :data:`CAPTURE_LOCK` serialises captures in the process, so two threads never capture at the
+same time (the default ``"global"`` mode would make any other thread's sync fail the capture).
+
+Rules of the fast path; a policy that breaks one runs eagerly, reported as ``eager (reason)``:
 
 * static shapes: the batch never changes shape (fasteval guarantees this);
-* no host sync and no data-dependent Python control flow inside the step
-  (``.item()``, ``.cpu()``, ``if tensor:`` fail capture with "operation not permitted when
-  stream is capturing");
-* no Python-side state: a policy with ``reset`` keeps state outside the graph, so graphs are
-  disabled for it (warning "policy has reset(); CUDA graphs disabled");
+* no host sync and no data-dependent Python control flow inside the step (``.item()``,
+  ``.cpu()``, ``if tensor:`` fail capture with "operation not permitted when stream is
+  capturing": reported as ``eager (capture failed: ...)``);
+* no state a graph would freeze, detected on the dry run (:func:`graph_blockers`):
+  ``reset`` (per-slot Python state, and action-chunk queues), task descriptions
+  (``set_task`` or a ``"task"`` input: strings that change per episode), the policy's own
+  ``torch.Generator`` (a graph replays with the generator state of capture time), and Python
+  attributes that the policy call itself changes (a counter, a list of inputs);
 * random ops draw fresh noise on every replay: PyTorch registers the default CUDA generator
   with the graph and advances its offset per replay (the frozen-RNG bug of pytorch/rl#3002
   does not apply to this path), and runs are reproducible because the engine seeds it;
 * the output tensor is overwritten by the next replay: fasteval copies actions out at once.
 
-Without CUDA, asking for graphs gives one warning and a plain eager call: the same results.
+What happened is reported in ``meta["policy_cuda_graph"]`` (``eval_info.json``, ``--profile``,
+``fasteval bench``): ``captured``, ``eager (reason)`` or ``off`` (not asked for, or not on CUDA
+with the default ``None``).
 
 AMP (``--amp bf16|fp16``) wraps the call in ``torch.autocast``; it helps large conv/attention
 policies on GPUs with tensor cores, rarely small MLPs, and changes results slightly (lower
@@ -30,14 +57,25 @@ evaluations (compilation takes seconds to minutes, outside the timed loop only i
 from __future__ import annotations
 
 import logging
+import threading
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
 logger = logging.getLogger(__name__)
 
 AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+CAPTURED, OFF = "captured", "off"
+CAPTURE_LOCK = threading.Lock()
+"""Held while one thread warms up and captures (captures are rare: once per group per engine)."""
+CAPTURE_ERROR_MODE = "thread_local"
+
+
+def eager(reason: str) -> str:
+    """The ``policy_cuda_graph`` value of a policy that runs eagerly although graphs were asked for."""
+    return f"eager ({reason})"
 
 
 def with_autocast(fn: Callable[[Any], torch.Tensor], device: torch.device, amp: str) -> Callable[[Any], torch.Tensor]:
@@ -52,17 +90,114 @@ def with_autocast(fn: Callable[[Any], torch.Tensor], device: torch.device, amp: 
     return autocast_call
 
 
-class CudaGraphCall:
-    """Capture ``fn`` once per static input object; replay it afterwards.
+# -- what a graph would freeze ------------------------------------------------------------------
 
-    The first call with a given input object warms up on a side stream, captures, and
-    replays; later calls only replay. A capture failure warns once and switches to eager.
+_PLAIN = (int, float, str, bool, bytes, type(None))
+_MODULE_KEYS = frozenset(vars(torch.nn.Module()))
+
+
+def _objects(policy: Any) -> list[Any]:
+    """The policy and, for an ``nn.Module`` (or an object holding one), its submodules."""
+    out, seen = [], set()
+    stack = [policy]
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        out.append(obj)
+        if isinstance(obj, torch.nn.Module):
+            stack.extend(obj.modules())
+        else:
+            stack.extend(v for v in getattr(obj, "__dict__", {}).values() if isinstance(v, torch.nn.Module))
+    return out
+
+
+def _attrs(obj: Any) -> dict[str, Any]:
+    attrs = getattr(obj, "__dict__", None)
+    if not isinstance(attrs, dict):
+        return {}
+    if isinstance(obj, torch.nn.Module):
+        return {k: v for k, v in attrs.items() if k not in _MODULE_KEYS}
+    return attrs
+
+
+def python_state(policy: Any) -> tuple:
+    """A fingerprint of the policy's plain Python attributes (numbers, strings, small containers).
+
+    Compare it before and after a policy call: a difference means the call changes Python-side
+    state, which a graph replay would not (the graph replays kernels only).
+    """
+    out = []
+    for i, obj in enumerate(_objects(policy)):
+        for name, value in sorted(_attrs(obj).items()):
+            if isinstance(value, _PLAIN):
+                out.append((i, name, value))
+            elif isinstance(value, (list, tuple, dict, set)):
+                out.append((i, name, type(value).__name__, len(value),
+                            repr(value) if len(value) <= 32 and all(isinstance(v, _PLAIN) for v in value) else None))
+    return tuple(out)
+
+
+def changes_python_state(policy: Any, call: Callable[[Any], Any], obs: Any) -> bool:
+    """Call ``call(obs)`` once (after the dry run: first-call initialisation is over) and say whether
+    it changed the policy's :func:`python_state`."""
+    before = python_state(policy)
+    with torch.inference_mode():
+        call(obs)
+    return python_state(policy) != before
+
+
+def own_generator(policy: Any) -> str | None:
+    """The attribute path of a ``torch.Generator`` the policy holds (one level into containers), or None."""
+    for obj in _objects(policy):
+        for name, value in _attrs(obj).items():
+            values = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
+            if any(isinstance(v, torch.Generator) for v in values):
+                return f"{type(obj).__name__}.{name}"
+    return None
+
+
+def graph_blockers(policy: Any, runner: Any, state_changed: bool) -> list[str]:
+    """Why the policy step must not be graphed (empty: it may be). Decided once, on the dry run.
+
+    ``runner`` is the engine's policy runner (its ``reset_kind`` and ``tasks``); ``state_changed``
+    says whether a policy call changed :func:`python_state` (:func:`changes_python_state`).
+    """
+    reasons = []
+    if getattr(runner, "reset_kind", "none") != "none":
+        reasons.append("per-slot policy state: reset() or action-chunk queues")
+    if callable(getattr(policy, "set_task", None)) or getattr(runner, "tasks", None) is not None:
+        reasons.append("task descriptions: set_task or a 'task' input")
+    generator = own_generator(policy)
+    if generator is not None:
+        reasons.append(f"own torch.Generator ({generator})")
+    if state_changed:
+        reasons.append("Python-side state: the policy call changes its Python attributes")
+    return reasons
+
+
+# -- capture and replay -------------------------------------------------------------------------
+
+class CudaGraphCall:
+    """Capture ``fn`` once per static input object; replay it afterwards. Owned by one engine.
+
+    The first call with a given input object captures (see the module docstring); later calls
+    replay. ``graphs`` maps ``id(input)`` to ``(graph, output, input)`` (the input is kept alive
+    so that its id stays unique). ``captures`` counts successful captures. ``facts`` (the
+    engine's ``accel_facts``) gets ``cuda_graph`` = ``captured`` or ``eager (capture failed: ...)``.
     """
 
-    def __init__(self, fn: Callable[[Any], torch.Tensor], device: torch.device, warmup_calls: int = 2):
+    def __init__(self, fn: Callable[[Any], torch.Tensor], device: torch.device, warmup_calls: int = 2,
+                 facts: dict[str, Any] | None = None):
         self.fn, self.device, self.warmup_calls = fn, device, warmup_calls
-        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, Any]] = {}
+        self.graphs: dict[int, tuple[Any, torch.Tensor, Any]] = {}
         self.eager = False
+        self.captures = 0
+        self.facts = facts if facts is not None else {}
+        self.facts["cuda_graph"] = eager("not called yet")
+        self.stream: Any = None
+        self.pool: Any = None
 
     def __call__(self, obs: Any) -> torch.Tensor:
         if self.eager:
@@ -76,56 +211,80 @@ class CudaGraphCall:
         graph.replay()
         return out
 
-    def _capture(self, obs: Any):
-        # Warm-up and capture must not consume the run's random draws (replays draw their own).
-        with torch.random.fork_rng(devices=[self.device]):
-            return self._capture_unforked(obs)
-
-    def _capture_unforked(self, obs: Any):
-        try:
-            stream = torch.cuda.Stream(self.device)
-            stream.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(stream):
-                for _ in range(self.warmup_calls):
-                    self.fn(obs)
-            torch.cuda.current_stream(self.device).wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                out = self.fn(obs)
-        except Exception as exc:  # capture is an optimisation: never crash for it
-            warnings.warn(f"CUDA-graph capture of the policy failed ({type(exc).__name__}: {exc}); running it eagerly. "
-                          f"See fasteval.core.accel for the rules of the graph path.", RuntimeWarning, stacklevel=3)
-            self.eager = True
-            return None
-        entry = (graph, out, obs)
+    def _capture(self, obs: Any) -> tuple | None:
+        with CAPTURE_LOCK, torch.cuda.device(self.device):
+            if self.stream is None:  # created on the policy device, inside its device context
+                self.stream = torch.cuda.Stream(device=self.device)
+                self.pool = torch.cuda.graph_pool_handle()
+            previous = torch.cuda.current_stream(self.device)
+            cpu_rng, cuda_rng = torch.get_rng_state(), torch.cuda.get_rng_state(self.device)
+            try:
+                entry = self._warm_up_and_capture(obs, previous)
+            except Exception as exc:  # capture is an optimisation: never crash for it
+                warnings.warn(f"CUDA-graph capture of the policy failed ({type(exc).__name__}: {exc}); running it "
+                              f"eagerly. See fasteval.core.accel for the rules of the graph path.",
+                              RuntimeWarning, stacklevel=3)
+                self.eager = True
+                self.facts["cuda_graph"] = eager(f"capture failed: {type(exc).__name__}")
+                return None
+            finally:
+                if torch.cuda.current_stream(self.device) != previous:
+                    torch.cuda.set_stream(previous)
+                torch.set_rng_state(cpu_rng)
+                torch.cuda.set_rng_state(cuda_rng, self.device)
         self.graphs[id(obs)] = entry
-        logger.info("captured a CUDA graph of the policy step for input of batch %s", getattr(obs, "shape", "?"))
+        self.captures += 1
+        self.facts["cuda_graph"] = CAPTURED
+        logger.info("captured a CUDA graph of the policy step on %s for input of batch %s", self.device,
+                    getattr(obs, "shape", getattr(obs, "batch_size", "?")))
         return entry
+
+    def _warm_up_and_capture(self, obs: Any, previous: Any) -> tuple:
+        side = self.stream
+        side.wait_stream(previous)
+        with torch.cuda.stream(side):
+            for _ in range(self.warmup_calls):
+                self.fn(obs)
+        previous.wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool, stream=side, capture_error_mode=CAPTURE_ERROR_MODE):
+            out = self.fn(obs)
+        return graph, out, obs
+
+
+def graph_unsupported(device: torch.device) -> str | None:
+    """Why graphs cannot run on ``device`` (None: they can). A seam for tests with fake graphs."""
+    return None if device.type == "cuda" else "no CUDA device"
 
 
 def accelerate(fn: Callable[[Any], torch.Tensor], *, device: torch.device, amp: str, compile: bool,
-               cuda_graph: bool | None, stateful: bool) -> tuple[Callable[[Any], torch.Tensor], dict[str, Any]]:
-    """Wrap the policy step. Returns ``(call, facts)``; ``facts`` says what was applied and why not.
+               cuda_graph: bool | None, stateful: bool = False,
+               blockers: Sequence[str] = ()) -> tuple[Callable[[Any], torch.Tensor], dict[str, Any]]:
+    """Wrap the policy step. Returns ``(call, facts)``; ``facts["cuda_graph"]`` is ``captured``,
+    ``eager (reason)`` or ``off``, and stays live: a :class:`CudaGraphCall` updates it on capture.
 
-    ``cuda_graph=None`` means "where CUDA exists". Decided here, once; the loop just calls.
+    ``cuda_graph=None`` means "where CUDA exists". ``blockers`` are :func:`graph_blockers`' reasons
+    (``stateful`` is the older spelling of one of them). Decided here, once; the loop just calls.
     """
-    facts: dict[str, Any] = {"amp": amp, "compile": compile, "cuda_graph": False}
+    facts: dict[str, Any] = {"amp": amp, "compile": compile, "cuda_graph": OFF}
     fn = with_autocast(fn, device, amp)
     if compile:
         fn = torch.compile(fn, dynamic=False)
-    wants_graph = cuda_graph if cuda_graph is not None else device.type == "cuda"
-    if not wants_graph:
+    unsupported = graph_unsupported(device)
+    if cuda_graph is False or (cuda_graph is None and unsupported is not None):
         return fn, facts
-    if device.type != "cuda":
-        if cuda_graph:
-            warnings.warn("--cuda-graph needs a CUDA policy device; running the policy eagerly on "
-                          f"{device.type} (same results).", RuntimeWarning, stacklevel=2)
-        facts["cuda_graph_skipped"] = "no CUDA device"
+    if unsupported is not None:
+        warnings.warn(f"--cuda-graph needs a CUDA policy device; running the policy eagerly on {device.type} "
+                      f"(same results).", RuntimeWarning, stacklevel=2)
+        facts["cuda_graph"] = eager(unsupported)
         return fn, facts
-    if stateful:
-        warnings.warn("the policy has reset() (Python-side state), which a CUDA graph cannot capture; "
-                      "CUDA graphs disabled for it.", RuntimeWarning, stacklevel=2)
-        facts["cuda_graph_skipped"] = "stateful policy"
+    reasons = list(blockers)
+    if stateful and not any(r.startswith("per-slot") for r in reasons):
+        reasons.insert(0, "per-slot policy state: reset() or action-chunk queues")
+    if reasons:
+        warnings.warn(f"the policy has state a CUDA graph would freeze ({'; '.join(reasons)}); running it eagerly.",
+                      RuntimeWarning, stacklevel=2)
+        facts["cuda_graph"] = eager("; ".join(reasons))
         return fn, facts
-    facts["cuda_graph"] = True
-    return CudaGraphCall(fn, device), facts
+    call = CudaGraphCall(fn, device, facts=facts)
+    return call, facts

@@ -21,7 +21,8 @@ import torch
 from torch import nn
 
 from fasteval import kernels
-from fasteval.core.accel import accelerate
+from fasteval.core import accel
+from fasteval.core.accel import accelerate, changes_python_state, graph_blockers
 from fasteval.core.envs import SlotEnvs, build_slot_envs, make_factory
 from fasteval.core.faults import Faults, make_action_check
 from fasteval.core.ledger import Ledger
@@ -29,8 +30,8 @@ from fasteval.core.loop import StepContext, run_episodes, start_wave
 from fasteval.core.pipeline import check_pipelinable, group_rows, policy_batch
 from fasteval.core.policy import NO_RESET
 from fasteval.core.protocols import EngineParts, StepObserver
-from fasteval.core.timing import StageTimers
-from fasteval.core.transfer import DeviceToHost, HostToDevice
+from fasteval.core.timing import make_stage_timers
+from fasteval.core.transfer import DeviceToHost, HostToDevice, host_allocator
 from fasteval.errors import EvaluationAborted, UserInputError
 from fasteval.results import EpisodeTable, EvalResult
 from fasteval.spec import EvalSpec
@@ -72,13 +73,14 @@ class CoreEngine:
         factory, probe, cap = make_factory(spec.env, spec.env_kwargs, spec.max_steps)
         self.factory = factory
         self.max_steps = cap
-        self.envs: SlotEnvs = build_slot_envs(spec.vectorization, factory, self.n_slots, probe, spec.step_timeout)
+        self.envs: SlotEnvs = build_slot_envs(spec.vectorization, factory, self.n_slots, probe, spec.step_timeout,
+                                              obs_allocate=host_allocator(spec.device, pin_memory))
         try:
             self._build_policy_side(spec)
         except BaseException:
             self.envs.close()
             raise
-        self.timers = StageTimers()
+        self.timers = make_stage_timers(self.device)
         self._checked = False
         self.runs = 0
         self.ledger: Ledger | None = None
@@ -99,7 +101,8 @@ class CoreEngine:
         self.h2d = HostToDevice(envs.obs, self.device, self.pin_memory)
         # A PolicyRunner plus the robot steps (obs mapping, normalization stats, task descriptions, action chunks).
         self.runner = self.parts.build_runner(policy, spec, envs, self.h2d, self.policy_batch)
-        self.d2h = DeviceToHost(self.n_slots, tuple(envs.action_space.shape or ()), action_host_dtype(envs.action_space), self.device)
+        self.d2h = DeviceToHost(self.n_slots, tuple(envs.action_space.shape or ()), action_host_dtype(envs.action_space),
+                                self.device, self.pin_memory)
         self.check_actions = make_action_check(action_host_dtype(envs.action_space))
         if spec.pipeline:
             check_pipelinable(envs, self.runner, self.n_slots)
@@ -120,9 +123,14 @@ class CoreEngine:
         # policy's first run (which has the dry run) would differ from later runs with the same seed.
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             self.runner.dry_run(policy_input)
+            # A second call that changes the policy's Python attributes: state a CUDA graph would freeze.
+            may_graph = (self.spec.cuda_graph is not False and accel.graph_unsupported(self.device) is None
+                         and self.runner.reset_kind == NO_RESET)
+            changed = may_graph and changes_python_state(self.policy, self.runner.plain_step, policy_input)
         step, self.accel_facts = accelerate(
             self.runner.plain_step, device=self.device, amp=self.spec.amp, compile=self.spec.compile,
             cuda_graph=self.spec.cuda_graph, stateful=self.runner.reset_kind != NO_RESET,
+            blockers=graph_blockers(self.policy, self.runner, changed),
         )
         self.runner.use_step(step)
         self._checked = True

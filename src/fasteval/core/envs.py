@@ -22,6 +22,7 @@ import gymnasium as gym
 import numpy as np
 
 from fasteval.core.headless import ensure_headless_gl
+from fasteval.core.slots import EnvFailure, SlotEnvs, _failure, _obs_writer, allocate_obs_buffer  # noqa: F401 (re-exported)
 from fasteval.errors import EnvNotFoundError, EnvStepError, UserInputError
 from fasteval.refs import resolve_callable, split_callable_ref
 
@@ -165,130 +166,6 @@ def make_factory(env: str, kwargs: dict, max_steps: int | None) -> tuple[EnvFact
     return factory, probe, cap
 
 
-@dataclass
-class EnvFailure:
-    """One env failure: which slot, during what (``step``/``reset``), and why."""
-
-    slot: int
-    stage: str
-    error: str
-    traceback: str = ""
-    exit_code: int | None = None
-
-
-def _failure(slot: int, stage: str, exc: BaseException) -> EnvFailure:
-    import traceback
-
-    return EnvFailure(slot, stage, f"{type(exc).__name__}: {exc}", "".join(traceback.format_exception(exc)))
-
-
-class SlotEnvs:
-    """``n_slots`` envs stepped and reset per slot. Host buffers are allocated once.
-
-    Attributes (all ``[B, ...]``, rows of idle slots hold stale values):
-        obs: ndarray, or dict of ndarrays for Dict observation spaces.
-        rewards: float64[B]; terminated, truncated, success: bool[B].
-    """
-
-    def __init__(self, n_slots: int, observation_space: gym.Space, action_space: gym.Space):
-        self.n_slots = n_slots
-        self.observation_space = observation_space
-        self.action_space = action_space
-        self.rewards = np.zeros(n_slots, dtype=np.float64)
-        self.terminated = np.zeros(n_slots, dtype=bool)
-        self.truncated = np.zeros(n_slots, dtype=bool)
-        self.success = np.zeros(n_slots, dtype=bool)
-        discrete = isinstance(action_space, gym.spaces.Discrete)
-        self._env_actions: Callable[[np.ndarray], Sequence[Any]] = (
-            (lambda a: a.tolist()) if discrete else (lambda a: a)
-        )
-        self.failures: list[EnvFailure] = []
-        """Slots whose env raised, hung or died in the last ``step``/``reset_slots``; the engine
-        handles and clears them. Rows of failed slots in the step buffers are meaningless."""
-
-    overlaps = False
-    """Whether ``step_send`` returns before the envs have stepped (envs in other processes), so
-    that the loop can run the policy for another group meanwhile."""
-
-    metadata: dict = {}
-    """The env's ``metadata`` (``render_fps``, ``render_modes``...), from slot 0's env."""
-
-    def rebuild(self, slot: int) -> list[int]:
-        """Replace the env of ``slot`` after a failure. Returns every slot whose env state was
-        lost (those episodes must restart from their seeds)."""
-        raise NotImplementedError
-
-    def call(self, slots: Sequence[int], name: str) -> list[Any]:
-        """``[env.<name>() (a method) or env.<name> (an attribute) for each slot]``, looked up
-        through the wrappers. Raises :class:`~fasteval.errors.EnvStepError` if an env raises."""
-        raise NotImplementedError
-
-    def has_attr(self, name: str) -> bool:
-        """Whether slot 0's env (through its wrappers) has attribute ``name``."""
-        raise NotImplementedError
-
-    def groups(self, n: int) -> list[slice]:
-        """``n`` contiguous slot groups (the pipelined loop's), as even as possible."""
-        base, extra = divmod(self.n_slots, n)
-        out, start = [], 0
-        for g in range(n):
-            stop = start + base + (1 if g < extra else 0)
-            out.append(slice(start, stop))
-            start = stop
-        return out
-
-    def step_send(self, slots: Sequence[int], actions: np.ndarray) -> list[int]:
-        """Start the step of ``slots``; returns the slots to pass to :meth:`step_recv`. In-process
-        envs step right here."""
-        self.step(slots, actions)
-        return list(slots)
-
-    def step_recv(self, sent: Sequence[int]) -> None:
-        """Finish the step started by :meth:`step_send` (nothing to do for in-process envs)."""
-
-    def reset_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:
-        raise NotImplementedError
-
-    def step(self, slots: Sequence[int], actions: np.ndarray) -> None:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-
-def _obs_writer(buffer: Any) -> Callable[[int, Any], None]:
-    if isinstance(buffer, dict):
-        keys = list(buffer)
-
-        def write(slot: int, obs: Any) -> None:
-            for key in keys:
-                buffer[key][slot] = obs[key]
-
-        return write
-
-    def write_array(slot: int, obs: Any) -> None:
-        buffer[slot] = obs
-
-    return write_array
-
-
-def allocate_obs_buffer(space: gym.Space, n_slots: int, allocate: Callable[[tuple, np.dtype], np.ndarray] | None = None) -> Any:
-    """``[n_slots, *shape]`` host array(s) for ``space``; ``allocate`` may supply pinned memory."""
-    allocate = allocate or (lambda shape, dtype: np.zeros(shape, dtype=dtype))
-    if isinstance(space, gym.spaces.Dict):
-        out = {}
-        for key, sub in space.spaces.items():
-            if isinstance(sub, gym.spaces.Dict):
-                raise UserInputError(f"nested Dict observation spaces are not supported (key {key!r}); flatten them with a wrapper.")
-            out[key] = allocate((n_slots, *sub.shape), np.dtype(sub.dtype))
-        return out
-    if isinstance(space, gym.spaces.Discrete):
-        return allocate((n_slots,), np.dtype(np.int64))
-    if space.shape is None or space.dtype is None:
-        raise UserInputError(f"observation space {space} has no fixed shape and dtype; fasteval needs Box, Discrete, MultiDiscrete, MultiBinary or Dict of those.")
-    return allocate((n_slots, *space.shape), np.dtype(space.dtype))
-
-
 class SyncSlotEnvs(SlotEnvs):
     """Sub-envs of a ``SyncVectorEnv`` (autoreset disabled), stepped in-process per active slot."""
 
@@ -375,7 +252,8 @@ class SyncSlotEnvs(SlotEnvs):
 
 
 def build_slot_envs(vectorization: str, factory: EnvFactory, n_slots: int, probe: gym.Env | None,
-                    step_timeout: float | None = None, workers: int | None = None) -> SlotEnvs:
+                    step_timeout: float | None = None, workers: int | None = None,
+                    obs_allocate: Callable[[tuple, np.dtype], np.ndarray] | None = None) -> SlotEnvs:
     """Build the slot envs for ``vectorization`` (``sync`` reuses ``probe`` as slot 0).
 
     ``async`` builds a :class:`~fasteval.core.workers.WorkerPoolEnvs` of ``workers`` processes
@@ -383,16 +261,21 @@ def build_slot_envs(vectorization: str, factory: EnvFactory, n_slots: int, probe
     closed). ``step_timeout`` (seconds) applies to the workers: one that does not answer in time
     is killed and replaced, and handled like a crash. In-process (sync) envs cannot be interrupted
     safely; use async for envs that may hang.
+
+    ``obs_allocate(shape, dtype)`` allocates the sync envs' host observation buffers (the engine
+    passes :func:`fasteval.core.transfer.pinned_zeros` for a CUDA policy, so observations cross in
+    one copy); the async pool allocates its own shared buffers and, when ``obs_allocate`` is given
+    (pinning wanted), page-locks them for CUDA (``cudaHostRegister``).
     """
     if vectorization == "sync":
-        return SyncSlotEnvs(factory, n_slots, first_env=probe)
-    from fasteval.core.workers import WorkerPoolEnvs  # workers imports this module
+        return SyncSlotEnvs(factory, n_slots, first_env=probe, obs_allocate=obs_allocate)
+    from fasteval.core.workers import WorkerPoolEnvs
 
     probe = probe if probe is not None else factory()
     spaces = (probe.observation_space, probe.action_space, dict(getattr(probe, "metadata", None) or {}))
     probe.close()
     return WorkerPoolEnvs(factory, n_slots, spaces[0], spaces[1], n_workers=workers, step_timeout=step_timeout,
-                          metadata=spaces[2])
+                          metadata=spaces[2], pin=obs_allocate is not None)
 
 
 def __getattr__(name: str) -> Any:

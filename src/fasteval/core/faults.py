@@ -7,7 +7,9 @@ failure or an action was not finite.
   (episode, seed, step, message, traceback, exit code), the env is rebuilt, and the episode
   is retried from its seed up to ``retries`` times; after that it is recorded as failed and
   the slot moves on to the next episode. Episodes whose env state was lost with the rebuild
-  (all in-flight ones, for async) restart from their seeds without counting an attempt.
+  (with a worker pool: the other slots of a worker that died or hung and was replaced; an env
+  that raised is rebuilt alone, inside its worker) restart from their seeds without counting
+  an attempt.
 * A non-finite action (NaN/inf) is never sent to the env. ``on_nan_action="error"`` stops the
   run with an error naming the episodes; ``"skip-episode"`` records them as failed and goes on.
 
@@ -135,10 +137,13 @@ def make_action_check(action_dtype: np.dtype) -> Callable[[np.ndarray, list[int]
     if not np.issubdtype(action_dtype, np.floating):
         return lambda actions, active: []
 
+    isfinite = np.isfinite
+    scratch: list[np.ndarray] = []  # one bool buffer, allocated on the first call (the shape is fixed per engine)
+
     def check(actions: np.ndarray, active: list[int]) -> list[int]:
-        # One reduction, no temporary array: NaN and inf propagate into the sum. A sum that
-        # overflows from finite values only sends us to the exact per-slot check below.
-        if np.isfinite(np.add.reduce(actions, axis=None)):
+        if not scratch or scratch[0].shape != actions.shape:
+            scratch[:] = [np.empty(actions.shape, dtype=bool)]
+        if isfinite(actions, out=scratch[0]).all():
             return []
         flat = actions.reshape(actions.shape[0], -1)
         return [slot for slot in active if not np.isfinite(flat[slot]).all()]

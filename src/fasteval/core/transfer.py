@@ -2,12 +2,27 @@
 
 * CPU policy device: the policy reads tensors that are zero-copy views of the host
   observation buffer, and actions are read back as zero-copy NumPy views. No copies.
-* CUDA policy device: observations go host -> pinned staging -> device with
-  ``non_blocking=True``; actions come back into a pinned host buffer the same way,
-  followed by one stream sync (the host must not read actions before they land).
+* CUDA policy device, ``pin_memory=True`` (the default):
 
-All tensors are allocated once, at construction; the per-step methods allocate nothing
-(except a dtype cast when the policy's action dtype differs from the env's).
+  - observations: the env layer allocates its host observation buffers in pinned memory
+    (:func:`host_allocator`, the ``obs_allocate`` hook of the sync envs), so each observation
+    crosses in **one** ``non_blocking`` copy, host buffer -> device buffer. A host buffer that is
+    not pinned (an env layer that cannot pin, e.g. shared memory not registered with
+    ``cudaHostRegister``) goes through a pinned staging buffer: one host memcpy more.
+  - actions come back into a pinned host array with one ``non_blocking`` copy, then one
+    stream sync (the host must not read actions before they land). The host array *is* the
+    pinned buffer: no second memcpy.
+
+  Copies are enqueued on the policy device's current stream. A host observation buffer is not
+  written again before the next action sync (the envs step only after it), which is what makes
+  the ``non_blocking`` copy out of a buffer the envs write safe.
+* CUDA policy device, ``pin_memory=False``: nothing is pinned, observations and actions use
+  plain (synchronous) pageable copies. ``gpu_check``'s pageable rows measure this whole path.
+
+Tensors are allocated once, at construction, and group views once per group (:meth:`HostToDevice.group`
+returns the same objects every time, so CUDA graphs and input pipelines keyed on them are built once
+per engine). The per-step methods allocate nothing (except a dtype cast when the policy's action dtype
+differs from the env's).
 """
 
 from __future__ import annotations
@@ -24,60 +39,113 @@ def _as_tensor_tree(host: Any) -> Any:
     return torch.from_numpy(host)
 
 
+def _torch_dtype(dtype: np.dtype) -> torch.dtype:
+    return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+
+
+def can_pin() -> bool:
+    return torch.cuda.is_available()
+
+
+def is_pinned(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor``'s host memory is page-locked (allocated pinned, or registered)."""
+    return can_pin() and tensor.is_pinned()
+
+
+def pinned_zeros(shape: tuple, dtype: np.dtype) -> np.ndarray:
+    """A zeroed NumPy array in pinned host memory (the array keeps the pinned tensor alive)."""
+    return torch.zeros(shape, dtype=_torch_dtype(np.dtype(dtype)), pin_memory=True).numpy()
+
+
+def host_allocator(device: str, pin_memory: bool) -> Callable[[tuple, np.dtype], np.ndarray] | None:
+    """The env layer's ``obs_allocate`` for a policy on ``device`` (a spec's device string):
+    pinned arrays when pinning is asked for, CUDA exists and the device may be a GPU; else None
+    (plain ``np.zeros``). Decided before the policy is loaded, so ``auto`` pins when CUDA exists."""
+    if not pin_memory or not can_pin() or str(device).startswith("cpu"):
+        return None
+    return pinned_zeros
+
+
 class HostToDevice:
     """Observation transfer. ``policy_input`` is the object handed to the policy every step:
     a Tensor ``[B, ...]`` for array observations, a TensorDict for Dict observations.
+
+    ``staged`` lists the keys (``None`` for an array) copied through a staging buffer (host
+    buffer not pinned); it is empty on the one-copy path.
     """
 
     def __init__(self, host_obs: Any, device: torch.device, pin_memory: bool = True):
         self.device = device
         self.host = _as_tensor_tree(host_obs)
-        n_slots = next(iter(self.host.values())).shape[0] if isinstance(self.host, dict) else self.host.shape[0]
+        self.n_slots = next(iter(self.host.values())).shape[0] if isinstance(self.host, dict) else self.host.shape[0]
+        self.staged: list[Any] = []
+        self._groups: dict[tuple[int, int], tuple[Any, Callable[[], None]]] = {}
         if device.type == "cpu":
             self.device_obs = self.host
+            self.staging: Any = None
             self.copy = _no_copy
         else:
-            pin = pin_memory and torch.cuda.is_available()  # pageable staging only to measure what pinning buys
-            if isinstance(self.host, dict):
-                self.staging = {k: torch.empty_like(v, pin_memory=pin) for k, v in self.host.items()}
-                self.device_obs = {k: torch.empty_like(v, device=device) for k, v in self.host.items()}
-            else:
-                self.staging = torch.empty_like(self.host, pin_memory=pin)
-                self.device_obs = torch.empty_like(self.host, device=device)
-            self.copy = self._copy_dict if isinstance(self.host, dict) else self._copy_array
+            hosts = self.host if isinstance(self.host, dict) else {None: self.host}
+            stage = pin_memory and can_pin()
+            staging = {}
+            for key, host in hosts.items():
+                if stage and not is_pinned(host):  # pinned staging only pays when the copy can then be async
+                    staging[key] = torch.empty_like(host, pin_memory=True)
+                    self.staged.append(key)
+                else:
+                    staging[key] = None
+            device_obs = {k: torch.empty_like(v, device=device) for k, v in hosts.items()}
+            self.staging = staging if isinstance(self.host, dict) else staging[None]
+            self.device_obs = device_obs if isinstance(self.host, dict) else device_obs[None]
+            self._pairs = [(hosts[k], staging[k], device_obs[k]) for k in hosts]
+            self.copy = _copier(self._pairs)
         if isinstance(self.device_obs, dict):
             from tensordict import TensorDict  # imported only for Dict observations: it costs ~1 s of start-up
 
-            self.policy_input = TensorDict(self.device_obs, batch_size=[n_slots], device=device)
+            self.policy_input = TensorDict(self.device_obs, batch_size=[self.n_slots], device=device)
         else:
             self.policy_input = self.device_obs
-
-    def _copy_array(self) -> None:
-        self.staging.copy_(self.host)
-        self.device_obs.copy_(self.staging, non_blocking=True)
 
     def group(self, rows: slice) -> tuple[Any, Callable[[], None]]:
         """``(policy input view, copy)`` for a contiguous group of slots (pipelined mode).
 
-        The view shares memory with :attr:`policy_input`; ``copy`` moves only those rows.
+        The view shares memory with :attr:`policy_input`; ``copy`` moves only those rows. Built once
+        per ``rows`` and returned again afterwards; all rows give :attr:`policy_input` itself.
         """
-        view = self.policy_input[rows]
-        if self.device.type == "cpu":
-            return view, _no_copy
-        pairs = ([(self.host[k][rows], self.staging[k][rows], self.device_obs[k][rows]) for k in self.host]
-                 if isinstance(self.host, dict) else [(self.host[rows], self.staging[rows], self.device_obs[rows])])
+        start, stop, _ = rows.indices(self.n_slots)
+        key = (start, stop)
+        entry = self._groups.get(key)
+        if entry is None:
+            if key == (0, self.n_slots):
+                entry = (self.policy_input, self.copy)
+            elif self.device.type == "cpu":
+                entry = (self.policy_input[start:stop], _no_copy)
+            else:
+                pairs = [(h[start:stop], None if s is None else s[start:stop], d[start:stop]) for h, s, d in self._pairs]
+                entry = (self.policy_input[start:stop], _copier(pairs))
+            self._groups[key] = entry
+        return entry
 
-        def copy_rows() -> None:
-            for host, staging, device in pairs:
+
+def _copier(pairs: list[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]]) -> Callable[[], None]:
+    """One function that does every copy of ``pairs`` = ``[(host, staging or None, device)]``."""
+    if len(pairs) == 1 and pairs[0][1] is None:
+        host, _, dev = pairs[0]
+
+        def copy_one() -> None:  # the common case: one pinned (or pageable) array, one copy
+            dev.copy_(host, non_blocking=True)
+
+        return copy_one
+
+    def copy_all() -> None:
+        for host, staging, dev in pairs:
+            if staging is None:
+                dev.copy_(host, non_blocking=True)
+            else:
                 staging.copy_(host)
-                device.copy_(staging, non_blocking=True)
+                dev.copy_(staging, non_blocking=True)
 
-        return view, copy_rows
-
-    def _copy_dict(self) -> None:
-        for key, host in self.host.items():
-            self.staging[key].copy_(host)
-            self.device_obs[key].copy_(self.staging[key], non_blocking=True)
+    return copy_all
 
 
 def _no_copy() -> None:
@@ -85,44 +153,44 @@ def _no_copy() -> None:
 
 
 class DeviceToHost:
-    """Action transfer into a host array ``[B, *action_shape]`` of the env's action dtype."""
+    """Action transfer into a host array ``[B, *action_shape]`` of the env's action dtype.
 
-    def __init__(self, n_slots: int, action_shape: tuple, action_dtype: np.dtype, device: torch.device):
-        self.host = np.zeros((n_slots, *action_shape), dtype=action_dtype)
-        self.host_tensor = torch.from_numpy(self.host)
+    On CUDA with ``pin_memory`` the host array itself is pinned: one ``non_blocking`` copy, one
+    sync. ``pin_memory=False``: a pageable array and a plain synchronous copy.
+    """
+
+    def __init__(self, n_slots: int, action_shape: tuple, action_dtype: np.dtype, device: torch.device,
+                 pin_memory: bool = True):
         self.device = device
-        self.copy = self._copy_cpu if device.type == "cpu" else self._copy_cuda
-        if device.type != "cpu" and torch.cuda.is_available():
-            self.staging = torch.empty_like(self.host_tensor, pin_memory=True)
-            self.stream = torch.cuda.current_stream(device)  # looked up once, not per step
+        self.pinned = device.type != "cpu" and pin_memory and can_pin()
+        shape = (n_slots, *action_shape)
+        self.host = pinned_zeros(shape, action_dtype) if self.pinned else np.zeros(shape, dtype=action_dtype)
+        self.host_tensor = torch.from_numpy(self.host)
+        self.stream = torch.cuda.current_stream(device) if self.pinned else None  # looked up once, not per step
+        self._groups: dict[tuple[int, int], Callable[[torch.Tensor], np.ndarray]] = {}
+        self.copy = self.group(slice(0, n_slots))
 
     def group(self, rows: slice) -> Callable[[torch.Tensor], np.ndarray]:
         """``copy(actions)`` for a group of slots: writes rows ``rows`` of :attr:`host` and returns
-        the whole host array (other rows untouched)."""
-        host_rows = self.host_tensor[rows]
-        if self.device.type == "cpu":
-            def copy_cpu(actions: torch.Tensor) -> np.ndarray:
+        the whole host array (other rows untouched). Built once per ``rows``."""
+        start, stop, _ = rows.indices(self.host.shape[0])
+        copy = self._groups.get((start, stop))
+        if copy is not None:
+            return copy
+        host, host_rows = self.host, self.host_tensor[start:stop]
+        if (start, stop) == (0, self.host.shape[0]):
+            host_rows = self.host_tensor
+        if self.pinned:
+            stream = self.stream
+
+            def copy(actions: torch.Tensor) -> np.ndarray:
+                host_rows.copy_(actions, non_blocking=True)
+                # Sync: the envs read these actions on the host next, so the copy must have landed.
+                stream.synchronize()
+                return host
+        else:
+            def copy(actions: torch.Tensor) -> np.ndarray:  # CPU: a plain copy; CUDA pageable: it syncs itself
                 host_rows.copy_(actions)
-                return self.host
-            return copy_cpu
-        staging_rows, stream = self.staging[rows], self.stream
-
-        def copy_cuda(actions: torch.Tensor) -> np.ndarray:
-            staging_rows.copy_(actions, non_blocking=True)
-            # Sync: the env workers are sent these actions next, so the copy must have landed.
-            stream.synchronize()
-            host_rows.copy_(staging_rows)
-            return self.host
-
-        return copy_cuda
-
-    def _copy_cpu(self, actions: torch.Tensor) -> np.ndarray:
-        self.host_tensor.copy_(actions)
-        return self.host
-
-    def _copy_cuda(self, actions: torch.Tensor) -> np.ndarray:
-        self.staging.copy_(actions, non_blocking=True)
-        # Sync: the env steps read these actions on the host next, so the copy must have landed.
-        self.stream.synchronize()
-        self.host_tensor.copy_(self.staging)
-        return self.host
+                return host
+        self._groups[(start, stop)] = copy
+        return copy

@@ -31,8 +31,8 @@ A watched value that nobody asks for before the slot's next step ends its watch.
 
 **Start method.** ``forkserver`` where available (fork is unsafe once torch has started threads),
 preloading this module and gymnasium so a worker starts in milliseconds, else ``spawn``. Workers
-import the env's plugin namespace (``gym_pusht/...`` imports ``gym_pusht``) through
-:class:`~fasteval.core.envs.EnvFactory`. Scripts that build a pool need the usual
+import the env's plugin namespace (``gym_pusht/...`` imports ``gym_pusht``) through the
+picklable factory (:class:`~fasteval.core.envs.EnvFactory`). Scripts that build a pool need the usual
 ``if __name__ == "__main__":`` guard (spawn/forkserver import the main module).
 
 **Ordering.** Commands to one worker are answered in order. Two groups of slots (the pipelined
@@ -43,6 +43,7 @@ For full overlap make the groups whole blocks (:meth:`WorkerPoolEnvs.groups`).
 
 from __future__ import annotations
 
+import bisect
 import mmap
 import multiprocessing
 import os
@@ -51,12 +52,12 @@ import time
 import traceback
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import gymnasium as gym
 import numpy as np
 
-from fasteval.core.envs import EnvFactory, EnvFailure, SlotEnvs, _obs_writer, allocate_obs_buffer
+from fasteval.core.slots import EnvFailure, SlotEnvs, _obs_writer, allocate_obs_buffer
 from fasteval.errors import EnvStepError, UserInputError
 
 _ALIGN = 64
@@ -189,7 +190,8 @@ class _CallError:
         self.message = message
 
 
-def _worker_main(index: int, conn: Any, factory: EnvFactory, shared: SharedFd, layout: Layout, block: range) -> None:
+def _worker_main(index: int, conn: Any, factory: Callable[[], gym.Env], shared: SharedFd, layout: Layout, block: range,
+                 environ: dict[str, str]) -> None:
     """Worker ``index``: build the envs of ``block``, then answer commands until ``close``.
 
     Commands ``(kind, seq, payload)`` and replies ``(seq, failures, values)``:
@@ -201,10 +203,15 @@ def _worker_main(index: int, conn: Any, factory: EnvFactory, shared: SharedFd, l
     * ``restart`` payload ``slots``: rebuild those envs;
     * ``close``.
 
+    ``environ`` is the parent's environment when the worker was started: a forkserver child would
+    otherwise keep the server's (variables such as ``MUJOCO_GL`` set later would not reach it).
     ``failures`` lists ``(slot, stage, error, traceback)`` of envs that raised; each such env was
     already rebuilt. ``watched`` maps a name to the slots whose value is sent back after the step
     or reset, in ``values`` (``{name: {slot: value}}``).
     """
+    if os.environ != environ:  # a forkserver child starts with the server's environment, not the parent's
+        os.environ.clear()
+        os.environ.update(environ)
     mapping = mmap.mmap(shared.fd, layout.size)
     views = layout.views(mapping)
     obs_write = _obs_writer(layout.obs(views))
@@ -358,9 +365,9 @@ class WorkerPoolEnvs(SlotEnvs):
     overlaps = True
     """``step_send`` returns before the envs have stepped (the loop may run the policy meanwhile)."""
 
-    def __init__(self, factory: EnvFactory, n_slots: int, observation_space: gym.Space, action_space: gym.Space,
+    def __init__(self, factory: Callable[[], gym.Env], n_slots: int, observation_space: gym.Space, action_space: gym.Space,
                  n_workers: int | None = None, step_timeout: float | None = None, context: Any = None,
-                 metadata: dict | None = None):
+                 metadata: dict | None = None, pin: bool = False):
         super().__init__(n_slots, observation_space, action_space)
         self.factory, self.step_timeout = factory, step_timeout
         self.metadata = dict(metadata or {})
@@ -373,6 +380,7 @@ class WorkerPoolEnvs(SlotEnvs):
         self.blocks = split_blocks(n_slots, n_workers)
         self.n_workers = len(self.blocks)
         self.owner = np.concatenate([np.full(len(b), w, dtype=np.int64) for w, b in enumerate(self.blocks)])
+        self._owner: list[int] = self.owner.tolist()
         discrete = isinstance(action_space, gym.spaces.Discrete)
         if not discrete and getattr(action_space, "shape", None) is None:
             raise UserInputError(f"action space {action_space} has no fixed shape; the worker pool needs Box, Discrete, "
@@ -389,6 +397,9 @@ class WorkerPoolEnvs(SlotEnvs):
             views["rewards"], views["terminated"], views["truncated"], views["success"])
         self._progress = views["progress"]
         self._progress[:] = -1
+        self.pinned = pin and _pin(self._mapping)
+        """Whether the shared buffers are page-locked for CUDA (``pin`` asked, CUDA present, registration
+        succeeded): host -> device copies of ``obs`` then go straight from the workers' memory."""
         self._workers = [_Worker(w, block) for w, block in enumerate(self.blocks)]
         self._lost: dict[int, list[int]] = {}  # culprit slot -> slots lost with its worker
         self._restarted: set[int] = set()  # slots whose env the worker already rebuilt
@@ -418,7 +429,8 @@ class WorkerPoolEnvs(SlotEnvs):
         parent, child = self.context.Pipe(duplex=True)
         process = self.context.Process(
             target=_worker_main, name=f"fasteval-env-worker-{worker.index}",
-            args=(worker.index, child, self.factory, SharedFd(self._fd), self.layout, worker.block), daemon=True,
+            args=(worker.index, child, self.factory, SharedFd(self._fd), self.layout, worker.block, dict(os.environ)),
+            daemon=True,
         )
         process.start()
         child.close()
@@ -550,7 +562,7 @@ class WorkerPoolEnvs(SlotEnvs):
         missing = [s for s in slots if s not in out]
         if missing:
             sent = []
-            for w, wslots in _by_worker(self.owner, missing).items():
+            for w, wslots in self._split(sorted(missing)):
                 worker = self._workers[w]
                 seq = self._send(worker, "call", (wslots, name), tuple(wslots))
                 sent.append((worker, seq, wslots))
@@ -585,7 +597,7 @@ class WorkerPoolEnvs(SlotEnvs):
         slots = [int(s) for s in slots]
         seed_of = dict(zip(slots, (int(s) for s in seeds)))
         sent = []
-        for w, wslots in _by_worker(self.owner, slots).items():
+        for w, wslots in self._split(sorted(slots)):
             worker = self._workers[w]
             seq = self._send(worker, "reset", (wslots, [seed_of[s] for s in wslots], self._watched_for(wslots)), tuple(wslots))
             if seq is None:
@@ -598,14 +610,15 @@ class WorkerPoolEnvs(SlotEnvs):
                 self._store(reply[2])
 
     def step_send(self, slots: Sequence[int], actions: np.ndarray) -> list[int]:
-        """Copy the rows of ``slots`` into the shared actions and send one command per worker
-        involved. Returns the slots sent (pass them to :meth:`step_recv`)."""
+        """Copy the action rows of ``slots`` into the shared actions and send one command per worker
+        involved. Returns the slots sent, ascending (pass them to :meth:`step_recv`)."""
         if len(slots) == 0:
             return []
-        index = np.asarray(slots, dtype=np.int64)
-        self.actions[index] = actions[index]
+        slots = sorted(slots)
+        lo, hi = slots[0], slots[-1] + 1
+        self.actions[lo:hi] = actions[lo:hi]  # a span of one group's rows: other rows in it are idle slots
         sent: list[int] = []
-        for w, wslots in _by_worker(self.owner, slots).items():
+        for w, wslots in self._split(slots):
             worker = self._workers[w]
             seq = self._send(worker, "step", (wslots, self._watched_for(wslots) if self._watch else None), tuple(wslots))
             if seq is None:
@@ -619,16 +632,30 @@ class WorkerPoolEnvs(SlotEnvs):
         restarted slots removed). Results are already in the shared buffers; failures are recorded."""
         if len(sent) == 0:
             return
-        wanted = set(int(s) for s in sent)
-        for w in dict.fromkeys(int(self.owner[s]) for s in sent):
+        owner = self._owner
+        wanted: set[int] | None = None
+        for w in range(owner[min(sent)], owner[max(sent)] + 1):
             worker = self._workers[w]
-            entry = next((p for p in worker.pending if p[1] == "step" and wanted.intersection(p[2])), None)
-            if entry is None:
-                continue  # already claimed, or lost with a replaced worker (its slots restart anyway)
-            seq, _kind, wslots = entry
+            steps = [p for p in worker.pending if p[1] == "step"]
+            if len(steps) > 1:  # two groups in flight on this worker: the one that holds these slots
+                wanted = wanted or set(sent)
+                steps = [p for p in steps if wanted.intersection(p[2])]
+            if not steps:
+                continue  # lost with a replaced worker (its slots restart anyway), or nothing sent there
+            seq, _kind, wslots = steps[0]
             reply = self._claim(worker, seq, "step", wslots)
             if reply is not None:
                 self._store(reply[2])
+
+    def _split(self, slots: list[int]) -> list[tuple[int, list[int]]]:
+        """``[(worker, its slots)]`` for ascending ``slots`` (a bisection per worker involved)."""
+        out, i, n, owner, blocks = [], 0, len(slots), self._owner, self.blocks
+        while i < n:
+            w = owner[slots[i]]
+            stop = bisect.bisect_left(slots, blocks[w].stop, i)
+            out.append((w, slots[i:stop]))
+            i = stop
+        return out
 
     def step(self, slots: Sequence[int], actions: np.ndarray) -> None:
         self.step_recv(self.step_send(slots, actions))
@@ -688,18 +715,25 @@ class WorkerPoolEnvs(SlotEnvs):
             pass
 
 
+def _pin(mapping: mmap.mmap) -> bool:
+    """Page-lock ``mapping`` for CUDA (``cudaHostRegister``); ``False`` without CUDA or on failure.
+    The registration lasts as long as the process (the engine's tensors may outlive the pool)."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return False
+        base = np.frombuffer(mapping, dtype=np.uint8)
+        return int(torch.cuda.cudart().cudaHostRegister(base.ctypes.data, base.nbytes, 0)) == 0
+    except Exception:  # pinning is an optimization: fall back to the staged copy
+        return False
+
+
 def _drop_pending(worker: _Worker, seq: int) -> None:
     for i, entry in enumerate(worker.pending):
         if entry[0] == seq:
             del worker.pending[i]
             return
-
-
-def _by_worker(owner: np.ndarray, slots: Sequence[int]) -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
-    for slot in slots:
-        out.setdefault(int(owner[slot]), []).append(int(slot))
-    return out
 
 
 def _even_slices(n: int, parts: int) -> list[slice]:

@@ -25,7 +25,7 @@ from fasteval.kernels.reference import IDLE
 logger = logging.getLogger(__name__)
 
 BACKENDS = ("cython", "numba", "reference")
-KERNEL_NAMES = ("step_bookkeeping", "masked_episode_reduce")
+KERNEL_NAMES = ("step_bookkeeping",)
 ENV_VAR = "FASTEVAL_KERNELS"
 
 
@@ -84,6 +84,5 @@ BACKEND, _module = _choose()
 logger.info("fasteval kernels: using the %s backend", BACKEND)
 
 step_bookkeeping = _module.step_bookkeeping
-masked_episode_reduce = _module.masked_episode_reduce
 
 __all__ = ["BACKEND", "BACKENDS", "IDLE", "available_backends", "load_backend", *KERNEL_NAMES]

@@ -37,16 +37,4 @@ def step_bookkeeping(
     finished_out: _I64,
     reset_out: _I64,
 ) -> tuple[int, int, int]: ...
-def masked_episode_reduce(
-    rewards: _F64,
-    terminated: _BOOL,
-    truncated: _BOOL,
-    success: _BOOL,
-    out_sum: _F64,
-    out_max: _F64,
-    out_len: _I64,
-    out_success: _BOOL,
-    out_nan: _I64,
-    out_done: _BOOL,
-) -> None: ...
 def warmup() -> None: ...

@@ -20,7 +20,7 @@ from numba import njit
 
 from fasteval.kernels.reference import IDLE
 
-__all__ = ["IDLE", "masked_episode_reduce", "step_bookkeeping", "warmup"]
+__all__ = ["IDLE", "step_bookkeeping", "warmup"]
 
 
 @njit(cache=True, nogil=True)
@@ -95,52 +95,8 @@ def step_bookkeeping(
     return n_finished, n_reset, nxt
 
 
-@njit(cache=True, nogil=True)
-def masked_episode_reduce(
-    rewards,
-    terminated,
-    truncated,
-    success,
-    out_sum,
-    out_max,
-    out_len,
-    out_success,
-    out_nan,
-    out_done,
-):
-    """See :func:`fasteval.kernels.reference.masked_episode_reduce`."""
-    n_rows, n_steps = rewards.shape
-    for row in range(n_rows):
-        total = 0.0
-        best = -np.inf
-        nan_steps = 0
-        any_success = False
-        length = 0
-        done = False
-        for t in range(n_steps):
-            reward = np.float64(rewards[row, t])
-            total += reward
-            if math.isnan(reward):
-                nan_steps += 1
-                best = np.nan
-            elif reward > best:
-                best = reward
-            if success[row, t]:
-                any_success = True
-            length += 1
-            if terminated[row, t] or truncated[row, t]:
-                done = True
-                break
-        out_sum[row] = total
-        out_max[row] = best
-        out_len[row] = length
-        out_success[row] = any_success
-        out_nan[row] = nan_steps
-        out_done[row] = done
-
-
 def warmup() -> None:
-    """Compile (or load from cache) both kernels for the usual argument types.
+    """Compile (or load from cache) the kernel for the usual argument types.
 
     Covers C-contiguous float64/bool/int64 arrays with Python-int/bool scalars
     (NumPy int64/bool scalars map to the same specialisation).
@@ -155,10 +111,4 @@ def warmup() -> None:
         f.copy(), acc_max, np.zeros(b, np.int64), flag.copy(), np.zeros(b, np.int64), 0,
         np.zeros(n), np.full(n, -np.inf), np.zeros(n, np.int64), np.zeros(n, np.bool_), np.zeros(n, np.int64),
         b, n, True, np.zeros(b, np.int64), np.zeros(b, np.int64),
-    )  # fmt: skip
-    grid = np.zeros((b, 1), dtype=np.bool_)
-    masked_episode_reduce(
-        np.zeros((b, 1)), grid, grid.copy(), grid.copy(),
-        np.zeros(b), np.zeros(b), np.zeros(b, np.int64), np.zeros(b, np.bool_), np.zeros(b, np.int64),
-        np.zeros(b, np.bool_),
     )  # fmt: skip

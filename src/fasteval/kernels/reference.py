@@ -6,8 +6,7 @@ listed in each docstring. They are written to be obviously right, not fast.
 
 Conventions shared by all backends
 ----------------------------------
-* ``B`` is the number of env slots, ``N`` the number of episodes in the ledger,
-  ``T`` the number of recorded time steps.
+* ``B`` is the number of env slots, ``N`` the number of episodes in the ledger.
 * Rewards are ``float64``; flags are ``bool``; counts and indices are ``int64``.
 * An episode covers the steps from its reset to the first step where
   ``terminated or truncated`` (or the engine's step cap) is true, inclusive,
@@ -21,8 +20,6 @@ Conventions shared by all backends
 from __future__ import annotations
 
 import math
-
-import numpy as np
 
 IDLE = -1
 """Value of ``slot_episode`` for a slot that runs no episode."""
@@ -126,80 +123,3 @@ def step_bookkeeping(
             slot_episode[slot] = IDLE
     return n_finished, n_reset, next_episode
 
-
-def masked_episode_reduce(
-    rewards,
-    terminated,
-    truncated,
-    success,
-    out_sum,
-    out_max,
-    out_len,
-    out_success,
-    out_nan,
-    out_done,
-):
-    """Reduce recorded ``[B, T]`` step buffers to per-row episode metrics.
-
-    Each row holds one episode starting at column 0. Only the steps up to and
-    including the first ``terminated or truncated`` count; anything recorded
-    after it (for example, steps of a slot that kept running) is ignored.
-
-    Args:
-        rewards: float64[B, T]; terminated, truncated, success: bool[B, T].
-        out_sum, out_max: float64[B]; out_len, out_nan: int64[B];
-        out_success, out_done: bool[B]. Written in full.
-
-    A row that never ends covers all ``T`` steps and has ``out_done`` False.
-    With ``T == 0`` every row has sum 0, max -inf, length 0 and is not done.
-    """
-    n_rows, n_steps = rewards.shape
-    for row in range(n_rows):
-        total = 0.0
-        best = -math.inf
-        nan_steps = 0
-        any_success = False
-        length = 0
-        done = False
-        for t in range(n_steps):
-            reward = float(rewards[row, t])
-            total += reward
-            if math.isnan(reward):
-                nan_steps += 1
-                best = math.nan
-            elif reward > best:
-                best = reward
-            any_success = any_success or bool(success[row, t])
-            length += 1
-            if terminated[row, t] or truncated[row, t]:
-                done = True
-                break
-        out_sum[row] = total
-        out_max[row] = best
-        out_len[row] = length
-        out_success[row] = any_success
-        out_nan[row] = nan_steps
-        out_done[row] = done
-
-
-def masked_episode_reduce_numpy(rewards, terminated, truncated, success):
-    """Vectorised NumPy form of :func:`masked_episode_reduce` (same results).
-
-    Returns ``(sum, max, length, success, nan_steps, done)`` as new arrays. Used
-    as a second, independent statement of the rule in the parity tests.
-    """
-    rewards = np.asarray(rewards, dtype=np.float64)
-    n_rows, n_steps = rewards.shape
-    ended = np.asarray(terminated, bool) | np.asarray(truncated, bool)
-    done = ended.any(axis=1)
-    first_end = np.where(done, ended.argmax(axis=1) if n_steps else 0, n_steps - 1)  # argmax fails on T == 0
-    length = np.where(done, first_end + 1, n_steps).astype(np.int64)
-    keep = np.arange(n_steps)[None, :] < length[:, None]
-    kept = np.where(keep, rewards, 0.0)
-    total = np.cumsum(kept, axis=1)[:, -1] if n_steps else np.zeros(n_rows)  # sequential, like the loop
-    nan_steps = (np.isnan(rewards) & keep).sum(axis=1).astype(np.int64)
-    with np.errstate(invalid="ignore"):
-        best = np.where(keep, rewards, -np.inf).max(axis=1, initial=-np.inf)
-    best = np.where(nan_steps > 0, np.nan, best)
-    any_success = (np.asarray(success, bool) & keep).any(axis=1)
-    return total, best, length, any_success, nan_steps, done

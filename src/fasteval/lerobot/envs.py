@@ -10,8 +10,9 @@ Nested ``pixels`` Dict observations (several cameras) are flattened to ``pixels/
 which :func:`fasteval.lerobot.policy.lerobot_batch` nests again before LeRobot's
 ``preprocess_observation``.
 
-The last env config built in this process is remembered (:func:`active_env_config`), so that
-the policy loader can pair the env-side processors LeRobot pairs with that env type.
+The last env config built in this process is remembered until the policy loader reads it
+(:func:`active_env_config`), so that it can pair the env-side processors LeRobot pairs with that
+env type. (A cleaner hook: the engine's ``load_policy`` part passing the spec; see docs/lerobot.md.)
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ _ACTIVE: dict[str, Any] = {}
 
 
 def active_env_config() -> Any:
-    """The LeRobot ``EnvConfig`` of the last env :func:`make_env` built in this process, else ``None``."""
-    return _ACTIVE.get("config")
+    """The LeRobot ``EnvConfig`` of the last env :func:`make_env` built in this process since the last call,
+    else ``None``. Reading it clears it: the engine builds its probe env right before it loads the policy,
+    so a later engine on another env never pairs a stale env type's processors."""
+    return _ACTIVE.pop("config", None)
 
 
 def env_config(type: str, task: str | None = None, task_id: int | None = None, **options: Any) -> Any:

@@ -25,6 +25,13 @@ One call, in LeRobot's order (``lerobot_eval.rollout``):
 5. each slot pops its next action; the postprocessor (unnormalize, to CPU) and the env
    postprocessor run on the popped batch, as LeRobot runs them on ``select_action``'s output.
 
+Two shortcuts give the same numbers with less work: when the preprocessing is stateless
+(:data:`STATELESS_STEPS`, no env preprocessor) and there is no observation history, steps 1-4 run
+only on steps where some slot needs a chunk; when the postprocessing is elementwise
+(:data:`ELEMENTWISE_STEPS`, no env postprocessor), it runs once on each new chunk instead of on
+every popped action. Pipelines with other steps (relative actions, which cache the state for the
+postprocessor) run in full on every step, as in LeRobot.
+
 In wave mode all slots start together, so every slot needs a chunk on the same steps and the
 policy sees exactly the batches LeRobot's ``select_action`` sees: the same numbers, per seed.
 
@@ -61,12 +68,31 @@ class _Pipelines:
     def __init__(self, build: Callable[[torch.device], tuple[Any, Any, Any, Any]], device: torch.device):
         self.build = build
         self.device = device
-        self.pre, self.post, self.env_pre, self.env_post = build(device)
+        self._set(build(device))
+
+    def _set(self, pipelines: tuple[Any, Any, Any, Any]) -> None:
+        self.pre, self.post, self.env_pre, self.env_post = pipelines
+        steps = [type(step).__name__ for step in getattr(self.pre, "steps", [None])]
+        self.stateless_inputs = not getattr(self.env_pre, "steps", [None]) and set(steps) <= STATELESS_STEPS
+        """Preprocessing keeps no state between calls, so steps that need no chunk may skip it."""
+        post = [type(step).__name__ for step in getattr(self.post, "steps", [None])]
+        self.elementwise_outputs = not getattr(self.env_post, "steps", [None]) and set(post) <= ELEMENTWISE_STEPS
+        """Postprocessing acts on each action value alone, so a whole chunk may go through it at once."""
 
     def move(self, device: torch.device) -> None:
         if device != self.device:
             self.device = device
-            self.pre, self.post, self.env_pre, self.env_post = self.build(device)
+            self._set(self.build(device))
+
+
+ELEMENTWISE_STEPS = {"UnnormalizerProcessorStep", "DeviceProcessorStep"}
+"""Postprocessor steps that map each action value on its own (an affine map per action dimension, a copy):
+running them on a chunk ``[B * n, action_dim]`` gives bit for bit what running them on each action gives."""
+
+STATELESS_STEPS = {"RenameObservationsProcessorStep", "AddBatchDimensionProcessorStep", "DeviceProcessorStep",
+                   "NormalizerProcessorStep", "TokenizerProcessorStep"}
+"""Policy preprocessor steps that are pure functions of their input (LeRobot 0.6). A pipeline with any
+other step (relative actions cache the state for the postprocessor) runs on every step, as in LeRobot."""
 
 
 def lerobot_batch(obs: Any) -> dict[str, Any]:
@@ -104,11 +130,22 @@ def _take_rows(batch: dict[str, Any], rows: torch.Tensor, index: np.ndarray, n: 
     return out
 
 
-def _pick_rows(gens: Sequence[torch.Generator], index: np.ndarray) -> list[torch.Generator]:
-    return [gens[i] for i in index]
+class _FollowsDevice(nn.Module):
+    """``.to(device)`` moves the LeRobot policy and rebuilds the processors for the new device."""
+
+    policy: nn.Module
+    pipelines: _Pipelines
+
+    def _apply(self, fn: Any, recurse: bool = True) -> "_FollowsDevice":
+        super()._apply(fn, recurse)
+        param = next(self.policy.parameters(), None)
+        if param is not None and self.pipelines is not None:
+            self.policy.config.device = str(param.device)
+            self.pipelines.move(param.device)
+        return self
 
 
-class LeRobotPolicy(nn.Module):
+class LeRobotPolicy(_FollowsDevice):
     """Per-slot action queues (and observation histories) over a LeRobot policy; see the module docstring."""
 
     def __init__(self, policy: nn.Module, pipelines: _Pipelines, n_slots: int, noise_shape: tuple[int, ...] | None,
@@ -131,20 +168,22 @@ class LeRobotPolicy(nn.Module):
         self.fresh = np.ones(self.n_slots, dtype=bool)
         """Slots whose next observation is their episode's first (it fills the history)."""
         self.chunks: torch.Tensor | None = None
+        self._chunks_post_processed = False
         self.history: dict[str, torch.Tensor] = {}
         self.generators = [torch.Generator() for _ in range(self.n_slots)]
+        self._scratch = torch.Generator()
         self._rows = torch.arange(self.n_slots)
+        self.chunk_rows = "all"
+        """``"all"`` (default): when some slot needs a chunk, the policy runs on every row (a static
+        batch of ``n_slots``; the rows that need none are discarded, and their noise generators are not
+        advanced: they draw from a scratch generator). ``"needed"``: only on the rows that need one (less work when slots are
+        out of step, but the policy's batch size varies, and float rounding can differ with it)."""
         if hasattr(policy, "reset"):
             policy.reset()  # empty internal queues: predict_action_chunk then reads the batch it is given
 
-    # -- device -----------------------------------------------------------------------------------
-    def _apply(self, fn: Any, recurse: bool = True) -> "LeRobotPolicy":
-        super()._apply(fn, recurse)
-        param = next(self.policy.parameters(), None)
-        if param is not None:
-            self.policy.config.device = str(param.device)
-            self.pipelines.move(param.device)
-        return self
+    def run_meta(self) -> dict[str, Any]:
+        """Facts for a run's metadata (``lerobot_*`` keys): type, queues, where the noise comes from."""
+        return _run_meta(self, "per-slot queues")
 
     # -- protocol ---------------------------------------------------------------------------------
     def reset(self, env_ids: torch.Tensor, seeds: Sequence[int] | None = None) -> None:
@@ -161,6 +200,23 @@ class LeRobotPolicy(nn.Module):
 
     @torch.no_grad()
     def select_action(self, obs: Any) -> torch.Tensor:
+        need = np.flatnonzero(self.pos >= self.n_action_steps)
+        pipes = self.pipelines
+        if need.size or self.n_obs_steps > 1 or not pipes.stateless_inputs:
+            self._refill_from(obs, need)
+        assert self.chunks is not None
+        take = torch.from_numpy(self.pos).to(self.chunks.device)
+        action = self.chunks[self._rows.to(self.chunks.device), take]
+        self.pos += 1
+        if self._chunks_post_processed:
+            return action
+        action = pipes.post(action)
+        return pipes.env_post({ACTION: action})[ACTION]
+
+    # -- internals --------------------------------------------------------------------------------
+    def _refill_from(self, obs: Any, need: np.ndarray) -> None:
+        """Steps 1-4 of the module docstring (skipped on steps where no slot needs a chunk, when the
+        preprocessing is stateless and there is no observation history)."""
         n = self.n_slots
         batch = lerobot_batch(obs)
         first = next(v for v in batch.values() if isinstance(v, torch.Tensor))
@@ -172,17 +228,9 @@ class LeRobotPolicy(nn.Module):
         batch = pipes.pre(pipes.env_pre(batch))
         if self.n_obs_steps > 1:
             batch = self._with_history(batch)
-        need = np.flatnonzero(self.pos >= self.n_action_steps)
         if need.size:
             self._refill(batch, need)
-        assert self.chunks is not None
-        take = torch.from_numpy(self.pos).to(self.chunks.device)
-        action = self.chunks[self._rows.to(self.chunks.device), take]
-        self.pos += 1
-        action = pipes.post(action)
-        return pipes.env_post({ACTION: action})[ACTION]
 
-    # -- internals --------------------------------------------------------------------------------
     def _with_history(self, batch: dict[str, Any]) -> dict[str, Any]:
         fresh = torch.from_numpy(self.fresh)
         out = dict(batch)
@@ -205,9 +253,13 @@ class LeRobotPolicy(nn.Module):
 
     def _refill(self, batch: dict[str, Any], need: np.ndarray) -> None:
         n = self.n_slots
-        sub = batch if need.size == n else _take_rows(batch, torch.from_numpy(need), need, n)
+        rows = need if self.chunk_rows == "needed" else np.arange(n)
+        sub = batch if rows.size == n else _take_rows(batch, torch.from_numpy(rows), rows, n)
         kwargs: dict[str, Any] = {}
-        gens = _pick_rows(self.generators, need)
+        needed = np.zeros(n, dtype=bool)
+        needed[need] = True
+        # Rows that need no chunk draw from a scratch generator: their slots' generators stay untouched.
+        gens = [self.generators[i] if needed[i] else self._scratch for i in rows.tolist()]
         if self.noise_shape is not None:
             param = next(self.policy.parameters())
             noise = torch.stack([torch.randn(self.noise_shape, generator=g) for g in gens])
@@ -221,8 +273,14 @@ class LeRobotPolicy(nn.Module):
         if chunk.shape[1] != self.n_action_steps:
             raise UserInputError(f"LeRobot {self.policy_type}: predict_action_chunk returned {chunk.shape[1]} actions; "
                                  f"n_action_steps is {self.n_action_steps}. Lower n_action_steps in config.json.")
+        self._chunks_post_processed = self.pipelines.elementwise_outputs
+        if self._chunks_post_processed:  # unnormalize + to CPU once per chunk instead of once per step
+            flat = self.pipelines.post(chunk.reshape(-1, *chunk.shape[2:]))
+            chunk = flat.reshape(*chunk.shape[:2], *flat.shape[1:])
         if self.chunks is None or self.chunks.shape[2:] != chunk.shape[2:] or self.chunks.device != chunk.device:
             self.chunks = chunk.new_zeros((n, *chunk.shape[1:]))
+        if rows.size == n:
+            chunk = chunk if need.size == n else chunk[torch.from_numpy(need).to(chunk.device)]
         if need.size == n:
             self.chunks.copy_(chunk)
         else:
@@ -250,7 +308,7 @@ class _scheduler_generators:
         del self.scheduler.step
 
 
-class LeRobotWavePolicy(nn.Module):
+class LeRobotWavePolicy(_FollowsDevice):
     """LeRobot's own ``reset()`` / ``select_action`` on the whole batch (wave mode only); see the module docstring."""
 
     def __init__(self, policy: nn.Module, pipelines: _Pipelines, n_slots: int):
@@ -260,8 +318,10 @@ class LeRobotWavePolicy(nn.Module):
         self.n_slots = int(n_slots)
         self.tasks: list[str] = [""] * self.n_slots
         self.batch_invariant = not _is_stochastic(policy.config)
+        """Deterministic types only: LeRobot's own select_action draws noise from the global RNG."""
 
-    _apply = LeRobotPolicy._apply
+    def run_meta(self) -> dict[str, Any]:
+        return _run_meta(self, "whole batch (LeRobot's select_action; wave mode)")
 
     def reset(self) -> None:
         self.policy.reset()
@@ -276,6 +336,20 @@ class LeRobotWavePolicy(nn.Module):
         pipes = self.pipelines
         action = self.policy.select_action(pipes.pre(pipes.env_pre(batch)))
         return pipes.env_post({ACTION: pipes.post(action)})[ACTION]
+
+
+def _run_meta(wrapper: Any, queues: str) -> dict[str, Any]:
+    import lerobot
+
+    config = wrapper.policy.config
+    if not _is_stochastic(config):
+        noise = "none (deterministic policy)"
+    elif wrapper.batch_invariant:
+        noise = "per-episode torch.Generator seeded with the episode seed (batch-invariant)"
+    else:
+        noise = "LeRobot's global torch RNG (seeded per run): results depend on the batch size"
+    return {"lerobot_version": getattr(lerobot, "__version__", "unknown"), "lerobot_policy_type": str(config.type),
+            "lerobot_queues": queues, "lerobot_noise": noise, "lerobot_batch_invariant": bool(wrapper.batch_invariant)}
 
 
 def _is_stochastic(config: Any) -> bool:

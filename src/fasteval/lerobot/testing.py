@@ -15,6 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
+import numpy as np
 import torch
 
 IMAGE_SHAPE = (3, 96, 96)
@@ -22,31 +24,31 @@ STATE_DIM = 2
 ACTION_DIM = 2
 
 
-def synthetic_pusht_stats() -> dict[str, dict[str, torch.Tensor]]:
+def synthetic_pusht_stats(image_key: str = "observation.image") -> dict[str, dict[str, torch.Tensor]]:
     """Dataset statistics with PushT's shapes and plausible ranges (pixels in [0, 512], images in [0, 1])."""
     def entry(mean: list[float], std: list[float], lo: list[float], hi: list[float], shape: tuple[int, ...]) -> dict:
         return {name: torch.tensor(v, dtype=torch.float32).reshape(shape)
                 for name, v in (("mean", mean), ("std", std), ("min", lo), ("max", hi))}
 
     return {
-        "observation.image": entry([0.9, 0.9, 0.9], [0.2, 0.2, 0.2], [0.0] * 3, [1.0] * 3, (3, 1, 1)),
+        image_key: entry([0.9, 0.9, 0.9], [0.2, 0.2, 0.2], [0.0] * 3, [1.0] * 3, (3, 1, 1)),
         "observation.state": entry([256.0, 256.0], [120.0, 120.0], [10.0, 10.0], [500.0, 500.0], (2,)),
         "action": entry([256.0, 256.0], [120.0, 120.0], [10.0, 10.0], [500.0, 500.0], (2,)),
     }
 
 
-def _features() -> tuple[dict[str, Any], dict[str, Any]]:
+def _features(image_key: str = "observation.image") -> tuple[dict[str, Any], dict[str, Any]]:
     from lerobot.configs.types import FeatureType, PolicyFeature
 
     inputs = {
-        "observation.image": PolicyFeature(type=FeatureType.VISUAL, shape=IMAGE_SHAPE),
+        image_key: PolicyFeature(type=FeatureType.VISUAL, shape=IMAGE_SHAPE),
         "observation.state": PolicyFeature(type=FeatureType.STATE, shape=(STATE_DIM,)),
     }
     outputs = {"action": PolicyFeature(type=FeatureType.ACTION, shape=(ACTION_DIM,))}
     return inputs, outputs
 
 
-def _save(config: Any, folder: str | Path, seed: int) -> Path:
+def _save(config: Any, folder: str | Path, seed: int, image_key: str = "observation.image") -> Path:
     from lerobot.policies.factory import get_policy_class, make_pre_post_processors
 
     folder = Path(folder)
@@ -54,7 +56,7 @@ def _save(config: Any, folder: str | Path, seed: int) -> Path:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         policy = get_policy_class(config.type)(config=config)
-    preprocessor, postprocessor = make_pre_post_processors(config, dataset_stats=synthetic_pusht_stats())
+    preprocessor, postprocessor = make_pre_post_processors(config, dataset_stats=synthetic_pusht_stats(image_key))
     policy.save_pretrained(folder)
     preprocessor.save_pretrained(folder)
     postprocessor.save_pretrained(folder)
@@ -62,17 +64,25 @@ def _save(config: Any, folder: str | Path, seed: int) -> Path:
 
 
 def write_act_checkpoint(folder: str | Path, seed: int = 0, chunk_size: int = 10, n_action_steps: int = 10,
-                         **overrides: Any) -> Path:
-    """A tiny ACT (dim 32, one encoder and one decoder layer, no VAE) for PushT; returns ``folder``."""
+                         image_key: str = "observation.image", **overrides: Any) -> Path:
+    """A tiny ACT (dim 32, one encoder and one decoder layer, no VAE) for PushT; returns ``folder``.
+
+    ``image_key``: the camera's feature name (another name than PushT's needs LeRobot's ``rename_map``)."""
     from lerobot.policies.act.configuration_act import ACTConfig
 
-    inputs, outputs = _features()
-    config = ACTConfig(
+    inputs, outputs = _features(image_key)
+    settings: dict[str, Any] = dict(
         input_features=inputs, output_features=outputs, device="cpu", pretrained_backbone_weights=None,
         chunk_size=chunk_size, n_action_steps=n_action_steps, dim_model=32, n_heads=2, dim_feedforward=64,
-        n_encoder_layers=1, n_decoder_layers=1, use_vae=False, dropout=0.0, **overrides,
+        n_encoder_layers=1, n_decoder_layers=1, use_vae=False, dropout=0.0,
     )
-    return _save(config, folder, seed)
+    settings.update(overrides)  # e.g. LeRobot's defaults for a full-size ACT (dim_model=512, ...)
+    return _save(ACTConfig(**settings), folder, seed, image_key)
+
+
+ACT_DEFAULT_SIZE = dict(chunk_size=100, n_action_steps=100, dim_model=512, n_heads=8, dim_feedforward=3200,
+                        n_encoder_layers=4, n_decoder_layers=1, use_vae=True, dropout=0.1)
+"""ACTConfig's own defaults for the model size (what ``lerobot-train --policy.type=act`` trains)."""
 
 
 def write_diffusion_checkpoint(folder: str | Path, seed: int = 0, scheduler: str = "DDIM", **overrides: Any) -> Path:
@@ -88,3 +98,52 @@ def write_diffusion_checkpoint(folder: str | Path, seed: int = 0, scheduler: str
     )
     settings.update(overrides)
     return _save(DiffusionConfig(**settings), folder, seed)
+
+
+# -- a PushT-shaped env whose episode lengths follow from the seed -----------------------------------
+VARYING_ENV_REF = "fasteval.lerobot.testing:make_varying_env"
+
+
+def make_varying_env(min_length: int = 7, spread: int = 13):
+    """``VaryingLengthEnv``: PushT's observation layout, episodes of ``min_length + seed % spread`` steps.
+
+    Slots of a batch then finish at different steps, so continuous batching refills them while the
+    others are mid-chunk (PushT itself only ends early on success, which a random policy never reaches).
+    """
+    return VaryingLengthEnv(min_length, spread)
+
+
+class VaryingLengthEnv(gym.Env):
+    """Observations: ``pixels`` uint8 ``96x96x3`` and ``agent_pos`` float64 ``[2]``, drawn from the seed's
+    generator; reward ``tanh(action . w)`` with a per-episode ``w`` (so actions matter); terminates
+    after ``min_length + seed % spread`` steps; never succeeds."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, min_length: int = 7, spread: int = 13) -> None:
+        self.min_length, self.spread = int(min_length), int(spread)
+        self.observation_space = gym.spaces.Dict({
+            "pixels": gym.spaces.Box(0, 255, (96, 96, 3), np.uint8),
+            "agent_pos": gym.spaces.Box(0.0, 512.0, (2,), np.float64),
+        })
+        self.action_space = gym.spaces.Box(0.0, 512.0, (2,), np.float32)
+        self.rng = np.random.default_rng(0)
+        self.left = self.min_length
+        self.w = np.zeros(2)
+
+    def _obs(self) -> dict[str, np.ndarray]:
+        return {"pixels": self.rng.integers(0, 256, (96, 96, 3), dtype=np.uint8),
+                "agent_pos": self.rng.uniform(0.0, 512.0, 2)}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        seed = 0 if seed is None else int(seed)
+        self.rng = np.random.default_rng(seed)
+        self.left = self.min_length + seed % self.spread
+        self.w = self.rng.normal(size=2) / 256.0
+        return self._obs(), {}
+
+    def step(self, action: np.ndarray):
+        self.left -= 1
+        reward = float(np.tanh(np.asarray(action, dtype=np.float64) @ self.w))
+        return self._obs(), reward, self.left <= 0, False, {"is_success": False}

@@ -40,7 +40,9 @@ class ChunkQueue:
     the refill mask crosses in one pinned ``non_blocking`` copy, only on steps with a refill.
     """
 
-    def __init__(self, call: Callable[[Any], torch.Tensor], sample: torch.Tensor, n_exec: int):
+    def __init__(self, call: Callable[[Any], torch.Tensor], sample: torch.Tensor, n_exec: int,
+                 mirror: bool | None = None):
+        """``mirror``: keep device-side positions (default: on a non-CPU device; tests force it on CPU)."""
         self.call = call
         self.n_slots, self.chunk = int(sample.shape[0]), int(sample.shape[1])
         self.n_exec = n_exec
@@ -49,7 +51,7 @@ class ChunkQueue:
         self.queue = torch.zeros((self.n_slots, n_exec, *self.item_shape), dtype=sample.dtype, device=sample.device)
         self.pos = np.full(self.n_slots, n_exec, dtype=np.int64)  # n_exec = empty
         self._rows = torch.arange(self.n_slots, device=self.device)
-        self._mirror = self.device.type != "cpu"
+        self._mirror = self.device.type != "cpu" if mirror is None else mirror
         pin = self._mirror and torch.cuda.is_available()
         self._refill = torch.zeros(self.n_slots, dtype=torch.bool, pin_memory=pin)  # host: slots that take a new chunk
         if self._mirror:

@@ -187,7 +187,12 @@ def build_policy_runner(policy: Any, spec: Any, envs: Any, h2d: Any, n_slots: in
     pipelined = bool(getattr(spec, "pipeline", False))
     in_observation = spec.observation_format == LEROBOT and not pipelined  # group views: no per-row task lists
     if (callable(getattr(policy, "set_task", None)) or in_observation) and env_has_attr(envs, TASK_ATTR):
-        tasks = TaskDescriptions(envs, policy, n_slots, in_observation)
+        if pipelined:  # set_task keeps a task per env row, and half-batch calls cannot tell the groups' rows apart
+            raise UserInputError(
+                f"--pipeline calls the policy with alternating half batches, so the per-env task descriptions that "
+                f"{type(policy).__name__}.set_task receives cannot be kept apart between the two groups. Drop --pipeline."
+            )
+        tasks = TaskDescriptions(envs, policy, envs.n_slots, in_observation)
     inputs = InputPipeline(stages, tasks)
     if stages and not pipelined:
         inputs.prepare(h2d.policy_input)  # the engine's buffer: allocated now, not on the first step

@@ -15,12 +15,15 @@ TASK_ATTR = "task_description"
 
 
 class TaskDescriptions:
-    """Reads ``task_description`` for slots that start an episode and hands it to the policy."""
+    """Reads ``task_description`` for slots that start an episode and hands it to the policy.
+
+    ``n_slots`` is the number of env slots (the table is indexed by slot), not the policy batch.
+    """
 
     def __init__(self, envs: Any, policy: Any, n_slots: int, in_observation: bool):
         self.envs = envs
         self.get = slot_getter(envs, TASK_ATTR)
-        self.descriptions: list[str] = [""] * n_slots
+        self.descriptions: list[str] = [""] * max(int(n_slots), int(getattr(envs, "n_slots", 0)))
         set_task = getattr(policy, "set_task", None)
         self.set_task: Callable[..., Any] | None = set_task if callable(set_task) else None
         self.in_observation = in_observation

@@ -2,16 +2,21 @@
 
 Writes into the folder:
 
-* ``report.json``: cells (policy x env) with episodes, success % and its Wilson 95% interval,
+* ``report.json``: cells (policy x env) with episodes, success % and its Wilson 95% interval
+  (``success_signal`` False and the success numbers ``null`` when no env of the cell ever reported
+  ``info["is_success"]``: its 0% would be an artefact, so the report says "no success signal"),
   mean return and its bootstrap 95% interval, NaN-reward episodes, env steps, failed jobs and
   their errors; per policy, the mean and IQM across envs of per-seed-block success rates with
-  stratified bootstrap intervals; paired comparisons of policies on the same episodes (McNemar
-  for success, paired bootstrap for return); totals (episodes, env steps, wall time, episodes/s).
+  stratified bootstrap intervals (envs with a success signal only); paired comparisons of policies
+  on the same episodes (McNemar for success, where the env has a success signal; paired bootstrap
+  for return); totals (episodes, env steps, wall time, episodes/s).
   NaN is written as ``null``.
 * ``report.md``: the same as tables.
-* ``success.png`` (success rate per policy and env, Wilson error bars) and ``returns.png`` (the
-  return distribution of each cell), drawn with matplotlib's Agg canvas. Without matplotlib the
-  plots are skipped and the report says so.
+* ``success.png`` (success rate per policy and env, Wilson error bars; envs with a success signal
+  only, and no file when none has one) and ``returns.png`` (the return distribution of each cell:
+  one column per env with a shared, labelled x-axis and shared bins; a cell whose returns are all
+  equal shows a marker line at that value), drawn with matplotlib's Agg canvas. Without matplotlib
+  the plots are skipped and the report says so.
 
 Bootstrap intervals use ``seed=0``, so a report built twice from one store is identical apart
 from its ``generated_at`` time.
@@ -42,6 +47,7 @@ from fasteval.stats import (
 from fasteval.sweep.store import Store
 
 PLOTS = ("success.png", "returns.png")
+NO_SIGNAL = "no success signal"
 PLOTS_MISSING = "plots skipped: matplotlib is not installed (pip install 'fasteval[sweep]')"
 
 
@@ -95,12 +101,21 @@ def build_report(store: Store) -> dict[str, Any]:
     }
 
 
+def has_success_signal(eps: list[dict[str, Any]]) -> bool:
+    """False only when every episode says its env never reported ``is_success`` (``False``); an
+    unknown flag (``None``: a store written before it was recorded) or no episodes count as True."""
+    return not eps or any(ep.get("has_success_signal") is not False for ep in eps)
+
+
 def _cell(policy: str, env: str, env_id: str, env_kwargs: str, eps: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> dict[str, Any]:
     n = len(eps)
     wins = sum(ep["success"] for ep in eps)
     returns = np.asarray([ep["sum_reward"] for ep in eps], dtype=np.float64)
     lo, hi = wilson_interval(wins, n)
     failed = [j for j in jobs if j["status"] == "failed"]
+    signal = has_success_signal(eps)
+    if not signal:  # 0 of n by construction: not a measurement
+        wins, lo, hi = None, math.nan, math.nan
     return {
         "policy": policy,
         "env": env,
@@ -108,8 +123,9 @@ def _cell(policy: str, env: str, env_id: str, env_kwargs: str, eps: list[dict[st
         "env_kwargs": env_kwargs,
         "episodes": n,
         "expected_episodes": int(sum(j["n_episodes"] for j in jobs)),
-        "successes": int(wins),
-        "success_pct": 100.0 * wins / n if n else math.nan,
+        "success_signal": signal,
+        "successes": None if wins is None else int(wins),
+        "success_pct": 100.0 * wins / n if n and wins is not None else math.nan,
         "success_ci95": [100.0 * lo, 100.0 * hi],
         "mean_return": float(returns.mean()) if n else math.nan,
         "return_ci95": list(bootstrap_mean_ci(returns)),
@@ -124,8 +140,12 @@ def _cell(policy: str, env: str, env_id: str, env_kwargs: str, eps: list[dict[st
 def _across_envs(policies: dict[str, str], envs: dict[tuple[str, str], str], episodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per policy: per-seed-block success rates per env (runs x tasks), mean and IQM with stratified CIs."""
     blocks: dict[tuple[str, str, str], dict[str, list[bool]]] = {}
+    cell_eps: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for ep in episodes:
         blocks.setdefault(_cell_key(ep), {}).setdefault(ep["job_id"], []).append(ep["success"])
+        cell_eps.setdefault(_cell_key(ep), []).append(ep)
+    for key in [k for k, eps in cell_eps.items() if not has_success_signal(eps)]:
+        del blocks[key]  # no success signal: its 0% would drag every aggregate down
     out = []
     for digest, name in policies.items():
         per_task = [
@@ -156,10 +176,11 @@ def _paired(policies: dict[str, str], envs: dict[tuple[str, str], str], by_cell:
             common = sorted(set(a) & set(b))
             if not common:
                 continue
-            test = mcnemar([a[k]["success"] for k in common], [b[k]["success"] for k in common])
+            signal = has_success_signal([*a.values(), *b.values()])
+            test = mcnemar([a[k]["success"] for k in common], [b[k]["success"] for k in common]) if signal else None
             diff = paired_bootstrap_ci([a[k]["sum_reward"] for k in common], [b[k]["sum_reward"] for k in common])
-            out.append({"env": env_name, "a": na, "b": nb, "episodes": len(common), "success_mcnemar": test,
-                        "return_diff": diff})
+            out.append({"env": env_name, "a": na, "b": nb, "episodes": len(common), "success_signal": signal,
+                        "success_mcnemar": test, "return_diff": diff})
     return out
 
 
@@ -195,14 +216,22 @@ def render_markdown(doc: dict[str, Any], plots_note: str | None = None) -> str:
     ]
     for c in doc["cells"]:
         episodes = f"{c['episodes']}" + ("" if c["episodes"] == c["expected_episodes"] else f" of {c['expected_episodes']}")
+        success = (f"{_fmt(c['success_pct'])} {_interval(c['success_ci95'])}" if c.get("success_signal", True)
+                   else NO_SIGNAL)
         lines.append(
-            f"| {c['policy']} | {c['env']} | {_fmt(c['success_pct'])} {_interval(c['success_ci95'])} | "
+            f"| {c['policy']} | {c['env']} | {success} | "
             f"{_fmt(c['mean_return'], 3)} {_interval(c['return_ci95'], 3)} | {episodes} | {c['nan_reward_episodes']} | {c['errors']} |"
         )
     lines += [
         "",
         "Success intervals: Wilson score, 95%. Return intervals: percentile bootstrap of the mean (2000 resamples, "
         "seed 0). A NaN reward makes an episode's return NaN, and the cell's mean NaN.",
+    ]
+    if any(not c.get("success_signal", True) for c in doc["cells"]):
+        lines.append(f"{NO_SIGNAL}: no env of the cell ever reported `info[\"is_success\"]`, so there is no success "
+                     "rate to show (it would read 0%); compare those cells by return. They are left out of the "
+                     "success plot, the across-env success aggregates and the McNemar tests.")
+    lines += [
         "",
         "## Totals",
         "",
@@ -240,8 +269,10 @@ def render_markdown(doc: dict[str, Any], plots_note: str | None = None) -> str:
         ]
         for p in doc["paired"]:
             m, d = p["success_mcnemar"], p["return_diff"]
-            lines.append(f"| {p['env']} | {p['a']} | {p['b']} | {p['episodes']} | {m['only_a']} / {m['only_b']} | "
-                         f"{m['p_value']:.4g} | {m['method']} | {_fmt(d['mean_diff'], 3)} {_interval(d['ci'], 3)} |")
+            success = (f"{m['only_a']} / {m['only_b']} | {m['p_value']:.4g} | {m['method']}" if m is not None
+                       else f"{NO_SIGNAL} | - | -")
+            lines.append(f"| {p['env']} | {p['a']} | {p['b']} | {p['episodes']} | {success} | "
+                         f"{_fmt(d['mean_diff'], 3)} {_interval(d['ci'], 3)} |")
     errors = [(c, e) for c in doc["cells"] for e in c["error_texts"]]
     if errors:
         lines += ["", "## Errors", ""]
@@ -251,7 +282,10 @@ def render_markdown(doc: dict[str, Any], plots_note: str | None = None) -> str:
     if plots_note:
         lines.append(plots_note)
     else:
-        lines += ["![success rate](success.png)", "", "![returns](returns.png)"]
+        plots = doc.get("plots") or list(PLOTS)
+        if "success.png" in plots:
+            lines += ["![success rate](success.png)", ""]
+        lines.append("![returns](returns.png)")
     return "\n".join(lines) + "\n"
 
 
@@ -298,15 +332,30 @@ def write_report(store_dir: str | Path, out_dir: str | Path | None = None) -> di
 # -- plots ------------------------------------------------------------------------------------------
 
 def plot_report(doc: dict[str, Any], out: Path) -> dict[str, Path]:
-    """``success.png`` and ``returns.png``; raises ImportError without matplotlib."""
+    """``success.png`` (only when some cell has a success signal) and ``returns.png``; raises
+    ImportError without matplotlib."""
+    paths = {}
+    fig = success_figure(doc)
+    if fig is not None:
+        paths["success_png"] = out / "success.png"
+        fig.savefig(paths["success_png"])
+    paths["returns_png"] = out / "returns.png"
+    returns_figure(doc).savefig(paths["returns_png"])
+    return paths
+
+
+def success_figure(doc: dict[str, Any]) -> Any:
+    """Bars of success % per env and policy (Wilson error bars), for envs where some cell has a
+    success signal; ``None`` when no env has one."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    cells = doc["cells"]
-    policies = list(dict.fromkeys(c["policy"] for c in cells))
+    cells = [c for c in doc["cells"] if c.get("success_signal", True)]
+    if not cells:
+        return None
+    policies = list(dict.fromkeys(c["policy"] for c in doc["cells"]))
     envs = list(dict.fromkeys(c["env"] for c in cells))
     lookup = {(c["policy"], c["env"]): c for c in cells}
-
     fig = Figure(figsize=(max(4.0, 1.2 + 1.1 * len(envs) * max(1, len(policies)) * 0.6), 3.6), dpi=100)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
@@ -323,30 +372,71 @@ def plot_report(doc: dict[str, Any], out: Path) -> dict[str, Path]:
             hi.append(c["success_ci95"][1] - c["success_pct"])
         ax.bar(xs, ys, width=width, yerr=[lo, hi], capsize=3, label=policy)
     ax.set_xticks(range(len(envs)), envs, rotation=20, ha="right")
+    ax.set_xlabel("env")
     ax.set_ylabel("success % (Wilson 95% CI)")
     ax.set_ylim(0, 105)
+    left_out = [e for e in dict.fromkeys(c["env"] for c in doc["cells"]) if e not in envs]
+    if left_out:
+        ax.set_title(f"not shown ({NO_SIGNAL}): {', '.join(left_out)}", fontsize="small")
     ax.legend(fontsize="small")
     fig.tight_layout()
-    success = out / "success.png"
-    fig.savefig(success)
+    return fig
 
+
+def _bin_edges(values: np.ndarray) -> np.ndarray | None:
+    """Shared histogram bins of one env's finite returns (all policies); None when they are all equal."""
+    if values.size == 0 or values.min() == values.max():
+        return None
+    return np.histogram_bin_edges(values, bins=min(30, max(5, int(np.sqrt(values.size)) + 1)))
+
+
+def returns_figure(doc: dict[str, Any]) -> Any:
+    """A grid of return histograms: one row per policy, one column per env. Each column shares
+    its x-axis and its bins, so the policies of an env compare at a glance; the bottom row is
+    labelled "return", the left column "episodes". A cell whose finite returns are all equal
+    gets a vertical marker line (``gid="constant-return"``) and its value in the title, since a
+    one-value histogram would be a bar too thin to see."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    cells = doc["cells"]
+    policies = list(dict.fromkeys(c["policy"] for c in cells))
+    envs = list(dict.fromkeys(c["env"] for c in cells))
+    lookup = {(c["policy"], c["env"]): c for c in cells}
     rows, cols = max(1, len(policies)), max(1, len(envs))
-    fig = Figure(figsize=(min(3.0 * cols, 30), min(2.4 * rows, 30)), dpi=100)
+    fig = Figure(figsize=(min(3.2 * cols, 30), min(2.6 * rows, 30)), dpi=100)
     FigureCanvasAgg(fig)
-    axes = fig.subplots(rows, cols, squeeze=False)
-    for i, policy in enumerate(policies):
-        for j, env in enumerate(envs):
+    axes = fig.subplots(rows, cols, squeeze=False, sharex="col")
+    for j, env in enumerate(envs):
+        finite = {p: _finite(lookup.get((p, env))) for p in policies}
+        everything = np.concatenate([v for v in finite.values()]) if finite else np.zeros(0)
+        edges = _bin_edges(everything)
+        if edges is None and everything.size:  # every policy's returns on this env are one value
+            v = float(everything[0])
+            axes[0][j].set_xlim(v - max(1.0, abs(v) * 0.05), v + max(1.0, abs(v) * 0.05))
+        for i, policy in enumerate(policies):
             ax = axes[i][j]
             c = lookup.get((policy, env))
-            values = np.asarray(c["returns"] if c else [], dtype=np.float64)
-            finite = values[np.isfinite(values)]
-            if finite.size:
-                ax.hist(finite, bins=min(30, max(5, int(np.sqrt(finite.size)) + 1)))
-            nan_note = f", {values.size - finite.size} NaN" if values.size != finite.size else ""
-            ax.set_title(f"{policy} x {env}\n{values.size} eps{nan_note}", fontsize="small")
+            values, x = finite[policy], np.asarray(c["returns"] if c else [], dtype=np.float64)
+            notes = [f"{x.size} eps"] + ([f"{x.size - values.size} NaN"] if x.size != values.size else [])
+            if values.size and values.min() == values.max():
+                ax.axvline(values[0], color="C1", linewidth=2.5, gid="constant-return")
+                ax.plot([values[0]], [values.size], marker="v", color="C1", markersize=8, gid="constant-return")
+                ax.set_ylim(0, values.size * 1.15)
+                notes.append(f"all = {values[0]:.4g}")
+            elif values.size:
+                ax.hist(values, bins=edges if edges is not None else "auto")
+            ax.set_title(f"{policy} x {env}\n{', '.join(notes)}", fontsize="small")
             ax.tick_params(labelsize="x-small")
-    fig.supxlabel("return")
+            ax.tick_params(labelbottom=True)
+            if i == rows - 1:
+                ax.set_xlabel("return", fontsize="small")
+            if j == 0:
+                ax.set_ylabel("episodes", fontsize="small")
     fig.tight_layout()
-    returns = out / "returns.png"
-    fig.savefig(returns)
-    return {"success_png": success, "returns_png": returns}
+    return fig
+
+
+def _finite(cell: dict[str, Any] | None) -> np.ndarray:
+    values = np.asarray(cell["returns"] if cell else [], dtype=np.float64)
+    return values[np.isfinite(values)]

@@ -1,0 +1,140 @@
+"""The slot-env interface the step sequence drives, and the host buffers it reads.
+
+:class:`SlotEnvs` is implemented by :class:`fasteval.core.envs.SyncSlotEnvs` (in-process) and
+:class:`fasteval.core.workers.WorkerPoolEnvs` (worker processes); both build their buffers with
+:func:`allocate_obs_buffer`. This module imports no implementation, so both can import it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import gymnasium as gym
+import numpy as np
+
+from fasteval.errors import UserInputError
+
+
+@dataclass
+class EnvFailure:
+    """One env failure: which slot, during what (``step``/``reset``), and why."""
+
+    slot: int
+    stage: str
+    error: str
+    traceback: str = ""
+    exit_code: int | None = None
+
+
+def _failure(slot: int, stage: str, exc: BaseException) -> EnvFailure:
+    import traceback
+
+    return EnvFailure(slot, stage, f"{type(exc).__name__}: {exc}", "".join(traceback.format_exception(exc)))
+
+
+class SlotEnvs:
+    """``n_slots`` envs stepped and reset per slot. Host buffers are allocated once.
+
+    Attributes (all ``[B, ...]``, rows of idle slots hold stale values):
+        obs: ndarray, or dict of ndarrays for Dict observation spaces.
+        rewards: float64[B]; terminated, truncated, success: bool[B].
+    """
+
+    def __init__(self, n_slots: int, observation_space: gym.Space, action_space: gym.Space):
+        self.n_slots = n_slots
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.rewards = np.zeros(n_slots, dtype=np.float64)
+        self.terminated = np.zeros(n_slots, dtype=bool)
+        self.truncated = np.zeros(n_slots, dtype=bool)
+        self.success = np.zeros(n_slots, dtype=bool)
+        discrete = isinstance(action_space, gym.spaces.Discrete)
+        self._env_actions: Callable[[np.ndarray], Sequence[Any]] = (
+            (lambda a: a.tolist()) if discrete else (lambda a: a)
+        )
+        self.failures: list[EnvFailure] = []
+        """Slots whose env raised, hung or died in the last ``step``/``reset_slots``; the engine
+        handles and clears them. Rows of failed slots in the step buffers are meaningless."""
+
+    overlaps = False
+    """Whether ``step_send`` returns before the envs have stepped (envs in other processes), so
+    that the loop can run the policy for another group meanwhile."""
+
+    metadata: dict = {}
+    """The env's ``metadata`` (``render_fps``, ``render_modes``...), from slot 0's env."""
+
+    def rebuild(self, slot: int) -> list[int]:
+        """Replace the env of ``slot`` after a failure. Returns every slot whose env state was
+        lost (those episodes must restart from their seeds)."""
+        raise NotImplementedError
+
+    def call(self, slots: Sequence[int], name: str) -> list[Any]:
+        """``[env.<name>() (a method) or env.<name> (an attribute) for each slot]``, looked up
+        through the wrappers. Raises :class:`~fasteval.errors.EnvStepError` if an env raises."""
+        raise NotImplementedError
+
+    def has_attr(self, name: str) -> bool:
+        """Whether slot 0's env (through its wrappers) has attribute ``name``."""
+        raise NotImplementedError
+
+    def groups(self, n: int) -> list[slice]:
+        """``n`` contiguous slot groups (the pipelined loop's), as even as possible."""
+        base, extra = divmod(self.n_slots, n)
+        out, start = [], 0
+        for g in range(n):
+            stop = start + base + (1 if g < extra else 0)
+            out.append(slice(start, stop))
+            start = stop
+        return out
+
+    def step_send(self, slots: Sequence[int], actions: np.ndarray) -> list[int]:
+        """Start the step of ``slots``; returns the slots to pass to :meth:`step_recv`. In-process
+        envs step right here."""
+        self.step(slots, actions)
+        return list(slots)
+
+    def step_recv(self, sent: Sequence[int]) -> None:
+        """Finish the step started by :meth:`step_send` (nothing to do for in-process envs)."""
+
+    def reset_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:
+        raise NotImplementedError
+
+    def step(self, slots: Sequence[int], actions: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+def _obs_writer(buffer: Any) -> Callable[[int, Any], None]:
+    if isinstance(buffer, dict):
+        keys = list(buffer)
+
+        def write(slot: int, obs: Any) -> None:
+            for key in keys:
+                buffer[key][slot] = obs[key]
+
+        return write
+
+    def write_array(slot: int, obs: Any) -> None:
+        buffer[slot] = obs
+
+    return write_array
+
+
+def allocate_obs_buffer(space: gym.Space, n_slots: int, allocate: Callable[[tuple, np.dtype], np.ndarray] | None = None) -> Any:
+    """``[n_slots, *shape]`` host array(s) for ``space``; ``allocate`` may supply pinned memory."""
+    allocate = allocate or (lambda shape, dtype: np.zeros(shape, dtype=dtype))
+    if isinstance(space, gym.spaces.Dict):
+        out = {}
+        for key, sub in space.spaces.items():
+            if isinstance(sub, gym.spaces.Dict):
+                raise UserInputError(f"nested Dict observation spaces are not supported (key {key!r}); flatten them with a wrapper.")
+            out[key] = allocate((n_slots, *sub.shape), np.dtype(sub.dtype))
+        return out
+    if isinstance(space, gym.spaces.Discrete):
+        return allocate((n_slots,), np.dtype(np.int64))
+    if space.shape is None or space.dtype is None:
+        raise UserInputError(f"observation space {space} has no fixed shape and dtype; fasteval needs Box, Discrete, MultiDiscrete, MultiBinary or Dict of those.")
+    return allocate((n_slots, *space.shape), np.dtype(space.dtype))

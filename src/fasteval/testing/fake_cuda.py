@@ -1,0 +1,181 @@
+"""Fake CUDA graph machinery, so that the graph path of :mod:`fasteval.core.accel` runs on a CPU.
+
+``with FakeCuda(mode) as fake:`` replaces the ``torch.cuda`` calls the capture uses (``device``,
+``Stream``, ``current_stream``, ``set_stream``, ``stream``, ``graph``, ``CUDAGraph``,
+``graph_pool_handle``, ``get_rng_state``, ``set_rng_state``) with recording fakes, and lets a
+CPU policy device take the graph path. An engine built inside the block "captures" on its first
+policy call and "replays" afterwards; ``fake`` records what was used:
+
+* ``fake.captures``: one dict per capture: ``device`` (the device context active at capture),
+  ``stream`` (the ``stream=`` argument), ``stream_device`` (the device the side stream was
+  created on, and in which device context), ``pool``, ``capture_error_mode``;
+* ``fake.graphs``: every :class:`FakeGraph` made; ``fake.replays``: total replays.
+
+``mode`` plants the faults that :mod:`benchmarks.gpu_check` must catch:
+
+* ``"faithful"``: a replay re-runs the captured call into the captured output (what a real
+  graph does), drawing fresh noise from the current generator;
+* ``"stale"``: a replay does nothing, so the output keeps the capture-time actions (an empty
+  graph: what capturing on the wrong device's stream gives);
+* ``"frozen-noise"``: a replay re-runs the call with the RNG state of capture time (the
+  frozen-RNG bug of pytorch/rl#3002);
+* ``"fail"``: the capture raises inside ``torch.cuda.graph`` (a policy that syncs), after
+  switching the current stream and drawing random numbers, to test the restore.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+
+MODES = ("faithful", "stale", "frozen-noise", "fail")
+
+
+class FakeStream:
+    def __init__(self, fake: "FakeCuda", device: Any = None, name: str = "side"):
+        self.fake, self.device, self.name = fake, device, name
+        self.created_in = fake.device_stack[-1] if fake.device_stack else None
+        self.waited: list[str] = []
+
+    def wait_stream(self, other: "FakeStream") -> None:
+        self.waited.append(other.name)
+
+    def synchronize(self) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"FakeStream({self.name}, device={self.device})"
+
+
+class FakeGraph:
+    def __init__(self, fake: "FakeCuda"):
+        self.fake = fake
+        self.replays = 0
+        self.call: Any = None
+        fake.graphs.append(self)
+
+    def bind(self, fn: Any, obs: Any, out: torch.Tensor, rng: torch.Tensor) -> None:
+        mode = self.fake.mode
+        if mode == "faithful":
+            self.call = lambda: out.copy_(fn(obs))
+        elif mode == "frozen-noise":
+            def frozen() -> None:
+                with torch.random.fork_rng(devices=[]):
+                    torch.set_rng_state(rng)
+                    out.copy_(fn(obs))
+            self.call = frozen
+
+    def replay(self) -> None:
+        self.replays += 1
+        self.fake.replays += 1
+        if self.call is not None:
+            self.call()
+
+
+class FakeCuda:
+    """Context manager: install the fakes (see the module docstring); undone on exit."""
+
+    def __init__(self, mode: str = "faithful"):
+        if mode not in MODES:
+            raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
+        self.mode = mode
+        self.device_stack: list[Any] = []
+        self.default = FakeStream(self, None, "default")
+        self.current = self.default
+        self.captures: list[dict[str, Any]] = []
+        self.graphs: list[FakeGraph] = []
+        self.replays = 0
+        self.pools = 0
+        self._stack = contextlib.ExitStack()
+
+    # -- the fakes ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def device(self, device: Any):
+        self.device_stack.append(device)
+        try:
+            yield
+        finally:
+            self.device_stack.pop()
+
+    def Stream(self, device: Any = None, **kwargs: Any) -> FakeStream:  # noqa: N802 (torch's name)
+        return FakeStream(self, device)
+
+    def current_stream(self, device: Any = None) -> FakeStream:
+        return self.current
+
+    def set_stream(self, stream: FakeStream) -> None:
+        self.current = stream
+
+    @contextlib.contextmanager
+    def stream(self, stream: FakeStream):
+        previous, self.current = self.current, stream
+        try:
+            yield
+        finally:
+            self.current = previous
+
+    def CUDAGraph(self) -> FakeGraph:  # noqa: N802
+        return FakeGraph(self)
+
+    def graph_pool_handle(self) -> tuple:
+        self.pools += 1
+        return ("pool", self.pools)
+
+    @contextlib.contextmanager
+    def graph(self, graph: FakeGraph, pool: Any = None, stream: Any = None, capture_error_mode: str = "global"):
+        self.captures.append({
+            "device": self.device_stack[-1] if self.device_stack else None, "stream": stream,
+            "stream_device": getattr(stream, "device", None), "stream_created_in": getattr(stream, "created_in", None),
+            "pool": pool, "capture_error_mode": capture_error_mode,
+        })
+        previous, self.current = self.current, stream
+        yield
+        if self.mode == "fail":  # like capture_end raising: the current stream is NOT restored here
+            torch.rand(3)
+            raise RuntimeError("operation not permitted when stream is capturing (fake)")
+        self.current = previous
+
+    def get_rng_state(self, device: Any = None) -> torch.Tensor:
+        return torch.zeros(1, dtype=torch.uint8)
+
+    def set_rng_state(self, state: torch.Tensor, device: Any = None) -> None:
+        pass
+
+    # -- install ------------------------------------------------------------------------------
+    def __enter__(self) -> "FakeCuda":
+        from fasteval.core import accel
+
+        patch = self._stack.enter_context
+        for name in ("device", "Stream", "current_stream", "set_stream", "stream", "CUDAGraph", "graph_pool_handle",
+                     "graph", "get_rng_state", "set_rng_state"):
+            patch(_setattr(torch.cuda, name, getattr(self, name)))
+        patch(_setattr(accel, "graph_unsupported", lambda device: None))
+        original = accel.CudaGraphCall._warm_up_and_capture
+
+        def warm_up_and_capture(call: Any, obs: Any, previous: Any) -> tuple:
+            rng = torch.get_rng_state()
+            graph, out, keep = original(call, obs, previous)
+            graph.bind(call.fn, obs, out, rng)
+            return graph, out, keep
+
+        patch(_setattr(accel.CudaGraphCall, "_warm_up_and_capture", warm_up_and_capture))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stack.close()
+
+
+@contextlib.contextmanager
+def _setattr(obj: Any, name: str, value: Any):
+    missing = object()
+    old = obj.__dict__.get(name, missing) if isinstance(obj, type) else getattr(obj, name, missing)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        if old is missing:
+            delattr(obj, name)
+        else:
+            setattr(obj, name, old)

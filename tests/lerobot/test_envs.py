@@ -1,0 +1,86 @@
+"""LeRobot env types built by LeRobot's own env config and factory (fasteval.lerobot.envs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("lerobot")
+
+from fasteval import evaluate  # noqa: E402
+from fasteval.lerobot.envs import ENV_REF, FlattenPixels, env_config, prepare_libero  # noqa: E402
+
+
+def test_act_on_lerobot_built_pusht_matches_lerobot_eval(act_checkpoint: Path) -> None:
+    """Raw env observations through LeRobot's preprocess_observation: the exact route."""
+    from fasteval.lerobot.reference import lerobot_eval
+
+    theirs = lerobot_eval(act_checkpoint, n_episodes=3, batch_size=3, seed=7, episode_length=40)["per_episode"]
+    ours = evaluate(env=ENV_REF, env_kwargs={"type": "pusht", "episode_length": 40}, policy=str(act_checkpoint),
+                    n_episodes=3, batch_size=3, seed=7, device="cpu", reset_mode="wave")
+    assert [r["length"] for r in ours.per_episode] == [40, 40, 40]
+    for a, b in zip(ours.per_episode, theirs):
+        assert (a["seed"], a["success"]) == (b["seed"], b["success"])
+        assert a["sum_reward"] == pytest.approx(b["sum_reward"], abs=1e-4)
+        assert a["max_reward"] == pytest.approx(b["max_reward"], abs=1e-4)
+
+
+def test_compat_resolves_lerobot_types() -> None:
+    from fasteval.compat import resolve_env_type
+
+    env_id, kwargs, _ = resolve_env_type("libero", None)
+    assert (env_id, kwargs) == (ENV_REF, {"type": "libero", "task": "libero_10"})
+    env_id, kwargs, _ = resolve_env_type("robocasa", "A,B")
+    assert (env_id, kwargs) == (ENV_REF, {"type": "robocasa", "task": ["A", "B"]})
+    assert resolve_env_type("pusht", None)[0] != ENV_REF  # the table's own entries keep their route
+    with pytest.raises(ValueError, match="any LeRobot env type"):
+        resolve_env_type("no_such_type", None)
+
+
+def test_libero_config_without_a_prompt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LIBERO_CONFIG_PATH", str(tmp_path / "libero"))
+    monkeypatch.setenv("FASTEVAL_LIBERO_ASSETS", str(tmp_path / "assets"))
+    config = env_config("libero", task="libero_spatial", task_id=3, obs_type="pixels_agent_pos")
+    assert (config.task, config.task_ids, config.type) == ("libero_spatial", [3], "libero")
+    written = (tmp_path / "libero" / "config.yaml").read_text()
+    assert f"assets: {tmp_path / 'assets'}\n" in written
+    for key in ("benchmark_root", "bddl_files", "init_states", "datasets"):
+        assert f"{key}: " in written
+    (tmp_path / "libero" / "config.yaml").write_text("assets: mine\n")
+    assert prepare_libero() == tmp_path / "libero" / "config.yaml"  # an existing file is kept
+    assert (tmp_path / "libero" / "config.yaml").read_text() == "assets: mine\n"
+
+
+class _TwoCameras(gym.Env):
+    observation_space = gym.spaces.Dict({
+        "pixels": gym.spaces.Dict({"top": gym.spaces.Box(0, 255, (8, 8, 3), np.uint8),
+                                   "wrist": gym.spaces.Box(0, 255, (8, 8, 3), np.uint8)}),
+        "agent_pos": gym.spaces.Box(-1, 1, (3,), np.float64),
+    })
+    action_space = gym.spaces.Box(-1, 1, (1,))
+
+    def reset(self, *, seed=None, options=None):
+        return self.observation_space.sample(), {}
+
+
+def test_nested_cameras_flatten_and_reach_lerobot_keys() -> None:
+    from lerobot.envs.utils import preprocess_observation
+    from tensordict import TensorDict
+
+    from fasteval.lerobot.policy import lerobot_batch
+
+    env = FlattenPixels(_TwoCameras())
+    assert sorted(env.observation_space.spaces) == ["agent_pos", "pixels/top", "pixels/wrist"]
+    raw = _TwoCameras.observation_space.sample()
+    flat = env.observation(raw)
+    td = TensorDict({k: torch.from_numpy(np.asarray(v)[None]) for k, v in flat.items()}, batch_size=[1])
+    ours = lerobot_batch(td)
+    theirs = preprocess_observation({"pixels": {k: v[None] for k, v in raw["pixels"].items()},
+                                     "agent_pos": raw["agent_pos"][None]})
+    assert sorted(ours) == sorted(theirs) == ["observation.images.top", "observation.images.wrist", "observation.state"]
+    for key in ours:
+        assert ours[key].dtype == theirs[key].dtype and torch.equal(ours[key], theirs[key])

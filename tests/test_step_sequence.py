@@ -1,0 +1,101 @@
+"""The one step sequence (core/loop.py): the plain and the pipelined run go through the same
+``launch``/``land`` pair, and the per-step checks bound once per engine are exact."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from fasteval.api import evaluate
+from fasteval.core import loop
+from fasteval.core.faults import make_action_check
+from fasteval.core.pipeline import group_rows, policy_batch
+from fasteval.testing import ParityPolicy
+
+KA = "fasteval/KnownAnswer-v0"
+
+
+@pytest.mark.parametrize("pipeline, vectorization, groups", [(False, "sync", 1), (False, "async", 1), (True, "async", 2)])
+def test_plain_and_pipelined_runs_share_launch_and_land(monkeypatch, pipeline, vectorization, groups, known_answers,
+                                                        check_episodes):
+    calls = {"launch": set(), "land": set()}
+    real_launch, real_land = loop.launch, loop.land
+
+    def launch(ctx, group):
+        calls["launch"].add(group.rows.start)
+        return real_launch(ctx, group)
+
+    def land(ctx, group):
+        calls["land"].add(group.rows.start)
+        return real_land(ctx, group)
+
+    monkeypatch.setattr(loop, "launch", launch)
+    monkeypatch.setattr(loop, "land", land)
+    result = evaluate(env=KA, policy=ParityPolicy(), n_episodes=13, batch_size=4, seed=3, device="cpu",
+                      vectorization=vectorization, pipeline=pipeline)
+    check_episodes(result.per_episode, known_answers(13, 3, "parity"), f"pipeline={pipeline}")
+    assert len(calls["launch"]) == groups and len(calls["land"]) == groups, calls
+
+
+def test_group_rows_cover_every_slot_once():
+    for n in range(1, 9):
+        for pipeline in (False, True):
+            if pipeline and n < 2:
+                continue
+            rows = group_rows(n, pipeline)
+            covered = [s for r in rows for s in range(r.start, r.stop)]
+            assert covered == list(range(n))
+            assert policy_batch(n, pipeline) == max(r.stop - r.start for r in rows)
+    assert group_rows(5, True) == [slice(0, 3), slice(3, 5)]
+
+
+finite_or_not = st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=32),
+                          st.sampled_from([3.0e38, -3.0e38, np.nan, np.inf, -np.inf, 0.0]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(actions=hnp.arrays(np.float32, hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=5),
+                          elements=finite_or_not),
+       data=st.data())
+def test_action_check_matches_a_per_slot_isfinite(actions, data):
+    """The whole-array fast path never hides a bad row of an active slot and never flags a good one."""
+    n = actions.shape[0]
+    active = sorted(data.draw(st.sets(st.integers(0, n - 1))))
+    expected = [s for s in active if not np.isfinite(actions[s]).all()]
+    assert make_action_check(actions.dtype)(actions, active) == expected
+
+
+def test_action_check_for_integer_actions_is_free():
+    assert make_action_check(np.dtype(np.int64))(np.zeros(4, dtype=np.int64), [0, 1, 2, 3]) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(n_slots=st.integers(1, 5), n_exec=st.integers(1, 4),
+       script=st.lists(st.one_of(st.just("call"), st.lists(st.integers(0, 4), min_size=1, max_size=3)), max_size=25))
+def test_chunk_queue_device_mirror_equals_host_positions(n_slots, n_exec, script):
+    """The device-side position mirror (used on CUDA, forced here on CPU) gives the same actions."""
+    import torch
+
+    from fasteval.policies.chunk_queue import ChunkQueue
+
+    def make_call():
+        count = [0]
+
+        def call(obs):
+            count[0] += 1
+            return torch.arange(n_slots * 4, dtype=torch.float32).reshape(n_slots, 4, 1) + 1000 * count[0]
+        return call
+
+    queues = [ChunkQueue(call, call(None), n_exec, mirror=m) for m, call in ((False, make_call()), (True, make_call()))]
+    for q in queues:
+        q.call.__closure__[0].cell_contents[0] = 0  # the sample call does not count
+    for op in script:
+        if op == "call":
+            a, b = (q(None) for q in queues)
+            assert torch.equal(a, b)
+        else:
+            for q in queues:
+                q.drop([s for s in op if s < n_slots])
