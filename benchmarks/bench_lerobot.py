@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="tiny ACT, 2 episodes x 5 steps (for tests)")
     parser.add_argument("--skip-lerobot", action="store_true", help="leave out LeRobot's own row")
     parser.add_argument("--obs-format", default="lerobot", choices=["lerobot", "raw"],
-                        help="lerobot: what --env.type=pusht gives; raw: LeRobot's preprocess_observation in the policy")
+                        help="lerobot: what --env.type=pusht gives; raw: preprocess_observation in the policy")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.tiny:

@@ -279,3 +279,17 @@ def test_videos_from_the_pool_equal_in_process_videos(tmp_path):
         assert len(result.video_paths) == 4
         digests[vectorization] = {p.name: p.read_bytes() for p in sorted(folder.rglob("*.mp4"))}
     assert len(digests["sync"]) == 4 and digests["sync"] == digests["async"]
+
+
+def test_a_suite_callable_env_in_workers_is_a_clear_user_error():
+    """Env callables exist only in the parent; a worker (forkserver/spawn) cannot see them: the
+    user gets the suite's own UserInputError, raised as it is, not a generic worker failure."""
+    from fasteval.core.envs import EnvFactory
+    from fasteval.suites import as_task
+    from fasteval.testing import KnownAnswerEnv
+
+    task = as_task(lambda **kwargs: KnownAnswerEnv(**kwargs))
+    probe = KnownAnswerEnv()
+    with pytest.raises(UserInputError, match="module:callable"):
+        WorkerPoolEnvs(EnvFactory(task.env, dict(task.env_kwargs)), 2, probe.observation_space, probe.action_space,
+                       n_workers=1, step_timeout=30.0)

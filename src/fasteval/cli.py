@@ -18,7 +18,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import click
 
@@ -309,7 +309,7 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
 
             click.echo(dump_config(spec, out_dir))
             return
-        from fasteval.suites import suite_command, suite_from_spec
+        from fasteval.suites import suite_from_spec
 
         suite = suite_from_spec(spec)  # --env.task=a,b (a list of task names): one durable run per task
         if suite is not None:
@@ -477,6 +477,32 @@ def spec_from_manifest(ctx: click.Context, run_dir: Any, options: dict[str, Any]
     known = set(EvalSpec.__dataclass_fields__)
     return EvalSpec(**{k: v for k, v in saved.items() if k in known})
 
+
+def suite_command(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], out_dir: str | Path, compat: Any,
+                  profile: bool = False) -> int:
+    """The ``fasteval`` command for a suite spec (see :func:`fasteval.suites.run_suite_durable`): run, print, return the exit code."""
+    from fasteval.durable import STATUS_COMPLETE, STATUS_INTERRUPTED
+    from fasteval.suites import flatten_suite, run_suite_durable
+
+    outcome = run_suite_durable(spec, suite, out_dir, announce=lambda m: click.echo(m, err=True))
+    result = outcome.result
+    for row in result.per_task():
+        agg = row["aggregated"]
+        click.echo(f"{row['task_group']}/{row['task_id']} {row['task']}: {agg['n_episodes']} episodes, "
+                   f"avg_sum_reward {agg['avg_sum_reward']:.4f}, pc_success {agg['pc_success']:.1f}%")
+    click.echo(format_summary(result, profile))
+    click.echo(f"wrote {Path(out_dir) / 'eval_info.json'} ({len(outcome.folders)} of {len(flatten_suite(suite))} tasks; "
+               f"status: {outcome.status})")
+    problems = compat.finish(spec, out_dir, result)
+    for problem in problems:
+        click.echo(f"Error: {problem} (the results are in {out_dir})", err=True)
+    if outcome.status == STATUS_COMPLETE and not problems:
+        return 0
+    if outcome.status == STATUS_INTERRUPTED:
+        return 128 + (outcome.signal_number or 2)
+    if outcome.error is not None:
+        click.echo(f"Error: {outcome.error}", err=True)
+    return EXIT_RUNTIME_ERROR
 
 if __name__ == "__main__":
     main()

@@ -353,35 +353,6 @@ def run_suite_durable(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], ou
     return SuiteOutcome(merged, status, folders, error, signal_number)
 
 
-def suite_command(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], out_dir: str | Path, compat: Any,
-                  profile: bool = False) -> int:
-    """The ``fasteval`` command for a suite spec (see :func:`run_suite_durable`): run, print, return the exit code."""
-    import click
-
-    from fasteval.cli import EXIT_RUNTIME_ERROR, format_summary
-    from fasteval.durable import STATUS_COMPLETE, STATUS_INTERRUPTED
-
-    outcome = run_suite_durable(spec, suite, out_dir, announce=lambda m: click.echo(m, err=True))
-    result = outcome.result
-    for row in result.per_task():
-        agg = row["aggregated"]
-        click.echo(f"{row['task_group']}/{row['task_id']} {row['task']}: {agg['n_episodes']} episodes, "
-                   f"avg_sum_reward {agg['avg_sum_reward']:.4f}, pc_success {agg['pc_success']:.1f}%")
-    click.echo(format_summary(result, profile))
-    click.echo(f"wrote {Path(out_dir) / 'eval_info.json'} ({len(outcome.folders)} of {len(flatten_suite(suite))} tasks; "
-               f"status: {outcome.status})")
-    problems = compat.finish(spec, out_dir, result)
-    for problem in problems:
-        click.echo(f"Error: {problem} (the results are in {out_dir})", err=True)
-    if outcome.status == STATUS_COMPLETE and not problems:
-        return 0
-    if outcome.status == STATUS_INTERRUPTED:
-        return 128 + (outcome.signal_number or 2)
-    if outcome.error is not None:
-        click.echo(f"Error: {outcome.error}", err=True)
-    return EXIT_RUNTIME_ERROR
-
-
 # -- MetaWorld -------------------------------------------------------------------------------------
 METAWORLD_BENCHMARKS = ("MT10", "MT25", "MT50")
 

@@ -49,6 +49,7 @@ def test_wave_matches_lerobot_eval_per_seed(act_checkpoint: Path, lerobot_rows: 
     result = evaluate(**pusht_spec(act_checkpoint, n_episodes=6, batch_size=3, max_steps=STEPS, reset_mode="wave",
                                    observation_format=observation_format))
     assert result.meta["batching"] == "wave"
+    assert result.meta["lerobot_policy_type"] == "act" and result.meta["lerobot_noise"].startswith("none")
     assert [r["seed"] for r in result.per_episode] == [r["seed"] for r in lerobot_rows] == list(range(1000, 1006))
     assert any(r["sum_reward"] > 0 for r in lerobot_rows)  # the comparison is not between zeros
     for ours, theirs in zip(result.per_episode, lerobot_rows):
@@ -214,3 +215,65 @@ def test_auto_device_falls_back_to_cpu_without_cuda() -> None:
     assert resolve_lerobot_device("auto", "cuda").type == expected
     assert resolve_lerobot_device("auto", None).type == expected
     assert resolve_lerobot_device("auto", "cpu") == torch.device("cpu")
+
+
+def test_sweep_reaches_the_lerobot_loader(act_checkpoint: Path, tmp_path: Path) -> None:
+    """A sweep file naming a LeRobot checkpoint folder: the same per-seed numbers as a direct run."""
+    import json
+    import shutil
+    import sqlite3
+
+    from click.testing import CliRunner
+
+    from fasteval.cli import main
+
+    shutil.copytree(act_checkpoint, tmp_path / "ckpt")
+    sweep = {"name": "lr", "episodes": 3, "seeds": [5],
+             "policies": [{"name": "act", "ref": "ckpt"}],
+             "envs": [{"name": "varying", "id": "fasteval.lerobot.testing:make_varying_env"}],
+             "options": {"batch_size": 2, "device": "cpu"}}
+    (tmp_path / "sweep.json").write_text(json.dumps(sweep))
+    result = CliRunner().invoke(main, ["sweep", str(tmp_path / "sweep.json"), "--workers", "1",
+                                       "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    direct = evaluate(**varying_spec(act_checkpoint, n_episodes=3, batch_size=2, seed=5, observation_format="raw"))
+    stores = list((tmp_path / "out").rglob("*.sqlite*")) + list((tmp_path / "out").rglob("*.db"))
+    assert stores, sorted(p.name for p in (tmp_path / "out").rglob("*"))
+    with sqlite3.connect(stores[0]) as db:
+        tables = [r[0] for r in db.execute("select name from sqlite_master where type='table'")]
+        table = next(t for t in tables if "episode" in t)
+        cols = [r[1] for r in db.execute(f"pragma table_info({table})")]
+        stored = sorted(db.execute(f"select seed, sum_reward from {table}").fetchall())
+    assert "sum_reward" in cols
+    assert stored == [(r[0], r[1]) for r in rows(direct)]
+
+
+def test_lerobot_done_mask_counts_one_step_past_the_end(act_checkpoint: Path) -> None:
+    """The documented difference, shown: on episodes of different lengths (7..19 steps), LeRobot's
+    eval_policy (gymnasium's same-step autoreset, as LeRobot builds its vector envs) sums rewards up to
+    done_index + 1. The episode that ends last in its batch has no step after its end: there the two
+    agree. Every episode that ends earlier gets one more reward in LeRobot (the autoreset episode's
+    first step), so the two differ exactly there, and fasteval equals its own batch-1 run."""
+    import gymnasium as gym
+    from gymnasium.vector import AutoresetMode
+
+    from fasteval.lerobot.reference import lerobot_eval
+    from fasteval.lerobot.testing import make_varying_env
+
+    def one() -> gym.Env:
+        return gym.wrappers.TimeLimit(make_varying_env(), max_episode_steps=50)
+
+    seed, batch = 3, 3
+    vec = gym.vector.SyncVectorEnv([one] * batch, autoreset_mode=AutoresetMode.SAME_STEP)
+    theirs = lerobot_eval(act_checkpoint, n_episodes=batch, batch_size=batch, seed=seed, vector_env=vec)["per_episode"]
+    ours = evaluate(**varying_spec(act_checkpoint, n_episodes=batch, batch_size=batch, seed=seed, reset_mode="wave"))
+    lengths = [r["length"] for r in ours.per_episode]
+    assert lengths == [7 + (seed + i) % 13 for i in range(batch)] and len(set(lengths)) == batch
+    last = lengths.index(max(lengths))
+    for i, (a, b) in enumerate(zip(ours.per_episode, theirs)):
+        if i == last:
+            assert a["sum_reward"] == pytest.approx(b["sum_reward"], abs=TOL)
+        else:
+            assert abs(a["sum_reward"] - b["sum_reward"]) > TOL  # LeRobot's extra step past the end
+    alone = rows(evaluate(**varying_spec(act_checkpoint, n_episodes=batch, batch_size=1, seed=seed)))
+    assert [r[1] for r in alone] == pytest.approx([r["sum_reward"] for r in ours.per_episode], abs=TOL)

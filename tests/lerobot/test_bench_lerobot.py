@@ -24,7 +24,8 @@ def test_bench_lerobot_tiny(tmp_path: Path) -> None:
     rows = json.loads(out.read_text())["rows"]
     assert {"lerobot sync", "fasteval wave sync", "fasteval wave async", "fasteval continuous sync",
             "fasteval continuous async", "env only"} <= set(rows)
-    assert rows["fasteval wave sync"]["batching"] == "wave" and rows["fasteval continuous async"]["batching"] == "continuous"
+    assert rows["fasteval wave sync"]["batching"] == "wave"
+    assert rows["fasteval continuous async"]["batching"] == "continuous"
     assert rows["fasteval wave sync"]["sum_rewards"] == pytest.approx(rows["lerobot sync"]["sum_rewards"], abs=1e-4)
     for name in ("fasteval wave sync", "fasteval continuous sync", "fasteval continuous async"):
         assert set(rows[name]["timings"]) >= {"env_step", "policy"}

@@ -280,7 +280,14 @@ class CoreEngine:
             "kernel_backend": kernels.BACKEND,
             "pipeline": self.spec.pipeline,
             **{f"policy_{k}": v for k, v in self.accel_facts.items()},
+            **self._policy_facts(),
         }
+
+    def _policy_facts(self) -> dict[str, Any]:
+        """Facts the policy reports about itself (``run_meta() -> dict``, optional): for example where
+        a stochastic policy's noise comes from, and so whether its results depend on the batch size."""
+        run_meta = getattr(self.policy, "run_meta", None)
+        return dict(run_meta()) if callable(run_meta) else {}
 
     def close(self) -> None:
         self.envs.close()

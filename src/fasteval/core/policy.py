@@ -11,6 +11,9 @@ A policy is any object with ``select_action(obs) -> Tensor[B, ...]`` or a callab
   new wave starts when every slot of the last one has finished. Results are the
   same as in continuous mode for any policy whose rows are independent.
 
+A policy may also have ``run_meta() -> dict``: facts about itself that the engine copies into
+every run's ``meta`` (for example where a stochastic policy's noise comes from).
+
 A ``tensordict.nn.TensorDictModule`` is accepted too: it reads ``"observation"`` (array
 observations) or the env's Dict keys, and writes ``"action"`` (else its last out_key); see
 :mod:`fasteval.core.tensordict_policy`.

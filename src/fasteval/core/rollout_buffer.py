@@ -196,6 +196,13 @@ class RolloutBuffer:
         with ``observation`` a dict of tensors for Dict observations (plain dicts: building a TensorDict
         per episode would cost more than the copies; :func:`concat_episodes` builds one at the end)."""
         out: dict[str, Any] = {}
+        if self.numpy_writes:
+            for key, value in self._np.items():
+                if isinstance(value, dict):
+                    out[key] = {k: torch.from_numpy(v[slot, :length].copy()) for k, v in value.items()}
+                else:
+                    out[key] = torch.from_numpy(value[slot, :length].copy())
+            return out
         for key, value in self.data.items():
             if key == "observation" and not isinstance(value, torch.Tensor):
                 out[key] = {k: v[slot, :length].clone() for k, v in value.items()}

@@ -11,8 +11,10 @@ observation buffer reads what the workers wrote, without a copy. A replaced work
 memory, so the views the engine holds stay valid for the whole life of the pool.
 
 **Messages.** Per step and per worker with active slots: one command (``step`` with the block's
-active slots, or ``reset`` with slots and seeds) and one reply. Nothing travels per slot except
-the failure records and the values of *watched* calls (below), inside that reply.
+active slots) and one reply. Nothing travels per slot except the failure records and the values
+of *watched* calls (below), inside that reply. A step on which episodes end adds one ``reset``
+command (slots and seeds) and reply per worker involved: the new episodes' first observations
+are needed before the next policy call, so resets cannot ride on the next step command.
 
 **Watched calls.** ``call(slots, name)`` (``env.<name>()`` or the attribute, e.g. ``render``
 or a task description) goes to the workers the first time. The pool then *watches* those slots:
@@ -33,7 +35,9 @@ A watched value that nobody asks for before the slot's next step ends its watch.
 preloading this module and gymnasium so a worker starts in milliseconds, else ``spawn``. Workers
 import the env's plugin namespace (``gym_pusht/...`` imports ``gym_pusht``) through the
 picklable factory (:class:`~fasteval.core.envs.EnvFactory`). Scripts that build a pool need the usual
-``if __name__ == "__main__":`` guard (spawn/forkserver import the main module).
+``if __name__ == "__main__":`` guard (spawn/forkserver import the main module), and an env must be
+named by an id or ``module:callable`` string: a Python object of the parent (a suite's env
+callable) does not exist in a worker (the suite's own error says so). Linux and macOS.
 
 **Ordering.** Commands to one worker are answered in order. Two groups of slots (the pipelined
 loop) may each have a step in flight on the same worker; replies are matched by sequence number
@@ -58,7 +62,7 @@ import gymnasium as gym
 import numpy as np
 
 from fasteval.core.slots import EnvFailure, SlotEnvs, _obs_writer, allocate_obs_buffer
-from fasteval.errors import EnvStepError, UserInputError
+from fasteval.errors import EnvStepError, FastevalError, UserInputError
 
 _ALIGN = 64
 DIED, TIMED_OUT = "died", "timed out"  # what _receive returns instead of a reply
@@ -221,8 +225,9 @@ def _worker_main(index: int, conn: Any, factory: Callable[[], gym.Env], shared: 
     try:
         for slot in block:
             envs[slot] = factory()
-    except BaseException as exc:  # reported to the parent, which raises it
-        conn.send((0, [(block.start, "start", f"{type(exc).__name__}: {exc}", traceback.format_exc())], None))
+    except BaseException as exc:  # reported to the parent, which raises it (fasteval's own errors as they are)
+        own = exc if isinstance(exc, FastevalError) and _picklable(exc) else None
+        conn.send((0, [(block.start, "start", f"{type(exc).__name__}: {exc}", traceback.format_exc())], own))
         return
     conn.send((0, None, None))
 
@@ -319,6 +324,16 @@ def _worker_main(index: int, conn: Any, factory: Callable[[], gym.Env], shared: 
             env.close()
         except Exception:
             pass
+
+
+def _picklable(obj: Any) -> bool:
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(obj))
+    except Exception:
+        return False
+    return True
 
 
 class _Broken:
@@ -444,6 +459,8 @@ class WorkerPoolEnvs(SlotEnvs):
         reply = self._receive(worker, 0, timeout)
         if reply is TIMED_OUT:
             worker.process.kill()
+        if not isinstance(reply, str) and reply[2] is not None:  # a FastevalError (bad input): the user's to fix
+            raise reply[2]
         if isinstance(reply, str) or reply[1]:
             detail = "" if isinstance(reply, str) else f": {reply[1][0][2]}\n{reply[1][0][3]}"
             how = f" ({reply}; {self._exit_text(worker)})" if isinstance(reply, str) else ""
@@ -616,7 +633,11 @@ class WorkerPoolEnvs(SlotEnvs):
             return []
         slots = sorted(slots)
         lo, hi = slots[0], slots[-1] + 1
-        self.actions[lo:hi] = actions[lo:hi]  # a span of one group's rows: other rows in it are idle slots
+        if hi - lo == len(slots):  # a contiguous run of slots (the usual case): one slice copy
+            self.actions[lo:hi] = actions[lo:hi]
+        else:  # only these rows: another group's rows may be in flight
+            index = np.asarray(slots, dtype=np.int64)
+            self.actions[index] = actions[index]
         sent: list[int] = []
         for w, wslots in self._split(slots):
             worker = self._workers[w]

@@ -10,9 +10,8 @@ Nested ``pixels`` Dict observations (several cameras) are flattened to ``pixels/
 which :func:`fasteval.lerobot.policy.lerobot_batch` nests again before LeRobot's
 ``preprocess_observation``.
 
-The last env config built in this process is remembered until the policy loader reads it
-(:func:`active_env_config`), so that it can pair the env-side processors LeRobot pairs with that
-env type. (A cleaner hook: the engine's ``load_policy`` part passing the spec; see docs/lerobot.md.)
+The policy loader rebuilds the same env config from the spec's env kwargs (:func:`config_for`), so
+that it pairs the env-side processors LeRobot pairs with that env type.
 """
 
 from __future__ import annotations
@@ -27,14 +26,15 @@ from fasteval.errors import UserInputError
 from fasteval.lerobot.extra import require_lerobot
 
 ENV_REF = "fasteval.lerobot.envs:make_env"
-_ACTIVE: dict[str, Any] = {}
+"""The env reference fasteval's ``--env.type`` table gives LeRobot env types (``module:callable``)."""
 
 
-def active_env_config() -> Any:
-    """The LeRobot ``EnvConfig`` of the last env :func:`make_env` built in this process since the last call,
-    else ``None``. Reading it clears it: the engine builds its probe env right before it loads the policy,
-    so a later engine on another env never pairs a stale env type's processors."""
-    return _ACTIVE.pop("config", None)
+def config_for(env: str, env_kwargs: dict[str, Any]) -> Any:
+    """LeRobot's ``EnvConfig`` for an fasteval env reference, or ``None`` when the env is not one of
+    LeRobot's (then no env-side processors are paired with the policy)."""
+    if env != ENV_REF:
+        return None
+    return env_config(**dict(env_kwargs))
 
 
 def env_config(type: str, task: str | None = None, task_id: int | None = None, **options: Any) -> Any:
@@ -66,7 +66,6 @@ def make_env(type: str, task: str | None = None, task_id: int | None = None, **o
         raise UserInputError(f"--env.type={type} --env.task={task}: LeRobot built {len(vec_envs)} task envs; "
                              f"fasteval builds one task per env (give one task, and task_id for suites).")
     env = vec_envs[0].envs[0]
-    _ACTIVE["config"] = config
     if isinstance(env.observation_space, gym.spaces.Dict) and isinstance(env.observation_space.spaces.get("pixels"),
                                                                          gym.spaces.Dict):
         env = FlattenPixels(env)

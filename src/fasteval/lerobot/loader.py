@@ -93,7 +93,8 @@ def _pipeline_builder(config: Any, folder: Path, rename_map: dict[str, str], env
             pre, post = make_pre_post_processors(config, pretrained_path=str(folder), preprocessor_overrides=overrides)
         except (ImportError, ValueError, KeyError, OSError, RuntimeError) as exc:
             raise PolicyLoadError(f"LeRobot checkpoint {folder}: its processor files (policy_preprocessor.json, "
-                                  f"policy_postprocessor.json) could not be loaded: {type(exc).__name__}: {exc}") from exc
+                                  f"policy_postprocessor.json) could not be loaded: {type(exc).__name__}: {exc}"
+                                  ) from exc
         if env_config is not None:
             from lerobot.envs.factory import make_env_pre_post_processors
 

@@ -176,8 +176,9 @@ class LeRobotPolicy(_FollowsDevice):
         self.chunk_rows = "all"
         """``"all"`` (default): when some slot needs a chunk, the policy runs on every row (a static
         batch of ``n_slots``; the rows that need none are discarded, and their noise generators are not
-        advanced: they draw from a scratch generator). ``"needed"``: only on the rows that need one (less work when slots are
-        out of step, but the policy's batch size varies, and float rounding can differ with it)."""
+        advanced: they draw from a scratch generator). ``"needed"``: only on the rows that need one
+        (less work when slots are out of step, but the policy's batch size varies, and float rounding
+        can differ with it)."""
         if hasattr(policy, "reset"):
             policy.reset()  # empty internal queues: predict_action_chunk then reads the batch it is given
 

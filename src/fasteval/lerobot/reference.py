@@ -19,11 +19,14 @@ from fasteval.lerobot.extra import require_lerobot
 
 def lerobot_eval(folder: str | Path, n_episodes: int, batch_size: int, seed: int, device: str = "cpu",
                  env_type: str = "pusht", use_async_envs: bool = False, use_amp: bool = False,
-                 rename_map: dict[str, str] | None = None, **env_options: Any) -> dict[str, Any]:
+                 rename_map: dict[str, str] | None = None, vector_env: Any = None,
+                 **env_options: Any) -> dict[str, Any]:
     """Run LeRobot's ``eval_policy_all``; return ``{"per_episode": [...], "info": <its dict>, "eval_s": float}``.
 
     ``per_episode`` rows: ``episode_ix``, ``seed``, ``sum_reward``, ``max_reward``, ``success``,
-    in LeRobot's order (seeds ``seed .. seed + n_episodes - 1``).
+    in LeRobot's order (seeds ``seed .. seed + n_episodes - 1``). ``vector_env``: run on this gymnasium
+    vector env instead of the one LeRobot builds for ``env_type`` (whose config still gives the
+    policy's features and the env processors); it is closed at the end.
     """
     require_lerobot("the LeRobot reference evaluation")
     from lerobot.configs.policies import PreTrainedConfig
@@ -39,7 +42,10 @@ def lerobot_eval(folder: str | Path, n_episodes: int, batch_size: int, seed: int
     policy_cfg.device = device
     with torch.random.fork_rng(devices=[]):
         set_seed(seed)
-        envs = make_env(env_cfg, n_envs=batch_size, use_async_envs=use_async_envs)
+        if vector_env is not None:
+            envs = {env_cfg.type: {0: vector_env}}
+        else:
+            envs = make_env(env_cfg, n_envs=batch_size, use_async_envs=use_async_envs)
         try:
             policy = make_policy(cfg=policy_cfg, env_cfg=env_cfg, rename_map=rename_map)
             policy.eval()

@@ -36,8 +36,17 @@ def load_policy(
     action_space: gym.Space,
     n_slots: int,
     trust_remote_code: bool = False,
+    *,
+    device: str = "auto",
+    env: str | None = None,
+    env_kwargs: dict[str, Any] | None = None,
 ) -> Any:
-    """Return a policy object for ``ref`` (see the module docstring). Raises PolicyLoadError/UserInputError."""
+    """Return a policy object for ``ref`` (see the module docstring). Raises PolicyLoadError/UserInputError.
+
+    ``device`` (the spec's) places a LeRobot policy as LeRobot's ``--policy.device`` does; ``env`` and
+    ``env_kwargs`` (the spec's) tell which LeRobot env config, if any, pairs its env-side processors.
+    """
+    lerobot_args = (n_slots, device, env, env_kwargs or {})
     if not isinstance(ref, str):
         return ref
     if ref in BUILTIN_POLICIES:
@@ -45,14 +54,14 @@ def load_policy(
     if is_hf_ref(ref):  # hf://org/repo[@revision]: a hub snapshot, loaded like a checkpoint folder
         folder = resolve_hf_ref(ref)
         if is_lerobot_checkpoint(folder):
-            return _load_lerobot(folder, n_slots)
+            return _load_lerobot(folder, *lerobot_args)
         if not is_checkpoint_dir(folder):
             raise PolicyLoadError(f"policy {ref!r}: the snapshot {folder} has no config.json; expected a checkpoint "
                                   f"folder (config.json + {WEIGHTS_NAME}).")
         return check_observation_fit(load_checkpoint(folder), folder, observation_space)
     path = Path(ref)
     if is_lerobot_checkpoint(path):  # config.json with LeRobot's "type": LeRobot's own API (the lerobot extra)
-        return _load_lerobot(path, n_slots)
+        return _load_lerobot(path, *lerobot_args)
     if is_checkpoint_dir(path):
         return check_observation_fit(load_checkpoint(path), path, observation_space)
     if path.is_dir():
@@ -80,11 +89,12 @@ def load_policy(
     )
 
 
-def _load_lerobot(folder: Path, n_slots: int) -> Any:
-    from fasteval.lerobot.envs import active_env_config
+def _load_lerobot(folder: Path, n_slots: int, device: str, env: str | None, env_kwargs: dict[str, Any]) -> Any:
+    from fasteval.lerobot.envs import config_for
     from fasteval.lerobot.loader import load_lerobot_policy
 
-    return load_lerobot_policy(folder, n_slots, env_config=active_env_config())
+    env_config = config_for(env, env_kwargs) if env is not None else None
+    return load_lerobot_policy(folder, n_slots, device=device, env_config=env_config)
 
 
 def _space_kwargs(factory: Any, observation_space: gym.Space, action_space: gym.Space) -> dict[str, Any]:
