@@ -199,3 +199,12 @@ def test_a_resumed_sweep_says_how_many_episodes_the_store_holds(tmp_path):
     assert again.exit_code == 0, again.output
     assert "0 jobs ran, 2 were complete" in again.output
     assert "0 episodes added, 6 episodes now stored" in again.output
+
+
+def test_summary_says_no_success_signal_for_an_env_without_one(tmp_path):
+    silent = run(["--env", "CartPole-v1", "--policy", "zero", "-n", "4", "-b", "2", "-o", str(tmp_path / "a")])
+    assert silent.exit_code == 0, silent.output
+    assert "no success signal" in silent.output
+    assert json.loads((tmp_path / "a" / "eval_info.json").read_text())["overall"]["has_success_signal"] is False
+    loud = run(["--env", KA, "--policy", "zero", "-n", "4", "-b", "2", "-o", str(tmp_path / "b")])
+    assert loud.exit_code == 0 and "no success signal" not in loud.output and "95% CI" in loud.output

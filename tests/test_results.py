@@ -192,22 +192,15 @@ def test_torch_threads_in_meta_are_the_ones_the_run_used():
         assert set(seen) == {threads} and result.meta["torch_threads"] == threads
 
 
-def _engine_tracks_success():
-    from fasteval.engine import Engine
-    from fasteval.spec import EvalSpec
-
-    with Engine(EvalSpec(env=KNOWN_ANSWER_ID, policy="zero", n_episodes=1, device="cpu")) as engine:
-        return hasattr(engine.envs, "has_success_signal")
-
-
-def test_cartpole_has_no_success_signal_and_known_answer_env_has_one():
-    """End to end: the env layer's flag reaches the records, the aggregates and meta."""
-    if not _engine_tracks_success():
-        pytest.skip("the env layer does not track info['is_success'] yet (SlotEnvs.has_success_signal, issue 14)")
+@pytest.mark.parametrize("vectorization", ["sync", "async"])
+def test_cartpole_has_no_success_signal_and_known_answer_env_has_one(vectorization):
+    """End to end: the env layer's flag (sync envs and the worker pool) reaches the records, the aggregates and meta."""
     from fasteval import evaluate
 
-    silent = evaluate(env="CartPole-v1", policy="zero", n_episodes=5, batch_size=2, device="cpu")
+    silent = evaluate(env="CartPole-v1", policy="zero", n_episodes=5, batch_size=2, device="cpu",
+                      vectorization=vectorization)
     assert silent.meta["has_success_signal"] is False and silent.overall()["has_success_signal"] is False
     assert {r["has_success_signal"] for r in silent.per_episode} == {False}
-    loud = evaluate(env=KNOWN_ANSWER_ID, policy="zero", n_episodes=5, batch_size=2, device="cpu")
+    loud = evaluate(env=KNOWN_ANSWER_ID, policy="zero", n_episodes=5, batch_size=2, device="cpu",
+                    vectorization=vectorization)
     assert loud.meta["has_success_signal"] is True and loud.overall()["has_success_signal"] is True

@@ -40,16 +40,23 @@ def test_plain_and_pipelined_runs_share_launch_and_land(monkeypatch, pipeline, v
     assert len(calls["launch"]) == groups and len(calls["land"]) == groups, calls
 
 
-def test_group_rows_cover_every_slot_once():
-    for n in range(1, 9):
-        for pipeline in (False, True):
-            if pipeline and n < 2:
-                continue
-            rows = group_rows(n, pipeline)
-            covered = [s for r in rows for s in range(r.start, r.stop)]
-            assert covered == list(range(n))
-            assert policy_batch(n, pipeline) == max(r.stop - r.start for r in rows)
-    assert group_rows(5, True) == [slice(0, 3), slice(3, 5)]
+@pytest.mark.parametrize("vectorization, workers", [("sync", None), ("async", 1), ("async", 2), ("async", 3)])
+def test_group_rows_cover_every_slot_once_in_whole_worker_blocks(vectorization, workers):
+    from fasteval.engine import Engine
+    from fasteval.spec import EvalSpec
+
+    for n in (2, 5, 6):
+        spec = EvalSpec(env=KA, policy=ParityPolicy(), n_episodes=8, batch_size=n, device="cpu",
+                        vectorization=vectorization, workers=workers)
+        with Engine(spec) as engine:
+            for pipeline in (False, True):
+                rows = group_rows(engine.envs, pipeline)
+                covered = [s for r in rows for s in range(r.start, r.stop)]
+                assert covered == list(range(n)) and len(rows) == (2 if pipeline else 1)
+                assert policy_batch(rows) == max(r.stop - r.start for r in rows)
+                if pipeline and vectorization == "async" and engine.envs.n_workers >= 2:
+                    starts = {block.start for block in engine.envs.blocks} | {n}
+                    assert all(r.start in starts and r.stop in starts for r in rows), (rows, engine.envs.blocks)
 
 
 finite_or_not = st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=32),

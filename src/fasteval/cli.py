@@ -83,7 +83,8 @@ def format_summary(result: Any, profile: bool) -> str:
         ("episodes", o["n_episodes"]),
         ("avg_sum_reward", f"{o['avg_sum_reward']:.4f}"),
         ("avg_max_reward", f"{o['avg_max_reward']:.4f}"),
-        ("pc_success", f"{o['pc_success']:.1f}%  (95% CI {lo:.1f}-{hi:.1f}%)"),
+        ("pc_success", f"{o['pc_success']:.1f}%  (95% CI {lo:.1f}-{hi:.1f}%)" if o.get("has_success_signal", True)
+         else "no success signal (the env never reported info['is_success'])"),
         ("avg_length", f"{o['avg_length']:.1f}"),
         ("env_steps", o["env_steps"]),
         ("eval_s", f"{o['eval_s']:.3f}"),

@@ -136,6 +136,11 @@ ENV_TYPES: dict[str, EnvType] = {
 }
 """``--env.type`` -> gymnasium id and kwargs (documented in ``docs/lerobot.md``)."""
 
+LEROBOT_FIRST = frozenset({"metaworld"})
+"""Types of :data:`ENV_TYPES` that LeRobot's own env wins when the ``lerobot`` extra is importable: its
+Meta-World renders a camera (``pixels`` + ``agent_pos``, what LeRobot policies are trained on), the table's
+is state-only. Without LeRobot the table's entry stands (docs/lerobot.md)."""
+
 _KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*=")
 
 
@@ -146,7 +151,8 @@ def resolve_env_type(env_type: str, task: str | None) -> tuple[str, dict[str, An
     (``push-v3,reach-v3``, as LeRobot accepts): the kwarg is then the list of task names, which the
     CLI runs as a suite (:func:`fasteval.suites.suite_from_spec`), one task after the other.
     """
-    entry = ENV_TYPES.get(env_type) or lerobot_env_type(env_type)
+    lerobot_first = lerobot_env_type(env_type) if env_type in LEROBOT_FIRST else None
+    entry = lerobot_first or ENV_TYPES.get(env_type) or lerobot_env_type(env_type)
     if entry is None:
         raise ValueError(f"unknown --env.type {env_type!r}; expected one of {', '.join(sorted(ENV_TYPES))} "
                          f"(or, with the lerobot extra installed, any LeRobot env type)."
@@ -181,7 +187,7 @@ def resolve_env_type(env_type: str, task: str | None) -> tuple[str, dict[str, An
 
 
 def lerobot_env_type(env_type: str) -> EnvType | None:
-    """A LeRobot env type not in :data:`ENV_TYPES`, built by LeRobot's own env config and factory
+    """A LeRobot env type not in :data:`ENV_TYPES` (or in :data:`LEROBOT_FIRST`), built by LeRobot's own env config and factory
     (:func:`fasteval.lerobot.envs.make_env`, one task per env; comma-separated tasks run as a suite);
     ``None`` when LeRobot is not importable or does not know the type."""
     try:

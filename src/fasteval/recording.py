@@ -253,7 +253,7 @@ class VideoRecorder(StepObserver):
         self.folder = Path(videos_dir) / safe_name(self.task)
         self.selection = VideoSelection(select, max_episodes)
         self.render = slot_getter(envs, "render")
-        metadata = getattr(getattr(envs, "vector_env", None), "metadata", None) or {}
+        metadata = getattr(envs, "metadata", None) or {}  # the env's metadata (render_fps), for sync and async envs
         self.fps = int(metadata.get("render_fps") or DEFAULT_FPS)
         self.open: dict[int, tuple[int, FrameSpool]] = {}  # slot -> (ledger row, frames)
         self.done: dict[int, str] = {}  # episode index -> path

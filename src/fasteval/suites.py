@@ -276,12 +276,28 @@ def suite_group(env: str) -> str:
     return env
 
 
+LEROBOT_ENV_REF = "fasteval.lerobot.envs:make_env"
+"""LeRobot env types (``fasteval.lerobot.envs.ENV_REF``): their suites follow LeRobot's task groups."""
+
+
 def suite_from_spec(spec: EvalSpec) -> dict[str, dict[int, Task]] | None:
     """The suite a spec stands for when an env kwarg that names the task (``task``, ``env_name``) is a
     **list** of task names (``--env.type=metaworld --env.task=push-v3,reach-v3``, or the same list
-    in a config file); ``None`` for a one-task spec. Task ``i`` is the ``i``-th name, labelled with it."""
+    in a config file); ``None`` for a one-task spec. Task ``i`` is the ``i``-th name, labelled with it.
+    LeRobot env types (:data:`LEROBOT_ENV_REF`) expand as LeRobot's factory does, with its groups and task
+    ids (:func:`fasteval.lerobot.envs.suite_tasks`: ``--env.task=easy``, ``libero_spatial``, ``a,b``)."""
     from fasteval.recording import TASK_KWARGS
 
+    if spec.env == LEROBOT_ENV_REF:  # LeRobot's env types: LeRobot's own groups and task ids
+        from fasteval.lerobot.envs import suite_tasks
+
+        tasks = suite_tasks(**dict(spec.env_kwargs))
+        if tasks is None:
+            return None
+        suite: dict[str, dict[int, Task]] = {}
+        for group, task_id, kwargs, name in tasks:
+            suite.setdefault(group, {})[task_id] = Task(spec.env, kwargs, name=name)
+        return suite
     for key in TASK_KWARGS:
         names = spec.env_kwargs.get(key)
         if not isinstance(names, (list, tuple)):

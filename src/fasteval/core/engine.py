@@ -74,7 +74,7 @@ class CoreEngine:
         self.factory = factory
         self.max_steps = cap
         self.envs: SlotEnvs = build_slot_envs(spec.vectorization, factory, self.n_slots, probe, spec.step_timeout,
-                                              obs_allocate=host_allocator(spec.device, pin_memory))
+                                              workers=spec.workers, obs_allocate=host_allocator(spec.device, pin_memory))
         try:
             self._build_policy_side(spec)
         except BaseException:
@@ -94,9 +94,9 @@ class CoreEngine:
         if loaded_here and isinstance(policy, nn.Module):
             policy = policy.to(self.device).eval()
         self.policy = policy
-        self.group_rows = group_rows(self.n_slots, spec.pipeline)
+        self.group_rows = group_rows(envs, spec.pipeline)
         """The slot groups of the step sequence: one, or two with ``pipeline``."""
-        self.policy_batch = policy_batch(self.n_slots, spec.pipeline)
+        self.policy_batch = policy_batch(self.group_rows)
         """Rows per policy call: all slots, or the larger group's with ``pipeline``."""
         self.h2d = HostToDevice(envs.obs, self.device, self.pin_memory)
         # A PolicyRunner plus the robot steps (obs mapping, normalization stats, task descriptions, action chunks).

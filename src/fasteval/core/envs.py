@@ -207,6 +207,7 @@ class SyncSlotEnvs(SlotEnvs):
         """
         envs, rewards, terminated, truncated, success = (
             self.envs, self.rewards, self.terminated, self.truncated, self.success)
+        seek = not self.has_success_signal  # look for is_success only until an env first reports it
         if self._array_obs:
             obs_buffer = self.obs
             for slot in slots:
@@ -220,6 +221,8 @@ class SyncSlotEnvs(SlotEnvs):
                 terminated[slot] = term
                 truncated[slot] = trunc
                 success[slot] = info.get("is_success", False)
+                if seek and "is_success" in info:
+                    self.has_success_signal, seek = True, False
             return
         write = self._write_obs
         for slot in slots:
@@ -233,6 +236,8 @@ class SyncSlotEnvs(SlotEnvs):
             terminated[slot] = term
             truncated[slot] = trunc
             success[slot] = info.get("is_success", False)
+            if seek and "is_success" in info:
+                self.has_success_signal, seek = True, False
 
     def call(self, slots: Sequence[int], name: str) -> list[Any]:
         out = []

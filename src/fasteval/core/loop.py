@@ -67,15 +67,15 @@ class StepContext:
 
     def __post_init__(self) -> None:
         envs = self.envs
-        send = getattr(envs, "step_send", None)
-        if send is None:  # sync envs: the step happens on send, nothing to receive
+        self.send: Callable[[list[int], np.ndarray], list[int]] = envs.step_send
+        self.receive: Callable[[list[int]], None] = envs.step_recv
+        if not envs.overlaps:  # in-process envs: the step happens on send, nothing to receive
+            step = envs.step
+
             def send(slots: list[int], actions: np.ndarray) -> list[int]:
-                envs.step(slots, actions)
+                step(slots, actions)
                 return slots
-            self.receive: Callable[[list[int]], None] = _nothing
-        else:
-            self.receive = envs.step_recv
-        self.send: Callable[[list[int], np.ndarray], list[int]] = send
+            self.send, self.receive = send, _nothing
         self.refill = bool(self.runner.continuous)
 
     def recover(self) -> set[int]:

@@ -16,33 +16,33 @@ episodes in the same index order. Rules:
 * the policy must be stateless (no ``reset``): it is called with alternating half batches,
   so per-slot state could not be kept apart;
 * continuous batching only (no wave mode);
-* a crashed async worker rebuilds all workers (see ``AsyncSlotEnvs.rebuild``): every
-  in-flight episode of both groups restarts from its seed.
+* the groups are made of whole env-worker blocks (``SlotEnvs.groups``), so one group's step never
+  queues behind the other's in a shared worker; a crashed worker restarts only its own block's
+  episodes, from their seeds.
 """
 
 from __future__ import annotations
 
-from fasteval.core.envs import AsyncSlotEnvs
 from fasteval.core.policy import NO_RESET, PolicyRunner
+from fasteval.core.slots import SlotEnvs
 from fasteval.errors import UserInputError
 
 
-def group_rows(n_slots: int, pipeline: bool) -> list[slice]:
-    """The slot groups of a run: all slots in one group, or two halves (the first one larger)."""
+def group_rows(envs: SlotEnvs, pipeline: bool) -> list[slice]:
+    """The slot groups of a run: all slots in one group, or two groups of whole worker blocks."""
     if not pipeline:
-        return [slice(0, n_slots)]
-    half = (n_slots + 1) // 2
-    return [slice(0, half), slice(half, n_slots)]
+        return [slice(0, envs.n_slots)]
+    return envs.groups(2)
 
 
-def policy_batch(n_slots: int, pipeline: bool) -> int:
+def policy_batch(groups: list[slice]) -> int:
     """Rows per policy call: the largest group."""
-    return max(rows.stop - rows.start for rows in group_rows(n_slots, pipeline))
+    return max(rows.stop - rows.start for rows in groups)
 
 
-def check_pipelinable(envs: object, runner: PolicyRunner, n_slots: int) -> None:
+def check_pipelinable(envs: SlotEnvs, runner: PolicyRunner, n_slots: int) -> None:
     """Raise a clear error when ``--pipeline`` cannot work for this setup."""
-    if not isinstance(envs, AsyncSlotEnvs):
+    if not envs.overlaps:
         raise UserInputError("--pipeline needs --vectorization async: sync envs step in this process, so there is "
                              "nothing to overlap the policy with.")
     if n_slots < 2:

@@ -64,6 +64,10 @@ class SlotEnvs:
     metadata: dict = {}
     """The env's ``metadata`` (``render_fps``, ``render_modes``...), from slot 0's env."""
 
+    has_success_signal: bool = False
+    """True once any env step's ``info`` carried ``is_success``. Envs that never report it (classic
+    control) leave it False, so reports can say "no success signal" instead of 0% success."""
+
     def rebuild(self, slot: int) -> list[int]:
         """Replace the env of ``slot`` after a failure. Returns every slot whose env state was
         lost (those episodes must restart from their seeds)."""

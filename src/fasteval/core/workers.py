@@ -67,6 +67,9 @@ from fasteval.errors import EnvStepError, FastevalError, UserInputError
 _ALIGN = 64
 DIED, TIMED_OUT = "died", "timed out"  # what _receive returns instead of a reply
 
+SUCCESS_SIGNAL = "__is_success_seen__"
+"""Key a worker adds to one step reply's values the first time an env's info carries ``is_success``."""
+
 
 def usable_cores() -> int:
     """CPU cores this process may run on (``os.sched_getaffinity``), else ``os.cpu_count()``."""
@@ -256,6 +259,7 @@ def _worker_main(index: int, conn: Any, factory: Callable[[], gym.Env], shared: 
             out[name] = got
         return out
 
+    seen_success = announce_success = False  # is_success seen in an info: told to the parent once
     while True:
         try:
             kind, seq, payload = conn.recv()
@@ -279,8 +283,13 @@ def _worker_main(index: int, conn: Any, factory: Callable[[], gym.Env], shared: 
                 terminated[slot] = term
                 truncated[slot] = trunc
                 success[slot] = info.get("is_success", False)
+                if not seen_success and "is_success" in info:
+                    seen_success = announce_success = True
                 done.append(slot)
-            conn.send((seq, failures or None, watch_values(watched, done)))
+            values = watch_values(watched, done)
+            if announce_success:
+                values, announce_success = {**(values or {}), SUCCESS_SIGNAL: True}, False
+            conn.send((seq, failures or None, values))
         elif kind == "reset":
             slots, seeds, watched = payload
             progress[0], progress[2] = seq, 1
@@ -666,7 +675,11 @@ class WorkerPoolEnvs(SlotEnvs):
             seq, _kind, wslots = steps[0]
             reply = self._claim(worker, seq, "step", wslots)
             if reply is not None:
-                self._store(reply[2])
+                values = reply[2]
+                if values and SUCCESS_SIGNAL in values:
+                    self.has_success_signal = True
+                    values = {k: v for k, v in values.items() if k != SUCCESS_SIGNAL}
+                self._store(values)
 
     def _split(self, slots: list[int]) -> list[tuple[int, list[int]]]:
         """``[(worker, its slots)]`` for ascending ``slots`` (a bisection per worker involved)."""

@@ -66,10 +66,86 @@ def make_env(type: str, task: str | None = None, task_id: int | None = None, **o
         raise UserInputError(f"--env.type={type} --env.task={task}: LeRobot built {len(vec_envs)} task envs; "
                              f"fasteval builds one task per env (give one task, and task_id for suites).")
     env = vec_envs[0].envs[0]
+    _attach_step_limit(env, type)
     if isinstance(env.observation_space, gym.spaces.Dict) and isinstance(env.observation_space.spaces.get("pixels"),
                                                                          gym.spaces.Dict):
         env = FlattenPixels(env)
     return env
+
+
+def _attach_step_limit(env: gym.Env, type: str) -> None:
+    """Give an env without a gymnasium spec LeRobot's step limit (its ``_max_episode_steps``, which LeRobot's
+    rollout reads: Meta-World's 500) as ``spec.max_episode_steps``, where fasteval's engine looks for it."""
+    limit = getattr(env.unwrapped, "_max_episode_steps", None)
+    if env.spec is None and isinstance(limit, int) and limit > 0:
+        from gymnasium.envs.registration import EnvSpec
+
+        env.unwrapped.spec = EnvSpec(id=f"lerobot-{type}", entry_point=ENV_REF, max_episode_steps=limit)
+
+
+# -- suites: one command, many tasks ----------------------------------------------------------------
+def suite_tasks(type: str, task: str | list[str] | None, task_id: int | None = None,
+                **options: Any) -> list[tuple[str, int, dict[str, Any], str]] | None:
+    """The tasks LeRobot's factory builds for ``type`` / ``task``, as ``[(task_group, task_id, env_kwargs, name)]``
+    in LeRobot's order and with LeRobot's labels; ``None`` when that is a single env (one task, no suite).
+
+    ``task`` is LeRobot's string (``"push-v3,reach-v3"``) or its list of comma-separated parts. Each part is
+    a task group, expanded the way LeRobot's ``create_*_envs`` expands it, without building an env:
+
+    * ``metaworld``: a difficulty (``easy``, ``medium``, ``hard``, ``very_hard``) is its task list, any other
+      name is one task (task id 0);
+    * ``libero``: a suite name is its tasks (ids ``0 .. n-1``, or ``task_ids=[...]`` / ``task_id``);
+    * other types: each part is one task (id 0).
+
+    Each task's ``env_kwargs`` go to :func:`make_env` (``type``, the task, the options), which builds that
+    task's single env.
+    """
+    if task is None:
+        return None
+    parts = [t.strip() for t in (task.split(",") if isinstance(task, str) else task) for t in t.split(",")]
+    parts = [t for t in parts if t]
+    options = dict(options)
+    ids = [int(task_id)] if task_id is not None else options.pop("task_ids", None)
+    out: list[tuple[str, int, dict[str, Any], str]] = []
+    for group in parts:
+        for tid, name, kwargs in _expand(type, group, ids):
+            out.append((group, tid, {"type": type, **options, **kwargs}, name))
+    return out if len(out) > 1 else None
+
+
+def _expand(type: str, group: str, ids: list[int] | None) -> list[tuple[int, str, dict[str, Any]]]:
+    """``[(task_id, task name, make_env kwargs)]`` of one task group (see :func:`suite_tasks`)."""
+    if type == "metaworld":
+        from lerobot.envs.metaworld import DIFFICULTY_TO_TASKS
+
+        return [(i, name, {"task": name}) for i, name in enumerate(DIFFICULTY_TO_TASKS.get(group, [group]))]
+    if type in ("libero", "libero_plus"):
+        names = libero_task_names(group)
+        ids = list(range(len(names))) if ids is None else [int(i) for i in ids]
+        bad = [i for i in ids if not 0 <= i < len(names)]
+        if bad:
+            raise UserInputError(f"--env.type={type} --env.task={group}: task ids {bad} out of range; the suite has "
+                                 f"{len(names)} tasks (ids 0..{len(names) - 1}).")
+        return [(i, names[i], {"task": group, "task_id": i}) for i in ids]
+    if ids is not None and len(ids) != 1:
+        raise UserInputError(f"--env.type={type}: task_ids={ids}: fasteval builds one env per task; give one id "
+                             f"per command for this type.")
+    return [(ids[0] if ids else 0, group, {"task": group, **({"task_id": ids[0]} if ids else {})})]
+
+
+def libero_task_names(suite: str) -> list[str]:
+    """The task names of LIBERO suite ``suite`` (``libero_spatial``: 10), from LIBERO's benchmark registry.
+
+    Reads LIBERO's task table only (no scene assets, no env); writes LIBERO's config first
+    (:func:`prepare_libero`) so that the import asks nothing."""
+    prepare_libero()
+    from libero.libero import benchmark
+
+    suites = benchmark.get_benchmark_dict()
+    if suite not in suites:
+        raise UserInputError(f"--env.type=libero: unknown --env.task {suite!r}; expected one of "
+                             f"{', '.join(sorted(suites))}.")
+    return list(suites[suite]().get_task_names())
 
 
 class FlattenPixels(gym.ObservationWrapper):

@@ -20,13 +20,16 @@ from fasteval.lerobot.extra import require_lerobot
 def lerobot_eval(folder: str | Path, n_episodes: int, batch_size: int, seed: int, device: str = "cpu",
                  env_type: str = "pusht", use_async_envs: bool = False, use_amp: bool = False,
                  rename_map: dict[str, str] | None = None, vector_env: Any = None,
-                 **env_options: Any) -> dict[str, Any]:
+                 max_episode_steps: int | None = None, **env_options: Any) -> dict[str, Any]:
     """Run LeRobot's ``eval_policy_all``; return ``{"per_episode": [...], "info": <its dict>, "eval_s": float}``.
 
     ``per_episode`` rows: ``episode_ix``, ``seed``, ``sum_reward``, ``max_reward``, ``success``,
-    in LeRobot's order (seeds ``seed .. seed + n_episodes - 1``). ``vector_env``: run on this gymnasium
-    vector env instead of the one LeRobot builds for ``env_type`` (whose config still gives the
-    policy's features and the env processors); it is closed at the end.
+    in LeRobot's order (seeds ``seed .. seed + n_episodes - 1``), of the first task; ``per_task``: one
+    ``{"task_group", "task_id", "per_episode"}`` per task of a suite (``--env.task=a,b``), in LeRobot's order.
+    ``vector_env``: run on this gymnasium vector env instead of the one LeRobot builds for ``env_type``
+    (whose config still gives the policy's features and the env processors); it is closed at the end.
+    ``max_episode_steps``: set the envs' ``_max_episode_steps`` (the step limit LeRobot's rollout reads)
+    for env types whose config has no ``episode_length`` that reaches the env (Meta-World: 500).
     """
     require_lerobot("the LeRobot reference evaluation")
     from lerobot.configs.policies import PreTrainedConfig
@@ -46,6 +49,9 @@ def lerobot_eval(folder: str | Path, n_episodes: int, batch_size: int, seed: int
             envs = {env_cfg.type: {0: vector_env}}
         else:
             envs = make_env(env_cfg, n_envs=batch_size, use_async_envs=use_async_envs)
+        if max_episode_steps is not None:
+            for vec in (v for tasks in envs.values() for v in tasks.values()):
+                vec.set_attr("_max_episode_steps", [int(max_episode_steps)] * vec.num_envs)
         try:
             policy = make_policy(cfg=policy_cfg, env_cfg=env_cfg, rename_map=rename_map)
             policy.eval()
@@ -66,7 +72,12 @@ def lerobot_eval(folder: str | Path, n_episodes: int, batch_size: int, seed: int
             from lerobot.envs.utils import close_envs
 
             close_envs(envs)
-    metrics = info["per_task"][0]["metrics"] if "per_task" in info else info
-    rows = [{"episode_ix": i, "seed": seed + i, "sum_reward": float(s), "max_reward": float(m), "success": bool(ok)}
+    per_task = [{"task_group": t["task_group"], "task_id": t["task_id"], "per_episode": _rows(t["metrics"], seed)}
+                for t in info.get("per_task", [])]
+    rows = per_task[0]["per_episode"] if per_task else _rows(info, seed)
+    return {"per_episode": rows, "per_task": per_task, "info": info, "eval_s": eval_s}
+
+
+def _rows(metrics: dict[str, Any], seed: int) -> list[dict[str, Any]]:
+    return [{"episode_ix": i, "seed": seed + i, "sum_reward": float(s), "max_reward": float(m), "success": bool(ok)}
             for i, (s, m, ok) in enumerate(zip(metrics["sum_rewards"], metrics["max_rewards"], metrics["successes"]))]
-    return {"per_episode": rows, "info": info, "eval_s": eval_s}

@@ -5,7 +5,8 @@ PushT's features (``observation.image`` ``[3, 96, 96]``, ``observation.state`` `
 ``[2]``), with a random ResNet-18 backbone (``pretrained_backbone_weights=None``) and tiny heads,
 and save it with LeRobot's own ``save_pretrained``: ``config.json`` (with ``"type"``),
 ``model.safetensors`` and the ``policy_preprocessor*`` / ``policy_postprocessor*`` files, whose
-normalization uses :func:`synthetic_pusht_stats`. Needs the ``lerobot`` extra.
+normalization uses :func:`synthetic_pusht_stats`. :func:`write_metaworld_act_checkpoint`: the same
+for LeRobot's Meta-World features. Needs the ``lerobot`` extra.
 
 The weights follow ``torch.manual_seed(seed)`` (the global RNG is forked, not consumed).
 """
@@ -48,7 +49,8 @@ def _features(image_key: str = "observation.image") -> tuple[dict[str, Any], dic
     return inputs, outputs
 
 
-def _save(config: Any, folder: str | Path, seed: int, image_key: str = "observation.image") -> Path:
+def _save(config: Any, folder: str | Path, seed: int, image_key: str = "observation.image",
+          stats: dict[str, dict[str, torch.Tensor]] | None = None) -> Path:
     from lerobot.policies.factory import get_policy_class, make_pre_post_processors
 
     folder = Path(folder)
@@ -56,7 +58,8 @@ def _save(config: Any, folder: str | Path, seed: int, image_key: str = "observat
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         policy = get_policy_class(config.type)(config=config)
-    preprocessor, postprocessor = make_pre_post_processors(config, dataset_stats=synthetic_pusht_stats(image_key))
+    stats = synthetic_pusht_stats(image_key) if stats is None else stats
+    preprocessor, postprocessor = make_pre_post_processors(config, dataset_stats=stats)
     policy.save_pretrained(folder)
     preprocessor.save_pretrained(folder)
     postprocessor.save_pretrained(folder)
@@ -78,6 +81,40 @@ def write_act_checkpoint(folder: str | Path, seed: int = 0, chunk_size: int = 10
     )
     settings.update(overrides)  # e.g. LeRobot's defaults for a full-size ACT (dim_model=512, ...)
     return _save(ACTConfig(**settings), folder, seed, image_key)
+
+
+METAWORLD_IMAGE_SHAPE = (3, 480, 480)
+METAWORLD_STATE_DIM = METAWORLD_ACTION_DIM = 4
+
+
+def synthetic_metaworld_stats() -> dict[str, dict[str, torch.Tensor]]:
+    """Statistics with the shapes of LeRobot's Meta-World (``pixels_agent_pos``): one camera, ``agent_pos`` [4]
+    (hand position and gripper), actions [4] in [-1, 1]."""
+    def entry(mean: float, std: float, lo: float, hi: float, shape: tuple[int, ...]) -> dict[str, torch.Tensor]:
+        return {name: torch.full(shape, v, dtype=torch.float32)
+                for name, v in (("mean", mean), ("std", std), ("min", lo), ("max", hi))}
+
+    return {"observation.image": entry(0.5, 0.25, 0.0, 1.0, (3, 1, 1)),
+            "observation.state": entry(0.0, 0.5, -1.0, 1.0, (METAWORLD_STATE_DIM,)),
+            "action": entry(0.0, 0.5, -1.0, 1.0, (METAWORLD_ACTION_DIM,))}
+
+
+def write_metaworld_act_checkpoint(folder: str | Path, seed: int = 0, chunk_size: int = 5, n_action_steps: int = 5,
+                                   **overrides: Any) -> Path:
+    """A tiny ACT (as :func:`write_act_checkpoint`) for LeRobot's Meta-World: ``observation.image``
+    ``[3, 480, 480]`` (its ``corner2`` camera), ``observation.state`` ``[4]``, ``action`` ``[4]``."""
+    from lerobot.configs.types import FeatureType, PolicyFeature
+    from lerobot.policies.act.configuration_act import ACTConfig
+
+    settings: dict[str, Any] = dict(
+        input_features={"observation.image": PolicyFeature(type=FeatureType.VISUAL, shape=METAWORLD_IMAGE_SHAPE),
+                        "observation.state": PolicyFeature(type=FeatureType.STATE, shape=(METAWORLD_STATE_DIM,))},
+        output_features={"action": PolicyFeature(type=FeatureType.ACTION, shape=(METAWORLD_ACTION_DIM,))},
+        device="cpu", pretrained_backbone_weights=None, chunk_size=chunk_size, n_action_steps=n_action_steps,
+        dim_model=32, n_heads=2, dim_feedforward=64, n_encoder_layers=1, n_decoder_layers=1, use_vae=False, dropout=0.0,
+    )
+    settings.update(overrides)
+    return _save(ACTConfig(**settings), folder, seed, stats=synthetic_metaworld_stats())
 
 
 ACT_DEFAULT_SIZE = dict(chunk_size=100, n_action_steps=100, dim_model=512, n_heads=8, dim_feedforward=3200,
