@@ -63,7 +63,7 @@ def test_bench_cartpole_tiny_json_and_exact_returns(tiny_run):
     ("kernels_bench.py", [], ["cython", "reference"]),
     ("bench_workers.py", ["--tiny"], ["| cartpole ", "pool / sync", "CartPole b=256"]),
     ("scaling.py", ["--tiny"], ["| workers | env steps/s | speed-up |", "FixedCostEnv"]),
-    ("ab_compare.py", ["--tiny", "--before", str(ROOT)], ["| cartpole zero b16 sync |", "after / before"]),
+    ("ab_compare.py", ["--tiny", "--before", str(ROOT)], ["| cartpole zero b16 sync ", "after / before"]),
     ("bench_cli_overhead.py", ["--tiny"], ["| CLI ", "same episodes in every row: True"]),
 ])
 def test_other_benchmarks_run_at_tiny_size(script, args, needles):

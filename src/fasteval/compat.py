@@ -24,7 +24,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping
 
 import click
@@ -152,6 +152,10 @@ def resolve_env_type(env_type: str, task: str | None) -> tuple[str, dict[str, An
     CLI runs as a suite (:func:`fasteval.suites.suite_from_spec`), one task after the other.
     """
     lerobot_first = lerobot_env_type(env_type) if env_type in LEROBOT_FIRST else None
+    if lerobot_first is not None:  # the table's task rules (LeRobot's default Meta-World task is a v2 task it lacks)
+        table = ENV_TYPES[env_type]
+        lerobot_first = replace(lerobot_first, default_task=table.default_task,
+                                example_task=table.example_task)
     entry = lerobot_first or ENV_TYPES.get(env_type) or lerobot_env_type(env_type)
     if entry is None:
         raise ValueError(f"unknown --env.type {env_type!r}; expected one of {', '.join(sorted(ENV_TYPES))} "

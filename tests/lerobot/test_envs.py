@@ -84,3 +84,48 @@ def test_nested_cameras_flatten_and_reach_lerobot_keys() -> None:
     assert sorted(ours) == sorted(theirs) == ["observation.images.top", "observation.images.wrist", "observation.state"]
     for key in ours:
         assert ours[key].dtype == theirs[key].dtype and torch.equal(ours[key], theirs[key])
+
+
+@pytest.fixture
+def libero_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """LIBERO's config in a temporary folder (no question, nothing written under the home folder)."""
+    import importlib.util
+
+    if importlib.util.find_spec("libero") is None:  # not imported here: its import would ask a question
+        pytest.skip("hf-libero is not installed")
+    monkeypatch.setenv("LIBERO_CONFIG_PATH", str(tmp_path / "libero"))
+    prepare_libero()
+
+
+def test_libero_suite_expands_to_its_task_ids_from_one_command(libero_config: None) -> None:
+    """--env.type=libero --env.task=libero_spatial: LeRobot's suite of 10 tasks (group libero_spatial, ids 0..9),
+    each one env config with task_ids=[i]. Everything short of building or stepping an env (no assets here)."""
+    from libero.libero import benchmark
+
+    from fasteval.compat import resolve_env_type
+    from fasteval.spec import EvalSpec
+    from fasteval.suites import suite_from_spec
+
+    env_id, kwargs, _ = resolve_env_type("libero", "libero_spatial")
+    suite = suite_from_spec(EvalSpec(env=env_id, env_kwargs=kwargs))
+    names = benchmark.get_benchmark_dict()["libero_spatial"]().get_task_names()
+    assert list(suite) == ["libero_spatial"] and list(suite["libero_spatial"]) == list(range(10)) and len(names) == 10
+    for task_id, task in suite["libero_spatial"].items():
+        assert task.env == ENV_REF and task.name == names[task_id]
+        assert dict(task.env_kwargs) == {"type": "libero", "task": "libero_spatial", "task_id": task_id}
+        config = env_config(**task.env_kwargs)
+        assert (config.task, config.task_ids) == ("libero_spatial", [task_id])
+
+
+def test_libero_suites_task_ids_and_errors(libero_config: None) -> None:
+    from fasteval.errors import UserInputError
+    from fasteval.lerobot.envs import suite_tasks
+
+    tasks = suite_tasks("libero", "libero_spatial,libero_object", task_ids=[3, 1, 3])
+    assert [(g, i) for g, i, _, _ in tasks] == [("libero_spatial", 1), ("libero_spatial", 3),
+                                                ("libero_object", 1), ("libero_object", 3)]  # LeRobot's order
+    assert suite_tasks("libero", "libero_spatial", task_id=2) is None  # one task: the plain single-env path
+    with pytest.raises(UserInputError, match=r"task ids \[10\] out of range.*ids 0\.\.9"):
+        suite_tasks("libero", "libero_spatial", task_ids=[10])
+    with pytest.raises(UserInputError, match="unknown --env.task 'libero_spatail'; expected one of .*libero_spatial"):
+        suite_tasks("libero", "libero_spatail")

@@ -94,7 +94,8 @@ def suite_tasks(type: str, task: str | list[str] | None, task_id: int | None = N
 
     * ``metaworld``: a difficulty (``easy``, ``medium``, ``hard``, ``very_hard``) is its task list, any other
       name is one task (task id 0);
-    * ``libero``: a suite name is its tasks (ids ``0 .. n-1``, or ``task_ids=[...]`` / ``task_id``);
+    * ``libero``: a suite name is its tasks (ids ``0 .. n-1``, or those of ``task_ids=[...]`` / ``task_id``,
+      sorted), named as in LIBERO's benchmark table;
     * other types: each part is one task (id 0).
 
     Each task's ``env_kwargs`` go to :func:`make_env` (``type``, the task, the options), which builds that
@@ -121,7 +122,7 @@ def _expand(type: str, group: str, ids: list[int] | None) -> list[tuple[int, str
         return [(i, name, {"task": name}) for i, name in enumerate(DIFFICULTY_TO_TASKS.get(group, [group]))]
     if type in ("libero", "libero_plus"):
         names = libero_task_names(group)
-        ids = list(range(len(names))) if ids is None else [int(i) for i in ids]
+        ids = list(range(len(names))) if ids is None else sorted({int(i) for i in ids})  # as LeRobot selects them
         bad = [i for i in ids if not 0 <= i < len(names)]
         if bad:
             raise UserInputError(f"--env.type={type} --env.task={group}: task ids {bad} out of range; the suite has "

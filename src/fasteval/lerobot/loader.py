@@ -48,8 +48,12 @@ def resolve_lerobot_device(requested: str, config_device: str | None) -> torch.d
 
 
 def load_lerobot_policy(folder: str | Path, n_slots: int, device: str = "auto",
-                        rename_map: Mapping[str, str] | None = None, env_config: Any = None) -> Any:
-    """The fasteval policy object for the LeRobot checkpoint in ``folder``. Raises PolicyLoadError."""
+                        rename_map: Mapping[str, str] | None = None, env_config: Any = None,
+                        cuda_graph: bool | None = None) -> Any:
+    """The fasteval policy object for the LeRobot checkpoint in ``folder``. Raises PolicyLoadError.
+
+    ``cuda_graph`` (the spec's ``--cuda-graph``): graph the chunk prediction of per-slot types on CUDA
+    (``None``: where CUDA exists; see :mod:`fasteval.lerobot.policy`)."""
     folder = Path(folder)
     kind = lerobot_policy_type(folder)
     if kind is None:
@@ -72,7 +76,7 @@ def load_lerobot_policy(folder: str | Path, n_slots: int, device: str = "auto",
     if kind in PER_SLOT_TYPES and getattr(config, "temporal_ensemble_coeff", None) is None:
         noise = _noise_shape(policy) if predict_takes_noise(policy) else None
         scheduler = kind == "diffusion" and noise is not None
-        wrapped: Any = LeRobotPolicy(policy, pipelines, n_slots, noise, scheduler)
+        wrapped: Any = LeRobotPolicy(policy, pipelines, n_slots, noise, scheduler, cuda_graph=cuda_graph)
     else:
         logger.info("LeRobot %s: no per-slot queues for this type; it runs in wave mode, as LeRobot runs it.", kind)
         wrapped = LeRobotWavePolicy(policy, pipelines, n_slots)

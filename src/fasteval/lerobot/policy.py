@@ -42,6 +42,16 @@ global RNG: :class:`LeRobotPolicy` passes the slots' generators to the scheduler
 per-row list, which diffusers' schedulers accept) for the duration of the call. Policies without
 a ``noise`` argument keep LeRobot's global-RNG draws; :attr:`batch_invariant` says which case holds.
 
+**CUDA graphs.** On a CUDA device, the full-batch chunk prediction (``predict_action_chunk`` on all
+``n_slots`` rows: a static shape) runs in a CUDA graph, through fasteval's capture machinery
+(:class:`fasteval.core.accel.CudaGraphCall`: side stream, memory pool, capture lock, RNG restore, and
+eager fallback with a warning when the capture fails). The preprocessed tensors are copied into static
+input buffers before each replay; non-tensor entries (``task``) are those of the first call, which
+ACT and Diffusion do not read (:data:`GRAPH_TYPES`). Calls on fewer rows (``chunk_rows = "needed"``)
+run eagerly. Diffusion with per-episode generators is never graphed: a replay would reuse the noise
+of capture time. ``run_meta()["lerobot_chunk_cuda_graph"]`` says what happened: ``captured``,
+``eager (reason)`` or ``off`` (not on CUDA, or :attr:`LeRobotPolicy.cuda_graph` is ``False``).
+
 :class:`LeRobotWavePolicy` runs any other policy exactly as LeRobot's rollout does:
 ``reset()`` on the whole batch, ``select_action`` on the whole batch (wave mode only).
 """
@@ -55,6 +65,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from fasteval.core import accel
 from fasteval.errors import UserInputError
 
 ACTION = "action"
@@ -149,8 +160,12 @@ class LeRobotPolicy(_FollowsDevice):
     """Per-slot action queues (and observation histories) over a LeRobot policy; see the module docstring."""
 
     def __init__(self, policy: nn.Module, pipelines: _Pipelines, n_slots: int, noise_shape: tuple[int, ...] | None,
-                 scheduler_generators: bool):
+                 scheduler_generators: bool, cuda_graph: bool | None = None):
         super().__init__()
+        self.cuda_graph = cuda_graph
+        """Graph the full-batch chunk prediction: ``None`` (default) where the device is CUDA, ``False`` never,
+        ``True`` asked for (off CUDA it is reported as ``eager (no CUDA device)``)."""
+        self._graph: _ChunkGraph | None = None
         config = policy.config
         self.policy = policy
         self.pipelines = pipelines
@@ -184,7 +199,38 @@ class LeRobotPolicy(_FollowsDevice):
 
     def run_meta(self) -> dict[str, Any]:
         """Facts for a run's metadata (``lerobot_*`` keys): type, queues, where the noise comes from."""
-        return _run_meta(self, "per-slot queues")
+        meta = _run_meta(self, "per-slot queues")
+        meta["lerobot_chunk_cuda_graph"] = self.chunk_graph_status()
+        return meta
+
+    def chunk_graph_status(self) -> str:
+        """``captured``, ``eager (reason)`` or ``off``: the chunk prediction's CUDA graph (module docstring)."""
+        if self._graph is not None:
+            return str(self._graph.facts["cuda_graph"])
+        param = next(self.policy.parameters(), None)
+        refused = self._graph_refusal(param.device if param is not None else torch.device("cpu"))
+        return refused if refused is not None else accel.eager("not called yet")
+
+    def _graph_refusal(self, device: torch.device) -> str | None:
+        """Why the chunk prediction on ``device`` is not graphed (a status), or ``None`` when it may be."""
+        if self.cuda_graph is False:
+            return accel.OFF
+        unsupported = accel.graph_unsupported(device)
+        if unsupported is not None:
+            return accel.OFF if self.cuda_graph is None else accel.eager(unsupported)
+        if self.noise_shape is not None or self.scheduler_generators:
+            return accel.eager("per-episode noise generators: a graph would replay the noise of capture time")
+        if self.policy_type not in GRAPH_TYPES:
+            return accel.eager(f"{self.policy_type}: its chunk prediction may read non-tensor inputs")
+        return None
+
+    def _predict(self, batch: dict[str, Any]) -> torch.Tensor:
+        """``predict_action_chunk`` on the full batch: replayed from a CUDA graph where it may be."""
+        param = next(self.policy.parameters())
+        if self._graph is None or self._graph.device != param.device:
+            refused = self._graph_refusal(param.device)
+            self._graph = _ChunkGraph(self.policy.predict_action_chunk, param.device, refused)
+        return self._graph(batch)
 
     # -- protocol ---------------------------------------------------------------------------------
     def reset(self, env_ids: torch.Tensor, seeds: Sequence[int] | None = None) -> None:
@@ -268,6 +314,8 @@ class LeRobotPolicy(_FollowsDevice):
         if self.scheduler_generators:
             with _scheduler_generators(self.policy, gens):
                 chunk = self.policy.predict_action_chunk(sub, **kwargs)
+        elif rows.size == n and not kwargs:  # the static shape: a CUDA graph where one may run
+            chunk = self._predict(sub)
         else:
             chunk = self.policy.predict_action_chunk(sub, **kwargs)
         chunk = chunk[:, : self.n_action_steps]
@@ -287,6 +335,52 @@ class LeRobotPolicy(_FollowsDevice):
         else:
             self.chunks[torch.from_numpy(need).to(chunk.device)] = chunk.to(self.chunks.dtype)
         self.pos[need] = 0
+
+
+GRAPH_TYPES = {"act", "diffusion"}
+"""Types whose ``predict_action_chunk`` reads only the batch's tensors (not ``task``), checked against LeRobot 0.6."""
+
+
+class _ChunkGraph:
+    """The full-batch chunk prediction through :class:`fasteval.core.accel.CudaGraphCall` (or eager, with a reason).
+
+    Each call copies the batch's tensors into static input buffers (allocated on the first call), so that
+    one graph serves the whole run; non-tensor entries are those of the first call. A batch whose tensor
+    layout (keys, shapes, dtypes) differs from the first one runs eagerly from then on, reported as such.
+    ``facts["cuda_graph"]`` is the status (updated by the capture).
+    """
+
+    def __init__(self, predict: Callable[[dict[str, Any]], torch.Tensor], device: torch.device, refused: str | None):
+        self.predict, self.device = predict, device
+        self.facts: dict[str, Any] = {}
+        self.inputs: dict[str, torch.Tensor] | None = None
+        self.others: dict[str, Any] = {}
+        self.layout: dict[str, tuple] = {}
+        self.call: accel.CudaGraphCall | None = None
+        if refused is None:
+            self.call = accel.CudaGraphCall(self._run, device, facts=self.facts)
+        else:
+            self.facts["cuda_graph"] = refused
+
+    def _run(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.predict({**self.others, **inputs})
+
+    def __call__(self, batch: dict[str, Any]) -> torch.Tensor:
+        if self.call is None:
+            return self.predict(batch)
+        tensors = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor)}
+        layout = {k: (tuple(v.shape), v.dtype, v.device) for k, v in tensors.items()}
+        if self.inputs is None:
+            self.inputs = {k: v.clone() for k, v in tensors.items()}
+            self.others = {k: v for k, v in batch.items() if k not in tensors}
+            self.layout = layout
+        elif layout != self.layout:
+            self.call, self.facts["cuda_graph"] = None, accel.eager("the chunk prediction's input shapes changed")
+            return self.predict(batch)
+        else:
+            for key, value in tensors.items():
+                self.inputs[key].copy_(value)
+        return self.call(self.inputs)
 
 
 class _scheduler_generators:

@@ -40,13 +40,15 @@ def load_policy(
     device: str = "auto",
     env: str | None = None,
     env_kwargs: dict[str, Any] | None = None,
+    cuda_graph: bool | None = None,
 ) -> Any:
     """Return a policy object for ``ref`` (see the module docstring). Raises PolicyLoadError/UserInputError.
 
     ``device`` (the spec's) places a LeRobot policy as LeRobot's ``--policy.device`` does; ``env`` and
-    ``env_kwargs`` (the spec's) tell which LeRobot env config, if any, pairs its env-side processors.
+    ``env_kwargs`` (the spec's) tell which LeRobot env config, if any, pairs its env-side processors;
+    ``cuda_graph`` (the spec's) allows or forbids capturing its chunk prediction on a GPU.
     """
-    lerobot_args = (n_slots, device, env, env_kwargs or {})
+    lerobot_args = (n_slots, device, env, env_kwargs or {}, cuda_graph)
     if not isinstance(ref, str):
         return ref
     if ref in BUILTIN_POLICIES:
@@ -89,12 +91,13 @@ def load_policy(
     )
 
 
-def _load_lerobot(folder: Path, n_slots: int, device: str, env: str | None, env_kwargs: dict[str, Any]) -> Any:
+def _load_lerobot(folder: Path, n_slots: int, device: str, env: str | None, env_kwargs: dict[str, Any],
+                  cuda_graph: bool | None) -> Any:
     from fasteval.lerobot.envs import config_for
     from fasteval.lerobot.loader import load_lerobot_policy
 
     env_config = config_for(env, env_kwargs) if env is not None else None
-    return load_lerobot_policy(folder, n_slots, device=device, env_config=env_config)
+    return load_lerobot_policy(folder, n_slots, device=device, env_config=env_config, cuda_graph=cuda_graph)
 
 
 def _space_kwargs(factory: Any, observation_space: gym.Space, action_space: gym.Space) -> dict[str, Any]:
