@@ -631,7 +631,7 @@ def main(argv: list[str] | None = None) -> int:
         worst = max(peers, key=lambda x: x[1])
         detail = ", ".join(f"{p} {v:.3f}x" for p, v in peers) + f" (closest: {worst[0]})"
         if missing:
-            detail += "; skipped: " + ", ".join(f"{p} ({c['skipped'][p]})" for p in missing)
+            detail += "; skipped: " + ", ".join(f"{p} ({c['skipped'].get(p, 'not selected')})" for p in missing)
         checks.append((f"{c['workload']}, b={c['b']}: fasteval ahead of every peer", worst[1] < 1.0, detail))
     b256 = [c for c in cases_out if c["b"] == 256]
     for c in b256:

@@ -15,3 +15,23 @@ class _Raising:
 
 def raising_policy():
     return _Raising()
+
+
+def never_succeeding_env():
+    """A 3-step env whose every info says ``is_success: False``: it has a success signal, always negative."""
+    import gymnasium as gym
+    import numpy as np
+
+    class NeverSucceeds(gym.Env):
+        observation_space = gym.spaces.Box(-1.0, 1.0, (1,), dtype=np.float32)
+        action_space = gym.spaces.Discrete(2)
+
+        def reset(self, *, seed=None, options=None):
+            self.t = 0
+            return np.zeros(1, np.float32), {}
+
+        def step(self, action):
+            self.t += 1
+            return np.zeros(1, np.float32), 0.0, self.t >= 3, False, {"is_success": False}
+
+    return NeverSucceeds()

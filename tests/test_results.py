@@ -204,3 +204,12 @@ def test_cartpole_has_no_success_signal_and_known_answer_env_has_one(vectorizati
     loud = evaluate(env=KNOWN_ANSWER_ID, policy="zero", n_episodes=5, batch_size=2, device="cpu",
                     vectorization=vectorization)
     assert loud.meta["has_success_signal"] is True and loud.overall()["has_success_signal"] is True
+
+
+@pytest.mark.parametrize("vectorization", ["sync", "async"])
+def test_an_env_that_always_reports_failure_has_a_success_signal(vectorization):
+    from fasteval import evaluate
+
+    result = evaluate(env="tests.helpers:never_succeeding_env", policy="zero", n_episodes=3, batch_size=2,
+                      device="cpu", vectorization=vectorization)
+    assert result.meta["has_success_signal"] is True and result.overall()["pc_success"] == 0.0

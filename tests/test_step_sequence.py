@@ -106,3 +106,31 @@ def test_chunk_queue_device_mirror_equals_host_positions(n_slots, n_exec, script
         else:
             for q in queues:
                 q.drop([s for s in op if s < n_slots])
+
+
+class _SlowFirstCall:
+    """Argmax of nothing: action 0; its first call (the engine's dry run) sleeps 0.3 s."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def select_action(self, obs):
+        import time
+
+        import torch
+
+        self.calls += 1
+        if self.calls == 1:
+            time.sleep(0.3)
+        return torch.zeros(obs.shape[0], dtype=torch.long)
+
+
+def test_the_dry_run_is_kept_out_of_eval_s_and_the_stages():
+    from fasteval.engine import Engine
+    from fasteval.spec import EvalSpec
+
+    with Engine(EvalSpec(env=KA, policy=_SlowFirstCall(), n_episodes=4, batch_size=2, device="cpu",
+                         cuda_graph=False)) as engine:
+        first, second = engine.run(), engine.run()
+    assert first.meta["dry_run_s"] >= 0.3 and second.meta["dry_run_s"] == 0.0
+    assert first.eval_s < 0.3 and sum(first.timings.values()) < 0.3, (first.eval_s, first.timings)

@@ -119,12 +119,18 @@ class GroupCommitLog:
     further episode finishes. :meth:`close` (or :meth:`flush`) writes whatever is left. An error
     raised by ``write`` in the thread is re-raised by the next :meth:`add`, :meth:`flush` or
     :meth:`close`. ``clock`` is injectable for tests (seconds, monotonic).
+
+    ``render(items) -> records`` (optional) turns the buffered items into records when a group is
+    written: the engine's run log buffers ledger row numbers and builds their records 256 at a
+    time, column by column, instead of one small batch per step (rows are final once finished).
     """
 
     def __init__(self, write: Callable[[str], None], policy: FlushPolicy = FlushPolicy(),
-                 clock: Callable[[], float] = time.monotonic, background: bool = True):
+                 clock: Callable[[], float] = time.monotonic, background: bool = True,
+                 render: Callable[[list[Any]], Sequence[dict[str, Any]]] | None = None):
         self.write, self.policy, self.clock = write, policy, clock
-        self._records: list[dict[str, Any]] = []
+        self.render = render
+        self._records: list[Any] = []
         self._oldest = 0.0
         self._lock = threading.Lock()
         self._error: BaseException | None = None
@@ -177,6 +183,8 @@ class GroupCommitLog:
         if not self._records:
             return
         records, self._records = self._records, []
+        if self.render is not None:
+            records = self.render(records)
         self.write(format_records(records))
         self.groups_written += 1
 
@@ -264,11 +272,12 @@ def run_durable(
         if log is None:
             run_dir.open_logs()
             run_dir.write_manifest({**fields, "spec": spec.to_dict(), "status": STATUS_RUNNING, "segments": segments})
-            log = GroupCommitLog(run_dir.append_episode_text, flush_policy)
+            log = GroupCommitLog(run_dir.append_episode_text, flush_policy,
+                                 render=lambda rows: engine.records(engine.ledger, rows))
         return log
 
     def log_finished(ledger: Any, rows: Any) -> None:
-        start().add([engine.record(ledger, int(r)) for r in rows])
+        start().add(rows.tolist())  # ledger rows: their records are built when the group is written
         if on_finished is not None:
             on_finished(ledger, rows)
 

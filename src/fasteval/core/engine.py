@@ -82,6 +82,8 @@ class CoreEngine:
             raise
         self.timers = make_stage_timers(self.device)
         self._checked = False
+        self.dry_run_s = 0.0
+        """Seconds the dry run took in the current run (only the first run has one); not in ``eval_s``."""
         self.runs = 0
         self.ledger: Ledger | None = None
         """The ledger of the run in progress (or the last one)."""
@@ -117,6 +119,13 @@ class CoreEngine:
         return self.envs.action_space
 
     def _dry_run(self) -> None:
+        """Check the policy once on the first observations (before the first run's episodes), choose
+        its output mapping and accelerators. Its duration is kept out of ``eval_s`` (``meta["dry_run_s"]``)."""
+        started = perf_counter()
+        self._check_policy()
+        self.dry_run_s = perf_counter() - started
+
+    def _check_policy(self) -> None:
         policy_input, copy = self.h2d.group(slice(0, self.policy_batch))
         copy()
         # Own RNG fork: the dry run must not consume the run's torch draws, or a stochastic
@@ -175,6 +184,7 @@ class CoreEngine:
         threads = torch.get_num_threads()
         if self.device.type == "cpu" and self.spec.cpu_threads is not None:
             torch.set_num_threads(self.spec.cpu_threads)
+        self.dry_run_s = 0.0
         start = perf_counter()
         try:
             with torch.random.fork_rng(devices=devices), torch.inference_mode():
@@ -194,7 +204,7 @@ class CoreEngine:
         except UserInputError:
             raise  # the dry run: nothing was evaluated
         except BaseException as exc:
-            partial = self._result(ledger, faults, perf_counter() - start, seed)
+            partial = self._result(ledger, faults, perf_counter() - start - self.dry_run_s, seed)
             partial.meta["status"] = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
             self.parts.finish_observers(observer, partial)
             raise EvaluationAborted(
@@ -205,7 +215,7 @@ class CoreEngine:
             random.setstate(py_state)
             torch.set_num_threads(threads)
         self.runs += 1
-        result = self._result(ledger, faults, perf_counter() - start, seed)
+        result = self._result(ledger, faults, perf_counter() - start - self.dry_run_s, seed)
         result.meta["status"] = "interrupted" if ledger.limit < ledger.n_episodes else "complete"
         self.parts.finish_observers(observer, result)
         return result
@@ -248,21 +258,22 @@ class CoreEngine:
 
     def record(self, ledger: Ledger, row: int) -> dict[str, Any]:
         """The per-episode record of ledger row ``row`` (final once the row is finished)."""
-        episode = int(ledger.episode_ids[row])
-        task = self.spec.env
-        return {
-            "episode_ix": episode,
-            "seed": ledger.seed + episode,
-            "sum_reward": float(ledger.sum_reward[row]),
-            "max_reward": float(ledger.max_reward[row]),
-            "length": int(ledger.length[row]),
-            "success": bool(ledger.success[row]),
-            "nan_rewards": int(ledger.nan_rewards[row]),
-            "task_group": task,
-            "task_id": 0,
-            "task": task,
-            "has_success_signal": self._success_signal(),
-        }
+        return self.records(ledger, [row])[0]
+
+    def records(self, ledger: Ledger, rows: Any) -> list[dict[str, Any]]:
+        """The per-episode records of ledger rows ``rows`` (the episodes finished in one step), built
+        column by column: one ``tolist`` per field instead of a NumPy scalar conversion per value."""
+        rows = np.asarray(rows, dtype=np.int64)
+        ids = ledger.episode_ids[rows]
+        task, signal = self.spec.env, self._success_signal()
+        return [
+            {"episode_ix": e, "seed": s, "sum_reward": r, "max_reward": m, "length": n, "success": ok,
+             "nan_rewards": nan, "task_group": task, "task_id": 0, "task": task, "has_success_signal": signal}
+            for e, s, r, m, n, ok, nan in zip(
+                ids.tolist(), (ids + ledger.seed).tolist(), ledger.sum_reward[rows].tolist(),
+                ledger.max_reward[rows].tolist(), ledger.length[rows].tolist(), ledger.success[rows].tolist(),
+                ledger.nan_rewards[rows].tolist())
+        ]
 
     def _meta(self, n: int, seed: int) -> dict[str, Any]:
         return {
@@ -279,6 +290,7 @@ class CoreEngine:
             "batching": "continuous" if self.runner.continuous else "wave",
             "kernel_backend": kernels.BACKEND,
             "pipeline": self.spec.pipeline,
+            "dry_run_s": self.dry_run_s,
             **{f"policy_{k}": v for k, v in self.accel_facts.items()},
             **self._policy_facts(),
         }

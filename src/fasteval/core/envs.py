@@ -207,7 +207,7 @@ class SyncSlotEnvs(SlotEnvs):
         """
         envs, rewards, terminated, truncated, success = (
             self.envs, self.rewards, self.terminated, self.truncated, self.success)
-        seek = not self.has_success_signal  # look for is_success only until an env first reports it
+        seen = None  # not None once any info carried is_success (even False): one lookup per step does both jobs
         if self._array_obs:
             obs_buffer = self.obs
             for slot in slots:
@@ -220,9 +220,13 @@ class SyncSlotEnvs(SlotEnvs):
                 rewards[slot] = reward
                 terminated[slot] = term
                 truncated[slot] = trunc
-                success[slot] = info.get("is_success", False)
-                if seek and "is_success" in info:
-                    self.has_success_signal, seek = True, False
+                flag = info.get("is_success")
+                if flag is None:
+                    success[slot] = False
+                else:
+                    success[slot] = seen = flag
+            if seen is not None:
+                self.has_success_signal = True
             return
         write = self._write_obs
         for slot in slots:
@@ -235,9 +239,13 @@ class SyncSlotEnvs(SlotEnvs):
             rewards[slot] = reward
             terminated[slot] = term
             truncated[slot] = trunc
-            success[slot] = info.get("is_success", False)
-            if seek and "is_success" in info:
-                self.has_success_signal, seek = True, False
+            flag = info.get("is_success")
+            if flag is None:
+                success[slot] = False
+            else:
+                success[slot] = seen = flag
+        if seen is not None:
+            self.has_success_signal = True
 
     def call(self, slots: Sequence[int], name: str) -> list[Any]:
         out = []

@@ -58,7 +58,7 @@ class _Batcher:
         self.last = perf_counter()
 
     def __call__(self, ledger: Any, rows: Any) -> None:
-        self.buffer.extend(self.engine.record(ledger, int(r)) for r in rows)
+        self.buffer.extend(self.engine.records(ledger, rows))
         if len(self.buffer) >= FLUSH_EPISODES or perf_counter() - self.last >= self.flush_s:
             self.flush()
 
