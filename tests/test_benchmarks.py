@@ -61,7 +61,7 @@ def test_bench_cartpole_tiny_json_and_exact_returns(tiny_run):
     ("bench_pipeline.py", ["--tiny"], ["| async --pipeline |", "per-episode results identical", "pipelining"]),
     ("gpu_check.py", ["--quick"], ["## Checks", "SKIP: graph really captured", "## End to end", "CartPole-v1 demo MLP"]),
     ("kernels_bench.py", [], ["cython", "reference"]),
-    ("bench_workers.py", ["--tiny"], ["| cartpole ", "pool / sync", "CartPole b=256"]),
+    ("bench_workers.py", ["--tiny"], ["| cartpole ", "vs sync (pool / pool+pipeline)", "CartPole b=256"]),
     ("scaling.py", ["--tiny"], ["| workers | env steps/s | speed-up |", "FixedCostEnv"]),
     ("ab_compare.py", ["--tiny", "--before", str(ROOT)], ["| cartpole zero b16 sync ", "after / before"]),
     ("bench_cli_overhead.py", ["--tiny"], ["| CLI ", "same episodes in every row: True"]),
