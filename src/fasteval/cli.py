@@ -131,8 +131,9 @@ EVAL_OPTIONS = [
                  help="Double-buffer two slot groups (async envs step while the policy runs). Needs async, stateless policy."),
     click.option("--cuda-graph/--no-cuda-graph", "cuda_graph", default=None,
                  help="Capture the policy step in a CUDA graph [default: on where CUDA exists]."),
-    click.option("--amp", type=click.Choice(["none", "bf16", "fp16"]), default="none", show_default=True,
-                 help="Autocast the policy (faster on tensor-core GPUs; slightly different numbers)."),
+    click.option("--amp", type=click.Choice(["none", "bf16", "fp16", "auto"]), default="none", show_default=True,
+                 help="Autocast the policy (faster on tensor-core GPUs; slightly different numbers). auto: the "
+                      "device's default autocast dtype (fp16 on CUDA, bf16 on CPU), as LeRobot's --policy.use_amp."),
     click.option("--compile", "compile_policy", is_flag=True, help="torch.compile the policy step (large policies)."),
     click.option("--obs-format", "observation_format", type=click.Choice(OBSERVATION_FORMATS), default="raw", show_default=True,
                  help="raw: the env's observations. lerobot: observation.image(s)/state/environment_state keys, "

@@ -64,7 +64,8 @@ def _rename_pairs(raw: str) -> list[tuple[str, str]]:
 ALIASES: dict[str, Alias] = {
     "--policy.path": Alias("--policy"),
     "--policy.device": Alias("--device"),
-    "--policy.use_amp": Alias("--amp", {"true": "fp16", "false": "none"}, passthrough=True),
+    # LeRobot's use_amp is torch.autocast(device_type) with the device's default dtype: fasteval's "auto".
+    "--policy.use_amp": Alias("--amp", {"true": "auto", "false": "none"}, passthrough=True),
     "--eval.n_episodes": Alias("--n-episodes"),
     "--eval.batch_size": Alias("--batch-size"),
     "--eval.use_async_envs": Alias("--vectorization", {"true": "async", "false": "sync"}),

@@ -18,7 +18,7 @@ DEVICES = ("cpu", "cuda", "auto")
 RESET_MODES = ("auto", "per-env", "wave")
 ON_NAN_ACTIONS = ("error", "skip-episode")
 OBSERVATION_FORMATS = ("raw", "lerobot")
-AMP_MODES = ("none", "bf16", "fp16")
+AMP_MODES = ("none", "bf16", "fp16", "auto")
 OBS_DTYPES = ("auto", "keep", "float32", "float64")
 VIDEO_SELECTIONS = ("first", "failures", "successes", "per-task")
 
@@ -121,7 +121,8 @@ class EvalSpec:
     """Capture the policy step in a CUDA graph and replay it. ``None``: on where CUDA exists."""
 
     amp: str = "none"
-    """Autocast for the policy: ``none``, ``bf16`` or ``fp16`` (lower precision, may change results)."""
+    """Autocast for the policy: ``none``, ``bf16``, ``fp16`` or ``auto`` (the device's default autocast dtype:
+    fp16 on CUDA, bf16 on CPU, as LeRobot's ``--policy.use_amp``). Lower precision, may change results."""
 
     compile: bool = False
     """Wrap the policy step in ``torch.compile`` (pays for large policies and long runs)."""

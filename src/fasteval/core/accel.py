@@ -65,7 +65,9 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16, "auto": "device default"}
+"""``amp`` -> autocast dtype; ``auto`` takes ``torch.get_autocast_dtype(device type)`` (fp16 on CUDA, bf16
+on CPU), which is what ``torch.autocast(device_type)`` without a dtype uses (LeRobot's ``use_amp``)."""
 
 CAPTURED, OFF = "captured", "off"
 CAPTURE_LOCK = threading.Lock()
@@ -82,6 +84,8 @@ def with_autocast(fn: Callable[[Any], torch.Tensor], device: torch.device, amp: 
     dtype = AMP_DTYPES[amp]
     if dtype is None:
         return fn
+    if amp == "auto":
+        dtype = torch.get_autocast_dtype(device.type)
 
     def autocast_call(obs: Any) -> torch.Tensor:
         with torch.autocast(device_type=device.type, dtype=dtype):
