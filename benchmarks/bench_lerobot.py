@@ -21,7 +21,6 @@ Each fasteval row reports its stage breakdown (``env_step``, ``h2d``, ``policy``
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import format_machine, machine_info  # noqa: E402
+from common import format_machine, machine_info, write_json  # noqa: E402
 
 PUSHT_KWARGS = {"obs_type": "pixels_agent_pos", "render_mode": "rgb_array",
                 "visualization_width": 384, "visualization_height": 384}
@@ -136,8 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         worst = max(abs(a - b) for a, b in zip(ref_rewards, wave))
         print(f"\nper-episode sum_reward, fasteval wave sync vs LeRobot: max |diff| = {worst:.2e}")
     if args.json:
-        args.json.write_text(json.dumps({"machine": info, "env": env_id, "episodes": n, "batch": b, "steps": steps,
-                                         "rows": rows}, indent=2, default=str))
+        write_json(args.json, {"machine": info, "env": env_id, "episodes": n, "batch": b, "steps": steps, "rows": rows})
     return 0
 
 

@@ -237,16 +237,34 @@ def slow_known_answer(**kwargs):
     return Slow(**kwargs)
 
 
-@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_sigterm_partway_then_resume_equals_an_uninterrupted_run(tmp_path, sig, code):
-    out = tmp_path / "run"
+def _start_slow_run(out: Path) -> tuple[subprocess.Popen, list[str], dict[str, str], Path]:
+    """Start a 40-episode CLI run of the slow env into ``out``; return once 5 episodes are logged.
+
+    Returns ``(process, command, environment, episodes.jsonl)``.
+    """
     cmd = [sys.executable, "-m", "fasteval.cli", "--env", SLOW_ENV, "-n", "40", "-b", "3", "--seed", "11", "-o", str(out)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     log = out / "episodes.jsonl"
     deadline = time.time() + 60
     while time.time() < deadline and not (log.is_file() and len(log.read_text().splitlines()) >= 5):
-        time.sleep(0.05)
+        time.sleep(0.02)
+    return proc, cmd, env, log
+
+
+def _uninterrupted(tmp_path: Path, env: dict[str, str]) -> Path:
+    """The same 40 episodes in one run (another batch size), for comparison; returns its eval_info.json."""
+    clean = tmp_path / "clean"
+    fresh = subprocess.run([sys.executable, "-m", "fasteval.cli", "--env", SLOW_ENV, "-n", "40", "-b", "4", "--seed", "11",
+                            "-o", str(clean)], capture_output=True, text=True, env=env, timeout=120)
+    assert fresh.returncode == 0, fresh.stderr
+    return clean / "eval_info.json"
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_sigterm_partway_then_resume_equals_an_uninterrupted_run(tmp_path, sig, code):
+    out = tmp_path / "run"
+    proc, _cmd, env, log = _start_slow_run(out)
     proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == code, stderr
@@ -261,11 +279,7 @@ def test_sigterm_partway_then_resume_equals_an_uninterrupted_run(tmp_path, sig, 
     resumed = subprocess.run([sys.executable, "-m", "fasteval.cli", "--resume", str(out)], capture_output=True, text=True,
                              env=env, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
-    clean = tmp_path / "clean"
-    fresh = subprocess.run([sys.executable, "-m", "fasteval.cli", "--env", SLOW_ENV, "-n", "40", "-b", "4", "--seed", "11",
-                            "-o", str(clean)], capture_output=True, text=True, env=env, timeout=120)
-    assert fresh.returncode == 0, fresh.stderr
-    assert comparable(out / "eval_info.json") == comparable(clean / "eval_info.json")
+    assert comparable(out / "eval_info.json") == comparable(_uninterrupted(tmp_path, env))
     assert json.loads((out / "manifest.json").read_text())["status"] == "complete"
 
 
@@ -273,13 +287,7 @@ def test_sigkill_partway_then_resume_equals_an_uninterrupted_run(tmp_path):
     """A kill gives no chance to flush: at most the group-commit window is lost, and --resume
     reruns exactly the episodes missing from episodes.jsonl."""
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "fasteval.cli", "--env", SLOW_ENV, "-n", "40", "-b", "3", "--seed", "11", "-o", str(out)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    log = out / "episodes.jsonl"
-    deadline = time.time() + 60
-    while time.time() < deadline and not (log.is_file() and len(log.read_text().splitlines()) >= 5):
-        time.sleep(0.02)
+    proc, cmd, env, log = _start_slow_run(out)
     proc.kill()
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL
@@ -292,11 +300,7 @@ def test_sigkill_partway_then_resume_equals_an_uninterrupted_run(tmp_path):
     resumed = subprocess.run([*cmd, "--resume", str(out)], capture_output=True, text=True, env=env, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
     assert f"{len(recorded)} episodes were already recorded" in resumed.stdout
-    clean = tmp_path / "clean"
-    fresh = subprocess.run([sys.executable, "-m", "fasteval.cli", "--env", SLOW_ENV, "-n", "40", "-b", "4", "--seed", "11",
-                            "-o", str(clean)], capture_output=True, text=True, env=env, timeout=120)
-    assert fresh.returncode == 0, fresh.stderr
-    assert comparable(out / "eval_info.json") == comparable(clean / "eval_info.json")
+    assert comparable(out / "eval_info.json") == comparable(_uninterrupted(tmp_path, env))
     lines = [json.loads(line) for line in log.read_text().splitlines() if line.endswith("}")]
     assert sorted(r["episode_ix"] for r in lines) == list(range(40))  # each episode logged once: none rerun twice
 

@@ -10,7 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from fasteval.cli import main
-from fasteval.durable import FlushPolicy, GroupCommitLog, format_records
+from fasteval.durable import FlushPolicy, GroupCommitLog
+from fasteval.rundir import format_records
 from fasteval.rundir import RunDirectory
 
 KA = "fasteval/KnownAnswer-v0"

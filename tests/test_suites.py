@@ -230,3 +230,19 @@ def test_a_task_list_from_the_command_line_is_a_resumable_suite(tmp_path):
     assert changed.exit_code == 2, changed.output  # a task folder holds a run with other settings
     bad = CliRunner().invoke(main, [*args[:4], "--env-kwarg", 'task=["open", "open"]', *args[6:-1], str(tmp_path / "x")])
     assert bad.exit_code == 2 and "distinct task names" in bad.output
+
+
+def test_both_suite_runners_honour_a_tasks_own_step_cap(tmp_path):
+    """run_suite and the CLI's durable run_suite_durable build each task's spec the same way."""
+    from fasteval.spec import EvalSpec
+    from fasteval.suites import run_suite_durable
+
+    suite = {"g": {0: Task("fasteval/KnownAnswer-v0", max_steps=2), 1: Task("fasteval/KnownAnswer-v0")}}
+    plain = run_suite(suite, ParityPolicy(), n_episodes=4, seed=5, batch_size=2, device="cpu")
+    durable = run_suite_durable(EvalSpec(env="fasteval/KnownAnswer-v0", policy=ParityPolicy(), n_episodes=4, seed=5,
+                                         batch_size=2, device="cpu"), suite, tmp_path, announce=lambda m: None)
+    for result in (plain, durable.result):
+        lengths = [(r["task_id"], r["length"]) for r in result.per_episode]
+        assert all(n <= 2 for t, n in lengths if t == 0) and any(n > 2 for t, n in lengths if t == 1), lengths
+    assert [(r["task_id"], r["length"], r["sum_reward"]) for r in plain.per_episode] == \
+        [(r["task_id"], r["length"], r["sum_reward"]) for r in durable.result.per_episode]

@@ -203,7 +203,9 @@ def lerobot_env_type(env_type: str) -> EnvType | None:
     if env_type not in choices:
         return None
     default = getattr(choices[env_type], "task", None)
-    return EnvType(id="fasteval.lerobot.envs:make_env", task_kwarg="task", kwargs={"type": env_type},
+    from fasteval.lerobot.envs import ENV_REF
+
+    return EnvType(id=ENV_REF, task_kwarg="task", kwargs={"type": env_type},
                    default_task=default if isinstance(default, str) else None, example_task=str(default or ""))
 
 

@@ -34,7 +34,7 @@ from typing import Any, Callable, Sequence
 from fasteval.engine import Engine
 from fasteval.errors import EvaluationAborted
 from fasteval.results import EvalResult, merge_episodes
-from fasteval.rundir import RunDirectory, check_resumable, policy_digest
+from fasteval.rundir import RunDirectory, check_resumable, format_records, policy_digest
 from fasteval.spec import EvalSpec
 
 STATUS_RUNNING, STATUS_COMPLETE, STATUS_INTERRUPTED, STATUS_FAILED = "running", "complete", "interrupted", "failed"
@@ -81,31 +81,6 @@ class FlushPolicy:
     def due(self, pending: int, oldest_age_s: float) -> bool:
         """``pending`` records wait, the oldest for ``oldest_age_s`` seconds: write them now?"""
         return pending >= self.max_records or (pending > 0 and oldest_age_s >= self.max_delay_s)
-
-
-_encode = json.JSONEncoder(check_circular=False, separators=(",", ":")).encode
-
-
-def format_records(records: Sequence[dict[str, Any]]) -> str:
-    """``records`` -> their JSON lines, one string ending in a newline (``""`` for none).
-
-    Compact separators; NaN is written as ``NaN`` (Python's json reads it back). The whole batch
-    is encoded with one call of the C encoder and cut into lines at the record boundaries
-    (``,{"<first key>":``, a sequence that cannot occur inside an encoded string, whose quotes
-    are escaped); if the records do not all start with the same key, or a nested value repeats
-    the boundary, each record is encoded on its own instead. Either way the lines are the same.
-    """
-    n = len(records)
-    if n == 0:
-        return ""
-    first = next(iter(records[0]), None)
-    if first is not None and n > 1:
-        head = "{" + _encode(first) + ":"
-        body = _encode(list(records))[1:-1]
-        boundary = "," + head
-        if body.count(boundary) == n - 1 and all(next(iter(r), None) == first for r in records):
-            return body.replace(boundary, "\n" + head) + "\n"
-    return "\n".join([_encode(record) for record in records]) + "\n"
 
 
 class GroupCommitLog:

@@ -249,7 +249,7 @@ class VideoRecorder(StepObserver):
             raise UserInputError(problem)
         self.envs, self.ledger, self.env = envs, ledger, env
         self.task = task or env
-        self.max_episodes, self.videos_dir = max_episodes, videos_dir
+        self.videos_dir = videos_dir
         self.folder = Path(videos_dir) / safe_name(self.task)
         self.selection = VideoSelection(select, max_episodes)
         self.render = slot_getter(envs, "render")

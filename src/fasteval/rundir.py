@@ -21,7 +21,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from fasteval.errors import FastevalError, UserInputError
 from fasteval.results import write_json_atomic
@@ -31,6 +31,31 @@ MANIFEST, EPISODES, ERRORS, EVAL_INFO = "manifest.json", "episodes.jsonl", "erro
 RESUME_MUST_MATCH = ("env", "env_kwargs", "policy", "policy_digest", "seed", "n_episodes", "max_steps")
 """Manifest fields a resumed run must share with the original: anything else (batch size,
 vectorization, device) may change, because results do not depend on it."""
+
+
+_encode = json.JSONEncoder(check_circular=False, separators=(",", ":")).encode
+
+
+def format_records(records: Sequence[dict[str, Any]]) -> str:
+    """``records`` -> their JSON lines, one string ending in a newline (``""`` for none).
+
+    Compact separators; NaN is written as ``NaN`` (Python's json reads it back). The whole batch
+    is encoded with one call of the C encoder and cut into lines at the record boundaries
+    (``,{"<first key>":``, a sequence that cannot occur inside an encoded string, whose quotes
+    are escaped); if the records do not all start with the same key, or a nested value repeats
+    the boundary, each record is encoded on its own instead. Either way the lines are the same.
+    """
+    n = len(records)
+    if n == 0:
+        return ""
+    first = next(iter(records[0]), None)
+    if first is not None and n > 1:
+        head = "{" + _encode(first) + ":"
+        body = _encode(list(records))[1:-1]
+        boundary = "," + head
+        if body.count(boundary) == n - 1 and all(next(iter(r), None) == first for r in records):
+            return body.replace(boundary, "\n" + head) + "\n"
+    return "\n".join([_encode(record) for record in records]) + "\n"
 
 
 class DiskFullError(FastevalError, OSError):
@@ -116,10 +141,6 @@ class RunDirectory:
         self._episodes = open(self.path / EPISODES, "a", encoding="utf-8")  # flushed per group by the caller
         self._errors = open(self.path / ERRORS, "a", buffering=1, encoding="utf-8")
 
-    def append_episodes(self, records: Iterable[dict[str, Any]]) -> None:
-        """Append ``records`` to ``episodes.jsonl`` now (one write, flushed)."""
-        self._append(self._episodes, self.path / EPISODES, records)
-
     def append_episode_text(self, text: str) -> None:
         """Append complete JSON lines to ``episodes.jsonl`` with one write, then flush to the OS."""
         with _write_guard(self.path / EPISODES):
@@ -131,7 +152,7 @@ class RunDirectory:
 
     @staticmethod
     def _append(handle, path: Path, records: Iterable[dict[str, Any]]) -> None:
-        text = "".join(json.dumps(record) + "\n" for record in records)
+        text = format_records(list(records))
         with _write_guard(path):
             handle.write(text)  # one write per batch of complete lines
             handle.flush()

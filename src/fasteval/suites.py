@@ -62,6 +62,7 @@ import numpy as np
 from fasteval.core.envs import EnvFactory
 from fasteval.core.headless import ensure_headless_gl
 from fasteval.errors import UserInputError
+from fasteval.lerobot.envs import ENV_REF as LEROBOT_ENV_REF
 from fasteval.results import EpisodeTable, EvalResult
 from fasteval.spec import EvalSpec
 
@@ -156,6 +157,16 @@ def _policy_for(policy: Any, policy_factory: Callable[[], Any] | None, concurren
         ) from None
 
 
+def task_fields(task: Task, video_budget: int, videos_dir: Path) -> dict[str, Any]:
+    """The :class:`~fasteval.spec.EvalSpec` fields one task of a suite sets: its env and kwargs, its step
+    cap (when it has one), its share of the videos and its video folder. Both suite runners use it."""
+    fields: dict[str, Any] = {"env": task.env, "env_kwargs": dict(task.env_kwargs),
+                              "max_episodes_rendered": video_budget, "videos_dir": str(videos_dir)}
+    if task.max_steps is not None:
+        fields["max_steps"] = task.max_steps
+    return fields
+
+
 def run_suite(
     suite: Mapping[str, Mapping[Any, Any]],
     policy: Any = "zero",
@@ -184,13 +195,8 @@ def run_suite(
     budgets = video_budgets(spec_fields.get("max_episodes_rendered", 0), spec_fields.get("video_select", "first"),
                             [n_episodes] * len(tasks))
     for (group, task_id, task), budget in zip(tasks, budgets):
-        fields = dict(spec_fields)
-        if task.max_steps is not None:
-            fields["max_steps"] = task.max_steps
-        if budget != fields.get("max_episodes_rendered", 0):
-            fields["max_episodes_rendered"] = budget
-        specs.append(EvalSpec(env=task.env, env_kwargs=dict(task.env_kwargs), policy="zero", n_episodes=n_episodes,
-                              seed=seed, videos_dir=str(Path(root) / f"{_safe(group)}_{_safe(task_id)}"), **fields))
+        fields = {**spec_fields, **task_fields(task, budget, Path(root) / f"{_safe(group)}_{_safe(task_id)}")}
+        specs.append(EvalSpec(policy="zero", n_episodes=n_episodes, seed=seed, **fields))
 
     def run_one(index: int) -> EvalResult:
         from fasteval.api import policy_eval_mode
@@ -276,10 +282,6 @@ def suite_group(env: str) -> str:
     return env
 
 
-LEROBOT_ENV_REF = "fasteval.lerobot.envs:make_env"
-"""LeRobot env types (``fasteval.lerobot.envs.ENV_REF``): their suites follow LeRobot's task groups."""
-
-
 def suite_from_spec(spec: EvalSpec) -> dict[str, dict[int, Task]] | None:
     """The suite a spec stands for when an env kwarg that names the task (``task``, ``env_name``) is a
     **list** of task names (``--env.type=metaworld --env.task=push-v3,reach-v3``, or the same list
@@ -345,8 +347,7 @@ def run_suite_durable(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], ou
     start = perf_counter()
     for (group, task_id, task), budget in zip(tasks, budgets):
         label = f"{_safe(group)}_{_safe(task_id)}"
-        task_spec = spec.replace(env=task.env, env_kwargs=dict(task.env_kwargs), max_episodes_rendered=budget,
-                                 videos_dir=str(videos_root / label))
+        task_spec = spec.replace(**task_fields(task, budget, videos_root / label))
         folder = out_dir / "tasks" / label
         run_dir = RunDirectory(folder)
         resume = run_dir.has_manifest()  # the same command again: finish (or reuse) the task's run

@@ -262,13 +262,13 @@ def graph_unsupported(device: torch.device) -> str | None:
 
 
 def accelerate(fn: Callable[[Any], torch.Tensor], *, device: torch.device, amp: str, compile: bool,
-               cuda_graph: bool | None, stateful: bool = False,
+               cuda_graph: bool | None,
                blockers: Sequence[str] = ()) -> tuple[Callable[[Any], torch.Tensor], dict[str, Any]]:
     """Wrap the policy step. Returns ``(call, facts)``; ``facts["cuda_graph"]`` is ``captured``,
     ``eager (reason)`` or ``off``, and stays live: a :class:`CudaGraphCall` updates it on capture.
 
     ``cuda_graph=None`` means "where CUDA exists". ``blockers`` are :func:`graph_blockers`' reasons
-    (``stateful`` is the older spelling of one of them). Decided here, once; the loop just calls.
+    (per-slot state among them). Decided here, once; the loop just calls.
     """
     facts: dict[str, Any] = {"amp": amp, "compile": compile, "cuda_graph": OFF}
     fn = with_autocast(fn, device, amp)
@@ -283,8 +283,6 @@ def accelerate(fn: Callable[[Any], torch.Tensor], *, device: torch.device, amp: 
         facts["cuda_graph"] = eager(unsupported)
         return fn, facts
     reasons = list(blockers)
-    if stateful and not any(r.startswith("per-slot") for r in reasons):
-        reasons.insert(0, "per-slot policy state: reset() or action-chunk queues")
     if reasons:
         warnings.warn(f"the policy has state a CUDA graph would freeze ({'; '.join(reasons)}); running it eagerly.",
                       RuntimeWarning, stacklevel=2)

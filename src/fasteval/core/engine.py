@@ -138,7 +138,7 @@ class CoreEngine:
             changed = may_graph and changes_python_state(self.policy, self.runner.plain_step, policy_input)
         step, self.accel_facts = accelerate(
             self.runner.plain_step, device=self.device, amp=self.spec.amp, compile=self.spec.compile,
-            cuda_graph=self.spec.cuda_graph, stateful=self.runner.reset_kind != NO_RESET,
+            cuda_graph=self.spec.cuda_graph,
             blockers=graph_blockers(self.policy, self.runner, changed),
         )
         self.runner.use_step(step)
@@ -255,10 +255,6 @@ class CoreEngine:
         }
         task = self.spec.env
         return EpisodeTable(columns, np.zeros(1, np.int64), [(task, 0, task)])
-
-    def record(self, ledger: Ledger, row: int) -> dict[str, Any]:
-        """The per-episode record of ledger row ``row`` (final once the row is finished)."""
-        return self.records(ledger, [row])[0]
 
     def records(self, ledger: Ledger, rows: Any) -> list[dict[str, Any]]:
         """The per-episode records of ledger rows ``rows`` (the episodes finished in one step), built

@@ -179,7 +179,6 @@ class SyncSlotEnvs(SlotEnvs):
         self.envs = self.vector_env.envs
         self.obs = allocate_obs_buffer(self.observation_space, n_slots, obs_allocate)
         self._write_obs = _obs_writer(self.obs)
-        self._array_obs = not isinstance(self.obs, dict)
         self.metadata = dict(getattr(self.vector_env, "metadata", None) or {})
 
     def reset_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:
@@ -202,37 +201,16 @@ class SyncSlotEnvs(SlotEnvs):
     def step(self, slots: Sequence[int], actions: np.ndarray) -> None:
         """Step ``slots`` with rows of ``actions``; write results into the host buffers.
 
-        The body is duplicated for array observations (one row store, no call) and Dict ones:
-        this is the hottest Python loop in fasteval for cheap envs.
+        The hottest Python loop in fasteval for cheap envs: one ``info`` lookup per step both stores
+        ``is_success`` and notices that the env reports it (``has_success_signal``).
         """
-        envs, rewards, terminated, truncated, success = (
-            self.envs, self.rewards, self.terminated, self.truncated, self.success)
-        seen = None  # not None once any info carried is_success (even False): one lookup per step does both jobs
-        if self._array_obs:
-            obs_buffer = self.obs
-            for slot in slots:
-                try:  # free when nothing is raised (Python >= 3.11)
-                    obs, reward, term, trunc, info = envs[slot].step(actions[slot])
-                except Exception as exc:
-                    self.failures.append(_failure(slot, "step", exc))
-                    continue
-                obs_buffer[slot] = obs
-                rewards[slot] = reward
-                terminated[slot] = term
-                truncated[slot] = trunc
-                flag = info.get("is_success")
-                if flag is None:
-                    success[slot] = False
-                else:
-                    success[slot] = seen = flag
-            if seen is not None:
-                self.has_success_signal = True
-            return
-        write = self._write_obs
+        envs, write, rewards, terminated, truncated, success = (
+            self.envs, self._write_obs, self.rewards, self.terminated, self.truncated, self.success)
+        seen = None  # not None once any info carried is_success (even False)
         for slot in slots:
-            try:
+            try:  # free when nothing is raised (Python >= 3.11)
                 obs, reward, term, trunc, info = envs[slot].step(actions[slot])
-            except Exception as exc:
+            except Exception as exc:  # recorded; the engine rebuilds the env and retries the episode
                 self.failures.append(_failure(slot, "step", exc))
                 continue
             write(slot, obs)
@@ -289,11 +267,3 @@ def build_slot_envs(vectorization: str, factory: EnvFactory, n_slots: int, probe
     probe.close()
     return WorkerPoolEnvs(factory, n_slots, spaces[0], spaces[1], n_workers=workers, step_timeout=step_timeout,
                           metadata=spaces[2], pin=obs_allocate is not None)
-
-
-def __getattr__(name: str) -> Any:
-    if name == "AsyncSlotEnvs":  # the old name of the async slot envs, kept for importers not yet moved
-        from fasteval.core.workers import WorkerPoolEnvs
-
-        return WorkerPoolEnvs
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -66,16 +66,8 @@ class StepContext:
     groups: list["StepGroup"] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        envs = self.envs
-        self.send: Callable[[list[int], np.ndarray], list[int]] = envs.step_send
-        self.receive: Callable[[list[int]], None] = envs.step_recv
-        if not envs.overlaps:  # in-process envs: the step happens on send, nothing to receive
-            step = envs.step
-
-            def send(slots: list[int], actions: np.ndarray) -> list[int]:
-                step(slots, actions)
-                return slots
-            self.send, self.receive = send, _nothing
+        self.send: Callable[[list[int], np.ndarray], list[int]] = self.envs.step_send
+        self.receive: Callable[[list[int]], None] = self.envs.step_recv
         self.refill = bool(self.runner.continuous)
 
     def recover(self) -> set[int]:
@@ -96,22 +88,15 @@ class StepContext:
         return restarted
 
 
-def _nothing(*args: Any) -> None:
-    return None
-
-
 class StepGroup:
     """One contiguous block of slots, with views of every buffer the kernel and the policy touch."""
 
     def __init__(self, rows: slice, ctx: StepContext):
         L = ctx.ledger
         self.rows, self.offset = rows, rows.start
-        whole = rows.start == 0 and rows.stop == L.n_slots
-        if whole:  # the plain loop: the engine's own buffers, no views
-            self.policy_input, self.copy_obs, self.copy_actions = ctx.h2d.policy_input, ctx.h2d.copy, ctx.d2h.copy
-        else:
-            self.policy_input, self.copy_obs = ctx.h2d.group(rows)
-            self.copy_actions = ctx.d2h.group(rows)
+        # All slots give the engine's own buffers (the plain loop); a half gives views, built once per engine.
+        self.policy_input, self.copy_obs = ctx.h2d.group(rows)
+        self.copy_actions = ctx.d2h.group(rows)
         envs = ctx.envs
         self.kernel_views = (
             envs.rewards[rows], envs.terminated[rows], envs.truncated[rows], envs.success[rows], L.slot_episode[rows],

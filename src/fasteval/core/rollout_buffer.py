@@ -34,11 +34,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from fasteval.core.transfer import torch_dtype
+
 DEFAULT_FRAMES = 256
-
-
-def _torch_dtype(dtype: np.dtype) -> torch.dtype:
-    return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
 
 
 class RolloutBuffer:
@@ -77,7 +75,7 @@ class RolloutBuffer:
             "next.terminated": torch.zeros(B, dtype=torch.bool, pin_memory=pin),
             "next.truncated": torch.zeros(B, dtype=torch.bool, pin_memory=pin),
             "next.success": torch.zeros(B, dtype=torch.bool, pin_memory=pin),
-            "action": torch.zeros((B, *action_shape), dtype=_torch_dtype(np.dtype(action_dtype)), pin_memory=pin),
+            "action": torch.zeros((B, *action_shape), dtype=torch_dtype(np.dtype(action_dtype)), pin_memory=pin),
         }
         self._packet_np = {k: v.numpy() for k, v in self.packet.items()}
         self.device_packet = {k: torch.empty_like(v, device=self.device) for k, v in self.packet.items()} if cuda \
@@ -117,11 +115,8 @@ class RolloutBuffer:
     def _set_data(self, data: dict[str, Any]) -> None:
         self.data = data
         if self.numpy_writes:  # NumPy views of the same storage
-            obs = data["observation"]
             self._np = {k: (v.numpy() if isinstance(v, torch.Tensor) else {kk: vv.numpy() for kk, vv in v.items()})
                         for k, v in data.items()}
-            self._np["observation"] = obs.numpy() if isinstance(obs, torch.Tensor) else \
-                {k: v.numpy() for k, v in obs.items()}
 
     # -- per episode / per step -------------------------------------------------------------------
     def start(self, slots: np.ndarray) -> None:

@@ -49,10 +49,6 @@ class SlotEnvs:
         self.terminated = np.zeros(n_slots, dtype=bool)
         self.truncated = np.zeros(n_slots, dtype=bool)
         self.success = np.zeros(n_slots, dtype=bool)
-        discrete = isinstance(action_space, gym.spaces.Discrete)
-        self._env_actions: Callable[[np.ndarray], Sequence[Any]] = (
-            (lambda a: a.tolist()) if discrete else (lambda a: a)
-        )
         self.failures: list[EnvFailure] = []
         """Slots whose env raised, hung or died in the last ``step``/``reset_slots``; the engine
         handles and clears them. Rows of failed slots in the step buffers are meaningless."""
@@ -96,7 +92,7 @@ class SlotEnvs:
         """Start the step of ``slots``; returns the slots to pass to :meth:`step_recv`. In-process
         envs step right here."""
         self.step(slots, actions)
-        return list(slots)
+        return slots
 
     def step_recv(self, sent: Sequence[int]) -> None:
         """Finish the step started by :meth:`step_send` (nothing to do for in-process envs)."""

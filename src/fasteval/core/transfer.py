@@ -39,7 +39,7 @@ def _as_tensor_tree(host: Any) -> Any:
     return torch.from_numpy(host)
 
 
-def _torch_dtype(dtype: np.dtype) -> torch.dtype:
+def torch_dtype(dtype: np.dtype) -> torch.dtype:
     return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
 
 
@@ -54,7 +54,7 @@ def is_pinned(tensor: torch.Tensor) -> bool:
 
 def pinned_zeros(shape: tuple, dtype: np.dtype) -> np.ndarray:
     """A zeroed NumPy array in pinned host memory (the array keeps the pinned tensor alive)."""
-    return torch.zeros(shape, dtype=_torch_dtype(np.dtype(dtype)), pin_memory=True).numpy()
+    return torch.zeros(shape, dtype=torch_dtype(np.dtype(dtype)), pin_memory=True).numpy()
 
 
 def host_allocator(device: str, pin_memory: bool) -> Callable[[tuple, np.dtype], np.ndarray] | None:
@@ -178,8 +178,6 @@ class DeviceToHost:
         if copy is not None:
             return copy
         host, host_rows = self.host, self.host_tensor[start:stop]
-        if (start, stop) == (0, self.host.shape[0]):
-            host_rows = self.host_tensor
         if self.pinned:
             stream = self.stream
 

@@ -282,9 +282,13 @@ def _worker_main(index: int, conn: Any, factory: Callable[[], gym.Env], shared: 
                 rewards[slot] = reward
                 terminated[slot] = term
                 truncated[slot] = trunc
-                success[slot] = info.get("is_success", False)
-                if not seen_success and "is_success" in info:
-                    seen_success = announce_success = True
+                flag = info.get("is_success")  # one lookup: the value, and whether the env reports it at all
+                if flag is None:
+                    success[slot] = False
+                else:
+                    success[slot] = flag
+                    if not seen_success:
+                        seen_success = announce_success = True
                 done.append(slot)
             values = watch_values(watched, done)
             if announce_success:

@@ -279,7 +279,8 @@ class LeRobotPolicy(_FollowsDevice):
             self._refill(batch, need)
 
     def _with_history(self, batch: dict[str, Any]) -> dict[str, Any]:
-        fresh = torch.from_numpy(self.fresh)
+        fresh = np.flatnonzero(self.fresh)  # slots that just reset: found on the host, once per call
+        index = torch.from_numpy(fresh) if fresh.size else None
         out = dict(batch)
         for key, value in batch.items():
             if not (key.startswith(OBS_PREFIX) and isinstance(value, torch.Tensor)):
@@ -290,8 +291,8 @@ class LeRobotPolicy(_FollowsDevice):
                 hist = step.expand(-1, self.n_obs_steps, *value.shape[1:]).clone()
             else:
                 hist = torch.cat([old[:, 1:], step], dim=1)
-                rows = fresh.to(value.device)
-                if bool(rows.any()):
+                if index is not None:
+                    rows = index.to(value.device)
                     hist[rows] = step[rows].expand(-1, self.n_obs_steps, *value.shape[1:])
             self.history[key] = hist
             out[key] = hist
