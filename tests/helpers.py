@@ -1,7 +1,9 @@
-"""Policies used by CLI tests through module:callable references (tests.helpers:NAME)."""
+"""Policies and observers shared by tests (CLI tests reach some through module:callable refs: tests.helpers:NAME)."""
 
 import torch
 from torch import nn
+
+from fasteval.core.protocols import StepObserver
 
 
 def three_logits():
@@ -35,3 +37,20 @@ def never_succeeding_env():
             return np.zeros(1, np.float32), 0.0, self.t >= 3, False, {"is_success": False}
 
     return NeverSucceeds()
+
+
+class NoisyPolicy(nn.Module):
+    """Stochastic: action = 1 if a fresh uniform draw < 0.5."""
+
+    def forward(self, obs):
+        return (torch.rand(obs.shape[0], device=obs.device) < 0.5).long()
+
+
+class ActionLog(StepObserver):
+    """The action rows of every step of a run."""
+
+    def __init__(self):
+        self.steps = []
+
+    def on_step(self, active, actions, parked):
+        self.steps.append(tuple(actions.tolist()))

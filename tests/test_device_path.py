@@ -125,21 +125,7 @@ def test_amp_bf16_on_cpu_runs_and_keeps_exact_results_for_an_integer_policy():
     assert result.meta["policy_amp"] == "bf16"
 
 
-class NoisyPolicy(torch.nn.Module):
-    """Stochastic: action = 1 if a fresh uniform draw < 0.5."""
-
-    def forward(self, obs):
-        return (torch.rand(obs.shape[0], device=obs.device) < 0.5).long()
-
-
-class ActionLog(StepObserver):
-    """The action rows of every step of a run (4 binary actions per step)."""
-
-    def __init__(self):
-        self.steps = []
-
-    def on_step(self, active, actions, parked):
-        self.steps.append(tuple(actions.tolist()))
+from tests.helpers import ActionLog, NoisyPolicy  # noqa: E402
 
 
 def noisy_actions(seed, device="cpu", **kwargs):

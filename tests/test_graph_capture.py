@@ -12,7 +12,6 @@ import torch
 from fasteval import evaluate
 from fasteval.core import accel
 from fasteval.core.accel import CAPTURED, OFF, CudaGraphCall, graph_blockers, python_state
-from fasteval.core.protocols import StepObserver
 from fasteval.engine import Engine
 from fasteval.errors import UserInputError
 from fasteval.spec import EvalSpec
@@ -256,17 +255,7 @@ def test_task_table_is_indexed_by_slot_for_every_slot():
 
 # -- fresh noise --------------------------------------------------------------------------------------
 
-class Noisy(torch.nn.Module):
-    def forward(self, obs):
-        return (torch.rand(obs.shape[0], device=obs.device) < 0.5).long()
-
-
-class ActionLog(StepObserver):
-    def __init__(self):
-        self.steps = []
-
-    def on_step(self, active, actions, parked):
-        self.steps.append(tuple(actions.tolist()))
+from tests.helpers import ActionLog, NoisyPolicy as Noisy  # noqa: E402
 
 
 def action_log(seed, **kwargs):
