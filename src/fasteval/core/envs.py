@@ -22,7 +22,7 @@ import gymnasium as gym
 import numpy as np
 
 from fasteval.core.headless import ensure_headless_gl
-from fasteval.core.slots import EnvFailure, SlotEnvs, _failure, _obs_writer, allocate_obs_buffer  # noqa: F401 (re-exported)
+from fasteval.core.slots import EnvFailure, SlotEnvs, _failure, _obs_writer, allocate_obs_buffer, call_env  # noqa: F401 (re-exported)
 from fasteval.errors import EnvNotFoundError, EnvStepError, UserInputError
 from fasteval.refs import resolve_callable, split_callable_ref
 
@@ -229,8 +229,7 @@ class SyncSlotEnvs(SlotEnvs):
         out = []
         for slot in slots:
             try:
-                attr = self.envs[slot].get_wrapper_attr(name)
-                out.append(attr() if callable(attr) else attr)
+                out.append(call_env(self.envs[slot], name))
             except Exception as exc:
                 raise EnvStepError(f"env.{name} failed for slot {slot}: {type(exc).__name__}: {exc}") from exc
         return out

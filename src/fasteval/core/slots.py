@@ -16,6 +16,12 @@ import numpy as np
 from fasteval.errors import UserInputError
 
 
+def call_env(env: gym.Env, name: str) -> Any:
+    """``env.<name>()`` if that attribute (through the wrappers) is callable, else its value."""
+    attr = env.get_wrapper_attr(name)
+    return attr() if callable(attr) else attr
+
+
 @dataclass
 class EnvFailure:
     """One env failure: which slot, during what (``step``/``reset``), and why."""

@@ -61,7 +61,7 @@ from typing import Any, Callable, Sequence
 import gymnasium as gym
 import numpy as np
 
-from fasteval.core.slots import EnvFailure, SlotEnvs, _obs_writer, allocate_obs_buffer
+from fasteval.core.slots import EnvFailure, SlotEnvs, _obs_writer, allocate_obs_buffer, call_env
 from fasteval.errors import EnvStepError, FastevalError, UserInputError
 
 _ALIGN = 64
@@ -185,11 +185,6 @@ def _anonymous_fd(size: int) -> int:
 
 
 # -- the worker process -----------------------------------------------------------------------
-def _call_env(env: gym.Env, name: str) -> Any:
-    attr = env.get_wrapper_attr(name)
-    return attr() if callable(attr) else attr
-
-
 class _CallError:
     """A watched/called value whose call raised (pickled back in place of the value)."""
 
@@ -253,7 +248,7 @@ def _worker_main(index: int, conn: Any, factory: Callable[[], gym.Env], shared: 
             for slot in done:
                 if slot in wslots:
                     try:
-                        got[slot] = _call_env(envs[slot], name)
+                        got[slot] = call_env(envs[slot], name)
                     except Exception as exc:
                         got[slot] = _CallError(f"{type(exc).__name__}: {exc}")
             out[name] = got
@@ -316,7 +311,7 @@ def _worker_main(index: int, conn: Any, factory: Callable[[], gym.Env], shared: 
             for slot in slots:
                 progress[1] = slot
                 try:
-                    values.append(_call_env(envs[slot], name))
+                    values.append(call_env(envs[slot], name))
                 except Exception as exc:
                     values.append(_CallError(f"{type(exc).__name__}: {exc}"))
             conn.send((seq, None, values))
