@@ -44,7 +44,7 @@ def bench_once(tree: Path, args: list[str], repeats: int) -> float:
     """Median eval_s of one ``fasteval bench`` call run from ``tree``'s sources."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "bench.json"
-        code = "import sys; sys.path.insert(0, sys.argv.pop(1)); from fasteval.cli import main; main()"
+        code = "import sys; sys.path.insert(0, sys.argv.pop(1)); from fasteval.doors.cli import main; main()"
         cmd = [sys.executable, "-c", code, str(tree / "src"), "bench", *args, "--repeats", str(repeats),
                "--json", str(out)]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=tmp)

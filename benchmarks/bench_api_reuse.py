@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import check_line, format_machine, machine_info, markdown_table, write_json  # noqa: E402
 
 from fasteval import Evaluator  # noqa: E402
-from fasteval.policies import MLPPolicy  # noqa: E402
+from fasteval.robot.policies import MLPPolicy  # noqa: E402
 
 TARGET = 0.10
 

@@ -53,8 +53,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import fasteval  # noqa: E402
-from fasteval.policies import MLPPolicy, RandomPolicy, ZeroPolicy, load_checkpoint  # noqa: E402
-from fasteval.policies.checkpoint import is_checkpoint_dir  # noqa: E402
+from fasteval.robot.policies import MLPPolicy, RandomPolicy, ZeroPolicy, load_checkpoint  # noqa: E402
+from fasteval.robot.policies.checkpoint import is_checkpoint_dir  # noqa: E402
 
 from classic_loop import classic_eval, make_vector_env  # noqa: E402
 from common import (  # noqa: E402
@@ -193,7 +193,7 @@ def cli_command() -> tuple[list[str], str]:
     local = Path(sys.executable).parent / "fasteval"
     if local.exists():
         return [str(local)], str(local)
-    return [sys.executable, "-c", "from fasteval.cli import main; main()"], "python -c 'from fasteval.cli import main; main()'"
+    return [sys.executable, "-c", "from fasteval.doors.cli import main; main()"], "python -c 'from fasteval.doors.cli import main; main()'"
 
 
 def cli_startup(repeats: int = 3, breakdown: bool = False) -> dict[str, Any]:
@@ -224,7 +224,7 @@ def cli_startup(repeats: int = 3, breakdown: bool = False) -> dict[str, Any]:
 def importtime_breakdown(tmp: str, top: int = 15) -> list[tuple[str, float]]:
     """Top imports by cumulative time of the CLI run, from ``python -X importtime``."""
     proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "from fasteval.cli import main; main()",
+        [sys.executable, "-X", "importtime", "-c", "from fasteval.doors.cli import main; main()",
          "--env", ENV_ID, "-n", "1", "-b", "1", "-o", tmp],
         capture_output=True, text=True,
     )

@@ -63,7 +63,7 @@ def sequential_loop(n: int, seed: int, action: object = 0, lean: bool = True) ->
 
 
 def library(n: int, seed: int) -> tuple[float, int]:
-    from fasteval.api import Evaluator
+    from fasteval.run.api import Evaluator
 
     evaluator = Evaluator(env=ENV, policy="zero", batch_size=BATCH, n_episodes=n, seed=seed, device="cpu")
     evaluator.evaluate(n_episodes=min(n, 64))  # build + dry run, untimed
@@ -74,7 +74,7 @@ def library(n: int, seed: int) -> tuple[float, int]:
 def cli(n: int, seed: int) -> tuple[float, int]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run"
-        subprocess.run([sys.executable, "-m", "fasteval.cli", "--policy", "zero", "--env", ENV, "-n", str(n),
+        subprocess.run([sys.executable, "-m", "fasteval.doors.cli", "--policy", "zero", "--env", ENV, "-n", str(n),
                         "-b", str(BATCH), "--seed", str(seed), "--device", "cpu", "-o", str(out)],
                        check=True, stdout=subprocess.DEVNULL)
         info = json.loads((out / "eval_info.json").read_text())

@@ -3,7 +3,7 @@ default ACT size), the same seeds, no videos. Needs the ``lerobot`` extra (Pytho
 
 Rows, in one sitting:
 
-* ``lerobot sync``: LeRobot's ``eval_policy_all`` (``fasteval.lerobot.reference``; its async envs
+* ``lerobot sync``: LeRobot's ``eval_policy_all`` (``fasteval.robot.lerobot.reference``; its async envs
   crash on PushT, so sync only), with torch's default threads and again with one thread (fasteval's
   default; the second thread stalls whenever another process holds the other core);
 * ``fasteval wave|continuous x sync|async``: the same checkpoint through ``--env.type=pusht``
@@ -81,9 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.tiny:
         args.episodes, args.batch, args.steps = 2, 2, 5
 
-    from fasteval.fast_envs import pusht_env_id
-    from fasteval.lerobot.reference import lerobot_eval
-    from fasteval.lerobot.testing import ACT_DEFAULT_SIZE, write_act_checkpoint
+    from fasteval.robot.fast_envs import pusht_env_id
+    from fasteval.robot.lerobot.reference import lerobot_eval
+    from fasteval.robot.lerobot.testing import ACT_DEFAULT_SIZE, write_act_checkpoint
 
     info = machine_info()
     env_id = pusht_env_id()

@@ -79,8 +79,8 @@ def child(args: argparse.Namespace) -> None:
     """One case, in this fresh process; prints one JSON line."""
     import numpy as np
 
-    from fasteval.engine import Engine
-    from fasteval.spec import EvalSpec
+    from fasteval.run.engine import Engine
+    from fasteval.types.spec import EvalSpec
 
     spec = EvalSpec(env=args.env, policy=args.policy, batch_size=args.batch_size, n_episodes=args.n, device="cpu",
                     seed=args.seed)
@@ -133,7 +133,7 @@ sys.path.insert(0, sys.argv.pop(1))
 from bench_memory import _maxrss_bytes
 out = sys.argv.pop(1)
 atexit.register(lambda: open(out, "w").write(str(_maxrss_bytes())))
-from fasteval.cli import main
+from fasteval.doors.cli import main
 sys.argv[0] = "fasteval"
 main()
 """

@@ -60,7 +60,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import fasteval  # noqa: E402
-from fasteval.policies import MLPPolicy, ZeroPolicy, load_checkpoint  # noqa: E402
+from fasteval.robot.policies import MLPPolicy, ZeroPolicy, load_checkpoint  # noqa: E402
 
 from classic_loop import classic_eval, make_vector_env  # noqa: E402
 from common import (  # noqa: E402

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import Samples, check_line, command_line, format_machine, machine_info, markdown_table  # noqa: E402
 
 from fasteval import Evaluator  # noqa: E402
-from fasteval.fast_envs import FAST_PUSHT  # noqa: E402
+from fasteval.robot.fast_envs import FAST_PUSHT  # noqa: E402
 
 PUSHT_KWARGS = {"obs_type": "pixels_agent_pos", "render_mode": "rgb_array"}
 
@@ -91,7 +91,7 @@ def pusht_env_only(steps: int, repeats: int) -> tuple[float, float]:
     """Median env steps/s of gym-pusht's PushT and fasteval's fast one (same seed and actions)."""
     from gym_pusht.envs.pusht import PushTEnv
 
-    from fasteval.fast_envs.pusht import FastPushTEnv
+    from fasteval.robot.fast_envs.pusht import FastPushTEnv
 
     envs = {"gym_pusht": PushTEnv(**PUSHT_KWARGS), "fast": FastPushTEnv(**PUSHT_KWARGS)}
     actions = np.random.default_rng(0).uniform(0, 512, size=(steps, 2)).astype(np.float32)

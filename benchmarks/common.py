@@ -23,7 +23,7 @@ import numpy as np
 def machine_info() -> dict[str, Any]:
     """Facts that make a benchmark number comparable: ``fasteval bench``'s machine header (CPU, cores,
     GPU, library versions, kernel backend, date), plus the load at start and the git commit."""
-    from fasteval.bench.machine import machine_info as bench_machine_info
+    from fasteval.doors.bench.machine import machine_info as bench_machine_info
 
     info = bench_machine_info()
     load = info.get("load_avg")

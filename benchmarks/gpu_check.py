@@ -49,8 +49,8 @@ from common import format_machine, machine_info, markdown_table, write_json  # n
 from fasteval import evaluate  # noqa: E402
 from fasteval.core.accel import CudaGraphCall  # noqa: E402
 from fasteval.core.protocols import StepObserver  # noqa: E402
-from fasteval.engine import Engine  # noqa: E402
-from fasteval.spec import EvalSpec  # noqa: E402
+from fasteval.run.engine import Engine  # noqa: E402
+from fasteval.types.spec import EvalSpec  # noqa: E402
 from fasteval.testing import ParityPolicy, expected_episode  # noqa: E402
 
 KA = "fasteval/KnownAnswer-v0"

@@ -2,7 +2,7 @@
 """Train the demo CartPole-v1 policy shipped in ``src/fasteval/assets/cartpole_mlp/``.
 
 Method: the cross-entropy method (CEM) on the flat parameter vector of a small
-:class:`~fasteval.policies.MLPPolicy` (hidden (16, 16), tanh, argmax head). Each generation
+:class:`~fasteval.robot.policies.MLPPolicy` (hidden (16, 16), tanh, argmax head). Each generation
 samples a population of parameter vectors around the current mean, scores every candidate on
 the same few training episodes (all candidates stepped together in one vectorized CartPole,
 one batched matmul per layer), and refits the mean and std to the elites. When the mean
@@ -27,7 +27,7 @@ import torch
 from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
 
 import fasteval
-from fasteval.policies import MLPPolicy, save_checkpoint
+from fasteval.robot.policies import MLPPolicy, save_checkpoint
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "src" / "fasteval" / "assets" / "cartpole_mlp"
 HELD_OUT_SEED = 10_000

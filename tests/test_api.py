@@ -26,8 +26,8 @@ import torch
 from torch import nn
 
 from fasteval import EvalResult, EvalSpec, Evaluator, evaluate
-from fasteval.errors import PolicyDryRunError, PolicyLoadError, UserInputError
-from fasteval.policies import MLPPolicy, save_checkpoint
+from fasteval.types.errors import PolicyDryRunError, PolicyLoadError, UserInputError
+from fasteval.robot.policies import MLPPolicy, save_checkpoint
 from fasteval.testing import KNOWN_ANSWER_ID, KnownAnswerEnv, ParityPolicy, StepCounterPolicy
 
 ROOT = Path(__file__).resolve().parents[1]

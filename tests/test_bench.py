@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from fasteval.bench.harness import bench_cell, parse_batch_sizes, parse_vectorizations
-from fasteval.cli import main
-from fasteval.errors import UserInputError
-from fasteval.spec import EvalSpec
+from fasteval.doors.bench.harness import bench_cell, parse_batch_sizes, parse_vectorizations
+from fasteval.doors.cli import main
+from fasteval.types.errors import UserInputError
+from fasteval.types.spec import EvalSpec
 from fasteval.testing import expected_episode
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -241,7 +241,7 @@ def test_bench_memory_tiny(tmp_path):
 def test_bench_header_names_the_threads_the_runs_used(tmp_path):
     import torch
 
-    from fasteval.bench.machine import machine_info
+    from fasteval.doors.bench.machine import machine_info
 
     before = torch.get_num_threads()
     torch.set_num_threads(2)  # the process default differs from what the runs use (cpu_threads=1)
@@ -264,7 +264,7 @@ def test_bench_cell_reports_the_spec_threads():
 
 
 def test_format_machine_threads_wording():
-    from fasteval.bench.machine import format_machine, machine_info
+    from fasteval.doors.bench.machine import format_machine, machine_info
 
     info = dict(machine_info(), torch_threads=8)
     assert "(8 threads by default)" in format_machine(info)

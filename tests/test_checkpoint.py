@@ -23,9 +23,9 @@ from safetensors.torch import save_file
 
 import fasteval
 from fasteval import evaluate
-from fasteval.errors import PolicyLoadError, UserInputError
-from fasteval.policies import MLPPolicy, load_checkpoint, load_policy, save_checkpoint
-from fasteval.policies.checkpoint import CONFIG_NAME, WEIGHTS_NAME
+from fasteval.types.errors import PolicyLoadError, UserInputError
+from fasteval.robot.policies import MLPPolicy, load_checkpoint, load_policy, save_checkpoint
+from fasteval.robot.policies.checkpoint import CONFIG_NAME, WEIGHTS_NAME
 
 DEMO = Path(fasteval.__file__).parent / "assets" / "cartpole_mlp"
 CARTPOLE_OBS = gym.spaces.Box(-float("inf"), float("inf"), shape=(4,))
@@ -326,7 +326,7 @@ REMOTE_CODE = '''
 from pathlib import Path
 Path({marker!r}).write_text("module code ran")
 
-from fasteval.policies import MLPPolicy
+from fasteval.robot.policies import MLPPolicy
 
 def make_policy(observation_space, action_space):
     return MLPPolicy(obs_dim=observation_space.shape[0], action_dim=int(action_space.n), hidden_sizes=(4,))

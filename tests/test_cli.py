@@ -6,7 +6,7 @@ import math
 import pytest
 from click.testing import CliRunner
 
-from fasteval.cli import main, parse_env_kwargs
+from fasteval.doors.cli import main, parse_env_kwargs
 from fasteval.testing import expected_episode
 
 KA = "fasteval/KnownAnswer-v0"
@@ -152,7 +152,7 @@ def test_failed_episodes_are_named_in_the_terminal(tmp_path, seeds, shown, more)
 
 
 def test_plural():
-    from fasteval.cli import plural
+    from fasteval.doors.cli import plural
 
     assert [plural(n, "episode") for n in (0, 1, 2)] == ["0 episodes", "1 episode", "2 episodes"]
 
@@ -165,12 +165,12 @@ def test_help_imports_neither_torch_nor_the_engine():
 
     code = ("import sys\n"
             "from click.testing import CliRunner\n"
-            "from fasteval.cli import main\n"
+            "from fasteval.doors.cli import main\n"
             "result = CliRunner().invoke(main, ['--help'])\n"
             "assert result.exit_code == 0, result.output\n"
             "assert 'sweep' in result.output and 'bench' in result.output\n"
-            "heavy = sorted(m for m in ('torch', 'fasteval.engine', 'fasteval.core.engine', 'fasteval.durable',\n"
-            "                           'fasteval.bench.cli', 'fasteval.sweep.cli') if m in sys.modules)\n"
+            "heavy = sorted(m for m in ('torch', 'fasteval.run.engine', 'fasteval.core.engine', 'fasteval.run.durable',\n"
+            "                           'fasteval.doors.bench.cli', 'fasteval.doors.sweep.cli') if m in sys.modules)\n"
             "print('HEAVY', heavy)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -20,12 +20,12 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fasteval.cli import main
-from fasteval.compat import ENV_TYPES, rewrite_args
-from fasteval.config import load_config, spec_from_config
-from fasteval.fast_envs import pusht_env_id
-from fasteval.sweep.spec import config_to_sweep_dict as to_sweep_dict
-from fasteval.spec import EvalSpec
+from fasteval.doors.cli import main
+from fasteval.doors.compat import ENV_TYPES, rewrite_args
+from fasteval.run.config import load_config, spec_from_config
+from fasteval.robot.fast_envs import pusht_env_id
+from fasteval.doors.sweep.spec import config_to_sweep_dict as to_sweep_dict
+from fasteval.types.spec import EvalSpec
 
 KA = "fasteval/KnownAnswer-v0"
 PARITY = "fasteval.testing.policies:ParityPolicy"
@@ -136,7 +136,7 @@ def test_alias_resolves_to_the_native_option(args, want):
     (["--env.type=aloha"], {"env": "gym_aloha/AlohaInsertion-v0", "max_steps": 400,
                             "env_kwargs": {"obs_type": "pixels", "render_mode": "rgb_array"}}),
     (["--env.type=aloha", "--env.task=AlohaTransferCube-v0"], {"env": "gym_aloha/AlohaTransferCube-v0"}),
-    (["--env.type=metaworld", "--env.task=push-v3"], {"env": "fasteval.suites:make_metaworld_env",
+    (["--env.type=metaworld", "--env.task=push-v3"], {"env": "fasteval.doors.suites:make_metaworld_env",
                                                        "env_kwargs": {"task": "push-v3"}}),
     (["--env.type=metaworld", "--env.task=metaworld-assembly-v3"], {"env_kwargs": {"task": "assembly-v3"}}),
     (["--env.type=metaworld", "--env.task=push-v3,metaworld-reach-v3"], {"env_kwargs": {"task": ["push-v3", "reach-v3"]}}),
@@ -324,8 +324,8 @@ def test_config_with_resume_is_compared_with_the_run(tmp_path):
 
 
 def test_config_is_a_one_job_sweep(tmp_path):
-    from fasteval.sweep.plan import plan
-    from fasteval.sweep.spec import SweepSpec
+    from fasteval.doors.sweep.plan import plan
+    from fasteval.doors.sweep.spec import SweepSpec
 
     data = {"env": KA, "policy": "zero", "n_episodes": 6, "seed": 100, "batch_size": 3, "device": "cpu",
             "env_kwargs": {"nan_reward_seeds": [101]}, "retries": 0, "output_dir": "x"}
@@ -394,8 +394,8 @@ def test_tensorboard_sink_with_a_video_is_best_effort(tmp_path, capsys):
     import numpy as np
     from tensorboard.backend.event_processing import event_accumulator
 
-    from fasteval.api import evaluate
-    from fasteval.sinks import TensorBoardSink
+    from fasteval.run.api import evaluate
+    from fasteval.run.sinks import TensorBoardSink
 
     video = tmp_path / "eval_episode_0.mp4"
     iio.imwrite(video, np.zeros((4, 16, 16, 3), dtype=np.uint8), fps=10)
@@ -456,7 +456,7 @@ def test_wandb_sink_offline_run_has_the_summary(tmp_path, monkeypatch):
 
 def test_a_failing_sink_exits_1_and_keeps_the_results(tmp_path, monkeypatch):
     pytest.importorskip("tensorboard")
-    from fasteval import sinks
+    from fasteval.run import sinks
 
     def broken(self, *a, **k):
         raise OSError("disk full")

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from fasteval import evaluate
-from fasteval.engine import Engine
+from fasteval.run.engine import Engine
 from fasteval.core.protocols import StepObserver
-from fasteval.errors import UserInputError
-from fasteval.spec import EvalSpec
+from fasteval.types.errors import UserInputError
+from fasteval.types.spec import EvalSpec
 from fasteval.testing import ParityPolicy, StepCounterPolicy, expected_episode
 
 KA = "fasteval/KnownAnswer-v0"

@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 import torch
 
-from fasteval.api import Evaluator, evaluate
-from fasteval.errors import UserInputError
-from fasteval.results import EvalResult
+from fasteval.run.api import Evaluator, evaluate
+from fasteval.types.errors import UserInputError
+from fasteval.types.results import EvalResult
 from fasteval.testing import (
     KNOWN_ANSWER_ID,
     KnownAnswerEnv,

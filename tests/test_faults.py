@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fasteval import evaluate
-from fasteval.cli import main
-from fasteval.errors import EvaluationAborted
+from fasteval.doors.cli import main
+from fasteval.types.errors import EvaluationAborted
 from fasteval.testing import expected_episode
 
 FAULTY = "fasteval.testing.faulty:make_faulty_env"
@@ -242,7 +242,7 @@ def _start_slow_run(out: Path) -> tuple[subprocess.Popen, list[str], dict[str, s
 
     Returns ``(process, command, environment, episodes.jsonl)``.
     """
-    cmd = [sys.executable, "-m", "fasteval.cli", "--env", SLOW_ENV, "-n", "40", "-b", "3", "--seed", "11", "-o", str(out)]
+    cmd = [sys.executable, "-m", "fasteval.doors.cli", "--env", SLOW_ENV, "-n", "40", "-b", "3", "--seed", "11", "-o", str(out)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     log = out / "episodes.jsonl"
@@ -255,7 +255,7 @@ def _start_slow_run(out: Path) -> tuple[subprocess.Popen, list[str], dict[str, s
 def _uninterrupted(tmp_path: Path, env: dict[str, str]) -> Path:
     """The same 40 episodes in one run (another batch size), for comparison; returns its eval_info.json."""
     clean = tmp_path / "clean"
-    fresh = subprocess.run([sys.executable, "-m", "fasteval.cli", "--env", SLOW_ENV, "-n", "40", "-b", "4", "--seed", "11",
+    fresh = subprocess.run([sys.executable, "-m", "fasteval.doors.cli", "--env", SLOW_ENV, "-n", "40", "-b", "4", "--seed", "11",
                             "-o", str(clean)], capture_output=True, text=True, env=env, timeout=120)
     assert fresh.returncode == 0, fresh.stderr
     return clean / "eval_info.json"
@@ -276,7 +276,7 @@ def test_sigterm_partway_then_resume_equals_an_uninterrupted_run(tmp_path, sig, 
     info = json.loads((out / "eval_info.json").read_text())
     assert len(info["per_episode"]) == len(recorded)  # every finished episode is kept
 
-    resumed = subprocess.run([sys.executable, "-m", "fasteval.cli", "--resume", str(out)], capture_output=True, text=True,
+    resumed = subprocess.run([sys.executable, "-m", "fasteval.doors.cli", "--resume", str(out)], capture_output=True, text=True,
                              env=env, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
     assert comparable(out / "eval_info.json") == comparable(_uninterrupted(tmp_path, env))

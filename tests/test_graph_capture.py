@@ -12,9 +12,9 @@ import torch
 from fasteval import evaluate
 from fasteval.core import accel
 from fasteval.core.accel import CAPTURED, OFF, CudaGraphCall, graph_blockers, python_state
-from fasteval.engine import Engine
-from fasteval.errors import UserInputError
-from fasteval.spec import EvalSpec
+from fasteval.run.engine import Engine
+from fasteval.types.errors import UserInputError
+from fasteval.types.spec import EvalSpec
 from fasteval.testing import ParityPolicy, StepCounterPolicy, expected_episode
 from fasteval.testing.fake_cuda import FakeCuda
 
@@ -237,7 +237,7 @@ def test_pipeline_with_a_set_task_policy_is_a_clear_error_not_an_index_error():
 
 
 def test_task_table_is_indexed_by_slot_for_every_slot():
-    from fasteval.policies.task_descriptions import TaskDescriptions
+    from fasteval.robot.policies.task_descriptions import TaskDescriptions
 
     class Envs:
         n_slots, failures = 6, []
@@ -315,7 +315,7 @@ def test_cuda_graph_status_in_eval_info_profile_and_bench(tmp_path):
 
     from click.testing import CliRunner
 
-    from fasteval.cli import main
+    from fasteval.doors.cli import main
 
     result = CliRunner().invoke(main, ["--env", KA, "-n", "4", "-b", "2", "--device", "cpu", "--profile",
                                        "-o", str(tmp_path)], catch_exceptions=False)

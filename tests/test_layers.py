@@ -16,22 +16,22 @@ import fasteval
 
 PACKAGE_DIR = Path(fasteval.__file__).parent
 
-# Layers from the bottom up. A module is matched by its longest prefix in this table.
-LAYERS: dict[str, int] = {}
-for rank, prefixes in enumerate([
-    ["fasteval.kernels"],                                                   # 0 kernels: pure functions over arrays
-    ["fasteval.version", "fasteval.errors", "fasteval.spec", "fasteval.results", "fasteval.refs",
-     "fasteval.stats", "fasteval.mapping_files"],                           # 1 types: data only
-    ["fasteval.core"],                                                      # 2 core: ledger, envs, transfers, the loop
-    ["fasteval.policies", "fasteval.recording", "fasteval.lerobot", "fasteval.fast_envs",
-     "fasteval.testing"],                                                   # 3 robot steps, loaders, recorders
-    ["fasteval.engine", "fasteval.api", "fasteval.durable", "fasteval.rundir", "fasteval.sinks",
-     "fasteval.config", "fasteval.paths", "fasteval.episode_files"],        # 4 API: engine composition, run folders
-    ["fasteval.cli", "fasteval.compat", "fasteval.sweep", "fasteval.bench", "fasteval.suites"],  # 5 doors
-]):
-    for prefix in prefixes:
-        LAYERS[prefix] = rank
+# Layers from the bottom up, one folder each: a module's layer is the folder it sits in
+# (``fasteval/<folder>/...``). The package root and the two files beside it are not in a layer:
+# ``__init__`` re-exports the API, ``version`` holds the version, ``moved`` keeps old paths working.
 LAYER_NAMES = ["kernels", "types", "core", "robot steps", "API", "doors"]
+FOLDERS: dict[str, int] = {
+    "kernels": 0,   # pure functions over arrays (NumPy reference, Cython, Numba)
+    "types": 1,     # data and pure helpers
+    "core": 2,      # ledger, envs and workers, transfers, graphs, the one step sequence
+    "robot": 3,     # policy loaders, the policy runner, recorders, fast envs
+    "testing": 3,   # fixtures: known-answer envs, fault plans, fakes (imports nothing above core)
+    "run": 4,       # engine composition, evaluate/Evaluator, run folders, sinks
+    "doors": 5,     # CLI, LeRobot flags, sweeps, bench, suites
+}
+ROOT_MODULES = {"fasteval", "fasteval.version", "fasteval.moved"}
+# kept for the docs test: every folder as its dotted prefix
+LAYERS: dict[str, int] = {f"fasteval.{folder}": rank for folder, rank in FOLDERS.items()}
 
 
 def module_name(path: Path) -> str:
@@ -40,13 +40,12 @@ def module_name(path: Path) -> str:
 
 
 def layer_of(module: str) -> int | None:
-    """The layer of ``module`` (``fasteval`` itself, the re-exporting package root, is None)."""
-    best = None
-    for prefix, rank in LAYERS.items():
-        if module == prefix or module.startswith(prefix + "."):
-            if best is None or len(prefix) > len(best[0]):
-                best = (prefix, rank)
-    return None if best is None else best[1]
+    """The layer of ``module``: the rank of the folder it sits in (None for the root modules,
+    and for a module outside every layer folder, which ``test_every_module_has_a_layer`` flags)."""
+    parts = module.split(".")
+    if module in ROOT_MODULES or len(parts) < 2:
+        return None
+    return FOLDERS.get(parts[1])
 
 
 def fasteval_imports(path: Path, module: str | None = None) -> list[tuple[int, str]]:
@@ -81,8 +80,18 @@ SOURCES = sorted(p for p in PACKAGE_DIR.rglob("*.py"))
 
 
 def test_every_module_has_a_layer():
-    missing = [module_name(p) for p in SOURCES if module_name(p) != "fasteval" and layer_of(module_name(p)) is None]
-    assert not missing, f"modules with no layer in tests/test_layers.py (and docs/architecture.md): {missing}"
+    """Every module sits in the folder of its layer: nothing but the root modules lies flat."""
+    missing = [module_name(p) for p in SOURCES if module_name(p) not in ROOT_MODULES and layer_of(module_name(p)) is None]
+    assert not missing, f"modules outside every layer folder (tests/test_layers.py, docs/architecture.md): {missing}"
+
+
+def test_root_modules_import_only_the_root_and_types():
+    """``version`` and ``moved`` import nothing of fasteval; the root re-exports types and the API lazily."""
+    for path in SOURCES:
+        here = module_name(path)
+        if here not in ROOT_MODULES or here == "fasteval":
+            continue
+        assert [t for _l, t in fasteval_imports(path)] == [], f"{here} imports fasteval modules"
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: module_name(p))
@@ -151,13 +160,22 @@ def test_no_import_cycles(level):
     assert cycle is None, f"{level} import cycle: " + " -> ".join(cycle)
 
 
+def test_package_graph_sees_every_layer_folder():
+    """Each layer folder is its own node, so a tie between, say, run/ and core/ is an edge the
+    cycle check can see (a flat folder of modules used to fold them into one node)."""
+    graph = _graph("package")
+    assert "fasteval.core" in graph.get("fasteval.run", set())
+    assert "fasteval.run" in graph.get("fasteval.doors", set())
+    assert not any(node == "fasteval" for node in graph if node != "fasteval")
+
+
 def test_the_walk_sees_a_violation(tmp_path):
     """The checker itself can fail: a lazy import of a loader from core, and a cycle, are caught."""
     bad = tmp_path / "bad.py"
-    bad.write_text("def f():\n    from fasteval.policies.loaders import load_policy\n    from . import ledger\n")
+    bad.write_text("def f():\n    from fasteval.robot.policies.loaders import load_policy\n    from . import ledger\n")
     found = fasteval_imports(bad, module="fasteval.core.bad")
-    assert found == [(2, "fasteval.policies.loaders"), (3, "fasteval.core.ledger")]
-    assert layer_of("fasteval.core.bad") < layer_of("fasteval.policies.loaders")
+    assert found == [(2, "fasteval.robot.policies.loaders"), (3, "fasteval.core.ledger")]
+    assert layer_of("fasteval.core.bad") < layer_of("fasteval.robot.policies.loaders")
     assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _find_cycle({"a": {"b"}, "b": set()}) is None
 
@@ -167,7 +185,7 @@ def test_docs_map_matches_this_table():
     import re
 
     doc = (PACKAGE_DIR.parents[1] / "docs" / "architecture.md").read_text()
-    names = {"doors": 5, "API": 4, "robot steps": 3, "core": 2, "types": 1, "kernels": 0}
+    names = {"doors": 5, "API": 4, "robot steps": 3, "fixtures": 3, "core": 2, "types": 1, "kernels": 0}
     documented: dict[str, int] = {}
     for line in doc.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -176,5 +194,6 @@ def test_docs_map_matches_this_table():
         for item in re.findall(r"`([^`]+)`", cells[1]):
             if item == "csrc/":
                 continue
-            documented["fasteval." + item.removesuffix("/").removesuffix(".py").replace("/", ".")] = names[cells[0]]
+            if item.endswith("/"):  # a layer's folder; sub-folders are named in the third column
+                documented["fasteval." + item.removesuffix("/")] = names[cells[0]]
     assert documented == LAYERS

@@ -16,12 +16,12 @@ from click.testing import CliRunner
 from torch import nn
 
 from fasteval import evaluate
-from fasteval.cli import main
-from fasteval.config import spec_from_config
-from fasteval.errors import PolicyDryRunError, UserInputError
-from fasteval.policies.obs_dtype import ObservationCast, build_obs_cast, policy_float_dtype, resolve_obs_dtype
-from fasteval.spec import EvalSpec
-from fasteval.sweep.spec import SweepOptions
+from fasteval.doors.cli import main
+from fasteval.run.config import spec_from_config
+from fasteval.types.errors import PolicyDryRunError, UserInputError
+from fasteval.robot.policies.obs_dtype import ObservationCast, build_obs_cast, policy_float_dtype, resolve_obs_dtype
+from fasteval.types.spec import EvalSpec
+from fasteval.doors.sweep.spec import SweepOptions
 from fasteval.testing.envs import KnownAnswerFloat64Env, expected_episode
 
 KA64 = "fasteval.testing.envs:make_known_answer_float64_env"
@@ -155,7 +155,7 @@ class SeesDtypes(nn.Module):
 
 
 def test_raw_dict_observations_keep_uint8_images():
-    from fasteval.suites import Task, run_suite  # noqa: F401  (callable envs go through the suite registry)
+    from fasteval.doors.suites import Task, run_suite  # noqa: F401  (callable envs go through the suite registry)
 
     policy = SeesDtypes()
     result = run_suite({"g": {0: make_dict_env}}, policy=policy, n_episodes=2, batch_size=2, device="cpu")

@@ -8,8 +8,8 @@ import os
 import pytest
 from click.testing import CliRunner
 
-from fasteval.cli import main
-from fasteval.paths import NAME_MAX, UsablePath, path_problem
+from fasteval.doors.cli import main
+from fasteval.run.paths import NAME_MAX, UsablePath, path_problem
 
 KA = "fasteval/KnownAnswer-v0"
 

@@ -19,7 +19,7 @@ import importlib.util
 import numpy as np
 import pytest
 
-from fasteval.fast_envs import FAST_PUSHT, PUSHT_CHECKED_VERSIONS, installed_version, pusht_env_id
+from fasteval.robot.fast_envs import FAST_PUSHT, PUSHT_CHECKED_VERSIONS, installed_version, pusht_env_id
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("gym_pusht") is None,
                                 reason="PushT needs gym-pusht: pip install 'fasteval[pusht]'")
@@ -48,7 +48,7 @@ def assert_identical(a, b, where: str) -> None:
 
 
 def make_env(obs_type: str):
-    from fasteval.fast_envs.pusht import FastPushTEnv
+    from fasteval.robot.fast_envs.pusht import FastPushTEnv
 
     return FastPushTEnv(obs_type=obs_type, render_mode="rgb_array", visualization_width=384, visualization_height=384)
 
@@ -77,7 +77,7 @@ def gym_pusht_step_outputs(env, outputs):
 
 
 def test_only_the_image_path_is_overridden():
-    from fasteval.fast_envs.pusht import FastPushTEnv
+    from fasteval.robot.fast_envs.pusht import FastPushTEnv
 
     assert {k for k in vars(FastPushTEnv) if not k.startswith("__")} == {"_get_img"}
 
@@ -130,7 +130,7 @@ def test_gym_pusht_observation_is_not_the_fast_path():
 
 
 def test_env_type_uses_the_fast_env_only_for_checked_versions(monkeypatch):
-    import fasteval.fast_envs as fast_envs
+    import fasteval.robot.fast_envs as fast_envs
 
     assert installed_version("gym-pusht") in PUSHT_CHECKED_VERSIONS  # the installed one is checked here
     assert pusht_env_id() == FAST_PUSHT

@@ -9,7 +9,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from fasteval.results import EPISODE_FIELDS, EpisodeTable, EvalResult, aggregate, merge_episodes, write_json_atomic
+from fasteval.types.results import EPISODE_FIELDS, EpisodeTable, EvalResult, aggregate, merge_episodes, write_json_atomic
 from fasteval.testing import KNOWN_ANSWER_ID, expected_episode
 
 NAN = float("nan")
@@ -181,8 +181,8 @@ def test_engine_result_is_columnar_and_exact():
 def test_torch_threads_in_meta_are_the_ones_the_run_used():
     import torch
 
-    from fasteval.engine import Engine
-    from fasteval.spec import EvalSpec
+    from fasteval.run.engine import Engine
+    from fasteval.types.spec import EvalSpec
 
     for threads in (1, 2):
         seen = []

@@ -23,13 +23,13 @@ import torch
 from click.testing import CliRunner
 
 from fasteval import evaluate
-from fasteval.cli import main
-from fasteval.policies.obs_mapping import KeyPlan, plan_keys
-from fasteval.errors import PolicyLoadError, UserInputError
-from fasteval.policies.checkpoint import save_checkpoint
-from fasteval.policies.mlp import MLPPolicy
-from fasteval.policies.normalization import EPS, save_stats
-from fasteval.spec import EvalSpec
+from fasteval.doors.cli import main
+from fasteval.robot.policies.obs_mapping import KeyPlan, plan_keys
+from fasteval.types.errors import PolicyLoadError, UserInputError
+from fasteval.robot.policies.checkpoint import save_checkpoint
+from fasteval.robot.policies.mlp import MLPPolicy
+from fasteval.robot.policies.normalization import EPS, save_stats
+from fasteval.types.spec import EvalSpec
 from fasteval.testing import KnownAnswerEnv, ParityPolicy
 from fasteval.testing.envs import episode_length
 
@@ -326,7 +326,7 @@ def make_hub_cache(root, module, repo="org/cartpole", revision="a" * 40, tags=("
 
 @needs_hub
 def test_hf_reference_loads_from_an_offline_cache(tmp_path, monkeypatch, check_same_results):
-    from fasteval.policies import hub
+    from fasteval.robot.policies import hub
 
     hub._resolve.cache_clear()
     module = MLPPolicy(3, 2, hidden_sizes=(8,))
@@ -637,7 +637,7 @@ def test_mujoco_envs_set_mujoco_gl_on_a_headless_linux(monkeypatch):
 
 def test_unknown_namespaces_name_the_package_to_install():
     from fasteval.core.envs import KNOWN_NAMESPACES, make_factory, namespace_module
-    from fasteval.errors import EnvNotFoundError
+    from fasteval.types.errors import EnvNotFoundError
 
     assert namespace_module("Meta-World") == "metaworld" and namespace_module("gym_pusht") == "gym_pusht"
     assert namespace_module("Not-A-Module") is None

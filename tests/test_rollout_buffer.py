@@ -9,12 +9,12 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from fasteval.cli import main
+from fasteval.doors.cli import main
 from fasteval.core.protocols import StepObserver
 from fasteval.core.rollout_buffer import RolloutBuffer
-from fasteval.engine import Engine
-from fasteval.episode_files import load_episodes
-from fasteval.spec import EvalSpec
+from fasteval.run.engine import Engine
+from fasteval.run.episode_files import load_episodes
+from fasteval.types.spec import EvalSpec
 from fasteval.testing import ParityPolicy, expected_episode
 
 KA = "fasteval/KnownAnswer-v0"
@@ -84,7 +84,7 @@ class BufferWatch(StepObserver):
 
 
 def test_nothing_is_allocated_per_step_with_a_step_cap(monkeypatch):
-    from fasteval import recording
+    from fasteval.robot import recording
 
     spec = EvalSpec(env=KA, policy=ParityPolicy(), n_episodes=20, batch_size=3, max_steps=4, return_episode_data=True)
     made = []

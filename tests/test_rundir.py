@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from fasteval.cli import main
-from fasteval.durable import FlushPolicy, GroupCommitLog
-from fasteval.rundir import format_records
-from fasteval.rundir import RunDirectory
+from fasteval.doors.cli import main
+from fasteval.run.durable import FlushPolicy, GroupCommitLog
+from fasteval.run.rundir import format_records
+from fasteval.run.rundir import RunDirectory
 
 KA = "fasteval/KnownAnswer-v0"
 
@@ -179,10 +179,10 @@ def test_checkpoint_that_does_not_fit_the_env_names_obs_dim_and_the_env_shape(tm
 def test_disk_full_mid_run_keeps_the_written_groups_and_resume_finishes_exactly(tmp_path, monkeypatch):
     import errno
 
-    from fasteval.durable import run_durable
-    from fasteval.engine import Engine
-    from fasteval.rundir import DiskFullError
-    from fasteval.spec import EvalSpec
+    from fasteval.run.durable import run_durable
+    from fasteval.run.engine import Engine
+    from fasteval.run.rundir import DiskFullError
+    from fasteval.types.spec import EvalSpec
     from fasteval.testing import expected_episode
 
     spec = EvalSpec(env=KA, policy="zero", n_episodes=30, batch_size=3, seed=7, device="cpu")

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fasteval.stats import (
+from fasteval.types.stats import (
     MCNEMAR_EXACT_BELOW,
     aggregate_iqm,
     aggregate_mean,

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from fasteval.api import evaluate
+from fasteval.run.api import evaluate
 from fasteval.core import loop
 from fasteval.core.faults import make_action_check
 from fasteval.core.pipeline import group_rows, policy_batch
@@ -42,8 +42,8 @@ def test_plain_and_pipelined_runs_share_launch_and_land(monkeypatch, pipeline, v
 
 @pytest.mark.parametrize("vectorization, workers", [("sync", None), ("async", 1), ("async", 2), ("async", 3)])
 def test_group_rows_cover_every_slot_once_in_whole_worker_blocks(vectorization, workers):
-    from fasteval.engine import Engine
-    from fasteval.spec import EvalSpec
+    from fasteval.run.engine import Engine
+    from fasteval.types.spec import EvalSpec
 
     for n in (2, 5, 6):
         spec = EvalSpec(env=KA, policy=ParityPolicy(), n_episodes=8, batch_size=n, device="cpu",
@@ -86,7 +86,7 @@ def test_chunk_queue_device_mirror_equals_host_positions(n_slots, n_exec, script
     """The device-side position mirror (used on CUDA, forced here on CPU) gives the same actions."""
     import torch
 
-    from fasteval.policies.chunk_queue import ChunkQueue
+    from fasteval.robot.policies.chunk_queue import ChunkQueue
 
     def make_call():
         count = [0]
@@ -126,8 +126,8 @@ class _SlowFirstCall:
 
 
 def test_the_dry_run_is_kept_out_of_eval_s_and_the_stages():
-    from fasteval.engine import Engine
-    from fasteval.spec import EvalSpec
+    from fasteval.run.engine import Engine
+    from fasteval.types.spec import EvalSpec
 
     with Engine(EvalSpec(env=KA, policy=_SlowFirstCall(), n_episodes=4, batch_size=2, device="cpu",
                          cuda_graph=False)) as engine:

@@ -17,8 +17,8 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import pytest
 import torch
 
-from fasteval.errors import UserInputError
-from fasteval.suites import Task, flatten_suite, run_suite
+from fasteval.types.errors import UserInputError
+from fasteval.doors.suites import Task, flatten_suite, run_suite
 from fasteval.testing import KnownAnswerEnv, ParityPolicy, StepCounterPolicy, expected_episode
 
 from tests.conftest import ACTION_FNS, EPISODE_NUMBERS, same_number
@@ -173,7 +173,7 @@ def test_suite_first_k_videos_count_over_the_whole_suite(tmp_path):
     rel = [os.path.relpath(p, tmp_path).split(os.sep) for p in result.video_paths]
     assert sorted((parts[0], parts[-1][:8]) for parts in rel) == [
         ("kitchen_0", "ep000000"), ("kitchen_0", "ep000001"), ("kitchen_0", "ep000002"), ("kitchen_1", "ep000000")]
-    from fasteval.suites import video_budgets
+    from fasteval.doors.suites import video_budgets
 
     assert video_budgets(4, "first", [3, 3, 3]) == [3, 1, 0]
     assert video_budgets(4, "failures", [3, 3]) == [4, 4] == video_budgets(4, "per-task", [3, 3])
@@ -182,7 +182,7 @@ def test_suite_first_k_videos_count_over_the_whole_suite(tmp_path):
 @pytest.mark.skipif(importlib.util.find_spec("metaworld") is None,
                     reason="MetaWorld suites need metaworld: pip install 'fasteval[metaworld]'")
 def test_metaworld_suite_seeds_and_concurrency(check_same_results):
-    from fasteval.suites import make_metaworld_env, metaworld_suite
+    from fasteval.doors.suites import make_metaworld_env, metaworld_suite
 
     suite = metaworld_suite(["reach-v3", "push-v3"], group="MT-mini")
     common = dict(policy=lambda obs: torch.zeros(len(obs), 4), n_episodes=3, max_steps=6, seed=11)
@@ -208,7 +208,7 @@ def test_a_task_list_from_the_command_line_is_a_resumable_suite(tmp_path):
 
     from click.testing import CliRunner
 
-    from fasteval.cli import main
+    from fasteval.doors.cli import main
 
     out = tmp_path / "run"
     args = ["--env", "tests.test_suites:make_named_task_env", "--env-kwarg", 'task=["open", "close"]', "-n", "3",
@@ -234,8 +234,8 @@ def test_a_task_list_from_the_command_line_is_a_resumable_suite(tmp_path):
 
 def test_both_suite_runners_honour_a_tasks_own_step_cap(tmp_path):
     """run_suite and the CLI's durable run_suite_durable build each task's spec the same way."""
-    from fasteval.spec import EvalSpec
-    from fasteval.suites import run_suite_durable
+    from fasteval.types.spec import EvalSpec
+    from fasteval.doors.suites import run_suite_durable
 
     suite = {"g": {0: Task("fasteval/KnownAnswer-v0", max_steps=2), 1: Task("fasteval/KnownAnswer-v0")}}
     plain = run_suite(suite, ParityPolicy(), n_episodes=4, seed=5, batch_size=2, device="cpu")

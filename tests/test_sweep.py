@@ -18,12 +18,12 @@ import pytest
 from click.testing import CliRunner
 
 import fasteval
-from fasteval.cli import main
-from fasteval.errors import UserInputError
-from fasteval.sweep import LocalExecutor, SweepSpec, SweepSpecError, load_sweep_file, plan, run_sweep
-from fasteval.sweep import executors as executors_module
-from fasteval.sweep.plan import digest_bytes, folder_digest
-from fasteval.sweep.store import Store, SweepLock
+from fasteval.doors.cli import main
+from fasteval.types.errors import UserInputError
+from fasteval.doors.sweep import LocalExecutor, SweepSpec, SweepSpecError, load_sweep_file, plan, run_sweep
+from fasteval.doors.sweep import executors as executors_module
+from fasteval.doors.sweep.plan import digest_bytes, folder_digest
+from fasteval.doors.sweep.store import Store, SweepLock
 from fasteval.testing import KNOWN_ANSWER_ID, KnownAnswerEnv, expected_episode
 
 REPO = Path(__file__).resolve().parents[1]
@@ -320,7 +320,7 @@ def test_kill_partway_then_resume_equals_clean_run(tmp_path, spy_run_job):
     out = tmp_path / "killed"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from fasteval.cli import main; main()", "sweep", str(spec_file), "-o", str(out), "-w", "1",
+        [sys.executable, "-c", "from fasteval.doors.cli import main; main()", "sweep", str(spec_file), "-o", str(out), "-w", "1",
          "--no-report"],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
@@ -399,7 +399,7 @@ def test_failed_job_is_recorded_then_retried(tmp_path, spy_run_job):
 @pytest.mark.slow
 def test_ray_backend_matches_local(tmp_path, clean_sweep):
     ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'fasteval[ray]'")
-    from fasteval.sweep import RayExecutor
+    from fasteval.doors.sweep import RayExecutor
 
     started = time.perf_counter()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
@@ -509,7 +509,7 @@ def _store_with_signals(out: Path, signal: dict[str, bool | None]) -> list:
 
 
 def test_report_says_no_success_signal_and_drops_success_stats(tmp_path):
-    from fasteval.sweep.report import NO_SIGNAL, write_report
+    from fasteval.doors.sweep.report import NO_SIGNAL, write_report
 
     _store_with_signals(tmp_path, {"known": False, "known-nan": True})
     doc = write_report(tmp_path)
@@ -535,7 +535,7 @@ def test_report_says_no_success_signal_and_drops_success_stats(tmp_path):
     assert f"| known | zero | parity | 12 | {NO_SIGNAL} | - | - |" in md
     assert "| zero | known-nan | 0.0 [" not in md or cells[("zero", "known-nan")]["successes"] == 0
     if doc["plots"] != "plots skipped: matplotlib is not installed (pip install 'fasteval[sweep]')":
-        from fasteval.sweep.report import success_figure
+        from fasteval.doors.sweep.report import success_figure
 
         assert doc["plots"] == ["returns.png", "success.png"]
         (ax,) = success_figure(saved).axes
@@ -545,7 +545,7 @@ def test_report_says_no_success_signal_and_drops_success_stats(tmp_path):
 
 def test_report_without_any_success_signal_has_no_success_plot(tmp_path):
     pytest.importorskip("matplotlib")
-    from fasteval.sweep.report import NO_SIGNAL, write_report
+    from fasteval.doors.sweep.report import NO_SIGNAL, write_report
 
     _store_with_signals(tmp_path, {"known": False, "known-nan": False})
     doc = write_report(tmp_path)
@@ -559,7 +559,7 @@ def test_report_without_any_success_signal_has_no_success_plot(tmp_path):
 def test_unknown_success_signal_keeps_the_success_rate(tmp_path):
     """Episodes stored without the flag (older stores, or an env layer that does not track it)
     are read as signalled: the report shows their success rate as before."""
-    from fasteval.sweep.report import build_report
+    from fasteval.doors.sweep.report import build_report
 
     _store_with_signals(tmp_path, {"known": None, "known-nan": True})
     with Store(tmp_path, create=False) as store:
@@ -591,7 +591,7 @@ def _figure_doc(cells: list[tuple[str, str, list[float]]]) -> dict:
 
 def test_returns_figure_shares_x_per_env_labels_axes_and_marks_constant_returns():
     pytest.importorskip("matplotlib")
-    from fasteval.sweep.report import returns_figure
+    from fasteval.doors.sweep.report import returns_figure
 
     doc = _figure_doc([
         ("a", "cartpole", [500.0] * 8),                 # a perfect policy: every return equal
@@ -621,7 +621,7 @@ def test_returns_figure_shares_x_per_env_labels_axes_and_marks_constant_returns(
 
 def test_returns_figure_all_constant_env_gets_a_visible_range():
     pytest.importorskip("matplotlib")
-    from fasteval.sweep.report import returns_figure
+    from fasteval.doors.sweep.report import returns_figure
 
     fig = returns_figure(_figure_doc([("a", "e", [0.0, 0.0]), ("b", "e", [0.0])]))
     top, bottom = fig.axes

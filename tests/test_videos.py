@@ -15,10 +15,10 @@ import pytest
 from click.testing import CliRunner
 
 from fasteval import evaluate
-from fasteval.cli import main
-from fasteval.errors import UserInputError
-from fasteval.recording import VideoSelection, task_label, video_path
-from fasteval.spec import EvalSpec
+from fasteval.doors.cli import main
+from fasteval.types.errors import UserInputError
+from fasteval.robot.recording import VideoSelection, task_label, video_path
+from fasteval.types.spec import EvalSpec
 from fasteval.testing import ParityPolicy, expected_episode
 
 KA = "fasteval.testing.envs:make_known_answer_env"
@@ -84,7 +84,7 @@ def test_selection_keeps_the_k_smallest_matching_indices_in_any_order(mode):
 def test_names_and_labels():
     assert str(video_path("v", "push-v3", 12, 1012, True)).replace(os.sep, "/") == "v/push-v3/ep000012_seed1012_success.mp4"
     assert str(video_path("v", "gym_pusht/PushT-v0", 3, 3, False)).replace(os.sep, "/") == "v/gym_pusht_PushT-v0/ep000003_seed3_failure.mp4"
-    assert task_label("fasteval.suites:make_metaworld_env", {"task": "push-v3"}) == "push-v3"
+    assert task_label("fasteval.doors.suites:make_metaworld_env", {"task": "push-v3"}) == "push-v3"
     assert task_label("Meta-World/MT1", {"env_name": "reach-v3"}) == "reach-v3"
     assert task_label("CartPole-v1", {}) == "CartPole-v1"
     with pytest.raises(UserInputError, match="video_select"):

@@ -15,8 +15,8 @@ from click.testing import CliRunner
 
 from fasteval.core.envs import build_slot_envs, make_factory
 from fasteval.core.workers import WorkerPoolEnvs, default_workers, split_blocks, usable_cores
-from fasteval.errors import EnvStepError, UserInputError
-from fasteval.spec import EvalSpec
+from fasteval.types.errors import EnvStepError, UserInputError
+from fasteval.types.spec import EvalSpec
 from fasteval.testing import KNOWN_ANSWER_ID
 
 FAULTY = "fasteval.testing.faulty:make_faulty_env"
@@ -240,7 +240,7 @@ def test_buffers_survive_close_and_worker_replacement(pair):
 def test_workers_option_is_validated():
     with pytest.raises(UserInputError, match="workers"):
         EvalSpec(env="CartPole-v1", workers=0)
-    from fasteval.cli import main
+    from fasteval.doors.cli import main
 
     result = CliRunner().invoke(main, ["--env", KNOWN_ANSWER_ID, "--vectorization", "async", "--workers", "0", "-n", "2"])
     assert result.exit_code == 2 and "--workers" in result.output
@@ -285,7 +285,7 @@ def test_a_suite_callable_env_in_workers_is_a_clear_user_error():
     """Env callables exist only in the parent; a worker (forkserver/spawn) cannot see them: the
     user gets the suite's own UserInputError, raised as it is, not a generic worker failure."""
     from fasteval.core.envs import EnvFactory
-    from fasteval.suites import as_task
+    from fasteval.doors.suites import as_task
     from fasteval.testing import KnownAnswerEnv
 
     task = as_task(lambda **kwargs: KnownAnswerEnv(**kwargs))

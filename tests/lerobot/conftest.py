@@ -27,7 +27,7 @@ def pusht_spec(policy: Any, **fields: Any) -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def act_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("lerobot")
-    from fasteval.lerobot.testing import write_act_checkpoint
+    from fasteval.robot.lerobot.testing import write_act_checkpoint
 
     return write_act_checkpoint(tmp_path_factory.mktemp("act"), seed=0)
 
@@ -37,7 +37,7 @@ def diffusion_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """DDIM (deterministic given the initial noise): comparable with LeRobot action for action."""
     pytest.importorskip("lerobot")
     pytest.importorskip("diffusers")
-    from fasteval.lerobot.testing import write_diffusion_checkpoint
+    from fasteval.robot.lerobot.testing import write_diffusion_checkpoint
 
     return write_diffusion_checkpoint(tmp_path_factory.mktemp("diffusion"), seed=0, scheduler="DDIM")
 
@@ -47,6 +47,6 @@ def ddpm_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """DDPM: noise in every denoising step too (the generator path of the scheduler)."""
     pytest.importorskip("lerobot")
     pytest.importorskip("diffusers")
-    from fasteval.lerobot.testing import write_diffusion_checkpoint
+    from fasteval.robot.lerobot.testing import write_diffusion_checkpoint
 
     return write_diffusion_checkpoint(tmp_path_factory.mktemp("ddpm"), seed=1, scheduler="DDPM")

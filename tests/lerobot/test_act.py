@@ -34,7 +34,7 @@ def rows(result) -> list[tuple[int, float, float, bool]]:
 
 @pytest.fixture(scope="module")
 def lerobot_rows(act_checkpoint: Path) -> list[dict]:
-    from fasteval.lerobot.reference import lerobot_eval
+    from fasteval.robot.lerobot.reference import lerobot_eval
 
     return lerobot_eval(act_checkpoint, n_episodes=6, batch_size=3, seed=1000, episode_length=STEPS)["per_episode"]
 
@@ -67,7 +67,7 @@ def test_use_amp_runs_under_the_devices_autocast_dtype(act_checkpoint: Path) -> 
     has no bfloat16 (checked below, so this test notices when LeRobot fixes it and per-seed parity can
     be asked for). fasteval casts actions to the env's dtype on the way to the host.
     """
-    from fasteval.lerobot.reference import lerobot_eval
+    from fasteval.robot.lerobot.reference import lerobot_eval
 
     result = evaluate(**pusht_spec(act_checkpoint, n_episodes=3, batch_size=3, max_steps=STEPS, reset_mode="wave",
                                    amp="auto"))
@@ -79,7 +79,7 @@ def test_use_amp_runs_under_the_devices_autocast_dtype(act_checkpoint: Path) -> 
 
 def varying_spec(policy: Path, **fields) -> dict:
     """Episodes of 7..19 steps (from the seed): slots finish out of step and refill mid-chunk."""
-    from fasteval.lerobot.testing import VARYING_ENV_REF
+    from fasteval.robot.lerobot.testing import VARYING_ENV_REF
 
     base = dict(env=VARYING_ENV_REF, policy=str(policy), device="cpu", seed=0, n_episodes=14,
                 observation_format="lerobot")
@@ -127,7 +127,7 @@ def test_cli_policy_path_matches_lerobot_eval(act_checkpoint: Path, lerobot_rows
 
     from click.testing import CliRunner
 
-    from fasteval.cli import main
+    from fasteval.doors.cli import main
 
     out = tmp_path / "eval"
     args = [f"--policy.path={act_checkpoint}", "--env.type=pusht", "--eval.n_episodes=6", "--eval.batch_size=3",
@@ -147,8 +147,8 @@ def test_hf_ref_loads_through_lerobot(act_checkpoint: Path, tmp_path: Path, monk
     """hf://org/repo whose snapshot is a LeRobot checkpoint (offline, from a local hub cache)."""
     import shutil
 
-    from fasteval.lerobot.policy import LeRobotPolicy
-    from fasteval.policies.loaders import load_policy
+    from fasteval.robot.lerobot.policy import LeRobotPolicy
+    from fasteval.robot.policies.loaders import load_policy
 
     commit = "0" * 40
     repo = tmp_path / "hub" / "models--org--act"
@@ -171,10 +171,10 @@ def test_config_file_reaches_the_lerobot_loader(act_checkpoint: Path, tmp_path: 
 
     from click.testing import CliRunner
 
-    from fasteval.cli import main
+    from fasteval.doors.cli import main
 
     shutil.copytree(act_checkpoint, tmp_path / "ckpt")
-    config = {"env": "fasteval.lerobot.testing:make_varying_env", "policy": "ckpt", "n_episodes": 3,
+    config = {"env": "fasteval.robot.lerobot.testing:make_varying_env", "policy": "ckpt", "n_episodes": 3,
               "batch_size": 2, "seed": 5, "device": "cpu", "observation_format": "lerobot",
               "output_dir": str(tmp_path / "out")}
     (tmp_path / "eval.json").write_text(json.dumps(config))
@@ -187,9 +187,9 @@ def test_config_file_reaches_the_lerobot_loader(act_checkpoint: Path, tmp_path: 
 
 def test_temporal_ensembling_runs_lerobots_own_select_action_in_waves(tmp_path: Path) -> None:
     """ACT with temporal ensembling has no per-slot queue: LeRobot's select_action on the whole batch, wave mode."""
-    from fasteval.lerobot.loader import load_lerobot_policy
-    from fasteval.lerobot.policy import LeRobotWavePolicy
-    from fasteval.lerobot.testing import write_act_checkpoint
+    from fasteval.robot.lerobot.loader import load_lerobot_policy
+    from fasteval.robot.lerobot.policy import LeRobotWavePolicy
+    from fasteval.robot.lerobot.testing import write_act_checkpoint
 
     folder = write_act_checkpoint(tmp_path / "ens", n_action_steps=1, temporal_ensemble_coeff=0.01)
     assert isinstance(load_lerobot_policy(folder, n_slots=2, device="cpu"), LeRobotWavePolicy)
@@ -204,9 +204,9 @@ def test_rename_map_behaves_as_lerobots(tmp_path: Path) -> None:
 
     from click.testing import CliRunner
 
-    from fasteval.cli import main
-    from fasteval.lerobot.reference import lerobot_eval
-    from fasteval.lerobot.testing import write_act_checkpoint
+    from fasteval.doors.cli import main
+    from fasteval.robot.lerobot.reference import lerobot_eval
+    from fasteval.robot.lerobot.testing import write_act_checkpoint
 
     folder = write_act_checkpoint(tmp_path / "top", seed=3, image_key="observation.images.top")
     rename = {"observation.image": "observation.images.top"}
@@ -226,7 +226,7 @@ def test_rename_map_behaves_as_lerobots(tmp_path: Path) -> None:
 def test_auto_device_falls_back_to_cpu_without_cuda() -> None:
     import torch
 
-    from fasteval.lerobot.loader import resolve_lerobot_device
+    from fasteval.robot.lerobot.loader import resolve_lerobot_device
 
     assert resolve_lerobot_device("cpu", "cuda") == torch.device("cpu")
     expected = "cuda" if torch.cuda.is_available() else "cpu"
@@ -243,12 +243,12 @@ def test_sweep_reaches_the_lerobot_loader(act_checkpoint: Path, tmp_path: Path) 
 
     from click.testing import CliRunner
 
-    from fasteval.cli import main
+    from fasteval.doors.cli import main
 
     shutil.copytree(act_checkpoint, tmp_path / "ckpt")
     sweep = {"name": "lr", "episodes": 3, "seeds": [5],
              "policies": [{"name": "act", "ref": "ckpt"}],
-             "envs": [{"name": "varying", "id": "fasteval.lerobot.testing:make_varying_env"}],
+             "envs": [{"name": "varying", "id": "fasteval.robot.lerobot.testing:make_varying_env"}],
              "options": {"batch_size": 2, "device": "cpu"}}
     (tmp_path / "sweep.json").write_text(json.dumps(sweep))
     result = CliRunner().invoke(main, ["sweep", str(tmp_path / "sweep.json"), "--workers", "1",
@@ -275,8 +275,8 @@ def test_lerobot_done_mask_counts_one_step_past_the_end(act_checkpoint: Path) ->
     import gymnasium as gym
     from gymnasium.vector import AutoresetMode
 
-    from fasteval.lerobot.reference import lerobot_eval
-    from fasteval.lerobot.testing import make_varying_env
+    from fasteval.robot.lerobot.reference import lerobot_eval
+    from fasteval.robot.lerobot.testing import make_varying_env
 
     def one() -> gym.Env:
         return gym.wrappers.TimeLimit(make_varying_env(), max_episode_steps=50)

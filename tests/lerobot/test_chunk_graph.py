@@ -64,7 +64,7 @@ def test_a_failed_capture_falls_back_to_eager_and_says_why(act_checkpoint: Path,
 
 
 def test_cuda_graph_false_is_off(act_checkpoint: Path) -> None:
-    from fasteval.lerobot.loader import load_lerobot_policy
+    from fasteval.robot.lerobot.loader import load_lerobot_policy
 
     with FakeCuda():
         policy = load_lerobot_policy(act_checkpoint, n_slots=2, device="cpu", cuda_graph=False)

@@ -58,7 +58,7 @@ def test_same_actions_as_lerobot_for_same_observations_and_noise(diffusion_check
     from lerobot.policies.factory import make_policy, make_pre_post_processors
     from tensordict import TensorDict
 
-    from fasteval.lerobot.loader import load_lerobot_policy
+    from fasteval.robot.lerobot.loader import load_lerobot_policy
 
     cfg = PreTrainedConfig.from_pretrained(str(diffusion_checkpoint))
     cfg.pretrained_path, cfg.device = str(diffusion_checkpoint), "cpu"
@@ -86,8 +86,8 @@ def test_same_actions_as_lerobot_for_same_observations_and_noise(diffusion_check
 
 
 def test_run_meta_says_where_the_noise_comes_from(ddpm_checkpoint: Path, act_checkpoint: Path) -> None:
-    from fasteval.lerobot.loader import load_lerobot_policy
-    from fasteval.lerobot.policy import LeRobotWavePolicy
+    from fasteval.robot.lerobot.loader import load_lerobot_policy
+    from fasteval.robot.lerobot.policy import LeRobotWavePolicy
 
     ddpm = load_lerobot_policy(ddpm_checkpoint, n_slots=2, device="cpu").run_meta()
     assert ddpm["lerobot_policy_type"] == "diffusion" and ddpm["lerobot_batch_invariant"] is True

@@ -1,4 +1,4 @@
-"""LeRobot env types built by LeRobot's own env config and factory (fasteval.lerobot.envs)."""
+"""LeRobot env types built by LeRobot's own env config and factory (fasteval.robot.lerobot.envs)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import torch
 pytest.importorskip("lerobot")
 
 from fasteval import evaluate  # noqa: E402
-from fasteval.lerobot.envs import ENV_REF, FlattenPixels, env_config, prepare_libero  # noqa: E402
+from fasteval.robot.lerobot.envs import ENV_REF, FlattenPixels, env_config, prepare_libero  # noqa: E402
 
 
 def test_act_on_lerobot_built_pusht_matches_lerobot_eval(act_checkpoint: Path) -> None:
     """Raw env observations through LeRobot's preprocess_observation: the exact route."""
-    from fasteval.lerobot.reference import lerobot_eval
+    from fasteval.robot.lerobot.reference import lerobot_eval
 
     theirs = lerobot_eval(act_checkpoint, n_episodes=3, batch_size=3, seed=7, episode_length=40)["per_episode"]
     ours = evaluate(env=ENV_REF, env_kwargs={"type": "pusht", "episode_length": 40}, policy=str(act_checkpoint),
@@ -30,7 +30,7 @@ def test_act_on_lerobot_built_pusht_matches_lerobot_eval(act_checkpoint: Path) -
 
 
 def test_compat_resolves_lerobot_types() -> None:
-    from fasteval.compat import resolve_env_type
+    from fasteval.doors.compat import resolve_env_type
 
     env_id, kwargs, _ = resolve_env_type("libero", None)
     assert (env_id, kwargs) == (ENV_REF, {"type": "libero", "task": "libero_10"})
@@ -71,7 +71,7 @@ def test_nested_cameras_flatten_and_reach_lerobot_keys() -> None:
     from lerobot.envs.utils import preprocess_observation
     from tensordict import TensorDict
 
-    from fasteval.lerobot.policy import lerobot_batch
+    from fasteval.robot.lerobot.policy import lerobot_batch
 
     env = FlattenPixels(_TwoCameras())
     assert sorted(env.observation_space.spaces) == ["agent_pos", "pixels/top", "pixels/wrist"]
@@ -102,9 +102,9 @@ def test_libero_suite_expands_to_its_task_ids_from_one_command(libero_config: No
     each one env config with task_ids=[i]. Everything short of building or stepping an env (no assets here)."""
     from libero.libero import benchmark
 
-    from fasteval.compat import resolve_env_type
-    from fasteval.spec import EvalSpec
-    from fasteval.suites import suite_from_spec
+    from fasteval.doors.compat import resolve_env_type
+    from fasteval.types.spec import EvalSpec
+    from fasteval.doors.suites import suite_from_spec
 
     env_id, kwargs, _ = resolve_env_type("libero", "libero_spatial")
     suite = suite_from_spec(EvalSpec(env=env_id, env_kwargs=kwargs))
@@ -118,8 +118,8 @@ def test_libero_suite_expands_to_its_task_ids_from_one_command(libero_config: No
 
 
 def test_libero_suites_task_ids_and_errors(libero_config: None) -> None:
-    from fasteval.errors import UserInputError
-    from fasteval.lerobot.envs import suite_tasks
+    from fasteval.types.errors import UserInputError
+    from fasteval.robot.lerobot.envs import suite_tasks
 
     tasks = suite_tasks("libero", "libero_spatial,libero_object", task_ids=[3, 1, 3])
     assert [(g, i) for g, i, _, _ in tasks] == [("libero_spatial", 1), ("libero_spatial", 3),

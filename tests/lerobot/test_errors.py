@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from fasteval.errors import PolicyLoadError
-from fasteval.lerobot import extra
-from fasteval.lerobot.checkpoint import is_lerobot_checkpoint, lerobot_policy_type
-from fasteval.policies.loaders import load_policy
+from fasteval.types.errors import PolicyLoadError
+from fasteval.robot.lerobot import extra
+from fasteval.robot.lerobot.checkpoint import is_lerobot_checkpoint, lerobot_policy_type
+from fasteval.robot.policies.loaders import load_policy
 
 
 def fake_checkpoint(folder: Path, config: object) -> Path:
@@ -57,7 +57,7 @@ def test_load_policy_routes_lerobot_folders(tmp_path: Path, monkeypatch: pytest.
 def test_cli_exit_2(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from click.testing import CliRunner
 
-    from fasteval.cli import main
+    from fasteval.doors.cli import main
 
     folder = fake_checkpoint(tmp_path / "act", {"type": "act"})
     if case == "python":

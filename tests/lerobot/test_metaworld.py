@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("lerobot")
 pytest.importorskip("metaworld")
 
-from fasteval.lerobot.envs import ENV_REF, suite_tasks  # noqa: E402
+from fasteval.robot.lerobot.envs import ENV_REF, suite_tasks  # noqa: E402
 
 TASKS = ["push-v3", "reach-v3"]
 STEPS = 8
@@ -28,13 +28,13 @@ TOL = 1e-4
 
 @pytest.fixture(scope="module")
 def metaworld_act(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from fasteval.lerobot.testing import write_metaworld_act_checkpoint
+    from fasteval.robot.lerobot.testing import write_metaworld_act_checkpoint
 
     return write_metaworld_act_checkpoint(tmp_path_factory.mktemp("act_metaworld"), seed=0)
 
 
 def test_env_type_metaworld_is_lerobots_when_lerobot_is_installed() -> None:
-    from fasteval.compat import resolve_env_type
+    from fasteval.doors.compat import resolve_env_type
 
     env_id, kwargs, _ = resolve_env_type("metaworld", ",".join(TASKS))
     assert (env_id, kwargs) == (ENV_REF, {"type": "metaworld", "task": TASKS})
@@ -57,7 +57,7 @@ def test_suite_tasks_follow_lerobots_groups() -> None:
 
 
 def test_lerobot_metaworld_env_has_the_camera_and_the_step_limit() -> None:
-    from fasteval.lerobot.envs import make_env
+    from fasteval.robot.lerobot.envs import make_env
 
     env = make_env(type="metaworld", task="push-v3")
     try:
@@ -72,8 +72,8 @@ def test_lerobot_metaworld_env_has_the_camera_and_the_step_limit() -> None:
 def test_two_task_suite_from_the_cli_matches_lerobot_eval(metaworld_act: Path, tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from fasteval.cli import main
-    from fasteval.lerobot.reference import lerobot_eval
+    from fasteval.doors.cli import main
+    from fasteval.robot.lerobot.reference import lerobot_eval
 
     out = tmp_path / "out"
     result = CliRunner().invoke(main, [

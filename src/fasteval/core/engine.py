@@ -1,9 +1,9 @@
-"""The engine: built once from an :class:`~fasteval.spec.EvalSpec`, run many times.
+"""The engine: built once from an :class:`~fasteval.types.spec.EvalSpec`, run many times.
 
 Building resolves and validates everything (env, spaces, policy, device, buffers,
 kernel backend); :meth:`CoreEngine.run` then runs a ledger of episodes through the hot
-loop and returns an :class:`~fasteval.results.EvalResult`. Every door (CLI, library
-API, bench, sweeps) goes through this class, as :class:`fasteval.engine.Engine`, which plugs
+loop and returns an :class:`~fasteval.types.results.EvalResult`. Every door (CLI, library
+API, bench, sweeps) goes through this class, as :class:`fasteval.run.engine.Engine`, which plugs
 in the policy loaders, the robot steps and the recorders (:class:`~fasteval.core.protocols.EngineParts`):
 core itself imports none of them.
 """
@@ -32,9 +32,9 @@ from fasteval.core.policy import NO_RESET
 from fasteval.core.protocols import EngineParts, StepObserver
 from fasteval.core.timing import make_stage_timers
 from fasteval.core.transfer import DeviceToHost, HostToDevice, host_allocator
-from fasteval.errors import EvaluationAborted, UserInputError
-from fasteval.results import EpisodeTable, EvalResult
-from fasteval.spec import EvalSpec
+from fasteval.types.errors import EvaluationAborted, UserInputError
+from fasteval.types.results import EpisodeTable, EvalResult
+from fasteval.types.spec import EvalSpec
 from fasteval.version import __version__
 
 logger = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ class CoreEngine:
     """Envs, policy, buffers and kernel for one spec. Use :meth:`run`; call :meth:`close` at the end.
 
     ``parts`` supplies the policy side and the observers (see :class:`EngineParts`); the doors use
-    :class:`fasteval.engine.Engine`, which passes fasteval's own.
+    :class:`fasteval.run.engine.Engine`, which passes fasteval's own.
     """
 
     def __init__(self, spec: EvalSpec, parts: EngineParts, n_slots: int | None = None, pin_memory: bool = True):

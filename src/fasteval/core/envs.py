@@ -23,8 +23,8 @@ import numpy as np
 
 from fasteval.core.headless import ensure_headless_gl
 from fasteval.core.slots import EnvFailure, SlotEnvs, _failure, _obs_writer, allocate_obs_buffer, call_env  # noqa: F401 (re-exported)
-from fasteval.errors import EnvNotFoundError, EnvStepError, UserInputError
-from fasteval.refs import resolve_callable, split_callable_ref
+from fasteval.types.errors import EnvNotFoundError, EnvStepError, UserInputError
+from fasteval.types.refs import resolve_callable, split_callable_ref
 
 
 @dataclass(frozen=True)

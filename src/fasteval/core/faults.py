@@ -26,7 +26,7 @@ import numpy as np
 from fasteval.core.envs import EnvFailure, SlotEnvs
 from fasteval.core.ledger import Ledger
 from fasteval.core.policy import PolicyRunner
-from fasteval.errors import PolicyError
+from fasteval.types.errors import PolicyError
 from fasteval.kernels import IDLE
 
 ON_NAN_ACTIONS = ("error", "skip-episode")

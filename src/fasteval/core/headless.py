@@ -11,7 +11,7 @@ a display; without one, rendering fails. :func:`ensure_headless_gl` sets ``MUJOC
 
 It says so once per process (a ``logging`` warning on the ``fasteval`` logger). It is called
 where an env of a MuJoCo plugin is about to be built (:func:`fasteval.core.envs.import_env_namespace`,
-:class:`fasteval.suites.MetaWorldEnv`), in the main process before any env worker starts, so the
+:class:`fasteval.doors.suites.MetaWorldEnv`), in the main process before any env worker starts, so the
 workers inherit the variable. See docs/robot.md ("Headless MuJoCo rendering").
 """
 

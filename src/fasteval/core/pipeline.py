@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from fasteval.core.policy import NO_RESET, PolicyRunner
 from fasteval.core.slots import SlotEnvs
-from fasteval.errors import UserInputError
+from fasteval.types.errors import UserInputError
 
 
 def group_rows(envs: SlotEnvs, pipeline: bool) -> list[slice]:

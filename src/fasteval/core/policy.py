@@ -35,7 +35,7 @@ from typing import Any, Callable, Sequence
 
 import gymnasium as gym
 import torch
-from fasteval.errors import ActionSpaceMismatchError, PolicyDryRunError, UserInputError
+from fasteval.types.errors import ActionSpaceMismatchError, PolicyDryRunError, UserInputError
 from fasteval.core.tensordict_policy import TensorDictPolicyAdapter, is_tensordict_module
 
 PER_ENV, WAVE, NO_RESET = "per-env", "wave", "none"

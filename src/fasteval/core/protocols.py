@@ -1,6 +1,6 @@
 """The protocols core defines and the layers above implement.
 
-Core never imports a loader, a recorder or a door. The layer above (see :mod:`fasteval.engine`)
+Core never imports a loader, a recorder or a door. The layer above (see :mod:`fasteval.run.engine`)
 composes the concrete pieces and hands them to :class:`fasteval.core.engine.CoreEngine` as one
 :class:`EngineParts` object.
 """

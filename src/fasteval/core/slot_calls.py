@@ -14,7 +14,7 @@ def slot_getter(envs: Any, name: str) -> Callable[[Sequence[int]], list[Any]]:
 
     A thin wrapper over :meth:`fasteval.core.envs.SlotEnvs.call`: in-process for sync envs, in the
     env workers for async envs (whose replies carry the values of slots asked for at every step,
-    such as video frames, without another message). Raises :class:`fasteval.errors.EnvStepError` if an env raises.
+    such as video frames, without another message). Raises :class:`fasteval.types.errors.EnvStepError` if an env raises.
     """
     call = envs.call
 

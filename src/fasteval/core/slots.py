@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 import gymnasium as gym
 import numpy as np
 
-from fasteval.errors import UserInputError
+from fasteval.types.errors import UserInputError
 
 
 def call_env(env: gym.Env, name: str) -> Any:
@@ -77,7 +77,7 @@ class SlotEnvs:
 
     def call(self, slots: Sequence[int], name: str) -> list[Any]:
         """``[env.<name>() (a method) or env.<name> (an attribute) for each slot]``, looked up
-        through the wrappers. Raises :class:`~fasteval.errors.EnvStepError` if an env raises."""
+        through the wrappers. Raises :class:`~fasteval.types.errors.EnvStepError` if an env raises."""
         raise NotImplementedError
 
     def has_attr(self, name: str) -> bool:

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from fasteval.errors import UserInputError
+from fasteval.types.errors import UserInputError
 
 OBSERVATION_KEY = "observation"
 ACTION_KEY = "action"

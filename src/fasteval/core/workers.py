@@ -62,7 +62,7 @@ import gymnasium as gym
 import numpy as np
 
 from fasteval.core.slots import EnvFailure, SlotEnvs, _obs_writer, allocate_obs_buffer, call_env
-from fasteval.errors import EnvStepError, FastevalError, UserInputError
+from fasteval.types.errors import EnvStepError, FastevalError, UserInputError
 
 _ALIGN = 64
 DIED, TIMED_OUT = "died", "timed out"  # what _receive returns instead of a reply

@@ -1,0 +1,510 @@
+"""The ``fasteval`` command: parse options into an EvalSpec, run the engine, print, exit.
+
+Exit codes:
+  0  the evaluation ran and every requested episode is reported;
+  1  the evaluation failed while running (an env or the policy raised mid-run);
+  2  bad input: unknown env id or option value, an unusable path (NUL byte, empty, a folder
+     below a file), unloadable policy, action shape mismatch, a policy that raises on its dry
+     run, a --resume whose options differ from the run's. Nothing was evaluated, and nothing
+     was written to the output folder.
+
+``fasteval --help`` imports neither torch nor the engine: subcommands are listed from
+:data:`SUBCOMMAND_HELP` and imported on use, and a run imports the engine when it starts.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+import click
+
+from fasteval.doors.compat import CompatOptions, compat_options
+from fasteval.run.paths import UsablePath, path_problem
+from fasteval.types.spec import DEVICES, OBS_DTYPES, OBSERVATION_FORMATS, RESET_MODES, VECTORIZATIONS, VIDEO_SELECTIONS
+
+EXIT_OK, EXIT_RUNTIME_ERROR, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def parse_env_kwargs(pairs: tuple[str, ...]) -> dict[str, Any]:
+    """``("k=v", ...)`` -> dict; values are parsed as JSON where they parse, else kept as strings."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"expected key=value, got {pair!r}.", param_hint="--env-kwarg")
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        out[key.strip()] = value
+    return out
+
+
+def default_output_dir(env: str) -> Path:
+    safe_env = "".join(c if c.isalnum() or c in "-_." else "_" for c in env)
+    return Path("outputs") / "eval" / f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{safe_env}"
+
+
+class _Progress:
+    """tqdm bar on stderr: episodes done and the running success rate. Off when stderr is not a TTY."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.bar = None
+        self.successes = 0
+        self.done = 0
+        if enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="ep", file=sys.stderr, dynamic_ncols=True)
+
+    def __call__(self, ledger: Any, episodes: Any) -> None:
+        if self.bar is None:
+            return
+        self.done += len(episodes)
+        self.successes += int(ledger.success[episodes].sum())
+        self.bar.set_postfix_str(f"success {100.0 * self.successes / self.done:.1f}%", refresh=False)
+        self.bar.update(len(episodes))
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def format_summary(result: Any, profile: bool) -> str:
+    o = result.overall()
+    lo, hi = o["pc_success_ci95"]
+    rows = [
+        ("env", result.meta.get("env")),
+        ("policy", result.meta.get("policy")),
+        ("episodes", o["n_episodes"]),
+        ("avg_sum_reward", f"{o['avg_sum_reward']:.4f}"),
+        ("avg_max_reward", f"{o['avg_max_reward']:.4f}"),
+        ("pc_success", f"{o['pc_success']:.1f}%  (95% CI {lo:.1f}-{hi:.1f}%)" if o.get("has_success_signal", True)
+         else "no success signal (the env never reported info['is_success'])"),
+        ("avg_length", f"{o['avg_length']:.1f}"),
+        ("env_steps", o["env_steps"]),
+        ("eval_s", f"{o['eval_s']:.3f}"),
+        ("episodes_per_s", f"{o['episodes_per_s']:.1f}"),
+        ("steps_per_s", f"{o['steps_per_s']:.0f}"),
+    ]
+    if o["n_nan_reward_episodes"]:
+        rows.append(("NaN-reward episodes", f"{o['n_nan_reward_episodes']} (their returns are NaN)"))
+    if profile:
+        total = o["eval_s"] or 1.0
+        rows.append(("cuda_graph", result.meta.get("policy_cuda_graph", "off")))  # captured | eager (reason) | off
+        for stage, seconds in result.timings.items():
+            rows.append((f"  {stage}", f"{seconds:.4f} s ({100.0 * seconds / total:.1f}%)"))
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+EVAL_OPTIONS = [
+    click.option("--policy", "-p", default="zero", show_default=True,
+                 help="zero | random | checkpoint folder (config.json + model.safetensors) | module:callable."),
+    click.option("--env", "-e", default="CartPole-v1", show_default=True,
+                 help="gymnasium id (plugins: ns/Name-vN imports ns) or module:callable returning an Env."),
+    click.option("--env-kwarg", "env_kwargs", multiple=True, metavar="KEY=VALUE",
+                 help="Keyword argument for the env; repeatable; values parsed as JSON where they parse."),
+    click.option("--n-episodes", "-n", type=click.IntRange(min=1), default=10, show_default=True,
+                 help="Exactly this many episodes; episode i uses seed SEED + i."),
+    click.option("--batch-size", "-b", type=click.IntRange(min=1), default=16, show_default=True,
+                 help="Env slots stepped together (capped at N)."),
+    click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of episode 0."),
+    click.option("--vectorization", type=click.Choice(VECTORIZATIONS), default="sync", show_default=True,
+                 help="sync: envs in-process (best for cheap envs). async: a pool of worker processes, each "
+                      "stepping a block of slots."),
+    click.option("--workers", "workers", type=click.IntRange(min=1), default=None,
+                 help="Env worker processes for --vectorization async (capped at the batch size) "
+                      "[default: min(batch, usable cores)]."),
+    click.option("--device", type=click.Choice([*DEVICES]), default="auto", show_default=True,
+                 help="Policy device; auto picks cuda when available."),
+    click.option("--max-steps", type=click.IntRange(min=1), default=None,
+                 help="Step cap per episode [default: the env spec's max_episode_steps]."),
+    click.option("--reset-mode", type=click.Choice(RESET_MODES), default="auto", show_default=True,
+                 help="Stateful policies: per-env resets (continuous batching) or waves."),
+    click.option("--trust-remote-code", is_flag=True, help="Allow --policy path/to/file.py:callable (runs that file)."),
+    click.option("--pipeline", is_flag=True,
+                 help="Double-buffer two slot groups (async envs step while the policy runs). Needs async, stateless policy."),
+    click.option("--cuda-graph/--no-cuda-graph", "cuda_graph", default=None,
+                 help="Capture the policy step in a CUDA graph [default: on where CUDA exists]."),
+    click.option("--amp", type=click.Choice(["none", "bf16", "fp16", "auto"]), default="none", show_default=True,
+                 help="Autocast the policy (faster on tensor-core GPUs; slightly different numbers). auto: the "
+                      "device's default autocast dtype (fp16 on CUDA, bf16 on CPU), as LeRobot's --policy.use_amp."),
+    click.option("--compile", "compile_policy", is_flag=True, help="torch.compile the policy step (large policies)."),
+    click.option("--obs-format", "observation_format", type=click.Choice(OBSERVATION_FORMATS), default="raw", show_default=True,
+                 help="raw: the env's observations. lerobot: observation.image(s)/state/environment_state keys, "
+                      "images as float CHW in [0, 1] on the policy device."),
+    click.option("--rename", "rename", multiple=True, metavar="KEY=NEW",
+                 help="Rename an observation key on the way to the policy; repeatable (e.g. observation.images.top=observation.image)."),
+    click.option("--obs-dtype", "obs_dtype", type=click.Choice(OBS_DTYPES), default="auto", show_default=True,
+                 help="dtype of float observations for the policy: auto = the policy's parameter dtype "
+                      "(nn.Module policies; else as the env gives them), float32, float64, or keep (no cast)."),
+    click.option("--videos", "--max-episodes-rendered", "max_episodes_rendered", type=click.IntRange(min=0), default=0,
+                 show_default=True, help="Render K episodes (chosen by --video-select) into "
+                 "OUTPUT_DIR/videos/<task>/ep<episode>_seed<seed>_<success|failure>.mp4. "
+                 "--max-episodes-rendered is LeRobot's name."),
+    click.option("--video-select", "video_select", type=click.Choice(VIDEO_SELECTIONS), default="first", show_default=True,
+                 help="Which episodes --videos renders: the first K by index, the first K failures or successes "
+                      "(by index; rendered as candidates, extra videos deleted), or the first K of every task (suites)."),
+]
+
+
+def eval_options(fn):
+    for option in reversed(EVAL_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+def build_spec(policy, env, env_kwargs, n_episodes, batch_size, seed, vectorization, device, max_steps, reset_mode,
+               trust_remote_code, pipeline=False, cuda_graph=None, amp="none", compile_policy=False, rename=(), **extra):
+    from fasteval.types.spec import EvalSpec
+
+    return EvalSpec(
+        env=env, policy=policy, env_kwargs=parse_env_kwargs(env_kwargs), n_episodes=n_episodes,
+        batch_size=batch_size, seed=seed, vectorization=vectorization, device=device, max_steps=max_steps,
+        reset_mode=reset_mode, trust_remote_code=trust_remote_code, pipeline=pipeline, cuda_graph=cuda_graph,
+        amp=amp, compile=compile_policy, rename=parse_renames(rename), **extra,
+    )
+
+
+def parse_renames(pairs: tuple[str, ...]) -> dict[str, str]:
+    """``("key=new", ...)`` -> ``{key: new}`` (for ``--rename``)."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, new = pair.partition("=")
+        if not sep or not key.strip() or not new.strip():
+            raise click.BadParameter(f"expected key=new_key, got {pair!r}.", param_hint="--rename")
+        out[key.strip()] = new.strip()
+    return out
+
+
+def fail(message: str, code: int) -> None:
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(code)
+
+
+SUBCOMMANDS = {
+    # name -> "module:attribute" of a click command; imported only when used.
+    "bench": "fasteval.doors.bench.cli:bench",
+    "sweep": "fasteval.doors.sweep.cli:sweep",
+    "report": "fasteval.doors.sweep.cli:report",
+}
+SUBCOMMAND_HELP = {
+    # name -> the line `fasteval --help` shows, so that the help imports none of them (nor torch).
+    "bench": "Time an evaluation by stage, with warm-up and repeats.",
+    "sweep": "Run (or resume) a sweep file: policies x envs x seeds.",
+    "report": "Build the report of a sweep folder from its results store.",
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands live in their own modules and are imported on first use."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        from fasteval.doors.compat import rewrite_args  # LeRobot-style aliases and key=value -> native options, once
+
+        try:
+            args = rewrite_args(args, self.get_params(ctx))
+        except ValueError as exc:
+            if not ctx.resilient_parsing:
+                raise click.UsageError(str(exc), ctx) from None
+        return super().parse_args(ctx, args)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *SUBCOMMANDS})
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands section of ``--help``, from :data:`SUBCOMMAND_HELP`: imports nothing."""
+        rows = [(name, SUBCOMMAND_HELP.get(name, "")) for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        return super().get_command(ctx, name) or self._load(name)
+
+    @staticmethod
+    def _load(name: str) -> click.Command | None:
+        import importlib
+
+        ref = SUBCOMMANDS.get(name)
+        if ref is None:
+            return None
+        module_name, _, attr = ref.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and module_name.startswith(exc.name):
+                return None  # that door is not built yet
+            raise
+        return getattr(module, attr)
+
+
+@click.group(cls=LazyGroup, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@eval_options
+@click.option("--output-dir", "-o", type=UsablePath("dir", writable=True), default=None,
+              help="Where manifest.json, episodes.jsonl and eval_info.json go [default: outputs/eval/<time>_<env>].")
+@click.option("--resume", "resume_dir", type=UsablePath("dir", writable=True), default=None,
+              help="Finish an interrupted run in this folder: its settings come from its manifest.json; "
+                   "episodes already recorded are skipped. The original command line may be repeated "
+                   "with it: options equal to the run's are accepted, differing ones are refused.")
+@click.option("--retries", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Retries of an episode whose env raised, hung or died (from its seed, on a rebuilt env).")
+@click.option("--on-nan-action", type=click.Choice(["error", "skip-episode"]), default="error", show_default=True,
+              help="Non-finite policy actions (never sent to the env): stop the run, or record the episode as failed.")
+@click.option("--step-timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
+              help="Seconds an async env step/reset may take before its worker is killed and the episode retried.")
+@click.option("--profile", is_flag=True, help="Show the per-stage time breakdown.")
+@click.option("--save-episodes", "save_episodes_dir", type=UsablePath("dir", writable=True), default=None,
+              help="Write every step of the n episodes (observations, actions, rewards, flags) to DIR as a TensorDict "
+                   "memory map (load it with fasteval.run.episode_files.load_episodes).")
+@compat_options
+@click.version_option(package_name="fasteval")
+@click.pass_context
+def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, retries: int, on_nan_action: str,
+         step_timeout: float, profile: bool, save_episodes_dir: Path | None, **options: Any) -> None:
+    """Evaluate a policy on a gymnasium env: exactly N episodes, seeds SEED..SEED+N-1.
+
+    \b
+    Example:
+      fasteval --policy src/fasteval/assets/cartpole_mlp --env CartPole-v1 -n 100
+
+    \b
+    Exit codes: 0 done; 1 some episodes failed or the run stopped on an error
+    (finished episodes are kept); 2 bad input; 130/143 interrupted by SIGINT/SIGTERM
+    (resume with --resume DIR).
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    compat = CompatOptions(options)  # --config, --print-config, --log, --export
+    from fasteval.run.engine import Engine
+    from fasteval.run.durable import STATUS_COMPLETE, STATUS_INTERRUPTED, run_durable
+    from fasteval.types.errors import FastevalError, UserInputError
+    from fasteval.run.rundir import RunDirectory
+
+    try:
+        if resume_dir is not None:
+            spec = spec_from_manifest(ctx, RunDirectory(resume_dir), options, output_dir, compat.config_file)
+            compat.config_file = None  # compared with the manifest above; the manifest's values stand
+        else:
+            spec = build_spec(**options)
+        spec = spec.replace(retries=retries, on_nan_action=on_nan_action, step_timeout=step_timeout)
+        if save_episodes_dir is not None:
+            from fasteval.run.episode_files import check_episode_folder
+
+            if resume_dir is not None:
+                raise UserInputError("--save-episodes cannot be combined with --resume: the steps of the episodes "
+                                     "recorded before the interruption were not kept. Run again without --resume.")
+            check_episode_folder(save_episodes_dir)
+            spec = spec.replace(return_episode_data=True)
+        spec, output_dir = compat.resolve(ctx, spec, output_dir, resume=resume_dir is not None)
+        out_dir = resume_dir or output_dir or default_output_dir(spec.env)
+        check_output_paths(out_dir, spec)
+        if spec.max_episodes_rendered and spec.videos_dir is None:
+            spec = spec.replace(videos_dir=str(out_dir / "videos"))
+        if compat.print_config:
+            from fasteval.run.config import dump_config
+
+            click.echo(dump_config(spec, out_dir))
+            return
+        from fasteval.doors.suites import suite_from_spec
+
+        suite = suite_from_spec(spec)  # --env.task=a,b (a list of task names): one durable run per task
+        if suite is not None:
+            if save_episodes_dir is not None:
+                raise UserInputError("--save-episodes is not supported for a list of tasks yet; run one task at a time.")
+            sys.exit(suite_command(spec, suite, out_dir, compat, profile))
+        engine = Engine(spec)
+        if spec.max_episodes_rendered:
+            from fasteval.robot.recording import check_renderable
+
+            check_renderable(engine)  # a MuJoCo env without render_mode: exit 2 before the run starts
+    except UserInputError as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
+    progress = _Progress(spec.n_episodes, enabled=sys.stderr.isatty())
+    try:
+        outcome = run_durable(engine, RunDirectory(out_dir), resume=resume_dir is not None, on_finished=progress,
+                              announce=lambda m: click.echo(m, err=True))
+    except UserInputError as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
+    except FastevalError as exc:
+        fail(str(exc), EXIT_RUNTIME_ERROR)
+    finally:
+        progress.close()
+        engine.close()
+    result = outcome.result
+    if outcome.resumed_episodes:
+        n = outcome.resumed_episodes
+        click.echo(f"resumed: {plural(n, 'episode')} {'was' if n == 1 else 'were'} already recorded in {out_dir}")
+    click.echo(format_summary(result, profile))
+    click.echo(f"wrote {out_dir / 'eval_info.json'} (status: {outcome.status})")
+    if save_episodes_dir is not None and getattr(result, "episode_data", None) is not None:
+        from fasteval.run.episode_files import save_episodes
+
+        n_saved = save_episodes(result.episode_data, save_episodes_dir)
+        click.echo(f"wrote {n_saved} episodes ({len(result.episode_data)} steps) to {save_episodes_dir}")
+    problems = compat.finish(spec, out_dir, result)  # config.json, --export, --log
+    for problem in problems:
+        click.echo(f"Error: {problem} (the results are in {out_dir})", err=True)
+    if outcome.status == STATUS_COMPLETE and not problems:
+        return
+    if result.n_failed or result.errors:
+        click.echo("\n".join(describe_failures(result, out_dir)), err=True)
+    if outcome.status == STATUS_INTERRUPTED:
+        click.echo(f"interrupted after {len(result.per_episode)} of {spec.n_episodes} episodes. Resume with:\n"
+                   f"  fasteval --resume {out_dir}", err=True)
+        signum = outcome.signal_number or 2
+        sys.exit(128 + signum)
+    if outcome.error is not None:
+        click.echo(f"Error: {outcome.error}", err=True)
+    sys.exit(EXIT_RUNTIME_ERROR)
+
+
+def plural(n: int, word: str) -> str:
+    """``plural(1, "episode")`` -> ``"1 episode"``; ``plural(2, "episode")`` -> ``"2 episodes"``."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+FAILURES_SHOWN = 5
+"""Failed episodes named in the terminal; the rest are counted (all are in errors.jsonl)."""
+
+
+def describe_failures(result: Any, out_dir: Path, limit: int = FAILURES_SHOWN) -> list[str]:
+    """Lines for stderr: how many episodes failed for good, and the first ``limit`` of them by
+    index, seed, stage and the first line of their error."""
+    final = sorted((e for e in result.errors if e.get("final")), key=lambda e: e.get("episode_ix", 0))
+    retried = len(result.errors) - len(final)
+    head = f"{plural(result.n_failed, 'episode')} failed for good"
+    if retried:
+        head += f"; {plural(retried, 'env/policy error')} {'was' if retried == 1 else 'were'} retried"
+    lines = [f"{head} (details in {out_dir / 'errors.jsonl'})" + (":" if final else ".")]
+    for error in final[:limit]:
+        text = str(error.get("error") or "").strip()
+        first = text.splitlines()[0] if text else "(no message)"
+        if len(first) > 200:
+            first = first[:197] + "..."
+        lines.append(f"  episode {error.get('episode_ix')} (seed {error.get('seed')}, {error.get('stage')}): {first}")
+    if len(final) > limit:
+        lines.append(f"  ... and {len(final) - limit} more")
+    return lines
+
+
+def check_output_paths(out_dir: Path, spec: Any) -> None:
+    """The output folder (from ``-o``, a config file or the default) and ``videos_dir`` must be
+    usable before anything runs; raises UserInputError (exit 2) naming the path and the problem."""
+    from fasteval.types.errors import UserInputError
+
+    for what, path in (("output folder", out_dir), ("videos folder", getattr(spec, "videos_dir", None))):
+        if path is None:
+            continue
+        problem = path_problem(path, kind="dir", writable=True)
+        if problem is not None:
+            raise UserInputError(f"the {what} {str(path)!r} is not usable: {problem}. Choose another folder.")
+
+
+HOW_IT_RUNS = ("batch_size", "vectorization", "workers", "device", "pipeline", "cuda_graph", "max_episodes_rendered", "video_select")
+"""Spec fields a resumed run may change: they change how the episodes run (or what is rendered),
+never their results."""
+FIELD_OF_PARAM = {"compile_policy": "compile"}
+"""CLI parameter names that differ from the EvalSpec field they set."""
+
+
+def _same_value(field: str, a: Any, b: Any) -> bool:
+    """Equal as the manifest stores them (JSON); checkpoint folders by their resolved path."""
+    import json
+
+    def norm(value: Any) -> Any:
+        return json.loads(json.dumps(value, default=str))
+
+    if norm(a) == norm(b):
+        return True
+    if field == "policy" and isinstance(a, str) and isinstance(b, str) and Path(a).exists() and Path(b).exists():
+        return Path(a).resolve() == Path(b).resolve()
+    return False
+
+
+def spec_from_manifest(ctx: click.Context, run_dir: Any, options: dict[str, Any], output_dir: Path | None = None,
+                       config_file: Any = None):
+    """The spec of an earlier run, from its manifest, for ``--resume DIR``.
+
+    The original command line may be given again: every option (and ``--config`` key) given is
+    compared with the manifest; equal values are accepted, options in :data:`HOW_IT_RUNS` take
+    the new value, and any other difference is refused with a UserInputError naming each one.
+    """
+    from click.core import ParameterSource
+
+    from fasteval.types.errors import UserInputError
+    from fasteval.types.spec import EvalSpec
+
+    manifest = run_dir.read_manifest()
+    saved = dict(manifest["spec"])
+    long_name = {p.name: next((o for o in p.opts if o.startswith("--")), p.opts[0])
+                 for p in ctx.command.params if isinstance(p, click.Option)}
+    given = {FIELD_OF_PARAM.get(name, name): long_name.get(name, name) for name in options
+             if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE}
+    differ: list[str] = []
+    if given or config_file is not None:
+        wanted = build_spec(**options)
+        if config_file is not None:
+            from fasteval.run.config import apply_config, read_config_file
+
+            from_file = read_config_file(config_file)
+            wanted, config_out = apply_config(ctx, wanted, output_dir, config_file)
+            for key in from_file:
+                given.setdefault(key, f"{key} (in {config_file})")
+            if output_dir is None and config_out is not None:
+                output_dir = Path(config_out)
+        values = wanted.to_dict()
+        for field_name, label in sorted(given.items()):
+            if field_name not in values:
+                continue
+            if field_name in HOW_IT_RUNS:
+                saved[field_name] = values[field_name]
+            elif not _same_value(field_name, saved.get(field_name), values[field_name]):
+                differ.append(f"{label}: the run has {saved.get(field_name)!r}, this command has {values[field_name]!r}")
+    if output_dir is not None and Path(output_dir).resolve() != Path(run_dir.path).resolve():
+        differ.append(f"--output-dir: the run is in {str(run_dir.path)!r}, this command has {str(output_dir)!r}")
+    if differ:
+        raise UserInputError(
+            f"--resume {run_dir.path}: this command differs from the run in {run_dir.path / 'manifest.json'}: "
+            + "; ".join(differ) + ". Drop those options (the run's values are used), or start a new run with "
+            "another --output-dir. Only " + ", ".join(long_name.get(FIELD_OF_PARAM.get(f, f), "--" + f.replace("_", "-"))
+                                                       for f in HOW_IT_RUNS)
+            + " may change on resume."
+        )
+    known = set(EvalSpec.__dataclass_fields__)
+    return EvalSpec(**{k: v for k, v in saved.items() if k in known})
+
+
+def suite_command(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], out_dir: str | Path, compat: Any,
+                  profile: bool = False) -> int:
+    """The ``fasteval`` command for a suite spec (see :func:`fasteval.doors.suites.run_suite_durable`): run, print, return the exit code."""
+    from fasteval.run.durable import STATUS_COMPLETE, STATUS_INTERRUPTED
+    from fasteval.doors.suites import flatten_suite, run_suite_durable
+
+    outcome = run_suite_durable(spec, suite, out_dir, announce=lambda m: click.echo(m, err=True))
+    result = outcome.result
+    for row in result.per_task():
+        agg = row["aggregated"]
+        click.echo(f"{row['task_group']}/{row['task_id']} {row['task']}: {agg['n_episodes']} episodes, "
+                   f"avg_sum_reward {agg['avg_sum_reward']:.4f}, pc_success {agg['pc_success']:.1f}%")
+    click.echo(format_summary(result, profile))
+    click.echo(f"wrote {Path(out_dir) / 'eval_info.json'} ({len(outcome.folders)} of {len(flatten_suite(suite))} tasks; "
+               f"status: {outcome.status})")
+    problems = compat.finish(spec, out_dir, result)
+    for problem in problems:
+        click.echo(f"Error: {problem} (the results are in {out_dir})", err=True)
+    if outcome.status == STATUS_COMPLETE and not problems:
+        return 0
+    if outcome.status == STATUS_INTERRUPTED:
+        return 128 + (outcome.signal_number or 2)
+    if outcome.error is not None:
+        click.echo(f"Error: {outcome.error}", err=True)
+    return EXIT_RUNTIME_ERROR
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,464 @@
+"""Multi-task suites: ``{task_group: {task_id: env}}`` evaluated task by task, one engine per task.
+
+A suite maps task groups to tasks::
+
+    suite = {
+        "MT10": {0: Task("fasteval.doors.suites:make_metaworld_env", {"task": "reach-v3"}, name="reach-v3"),
+                 1: Task("fasteval.doors.suites:make_metaworld_env", {"task": "push-v3"}, name="push-v3")},
+        "toy": {0: "CartPole-v1"},
+    }
+    result = run_suite(suite, policy="path/to/checkpoint", n_episodes=50, seed=1000, concurrency=2)
+
+A task is a gymnasium id or ``module:callable`` string, an :class:`~fasteval.core.envs.EnvFactory`,
+a :class:`Task` (env + kwargs + display name + step cap), or a zero-argument callable returning an
+env (in-process only: async workers started with ``spawn`` cannot see it; use a ``module:callable``
+string there).
+
+* **Seeds**: every task has its own seed ledger: episode ``i`` of *every* task uses ``seed + i``,
+  whatever the batch size, the concurrency or the order the tasks run in.
+* **Results**: one :class:`~fasteval.types.results.EvalResult` whose per-episode records carry
+  ``task_group``, ``task_id`` and ``task``, so ``per_task()``, ``per_group()`` and ``overall()``
+  give the classic layout. ``meta["tasks"]`` lists the tasks; ``video_paths`` holds every task's
+  videos (``<videos_dir>/<group>_<task_id>/<task>/ep<episode>_seed<seed>_<outcome>.mp4``); with
+  ``return_episode_data=True``, ``result.episode_data`` maps ``"<group>/<task_id>"`` to each
+  task's TensorDict.
+* **Videos**: ``max_episodes_rendered=K`` with ``video_select="first"`` renders the first K episodes
+  of the suite, task by task (:func:`video_budgets`); ``per-task`` the first K of every task;
+  ``failures`` / ``successes`` choose within each task (see :mod:`fasteval.robot.recording`).
+* **From the command line**: ``--env.type=metaworld --env.task=push-v3,reach-v3`` (an env kwarg
+  ``task`` or ``env_name`` that is a list) is a suite (:func:`suite_from_spec`); each task is a
+  durable run in ``OUTPUT_DIR/tasks/<group>_<task_id>/`` (:func:`run_suite_durable`).
+* **Concurrency**: ``concurrency=N`` runs up to N tasks at once, each with its own engine in its
+  own thread (env stepping in C, async env workers and torch ops release the GIL). Concurrent
+  tasks never share a policy object: a stateful policy shared by two engines would mix their
+  per-slot state (the classic bug where success silently drops to 0%). Each task gets
+  ``policy_factory()`` if given, else its own load of a policy reference, else a
+  ``copy.deepcopy`` of a live policy object. Sequential runs (``concurrency=1``) reuse a live
+  policy object (the engine resets it per slot at every episode start).
+  torch's global RNG is process-wide: a policy that *draws random numbers* gets the same numbers
+  as a sequential run only with ``concurrency=1``; deterministic policies give identical results
+  at any concurrency.
+
+MetaWorld (``pip install 'fasteval[metaworld]'``): :func:`make_metaworld_env` builds one MetaWorld v3
+task as a gymnasium env whose reset seed fixes the task variant (goal and object positions), and
+:func:`metaworld_suite` builds MT10 / MT50 (or any list of tasks) as a suite.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import pickle
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from time import perf_counter
+from typing import Any, Callable, Mapping, Sequence
+
+import gymnasium as gym
+import numpy as np
+
+from fasteval.core.envs import EnvFactory
+from fasteval.core.headless import ensure_headless_gl
+from fasteval.types.errors import UserInputError
+from fasteval.robot.lerobot.envs import ENV_REF as LEROBOT_ENV_REF
+from fasteval.types.results import EpisodeTable, EvalResult
+from fasteval.types.spec import EvalSpec
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task of a suite: an env (id, ``module:callable`` or a callable), its kwargs, a display name."""
+
+    env: Any
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    name: str | None = None
+    """Shown as ``task`` in the records (default: the env id)."""
+    max_steps: int | None = None
+    """Step cap for this task (default: the suite's ``max_steps``)."""
+
+
+# -- callables as env references ----------------------------------------------------------------
+_CALLABLES: dict[str, Callable[..., gym.Env]] = {}
+_LOCK = threading.Lock()
+_COUNTER = itertools.count()
+
+
+def registered_env(_key: str, **kwargs: Any) -> gym.Env:
+    """``module:callable`` target for env callables handed to :func:`run_suite` (see the module docstring)."""
+    fn = _CALLABLES.get(_key)
+    if fn is None:
+        raise UserInputError(
+            f"suite env {_key!r} was given as a Python callable, which exists only in the process that called "
+            f"run_suite (async workers started with 'spawn' cannot see it). Give the task as a 'module:callable' string."
+        )
+    return fn(**kwargs)
+
+
+def _register(fn: Callable[..., gym.Env]) -> str:
+    with _LOCK:
+        for key, known in _CALLABLES.items():
+            if known is fn:
+                return key
+        key = f"{getattr(fn, '__qualname__', type(fn).__name__)}#{next(_COUNTER)}"
+        _CALLABLES[key] = fn
+        return key
+
+
+def as_task(entry: Any) -> Task:
+    """Normalize one suite entry (str, EnvFactory, Task, callable) into a :class:`Task`."""
+    if isinstance(entry, Task):
+        task = entry
+    elif isinstance(entry, str):
+        task = Task(entry)
+    elif isinstance(entry, EnvFactory):
+        task = Task(entry.env, dict(entry.kwargs))
+    elif callable(entry):
+        task = Task(entry)
+    else:
+        raise UserInputError(f"suite task {entry!r}: expected an env id or module:callable string, an EnvFactory, "
+                             f"a fasteval.doors.suites.Task, or a callable returning a gymnasium.Env.")
+    if callable(task.env) and not isinstance(task.env, str):
+        name = task.name or getattr(task.env, "__name__", type(task.env).__name__)
+        kwargs = {"_key": _register(task.env), **dict(task.env_kwargs)}
+        return Task(f"{__name__}:registered_env", kwargs, name, task.max_steps)
+    if not isinstance(task.env, str) or not task.env:
+        raise UserInputError(f"suite task {entry!r}: env must be an env id, a module:callable string or a callable.")
+    return task
+
+
+def flatten_suite(suite: Mapping[str, Mapping[Any, Any]]) -> list[tuple[str, Any, Task]]:
+    """``[(group, task_id, Task), ...]`` in the suite's order. Raises on an empty or malformed suite."""
+    if not isinstance(suite, Mapping) or not suite:
+        raise UserInputError(f"suite: expected a non-empty mapping {{task_group: {{task_id: env}}}}, got {suite!r}.")
+    out = []
+    for group, tasks in suite.items():
+        if not isinstance(tasks, Mapping) or not tasks:
+            raise UserInputError(f"suite group {group!r}: expected a non-empty mapping {{task_id: env}}, got {tasks!r}.")
+        for task_id, entry in tasks.items():
+            out.append((str(group), task_id, as_task(entry)))
+    return out
+
+
+# -- running -------------------------------------------------------------------------------------
+def _policy_for(policy: Any, policy_factory: Callable[[], Any] | None, concurrent: bool) -> Any:
+    if policy_factory is not None:
+        return policy_factory()
+    if isinstance(policy, str) or not concurrent:
+        return policy
+    try:
+        return copy.deepcopy(policy)
+    except Exception as exc:
+        raise UserInputError(
+            f"concurrent suite tasks need their own policy instances, and the policy {type(policy).__name__} "
+            f"could not be deep-copied ({type(exc).__name__}: {exc}). Pass policy_factory=<callable returning a "
+            f"fresh policy>, a policy reference string, or concurrency=1."
+        ) from None
+
+
+def task_fields(task: Task, video_budget: int, videos_dir: Path) -> dict[str, Any]:
+    """The :class:`~fasteval.types.spec.EvalSpec` fields one task of a suite sets: its env and kwargs, its step
+    cap (when it has one), its share of the videos and its video folder. Both suite runners use it."""
+    fields: dict[str, Any] = {"env": task.env, "env_kwargs": dict(task.env_kwargs),
+                              "max_episodes_rendered": video_budget, "videos_dir": str(videos_dir)}
+    if task.max_steps is not None:
+        fields["max_steps"] = task.max_steps
+    return fields
+
+
+def run_suite(
+    suite: Mapping[str, Mapping[Any, Any]],
+    policy: Any = "zero",
+    *,
+    policy_factory: Callable[[], Any] | None = None,
+    n_episodes: int = 10,
+    seed: int = 0,
+    concurrency: int = 1,
+    videos_dir: str | None = None,
+    **spec_fields: Any,
+) -> EvalResult:
+    """Evaluate ``policy`` on every task of ``suite``; ``n_episodes`` per task, seeds ``seed + i``.
+
+    ``spec_fields`` are :class:`~fasteval.types.spec.EvalSpec` fields applied to every task (``batch_size``,
+    ``vectorization``, ``observation_format``, ``max_episodes_rendered``, ...). See the module docstring.
+    """
+    if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
+        raise UserInputError(f"concurrency: expected an integer >= 1, got {concurrency!r}.")
+    for name in ("env", "env_kwargs", "policy", "n_episodes", "seed", "videos_dir"):
+        if name in spec_fields:
+            raise UserInputError(f"run_suite: {name!r} is set per task or by run_suite's own argument; do not pass it in spec_fields.")
+    tasks = flatten_suite(suite)
+    concurrent = concurrency > 1 and len(tasks) > 1
+    root = videos_dir or "videos"
+    specs = []
+    budgets = video_budgets(spec_fields.get("max_episodes_rendered", 0), spec_fields.get("video_select", "first"),
+                            [n_episodes] * len(tasks))
+    for (group, task_id, task), budget in zip(tasks, budgets):
+        fields = {**spec_fields, **task_fields(task, budget, Path(root) / f"{_safe(group)}_{_safe(task_id)}")}
+        specs.append(EvalSpec(policy="zero", n_episodes=n_episodes, seed=seed, **fields))
+
+    def run_one(index: int) -> EvalResult:
+        from fasteval.run.api import policy_eval_mode
+        from fasteval.run.engine import Engine
+
+        group, task_id, task = tasks[index]
+        spec = specs[index].replace(policy=_policy_for(policy, policy_factory, concurrent))
+        with Engine(spec) as engine, policy_eval_mode(engine.policy):
+            result = engine.run()
+        label_result(result, group, task_id, task.name or task.env)
+        return result
+
+    start = perf_counter()
+    if concurrent:
+        with ThreadPoolExecutor(max_workers=min(concurrency, len(tasks)), thread_name_prefix="fasteval-suite") as pool:
+            results = list(pool.map(run_one, range(len(tasks))))
+    else:
+        results = [run_one(i) for i in range(len(tasks))]
+    return _merge(tasks, results, perf_counter() - start, concurrency)
+
+
+def label_result(result: EvalResult, group: str, task_id: Any, name: str) -> None:
+    """Label every episode and error of one task's result with its group, id and name."""
+    result.per_episode.set_task(group, task_id, name)  # the table is columnar: relabel it, not row copies
+    for error in result.errors:
+        error.update(task_group=group, task_id=task_id, task=name)
+
+
+def video_budgets(k: int, select: str, n_episodes: Sequence[int]) -> list[int]:
+    """Videos per task for ``k`` videos with ``video_select=select`` (tasks in suite order).
+
+    ``first``: the first K episodes of the whole suite, task by task (task ``j`` gets what the tasks
+    before it left of K); ``per-task``, ``failures``, ``successes``: K for every task (the matching
+    episodes are chosen within each task, see :mod:`fasteval.robot.recording`).
+    """
+    if select != "first":
+        return [k] * len(n_episodes)
+    out, left = [], k
+    for n in n_episodes:
+        out.append(min(left, n))
+        left -= out[-1]
+    return out
+
+
+def _safe(value: Any) -> str:
+    return "".join(c if c.isalnum() or c in "-." else "_" for c in str(value)) or "_"
+
+
+def _merge(tasks: list[tuple[str, Any, Task]], results: list[EvalResult], eval_s: float, concurrency: int) -> EvalResult:
+    records = EpisodeTable.concat([result.per_episode for result in results])
+    timings: dict[str, float] = {}
+    for result in results:
+        for stage, seconds in result.timings.items():
+            timings[stage] = timings.get(stage, 0.0) + seconds
+    meta = dict(results[0].meta)
+    for key in ("env", "env_kwargs"):
+        meta.pop(key, None)
+    meta["suite"] = True
+    meta["concurrency"] = concurrency
+    meta["n_episodes"] = sum(r.meta.get("n_episodes", len(r.per_episode)) for r in results)
+    meta["tasks"] = [
+        {"task_group": group, "task_id": task_id, "task": task.name or task.env, "env": task.env,
+         "env_kwargs": {k: v for k, v in dict(task.env_kwargs).items() if k != "_key"},
+         "n_episodes": len(result.per_episode), "eval_s": result.eval_s, "status": result.meta.get("status")}
+        for (group, task_id, task), result in zip(tasks, results)
+    ]
+    merged = EvalResult(records, eval_s, timings, meta,
+                        video_paths=[p for r in results for p in r.video_paths],
+                        errors=[e for r in results for e in r.errors],
+                        n_failed=sum(r.n_failed for r in results))
+    data = {f"{group}/{task_id}": r.episode_data for (group, task_id, _), r in zip(tasks, results)
+            if getattr(r, "episode_data", None) is not None}
+    if data:
+        merged.episode_data = data
+    return merged
+
+
+# -- several tasks from one command line --------------------------------------------------------------
+def suite_group(env: str) -> str:
+    """The task group of a command-line suite: ``metaworld`` for MetaWorld envs, else the env id."""
+    if env in (f"{__name__}:make_metaworld_env", "Meta-World/MT1"):
+        return "metaworld"
+    return env
+
+
+def suite_from_spec(spec: EvalSpec) -> dict[str, dict[int, Task]] | None:
+    """The suite a spec stands for when an env kwarg that names the task (``task``, ``env_name``) is a
+    **list** of task names (``--env.type=metaworld --env.task=push-v3,reach-v3``, or the same list
+    in a config file); ``None`` for a one-task spec. Task ``i`` is the ``i``-th name, labelled with it.
+    LeRobot env types (:data:`LEROBOT_ENV_REF`) expand as LeRobot's factory does, with its groups and task
+    ids (:func:`fasteval.robot.lerobot.envs.suite_tasks`: ``--env.task=easy``, ``libero_spatial``, ``a,b``)."""
+    from fasteval.robot.recording import TASK_KWARGS
+
+    if spec.env == LEROBOT_ENV_REF:  # LeRobot's env types: LeRobot's own groups and task ids
+        from fasteval.robot.lerobot.envs import suite_tasks
+
+        tasks = suite_tasks(**dict(spec.env_kwargs))
+        if tasks is None:
+            return None
+        suite: dict[str, dict[int, Task]] = {}
+        for group, task_id, kwargs, name in tasks:
+            suite.setdefault(group, {})[task_id] = Task(spec.env, kwargs, name=name)
+        return suite
+    for key in TASK_KWARGS:
+        names = spec.env_kwargs.get(key)
+        if not isinstance(names, (list, tuple)):
+            continue
+        if not names or not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
+            raise UserInputError(f"env kwarg {key}={list(names)!r}: expected a non-empty list of distinct task names.")
+        return {suite_group(spec.env): {i: Task(spec.env, {**spec.env_kwargs, key: name}, name=name)
+                                        for i, name in enumerate(names)}}
+    return None
+
+
+@dataclass
+class SuiteOutcome:
+    """A command-line suite: the merged result, its status, and each task's run folder."""
+
+    result: EvalResult
+    status: str
+    folders: list[Path]
+    error: BaseException | None = None
+    signal_number: int | None = None
+
+
+def run_suite_durable(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], out_dir: str | Path,
+                      announce: Callable[[str], None] = print) -> SuiteOutcome:
+    """Run ``suite`` with ``spec``'s settings as durable runs, one per task, one after the other.
+
+    Task ``<group>_<task_id>`` runs into ``OUTPUT_DIR/tasks/<group>_<task_id>/`` (its own manifest,
+    ``episodes.jsonl`` and ``eval_info.json``), with ``spec``'s seeds and episode count; videos go to
+    ``<videos_dir>/<group>_<task_id>/<task>/``. ``OUTPUT_DIR/eval_info.json`` holds the merged result
+    (``per_task``, ``per_group``, ``overall``). A task that stops (an error, a signal) stops the suite;
+    the merged file then holds the tasks run so far. Running the same suite into the same folder
+    again resumes it: a task folder that holds a run is resumed (its missing episodes run, a
+    complete one is reused), and settings that differ from its manifest are refused.
+    Raises :class:`UserInputError` for bad input.
+    """
+    from fasteval.run.durable import STATUS_COMPLETE, run_durable
+    from fasteval.run.engine import Engine
+    from fasteval.run.rundir import RunDirectory
+
+    out_dir = Path(out_dir)
+    tasks = flatten_suite(suite)
+    budgets = video_budgets(spec.max_episodes_rendered, spec.video_select, [spec.n_episodes] * len(tasks))
+    videos_root = Path(spec.videos_dir or out_dir / "videos")
+    results, folders, status, error, signal_number = [], [], STATUS_COMPLETE, None, None
+    start = perf_counter()
+    for (group, task_id, task), budget in zip(tasks, budgets):
+        label = f"{_safe(group)}_{_safe(task_id)}"
+        task_spec = spec.replace(**task_fields(task, budget, videos_root / label))
+        folder = out_dir / "tasks" / label
+        run_dir = RunDirectory(folder)
+        resume = run_dir.has_manifest()  # the same command again: finish (or reuse) the task's run
+        announce(f"task {group}/{task_id} ({task.name or task.env}) -> {folder}" + (" (resuming)" if resume else ""))
+        with Engine(task_spec) as engine:
+            if budget:
+                from fasteval.robot.recording import check_renderable
+
+                check_renderable(engine)
+            outcome = run_durable(engine, run_dir, resume=resume, announce=announce)
+        label_result(outcome.result, group, task_id, task.name or task.env)
+        results.append(outcome.result)
+        folders.append(folder)
+        if outcome.status != STATUS_COMPLETE:
+            status, error, signal_number = outcome.status, outcome.error, outcome.signal_number
+            break
+    merged = _merge(tasks[: len(results)], results, perf_counter() - start, 1)
+    merged.meta["env"] = ", ".join(f"{group}/{task.name or task.env}" for group, _, task in tasks)
+    merged.to_json(out_dir / "eval_info.json")
+    return SuiteOutcome(merged, status, folders, error, signal_number)
+
+
+# -- MetaWorld -------------------------------------------------------------------------------------
+METAWORLD_BENCHMARKS = ("MT10", "MT25", "MT50")
+
+
+def _import_metaworld() -> Any:
+    try:
+        import metaworld  # noqa: F401
+        from metaworld import env_dict
+    except ImportError:
+        raise UserInputError("MetaWorld is not installed: pip install 'fasteval[metaworld]' (or pip install metaworld).") from None
+    return env_dict
+
+
+def metaworld_task_description(task: str) -> str:
+    """A plain description from the task name: ``pick-place-v3`` -> ``pick place``."""
+    base = task.rsplit("-v", 1)[0]
+    return base.replace("-", " ")
+
+
+class MetaWorldEnv(gym.Wrapper):
+    """One MetaWorld v3 task (``reach-v3``, ``pick-place-v3`` ...) as a seeded gymnasium env.
+
+    * ``reset(seed=s)`` seeds the task's own generator, which draws the task variant (goal and
+      object positions, MetaWorld's ``rand_vec``): the same seed gives the same episode, and
+      episode ``i`` of every task in a suite uses ``seed + i``. MetaWorld itself ignores reset
+      seeds; this wrapper makes them count.
+    * Observations: the 39-d state (goal visible, as in the MT benchmarks), float64.
+    * ``info["is_success"]`` mirrors MetaWorld's ``info["success"]``. Episodes are truncated by
+      MetaWorld at ``max_path_length`` (500) steps.
+    * ``task_description``: the task name in words (``pick place``), read once per episode.
+    * Rendering: ``render_mode="rgb_array"`` with ``camera_name`` / ``width`` / ``height``. On a
+      machine without a display, ``MUJOCO_GL=egl`` is set when it is unset (said once).
+    """
+
+    def __init__(self, task: str, render_mode: str | None = None, camera_name: str = "corner",
+                 width: int = 480, height: int = 480):
+        ensure_headless_gl()  # MUJOCO_GL=egl without a display, before MuJoCo renders (docs/robot.md)
+        env_dict = _import_metaworld()
+        from metaworld.types import Task as MWTask
+
+        if task not in env_dict.ALL_V3_ENVIRONMENTS:
+            raise UserInputError(f"MetaWorld task {task!r}: unknown; expected one of {sorted(env_dict.ALL_V3_ENVIRONMENTS)}.")
+        cls = env_dict.ALL_V3_ENVIRONMENTS[task]
+        env = cls(render_mode=render_mode, camera_name=camera_name, width=width, height=height)
+        kwargs = dict(env_dict.MT50_V3_ARGS_KWARGS[task]["kwargs"])
+        kwargs.pop("task_id", None)
+        space = env._random_reset_space
+        first = np.random.default_rng(0).uniform(space.low, space.high, size=space.low.size)
+        env.set_task(MWTask(env_name=task, data=pickle.dumps(
+            {"env_cls": cls, "rand_vec": first, "partially_observable": False, **kwargs})))
+        env._freeze_rand_vec = False  # the variant comes from the env's seeded generator at each reset
+        env.seeded_rand_vec = True
+        super().__init__(env)
+        self.task = task
+        self.task_description = metaworld_task_description(task)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        if seed is not None:
+            self.env.unwrapped.seed(int(seed))
+        return self.env.reset(options=options)
+
+    def step(self, action: Any):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        info = dict(info)
+        info["is_success"] = bool(info.get("success", 0.0))
+        return obs, float(reward), bool(terminated), bool(truncated), info
+
+
+def make_metaworld_env(task: str, **kwargs: Any) -> MetaWorldEnv:
+    """``module:callable`` entry point: ``--env fasteval.doors.suites:make_metaworld_env --env-kwarg task=reach-v3``."""
+    return MetaWorldEnv(task, **kwargs)
+
+
+def metaworld_suite(tasks: str | Sequence[str] = "MT10", group: str | None = None, **env_kwargs: Any) -> dict[str, dict[int, Task]]:
+    """A MetaWorld suite: ``"MT10"`` / ``"MT25"`` / ``"MT50"`` (group named after it) or a list of task names
+    (group ``"metaworld"`` unless ``group`` is given); task ids are positions in the list.
+    ``env_kwargs`` go to every :class:`MetaWorldEnv` (``render_mode``, ``camera_name`` ...)."""
+    env_dict = _import_metaworld()
+    if isinstance(tasks, str):
+        if tasks not in METAWORLD_BENCHMARKS:
+            raise UserInputError(f"metaworld_suite: {tasks!r} is not one of {METAWORLD_BENCHMARKS}; pass a benchmark "
+                                 f"name or a list of task names.")
+        names = list(getattr(env_dict, f"{tasks}_V3"))
+        group = group or tasks
+    else:
+        names = list(tasks)
+        unknown = [n for n in names if n not in env_dict.ALL_V3_ENVIRONMENTS]
+        if not names or unknown:
+            raise UserInputError(f"metaworld_suite: unknown tasks {unknown or names}; expected names like 'reach-v3'.")
+        group = group or "metaworld"
+    return {group: {i: Task(f"{__name__}:make_metaworld_env", {"task": name, **env_kwargs}, name=name)
+                    for i, name in enumerate(names)}}

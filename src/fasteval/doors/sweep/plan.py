@@ -1,0 +1,155 @@
+"""Expand a :class:`~fasteval.doors.sweep.spec.SweepSpec` into jobs: one per (policy, env, seed block).
+
+This is the one place of the sweep that looks at the filesystem before running: it resolves
+checkpoint folders (relative to the sweep file's folder) and computes each policy's digest.
+
+Policy digest: ``sha256`` of a checkpoint folder's files (relative path, size and bytes of
+every file, in sorted order; names starting with ``.`` are skipped), or of the reference
+string for ``zero``, ``random`` and ``module:callable``. The digest, not the name, keys the
+stored episodes: renaming a policy keeps its results, retraining a checkpoint in place does not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fasteval.types.errors import UserInputError
+from fasteval.robot.policies.builtin import BUILTIN_POLICIES
+from fasteval.robot.policies.checkpoint import WEIGHTS_NAME, is_checkpoint_dir
+from fasteval.types.refs import split_callable_ref
+from fasteval.types.spec import EvalSpec
+from fasteval.doors.sweep.spec import SweepOptions, SweepSpec, SweepSpecError, canonical_json
+
+
+@dataclass(frozen=True)
+class Job:
+    """One unit of work: a policy on an env for one seed block. Crosses process boundaries by pickle.
+
+    Episode ``i`` (``0 <= i < n_episodes``) is reset with seed ``seed + i`` and stored under the
+    key ``(policy_digest, env_id, env_kwargs_json, task, seed + i)``.
+    """
+
+    policy_name: str
+    """Label from the sweep spec."""
+    policy_ref: str
+    """The reference the worker loads (checkpoint folders as absolute paths)."""
+    policy_digest: str
+    """sha256 hex of the checkpoint's files, or of the reference string."""
+    env_name: str
+    """Label from the sweep spec."""
+    env_id: str
+    """Gymnasium id or ``module:callable``."""
+    env_kwargs_json: str
+    """Env kwargs as canonical JSON."""
+    task: str
+    """The task of the episodes, as the engine reports it (for single-task envs, the env id)."""
+    seed: int
+    """First seed of the block."""
+    n_episodes: int
+    """Episodes in the block."""
+    options: SweepOptions
+    """Shared options (batch size, device, ...)."""
+
+    def __post_init__(self) -> None:
+        for name in ("policy_name", "policy_ref", "policy_digest", "env_name", "env_id", "task"):
+            if not (isinstance(getattr(self, name), str) and getattr(self, name)):
+                raise UserInputError(f"Job.{name}: expected a non-empty string, got {getattr(self, name)!r}.")
+        if not (isinstance(self.seed, int) and self.seed >= 0 and isinstance(self.n_episodes, int) and self.n_episodes >= 1):
+            raise UserInputError(f"Job: expected seed >= 0 and n_episodes >= 1, got seed={self.seed!r}, n_episodes={self.n_episodes!r}.")
+        if not isinstance(self.options, SweepOptions):
+            raise UserInputError(f"Job.options: expected SweepOptions, got {type(self.options).__name__}.")
+
+    @property
+    def job_id(self) -> str:
+        """Stable id from the episode key's fixed part and the block's first seed."""
+        key = canonical_json([self.policy_digest, self.env_id, self.env_kwargs_json, self.task, self.seed])
+        return hashlib.sha256(key.encode()).hexdigest()[:20]
+
+    @property
+    def seeds(self) -> range:
+        return range(self.seed, self.seed + self.n_episodes)
+
+    @property
+    def label(self) -> str:
+        return f"{self.policy_name} x {self.env_name} seeds {self.seed}..{self.seed + self.n_episodes - 1}"
+
+    def eval_spec(self) -> EvalSpec:
+        """The engine spec of this job (what each worker builds its Engine from)."""
+        import json
+
+        return EvalSpec(env=self.env_id, policy=self.policy_ref, env_kwargs=json.loads(self.env_kwargs_json),
+                        n_episodes=self.n_episodes, seed=self.seed, **self.options.eval_fields())
+
+
+def digest_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def folder_digest(folder: str | Path) -> str:
+    """sha256 over (relative path, size, bytes) of every file under ``folder``, in sorted order."""
+    folder = Path(folder)
+    h = hashlib.sha256()
+    files = sorted(
+        p for p in folder.rglob("*")
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    )
+    for path in files:
+        rel = path.relative_to(folder).as_posix().encode()
+        h.update(len(rel).to_bytes(8, "little") + rel + path.stat().st_size.to_bytes(8, "little"))
+        with path.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def resolve_policy(ref: str, base_dir: str | Path | None = None) -> tuple[str, str]:
+    """``ref`` -> (the reference a worker loads, its digest). Raises :class:`SweepSpecError`.
+
+    Relative folder paths are resolved against ``base_dir`` (the sweep file's folder).
+    """
+    if ref in BUILTIN_POLICIES:
+        return ref, digest_bytes(ref.encode())
+    path = Path(ref)
+    if not path.is_absolute() and base_dir is not None:
+        path = Path(base_dir) / path
+    if path.is_dir():
+        if not is_checkpoint_dir(path):
+            raise SweepSpecError(
+                f"policy {ref!r}: the folder {str(path)!r} is not a checkpoint; expected config.json and {WEIGHTS_NAME} in it."
+            )
+        return str(path.resolve()), folder_digest(path)
+    if split_callable_ref(ref) is not None:
+        return ref, digest_bytes(ref.encode())
+    where = f" (relative paths are resolved against {str(base_dir)!r})" if base_dir is not None else ""
+    raise SweepSpecError(
+        f"policy {ref!r}: expected 'zero', 'random', a checkpoint folder{where}, or module:callable; "
+        f"no folder {str(path)!r} exists and it is not of the form module:callable."
+    )
+
+
+def plan(spec: SweepSpec, base_dir: str | Path | None = None) -> list[Job]:
+    """All jobs of ``spec``, in (policy, env, seed block) order. Checks that digests are distinct."""
+    resolved: list[tuple[Any, str, str]] = []
+    seen: dict[str, str] = {}
+    for entry in spec.policies:
+        ref, digest = resolve_policy(entry.ref, base_dir)
+        if digest in seen:
+            raise SweepSpecError(
+                f"policies {seen[digest]!r} and {entry.name!r} are the same policy (identical files, digest "
+                f"{digest[:12]}); their episodes would share keys. Keep one of them."
+            )
+        seen[digest] = entry.name
+        resolved.append((entry, ref, digest))
+    jobs = []
+    for entry, ref, digest in resolved:
+        for env in spec.envs:
+            for seed in spec.seeds:
+                jobs.append(Job(
+                    policy_name=entry.name, policy_ref=ref, policy_digest=digest,
+                    env_name=env.name, env_id=env.id, env_kwargs_json=env.kwargs_json, task=env.id,
+                    seed=seed, n_episodes=spec.episodes_for(env), options=spec.options,
+                ))
+    return jobs

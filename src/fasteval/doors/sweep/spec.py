@@ -1,0 +1,366 @@
+"""The sweep spec: which policies, on which envs, with which seeds, and shared options.
+
+A sweep file (YAML, TOML or JSON) is parsed into plain data by :func:`load_sweep_file`, then
+validated once by :meth:`SweepSpec.from_dict` into frozen dataclasses. Nothing here touches
+the policies or envs themselves; :mod:`fasteval.doors.sweep.plan` turns a spec into jobs.
+
+Example (YAML)::
+
+    name: demo
+    episodes: 20            # per job: per (policy, env, seed block)
+    seeds: [0, 1000]        # seed blocks: block s runs seeds s .. s + episodes - 1
+    policies:
+      - {name: zero, ref: zero}
+      - {name: parity, ref: "fasteval.testing.policies:ParityPolicy"}
+    envs:
+      - {name: known, id: fasteval/KnownAnswer-v0}
+      - {name: known-nan, id: fasteval/KnownAnswer-v0, kwargs: {nan_reward_seeds: [3]}}
+      - {name: cartpole, id: CartPole-v1, episodes: 5}
+    options: {batch_size: 8, device: cpu, vectorization: sync, max_steps: null}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+from fasteval.types.errors import UserInputError
+from fasteval.types.mapping_files import read_mapping_file
+from fasteval.types.spec import EvalSpec
+
+
+
+class SweepSpecError(UserInputError):
+    """The sweep file is malformed or inconsistent (CLI exit code 2)."""
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted keys, no spaces, no NaN: the form env kwargs are keyed and compared by."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _fail(where: str, expected: str, got: Any, fix: str = "") -> None:
+    raise SweepSpecError(f"{where}: expected {expected}, got {got!r}." + (f" {fix}" if fix else ""))
+
+
+def _check_keys(where: str, data: Any, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> None:
+    if not isinstance(data, Mapping):
+        _fail(where, f"a mapping with keys {', '.join(allowed)}", data)
+    unknown = sorted(set(data) - set(allowed))
+    if unknown:
+        raise SweepSpecError(
+            f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; expected only {', '.join(allowed)}. Check the spelling."
+        )
+    missing = [k for k in required if k not in data]
+    if missing:
+        raise SweepSpecError(f"{where}: missing required key(s) {', '.join(map(repr, missing))}.")
+
+
+@dataclass(frozen=True)
+class PolicyEntry:
+    """One policy of the sweep."""
+
+    name: str
+    """Short label used in reports and progress lines. Unique within the sweep."""
+
+    ref: str
+    """Policy reference: ``zero``, ``random``, a checkpoint folder (relative paths are resolved
+    against the sweep file's folder), or ``module:callable``. Never a live object."""
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.name, str) and self.name.strip()):
+            _fail("policies[].name", "a non-empty string", self.name)
+        if not (isinstance(self.ref, str) and self.ref.strip()):
+            _fail(f"policy {self.name!r}: ref", "a non-empty policy reference (zero, random, a folder, module:callable)", self.ref)
+
+
+@dataclass(frozen=True)
+class EnvEntry:
+    """One env of the sweep (an id plus keyword arguments)."""
+
+    name: str
+    """Short label used in reports. Unique within the sweep. Defaults to the id."""
+
+    id: str
+    """Gymnasium id or ``module:callable`` returning an Env."""
+
+    kwargs_json: str = "{}"
+    """The env kwargs as canonical JSON (sorted keys): the exact form keyed in the store."""
+
+    episodes: int | None = None
+    """Episodes per seed block for this env; ``None`` uses the sweep's ``episodes``."""
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.name, str) and self.name.strip()):
+            _fail("envs[].name", "a non-empty string", self.name)
+        if not (isinstance(self.id, str) and self.id.strip()):
+            _fail(f"env {self.name!r}: id", "a gymnasium id or module:callable", self.id)
+        try:
+            kwargs = json.loads(self.kwargs_json)
+        except (TypeError, ValueError):
+            kwargs = None
+        if not isinstance(kwargs, dict) or canonical_json(kwargs) != self.kwargs_json:
+            _fail(f"env {self.name!r}: kwargs_json", "canonical JSON of a mapping (use EnvEntry.make)", self.kwargs_json)
+        if self.episodes is not None and not (_is_int(self.episodes) and self.episodes >= 1):
+            _fail(f"env {self.name!r}: episodes", "an integer >= 1 (or leave it out)", self.episodes)
+
+    @classmethod
+    def make(cls, name: str, id: str, kwargs: Mapping[str, Any] | None = None, episodes: int | None = None) -> "EnvEntry":
+        kwargs = {} if kwargs is None else kwargs
+        if not isinstance(kwargs, Mapping):
+            _fail(f"env {name!r}: kwargs", "a mapping of keyword arguments", kwargs)
+        try:
+            text = canonical_json(dict(kwargs))
+        except (TypeError, ValueError) as exc:
+            raise SweepSpecError(
+                f"env {name!r}: kwargs must be plain JSON data (numbers, strings, booleans, lists, mappings; "
+                f"no NaN), got {kwargs!r} ({exc})."
+            ) from None
+        return cls(name=name, id=id, kwargs_json=text, episodes=episodes)
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        """A fresh dict of the kwargs (what the engine is given)."""
+        return json.loads(self.kwargs_json)
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """Options shared by every job: :class:`~fasteval.types.spec.EvalSpec` fields, plus torch threads.
+
+    Only ``max_steps`` changes the numbers of an episode; the others change speed or failure
+    handling, so a resume may change them."""
+
+    batch_size: int = 16
+    """Env slots stepped together in each job."""
+
+    device: str = "auto"
+    """Policy device in each worker: ``cpu``, ``cuda``, ``cuda:N`` or ``auto``."""
+
+    vectorization: str = "sync"
+    """``sync`` or ``async`` envs inside each job."""
+
+    workers: int | None = None
+    """Env worker processes per job with ``async`` envs (``None``: ``min(batch, usable cores)``)."""
+
+    max_steps: int | None = None
+    """Step cap per episode (``None``: the env's own limit). It changes results, so a store
+    remembers it and refuses to resume with a different value."""
+
+    reset_mode: str = "auto"
+    """Stateful policies: ``per-env``, ``wave`` or ``auto``."""
+
+    trust_remote_code: bool = False
+    """Allow ``path/file.py:callable`` policies (runs that file)."""
+
+    retries: int = 1
+    """Times an episode is retried from its seed after its env raised, hung or died. An episode
+    that still fails is left out of the store, and its job is marked ``failed``."""
+
+    on_nan_action: str = "error"
+    """Non-finite policy actions: ``error`` stops the job, ``skip-episode`` fails that episode."""
+
+    step_timeout: float | None = 300.0
+    """Seconds an async env may take for one step or reset (``None``: forever)."""
+
+    obs_dtype: str = "auto"
+    """dtype of float observations for the policy: ``auto`` (the policy's parameter dtype),
+    ``float32``, ``float64`` or ``keep`` (see :attr:`fasteval.types.spec.EvalSpec.obs_dtype`)."""
+
+    torch_threads: int = 1
+    """torch intra-op threads while a job runs, the same in every worker, so results never
+    depend on where a job ran."""
+
+    def __post_init__(self) -> None:
+        try:
+            EvalSpec(env="_", **self.eval_fields())  # the engine's own validation and messages
+        except UserInputError as exc:
+            raise SweepSpecError(f"options.{exc}") from None
+        if not (_is_int(self.torch_threads) and self.torch_threads >= 1):
+            _fail("options.torch_threads", "an integer >= 1", self.torch_threads)
+
+    def eval_fields(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "torch_threads"}
+
+
+OPTION_KEYS = tuple(f.name for f in fields(SweepOptions))
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A whole sweep: ``policies x envs x seeds``, ``episodes`` per (policy, env, seed block)."""
+
+    policies: tuple[PolicyEntry, ...]
+    """At least one; names and refs unique."""
+
+    envs: tuple[EnvEntry, ...]
+    """At least one; names unique, and no two with the same id and kwargs."""
+
+    episodes: int
+    """Episodes per job, i.e. per (policy, env, seed block). A report cell (policy x env) holds
+    ``episodes x len(seeds)`` episodes."""
+
+    seeds: tuple[int, ...] = (0,)
+    """Seed blocks: block ``s`` runs episodes with seeds ``s, s+1, ..., s+episodes-1``. Blocks
+    must not overlap (each episode is keyed by its seed)."""
+
+    options: SweepOptions = field(default_factory=SweepOptions)
+    """Options shared by every job."""
+
+    name: str = "sweep"
+    """Name of the sweep; the default output folder is ``outputs/sweeps/<name>``."""
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.name, str) and re.fullmatch(r"[A-Za-z0-9._-]+", self.name) and self.name not in (".", "..")):
+            _fail("name", "letters, digits, '.', '_' or '-' (it names the default output folder)", self.name)
+        if not (_is_int(self.episodes) and self.episodes >= 1):
+            _fail("episodes", "an integer >= 1 (episodes per policy, env and seed block)", self.episodes)
+        if not (isinstance(self.policies, tuple) and self.policies and all(isinstance(p, PolicyEntry) for p in self.policies)):
+            _fail("policies", "a non-empty list of {name, ref} entries", self.policies)
+        if not (isinstance(self.envs, tuple) and self.envs and all(isinstance(e, EnvEntry) for e in self.envs)):
+            _fail("envs", "a non-empty list of {id, kwargs, name} entries", self.envs)
+        if not isinstance(self.options, SweepOptions):
+            _fail("options", "a SweepOptions", self.options)
+        if not (isinstance(self.seeds, tuple) and self.seeds and all(_is_int(s) and s >= 0 for s in self.seeds)):
+            _fail("seeds", "a non-empty list of integers >= 0 (the first seed of each block)", self.seeds)
+        _unique("policies", "name", [p.name for p in self.policies])
+        _unique("policies", "ref", [p.ref for p in self.policies])
+        _unique("envs", "name", [e.name for e in self.envs])
+        _unique("envs", "(id, kwargs)", [f"{e.id} {e.kwargs_json}" for e in self.envs])
+        _unique("seeds", "seed", list(self.seeds))
+        for env in self.envs:
+            n = self.episodes_for(env)
+            blocks = sorted(self.seeds)
+            for lo, hi in zip(blocks, blocks[1:]):
+                if lo + n > hi:
+                    raise SweepSpecError(
+                        f"seeds: blocks {lo} and {hi} overlap for env {env.name!r} ({n} episodes per block: "
+                        f"block {lo} runs seeds {lo}..{lo + n - 1}). Space the blocks at least {n} apart, "
+                        f"e.g. seeds: {[blocks[0] + i * n for i in range(len(blocks))]}."
+                    )
+
+    def episodes_for(self, env: EnvEntry) -> int:
+        return env.episodes if env.episodes is not None else self.episodes
+
+    @property
+    def n_jobs(self) -> int:
+        return len(self.policies) * len(self.envs) * len(self.seeds)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "SweepSpec":
+        """Validate plain data (a parsed sweep file) into a spec. Raises :class:`SweepSpecError`."""
+        _check_keys("sweep spec", data, ("name", "episodes", "seeds", "policies", "envs", "options"),
+                    required=("episodes", "policies", "envs"))
+        policies = data["policies"]
+        if not isinstance(policies, list) or not policies:
+            _fail("policies", "a non-empty list of {name, ref} entries", policies)
+        policy_entries = []
+        for i, item in enumerate(policies):
+            if isinstance(item, str):
+                item = {"ref": item}
+            _check_keys(f"policies[{i}]", item, ("name", "ref"), required=("ref",))
+            policy_entries.append(PolicyEntry(name=item.get("name", item["ref"]), ref=item["ref"]))
+        envs = data["envs"]
+        if not isinstance(envs, list) or not envs:
+            _fail("envs", "a non-empty list of {id, kwargs, name, episodes} entries", envs)
+        env_entries = []
+        for i, item in enumerate(envs):
+            if isinstance(item, str):
+                item = {"id": item}
+            _check_keys(f"envs[{i}]", item, ("name", "id", "kwargs", "episodes"), required=("id",))
+            env_entries.append(EnvEntry.make(name=item.get("name", item["id"]), id=item["id"],
+                                             kwargs=item.get("kwargs"), episodes=item.get("episodes")))
+        options = data.get("options") or {}
+        _check_keys("options", options, OPTION_KEYS)
+        return cls(
+            name=data.get("name", "sweep"),
+            episodes=data["episodes"],
+            seeds=_parse_seeds(data.get("seeds", [0]), data["episodes"]),
+            policies=tuple(policy_entries),
+            envs=tuple(env_entries),
+            options=SweepOptions(**options),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data that :meth:`from_dict` turns back into an equal spec."""
+        return {
+            "name": self.name,
+            "episodes": self.episodes,
+            "seeds": list(self.seeds),
+            "policies": [{"name": p.name, "ref": p.ref} for p in self.policies],
+            "envs": [
+                {"name": e.name, "id": e.id, "kwargs": e.kwargs, **({"episodes": e.episodes} if e.episodes else {})}
+                for e in self.envs
+            ],
+            "options": {k: getattr(self.options, k) for k in OPTION_KEYS},
+        }
+
+
+def _unique(where: str, what: str, values: list[Any]) -> None:
+    seen = set()
+    for v in values:
+        if v in seen:
+            hint = " Give the entries distinct `name:` values." if what == "name" else " Remove the duplicate."
+            raise SweepSpecError(f"{where}: expected each {what} once, got {v!r} twice.{hint}")
+        seen.add(v)
+
+
+def _parse_seeds(raw: Any, episodes: Any) -> tuple[int, ...]:
+    """``[0, 1000]``, a single int, or ``{start, count, stride}`` (stride defaults to ``episodes``)."""
+    if _is_int(raw):
+        return (raw,)
+    if isinstance(raw, Mapping):
+        _check_keys("seeds", raw, ("start", "count", "stride"), required=("count",))
+        start, count = raw.get("start", 0), raw["count"]
+        stride = raw.get("stride", episodes)
+        for key, value, low in (("start", start, 0), ("count", count, 1), ("stride", stride, 1)):
+            if not (_is_int(value) and value >= low):
+                _fail(f"seeds.{key}", f"an integer >= {low}", value)
+        return tuple(start + i * stride for i in range(count))
+    if isinstance(raw, list):
+        return tuple(raw)
+    _fail("seeds", "a list of block start seeds ([0, 1000]), one integer, or {start, count, stride}", raw)
+    raise AssertionError  # unreachable
+
+
+def load_sweep_file(path: str | Path) -> dict[str, Any]:
+    """Parse a ``.yaml``/``.yml``, ``.toml`` or ``.json`` sweep file into plain data."""
+    return read_mapping_file(path, what="sweep file", error=SweepSpecError, yaml_hint="pip install 'fasteval[sweep]'")
+
+
+def config_to_sweep_dict(data: Mapping[str, Any], name: str = "config") -> dict[str, Any]:
+    """A config (EvalSpec fields) as a one-job ``fasteval sweep`` spec: one policy, one env, one seed block.
+
+    Fields the sweep format has no place for must keep their defaults; anything else raises
+    :class:`ConfigError` naming them.
+    """
+    from fasteval.run.config import EXTRA_KEYS, ConfigError, check_keys
+
+    check_keys(data)
+    if "env" not in data:
+        raise ConfigError("config: missing 'env' (a gymnasium id or module:callable).")
+    defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())  # type: ignore[misc]
+                for f in dataclasses.fields(EvalSpec) if f.name != "env"}
+    per_job = {"env", "policy", "env_kwargs", "n_episodes", "seed"}
+    options = {k: v for k, v in data.items() if k in OPTION_KEYS}
+    lost = sorted(k for k, v in data.items()
+                  if k not in per_job and k not in OPTION_KEYS and k not in EXTRA_KEYS and v != defaults.get(k))
+    if lost:
+        raise ConfigError(f"config: fields {', '.join(lost)} differ from their defaults, and a sweep spec has no "
+                          f"place for them (its options are {', '.join(OPTION_KEYS)}).")
+    return {
+        "name": name,
+        "episodes": data.get("n_episodes", defaults["n_episodes"]),
+        "seeds": [data.get("seed", defaults["seed"])],
+        "policies": [{"ref": data.get("policy", defaults["policy"])}],
+        "envs": [{"id": data["env"], "kwargs": dict(data.get("env_kwargs") or {})}],
+        "options": options,
+    }

@@ -1,0 +1,207 @@
+"""One task's env, built by LeRobot's own env config and factory: ``fasteval.robot.lerobot.envs:make_env``.
+
+fasteval's env factory calls ``make_env(type=..., task=..., **options)`` once per slot (in the
+worker process for async envs). It builds ``lerobot.envs.factory.make_env_config(type, task=task,
+**options)``, asks the config for a one-env vector env (``create_envs(n_envs=1)``: LeRobot's
+wrappers, features and task lists), and returns that single env. Multi-task suites take one task
+per call: LIBERO's ``task_id`` (passed to LeRobot as ``task_ids=[task_id]``), Meta-World's task name.
+
+Nested ``pixels`` Dict observations (several cameras) are flattened to ``pixels/<camera>`` keys,
+which :func:`fasteval.robot.lerobot.policy.lerobot_batch` nests again before LeRobot's
+``preprocess_observation``.
+
+The policy loader rebuilds the same env config from the spec's env kwargs (:func:`config_for`), so
+that it pairs the env-side processors LeRobot pairs with that env type.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+from fasteval.types.errors import UserInputError
+from fasteval.robot.lerobot.extra import require_lerobot
+
+ENV_REF = "fasteval.robot.lerobot.envs:make_env"
+"""The env reference fasteval's ``--env.type`` table gives LeRobot env types (``module:callable``)."""
+
+
+def config_for(env: str, env_kwargs: dict[str, Any]) -> Any:
+    """LeRobot's ``EnvConfig`` for an fasteval env reference, or ``None`` when the env is not one of
+    LeRobot's (then no env-side processors are paired with the policy)."""
+    if env != ENV_REF:
+        return None
+    return env_config(**dict(env_kwargs))
+
+
+def env_config(type: str, task: str | None = None, task_id: int | None = None, **options: Any) -> Any:
+    """LeRobot's ``EnvConfig`` for one task. Raises :class:`UserInputError` for an unknown type or option."""
+    require_lerobot(f"--env.type={type}")
+    from lerobot.envs.factory import make_env_config
+
+    kwargs = dict(options)
+    if task is not None:
+        kwargs["task"] = task
+    if task_id is not None:
+        kwargs["task_ids"] = [int(task_id)]
+    if type in ("libero", "libero_plus"):
+        prepare_libero()
+    try:
+        return make_env_config(type, **kwargs)
+    except (ValueError, TypeError) as exc:
+        raise UserInputError(f"--env.type={type}: LeRobot's env config rejected {kwargs}: {exc}") from None
+
+
+def make_env(type: str, task: str | None = None, task_id: int | None = None, **options: Any) -> gym.Env:
+    """One env of ``type`` / ``task``, as LeRobot's factory builds it (see the module docstring)."""
+    config = env_config(type, task, task_id, **options)
+    suites = config.create_envs(n_envs=1, use_async_envs=False)
+    vec_envs = [vec for tasks in suites.values() for vec in tasks.values()]
+    if len(vec_envs) != 1:
+        for vec in vec_envs:
+            vec.close()
+        raise UserInputError(f"--env.type={type} --env.task={task}: LeRobot built {len(vec_envs)} task envs; "
+                             f"fasteval builds one task per env (give one task, and task_id for suites).")
+    env = vec_envs[0].envs[0]
+    _attach_step_limit(env, type)
+    if isinstance(env.observation_space, gym.spaces.Dict) and isinstance(env.observation_space.spaces.get("pixels"),
+                                                                         gym.spaces.Dict):
+        env = FlattenPixels(env)
+    return env
+
+
+def _attach_step_limit(env: gym.Env, type: str) -> None:
+    """Give an env without a gymnasium spec LeRobot's step limit (its ``_max_episode_steps``, which LeRobot's
+    rollout reads: Meta-World's 500) as ``spec.max_episode_steps``, where fasteval's engine looks for it."""
+    limit = getattr(env.unwrapped, "_max_episode_steps", None)
+    if env.spec is None and isinstance(limit, int) and limit > 0:
+        from gymnasium.envs.registration import EnvSpec
+
+        env.unwrapped.spec = EnvSpec(id=f"lerobot-{type}", entry_point=ENV_REF, max_episode_steps=limit)
+
+
+# -- suites: one command, many tasks ----------------------------------------------------------------
+def suite_tasks(type: str, task: str | list[str] | None, task_id: int | None = None,
+                **options: Any) -> list[tuple[str, int, dict[str, Any], str]] | None:
+    """The tasks LeRobot's factory builds for ``type`` / ``task``, as ``[(task_group, task_id, env_kwargs, name)]``
+    in LeRobot's order and with LeRobot's labels; ``None`` when that is a single env (one task, no suite).
+
+    ``task`` is LeRobot's string (``"push-v3,reach-v3"``) or its list of comma-separated parts. Each part is
+    a task group, expanded the way LeRobot's ``create_*_envs`` expands it, without building an env:
+
+    * ``metaworld``: a difficulty (``easy``, ``medium``, ``hard``, ``very_hard``) is its task list, any other
+      name is one task (task id 0);
+    * ``libero``: a suite name is its tasks (ids ``0 .. n-1``, or those of ``task_ids=[...]`` / ``task_id``,
+      sorted), named as in LIBERO's benchmark table;
+    * other types: each part is one task (id 0).
+
+    Each task's ``env_kwargs`` go to :func:`make_env` (``type``, the task, the options), which builds that
+    task's single env.
+    """
+    if task is None:
+        return None
+    parts = [t.strip() for t in (task.split(",") if isinstance(task, str) else task) for t in t.split(",")]
+    parts = [t for t in parts if t]
+    options = dict(options)
+    ids = [int(task_id)] if task_id is not None else options.pop("task_ids", None)
+    out: list[tuple[str, int, dict[str, Any], str]] = []
+    for group in parts:
+        for tid, name, kwargs in _expand(type, group, ids):
+            out.append((group, tid, {"type": type, **options, **kwargs}, name))
+    return out if len(out) > 1 else None
+
+
+def _expand(type: str, group: str, ids: list[int] | None) -> list[tuple[int, str, dict[str, Any]]]:
+    """``[(task_id, task name, make_env kwargs)]`` of one task group (see :func:`suite_tasks`)."""
+    if type == "metaworld":
+        from lerobot.envs.metaworld import DIFFICULTY_TO_TASKS
+
+        return [(i, name, {"task": name}) for i, name in enumerate(DIFFICULTY_TO_TASKS.get(group, [group]))]
+    if type in ("libero", "libero_plus"):
+        names = libero_task_names(group)
+        ids = list(range(len(names))) if ids is None else sorted({int(i) for i in ids})  # as LeRobot selects them
+        bad = [i for i in ids if not 0 <= i < len(names)]
+        if bad:
+            raise UserInputError(f"--env.type={type} --env.task={group}: task ids {bad} out of range; the suite has "
+                                 f"{len(names)} tasks (ids 0..{len(names) - 1}).")
+        return [(i, names[i], {"task": group, "task_id": i}) for i in ids]
+    if ids is not None and len(ids) != 1:
+        raise UserInputError(f"--env.type={type}: task_ids={ids}: fasteval builds one env per task; give one id "
+                             f"per command for this type.")
+    return [(ids[0] if ids else 0, group, {"task": group, **({"task_id": ids[0]} if ids else {})})]
+
+
+def libero_task_names(suite: str) -> list[str]:
+    """The task names of LIBERO suite ``suite`` (``libero_spatial``: 10), from LIBERO's benchmark registry.
+
+    Reads LIBERO's task table only (no scene assets, no env); writes LIBERO's config first
+    (:func:`prepare_libero`) so that the import asks nothing."""
+    prepare_libero()
+    from libero.libero import benchmark
+
+    suites = benchmark.get_benchmark_dict()
+    if suite not in suites:
+        raise UserInputError(f"--env.type=libero: unknown --env.task {suite!r}; expected one of "
+                             f"{', '.join(sorted(suites))}.")
+    return list(suites[suite]().get_task_names())
+
+
+class FlattenPixels(gym.ObservationWrapper):
+    """``{"pixels": {cam: img}, ...}`` -> ``{"pixels/cam": img, ...}`` (fasteval's buffers are flat)."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        spaces: dict[str, gym.Space] = {}
+        for key, sub in env.observation_space.spaces.items():
+            if key == "pixels" and isinstance(sub, gym.spaces.Dict):
+                spaces.update({f"pixels/{cam}": s for cam, s in sub.spaces.items()})
+            else:
+                spaces[key] = sub
+        self.observation_space = gym.spaces.Dict(spaces)
+
+    def observation(self, observation: dict[str, Any]) -> dict[str, Any]:
+        out = {k: v for k, v in observation.items() if k != "pixels"}
+        out.update({f"pixels/{cam}": img for cam, img in observation["pixels"].items()})
+        return out
+
+
+# -- LIBERO ----------------------------------------------------------------------------------------
+LIBERO_ASSETS_ENV = "FASTEVAL_LIBERO_ASSETS"
+
+
+def libero_config_path() -> Path:
+    """Where LIBERO reads its config: ``$LIBERO_CONFIG_PATH/config.yaml``, else ``~/.libero/config.yaml``."""
+    return Path(os.environ.get("LIBERO_CONFIG_PATH", Path.home() / ".libero")) / "config.yaml"
+
+
+def prepare_libero(assets: str | Path | None = None) -> Path:
+    """Write LIBERO's config file unless it exists, so its first import asks no question. Returns its path.
+
+    LIBERO's import prompts for a dataset folder when ``config.yaml`` is missing. The file written
+    here points every folder inside the installed ``libero`` package (LIBERO's own defaults), and
+    ``assets`` at ``assets`` (argument), else ``$FASTEVAL_LIBERO_ASSETS``, else the package's
+    ``assets`` folder. Scene assets are not in the wheel: put them there (LIBERO otherwise fetches
+    them from the Hugging Face Hub).
+    """
+    path = libero_config_path()
+    if path.exists():
+        return path
+    import importlib.util
+
+    spec = importlib.util.find_spec("libero")
+    base = Path(next(iter(spec.submodule_search_locations))) / "libero" if spec and spec.submodule_search_locations \
+        else Path.home() / ".libero" / "libero"
+    assets = Path(assets or os.environ.get(LIBERO_ASSETS_ENV) or base / "assets")
+    entries = {
+        "benchmark_root": base,
+        "bddl_files": base / "bddl_files",
+        "init_states": base / "init_files",
+        "datasets": base.parent / "datasets",
+        "assets": assets,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{key}: {value}\n" for key, value in entries.items()))
+    return path

@@ -1,0 +1,121 @@
+"""Turn a policy reference into a policy object.
+
+References, tried in this order:
+
+* ``zero`` / ``random``: built-in policies for the env's action space;
+* a LeRobot checkpoint folder (``config.json`` with LeRobot's ``"type"``): loaded through LeRobot's
+  own API (:mod:`fasteval.robot.lerobot.loader`; the ``lerobot`` extra, Python >= 3.12);
+* a checkpoint folder (``config.json`` + ``model.safetensors``) of a fasteval architecture;
+* ``hf://org/repo[@revision]``: a Hugging Face Hub snapshot, loaded like a checkpoint folder
+  (see :mod:`fasteval.robot.policies.hub`);
+* ``module:callable`` (or ``path/file.py:callable`` with ``trust_remote_code``): the callable
+  is called with ``observation_space`` and/or ``action_space`` keyword arguments if it takes
+  them, and must return an ``nn.Module`` or an object with ``select_action``;
+* a live object (``nn.Module``, a policy object) is used as it is.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+from fasteval.types.errors import PolicyLoadError, UserInputError
+from fasteval.robot.policies.builtin import BUILTIN_POLICIES
+from fasteval.robot.policies.checkpoint import WEIGHTS_NAME, check_observation_fit, is_checkpoint_dir, load_checkpoint
+from fasteval.robot.lerobot.checkpoint import is_lerobot_checkpoint
+from fasteval.robot.policies.hub import is_hf_ref, resolve_hf_ref
+from fasteval.types.refs import resolve_callable, split_callable_ref
+
+
+def load_policy(
+    ref: Any,
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    n_slots: int,
+    trust_remote_code: bool = False,
+    *,
+    device: str = "auto",
+    env: str | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+    cuda_graph: bool | None = None,
+) -> Any:
+    """Return a policy object for ``ref`` (see the module docstring). Raises PolicyLoadError/UserInputError.
+
+    ``device`` (the spec's) places a LeRobot policy as LeRobot's ``--policy.device`` does; ``env`` and
+    ``env_kwargs`` (the spec's) tell which LeRobot env config, if any, pairs its env-side processors;
+    ``cuda_graph`` (the spec's) allows or forbids capturing its chunk prediction on a GPU.
+    """
+    lerobot_args = (n_slots, device, env, env_kwargs or {}, cuda_graph)
+    if not isinstance(ref, str):
+        return ref
+    if ref in BUILTIN_POLICIES:
+        return BUILTIN_POLICIES[ref](action_space, n_slots)
+    if is_hf_ref(ref):  # hf://org/repo[@revision]: a hub snapshot, loaded like a checkpoint folder
+        folder = resolve_hf_ref(ref)
+        if is_lerobot_checkpoint(folder):
+            return _load_lerobot(folder, *lerobot_args)
+        if not is_checkpoint_dir(folder):
+            raise PolicyLoadError(f"policy {ref!r}: the snapshot {folder} has no config.json; expected a checkpoint "
+                                  f"folder (config.json + {WEIGHTS_NAME}).")
+        return check_observation_fit(load_checkpoint(folder), folder, observation_space)
+    path = Path(ref)
+    if is_lerobot_checkpoint(path):  # config.json with LeRobot's "type": LeRobot's own API (the lerobot extra)
+        return _load_lerobot(path, *lerobot_args)
+    if is_checkpoint_dir(path):
+        return check_observation_fit(load_checkpoint(path), path, observation_space)
+    if path.is_dir():
+        raise PolicyLoadError(
+            f"policy {ref!r} is a folder but has no config.json; a checkpoint folder needs config.json and {WEIGHTS_NAME}."
+        )
+    if path.is_file() and path.suffix in (".pt", ".pth", ".bin", ".pkl", ".ckpt"):
+        raise PolicyLoadError(
+            f"policy {ref!r} is a bare {path.suffix} file. fasteval loads checkpoint folders "
+            f"(config.json + {WEIGHTS_NAME}) or module:callable references, never pickled code."
+        )
+    if split_callable_ref(ref) is not None:
+        factory = resolve_callable(ref, what="policy", trust_remote_code=trust_remote_code)
+        kwargs = _space_kwargs(factory, observation_space, action_space)
+        try:
+            policy = factory(**kwargs)
+        except Exception as exc:  # the user's factory: report, don't crash with a traceback
+            raise PolicyLoadError(f"policy {ref!r}: calling the factory raised {type(exc).__name__}: {exc}") from exc
+        if not (hasattr(policy, "select_action") or callable(policy)):
+            raise PolicyLoadError(f"policy {ref!r} returned {type(policy).__name__}, which is neither an nn.Module nor has select_action().")
+        return policy
+    raise UserInputError(
+        f"policy {ref!r}: expected 'zero', 'random', a checkpoint folder (config.json + {WEIGHTS_NAME}), "
+        f"or module:callable; no such folder exists and it is not of the form module:callable."
+    )
+
+
+def _load_lerobot(folder: Path, n_slots: int, device: str, env: str | None, env_kwargs: dict[str, Any],
+                  cuda_graph: bool | None) -> Any:
+    from fasteval.robot.lerobot.envs import config_for
+    from fasteval.robot.lerobot.loader import load_lerobot_policy
+
+    env_config = config_for(env, env_kwargs) if env is not None else None
+    return load_lerobot_policy(folder, n_slots, device=device, env_config=env_config, cuda_graph=cuda_graph)
+
+
+def _space_kwargs(factory: Any, observation_space: gym.Space, action_space: gym.Space) -> dict[str, Any]:
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return {}
+    offered = {"observation_space": observation_space, "action_space": action_space}
+    return {name: value for name, value in offered.items() if name in params}
+
+
+def policy_folder(ref: Any) -> Path | None:
+    """The checkpoint folder behind a policy reference (a local folder or an ``hf://`` snapshot), else ``None``.
+
+    Used to find files that travel with the weights (``normalization.safetensors``).
+    """
+    if is_hf_ref(ref):
+        return resolve_hf_ref(ref)
+    if isinstance(ref, str) and ref not in BUILTIN_POLICIES and is_checkpoint_dir(ref):
+        return Path(ref)
+    return None

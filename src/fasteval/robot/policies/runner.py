@@ -1,0 +1,200 @@
+"""The robot-policy runner: observation mapping, normalization, task descriptions, action chunks.
+
+:class:`RobotPolicyRunner` is the engine's :class:`~fasteval.core.policy.PolicyRunner`. Everything
+is decided when it is built or on the dry run; a plain policy (raw observations, no stats, one
+action per call) costs exactly what it costs with the base runner (``__call__`` is inherited).
+
+One policy call, in order:
+
+1. observation mapping (:mod:`fasteval.robot.policies.obs_mapping`), when ``observation_format`` is
+   ``lerobot`` or keys are renamed: LeRobot keys, images uint8 -> float CHW in [0, 1] on the device;
+2. input normalization (:mod:`fasteval.robot.policies.normalization`), when the checkpoint folder has
+   ``normalization.safetensors``;
+3. the policy;
+4. action unnormalization (same file, ``action.*`` stats);
+5. the action-chunk queue, when the policy returns chunks (decided on the dry run).
+
+**Action chunks** (ACT / Diffusion style). A policy whose output is ``[B, chunk, *action_shape]``
+(for ``Discrete`` actions: integers ``[B, chunk]`` with ``chunk >= 2``, or logits
+``[B, chunk, n]``) is recognised on the dry run. Each slot then has its own queue: a slot whose
+queue is empty takes the next ``n_action_steps`` actions of a fresh chunk (the policy's
+``n_action_steps`` attribute if it has one, else the whole chunk), and a slot that starts a new
+episode drops its queue. The policy is called only on steps where at least one slot needs a new
+chunk (it still sees the whole batch; rows of slots that do not need one are discarded). A slot's
+chunk therefore depends only on its own observation at the step its queue ran out, so results do
+not depend on the batch size or on the other slots (for a policy whose rows are independent).
+
+**Task descriptions.** When the env has a ``task_description`` attribute (through its wrappers:
+``env.get_wrapper_attr``) it is read once per episode, right after the env reset, for the slots
+that start an episode (never per step; async envs answer over their worker pipes). The policy gets it:
+
+* through ``policy.set_task(env_ids, descriptions)`` if it has that method (``env_ids`` an int64
+  tensor of slots, ``descriptions`` a list of strings), called after the policy's own reset;
+* with ``observation_format="lerobot"``, as the ``"task"`` entry of the observation TensorDict
+  (a list of B strings, LeRobot's ``batch["task"]``), for ``select_action`` policies.
+
+The env's reset ``info["task"]`` is not read (the engine does not keep reset infos).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import gymnasium as gym
+import torch
+
+from fasteval.core.policy import NO_RESET, PER_ENV, WAVE, PolicyRunner
+from fasteval.core.slot_calls import env_has_attr
+from fasteval.types.errors import UserInputError
+from fasteval.robot.policies.chunk_queue import ChunkQueue, chunk_length
+from fasteval.robot.policies.normalization import NORMALIZATION_NAME, Normalizer, load_stats
+from fasteval.robot.policies.obs_mapping import LEROBOT, build_observation_adapter
+from fasteval.robot.policies.task_descriptions import TASK_ATTR, TaskDescriptions
+
+
+class InputPipeline:
+    """``pipeline(obs) -> policy input``: the mapping and normalization stages, built once per
+    engine observation buffer (cached by identity) and refreshed in place every step."""
+
+    def __init__(self, stages: list[Any], tasks: TaskDescriptions | None):
+        self.stages = stages
+        self.tasks = tasks
+        self._built: dict[int, tuple[Any, Any, list[Callable[[], Any]]]] = {}
+
+    def prepare(self, obs: Any) -> Any:
+        """Build (once) the buffers for input ``obs``; returns the policy input object."""
+        entry = self._built.get(id(obs))
+        if entry is None:
+            x, steps = obs, []
+            for stage in self.stages:
+                x, more = stage.build(x)
+                steps += more
+            if self.tasks is not None:
+                self.tasks.attach(x)
+            entry = self._built[id(obs)] = (obs, x, steps)  # obs kept alive: its id stays unique
+        return entry[1]
+
+    def __call__(self, obs: Any) -> Any:
+        entry = self._built.get(id(obs))
+        if entry is None:
+            self.prepare(obs)
+            entry = self._built[id(obs)]
+        for step in entry[2]:
+            step()
+        return entry[1]
+
+
+class RobotPolicyRunner(PolicyRunner):
+    """A :class:`PolicyRunner` with the robot-learning steps (see the module docstring)."""
+
+    def __init__(self, policy: Any, action_space: gym.Space, n_slots: int, reset_mode: str = "auto", *,
+                 inputs: InputPipeline | None = None, unnormalize: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                 tasks: TaskDescriptions | None = None, pipelined: bool = False):
+        super().__init__(policy, action_space, n_slots, reset_mode)
+        self.policy_reset_kind = self.reset_kind
+        """How the policy itself resets (``reset_kind`` becomes ``per-env`` once chunk queues exist)."""
+        self.pipelined = pipelined
+        call = self._call
+        if unnormalize is not None:
+            call = _then(call, unnormalize)
+        if inputs is not None and inputs.stages:
+            call = _before(call, inputs)
+        self._call = call
+        self.inputs, self.tasks = inputs, tasks
+        self.chunks: ChunkQueue | None = None
+        """The action-chunk queue, once the dry run found that the policy returns chunks."""
+
+    # -- the dry run decides about chunks -------------------------------------------------
+    def _choose_postprocess(self, raw: Any) -> Callable[[torch.Tensor], torch.Tensor]:
+        length = chunk_length(raw, self.action_space, self.n_slots)
+        if length is None:
+            return super()._choose_postprocess(raw)
+        n_exec = getattr(self.policy, "n_action_steps", None)
+        if n_exec is None:
+            n_exec = length
+        if not isinstance(n_exec, int) or isinstance(n_exec, bool) or not 1 <= n_exec <= length:
+            raise UserInputError(f"the policy returns action chunks of length {length}, but its n_action_steps is "
+                                 f"{n_exec!r}; expected an integer from 1 to {length}.")
+        if self.pipelined:
+            raise UserInputError(
+                f"the policy returns action chunks ({tuple(raw.shape)}), which fasteval queues per slot; --pipeline "
+                f"calls the policy with alternating half batches, so the queues cannot be kept apart. Drop --pipeline."
+            )
+        self.chunks = ChunkQueue(self._call, raw, n_exec)
+        self._call = self.chunks
+        if self.reset_kind == NO_RESET:
+            self.reset_kind = PER_ENV  # the queues are per-slot state: no CUDA-graph capture, per-slot drops
+        return super()._choose_postprocess(raw[:, 0])
+
+    # -- resets -----------------------------------------------------------------------------
+    def reset_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:
+        if self.policy_reset_kind == PER_ENV:
+            super().reset_slots(slots, seeds)
+        self._new_episodes(slots)
+
+    def start_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:
+        if self.policy_reset_kind == WAVE:
+            self.policy.reset()
+            self._new_episodes(slots)
+        else:
+            self.reset_slots(slots, seeds)
+
+    def _new_episodes(self, slots: Sequence[int]) -> None:
+        if self.chunks is not None:
+            self.chunks.drop(slots)
+        if self.tasks is not None:
+            self.tasks.update(slots)
+
+
+def _before(call: Callable[[Any], Any], prepare: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda obs: call(prepare(obs))
+
+
+def _then(call: Callable[[Any], Any], finish: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda obs: finish(call(obs))
+
+
+def build_policy_runner(policy: Any, spec: Any, envs: Any, h2d: Any, n_slots: int) -> RobotPolicyRunner:
+    """The engine's runner for ``spec`` (the one hook in ``Engine._build_policy_side``).
+
+    Everything that can be wrong (unknown rename keys, stats that do not fit) raises a
+    :class:`UserInputError` here, before any episode runs.
+    """
+    from fasteval.robot.policies.loaders import policy_folder
+
+    device = h2d.device
+    stages: list[Any] = []
+    example = h2d.policy_input
+    adapter = build_observation_adapter(envs.observation_space, spec.observation_format, spec.rename, device)
+    if adapter is not None:
+        stages.append(adapter)
+        example = adapter.build(example)[0]
+    unnormalize = None
+    folder = policy_folder(spec.policy)
+    stats = load_stats(folder) if folder is not None else None
+    if stats:
+        action_shape = None if isinstance(envs.action_space, gym.spaces.Discrete) else tuple(envs.action_space.shape)
+        normalizer = Normalizer(stats, example, device, action_shape, where=str(folder / NORMALIZATION_NAME))
+        if normalizer.has_input_stats:
+            stages.append(normalizer)
+        if normalizer.has_action_stats:
+            unnormalize = normalizer.actions
+    from fasteval.robot.policies.obs_dtype import build_obs_cast  # float observations -> the policy's dtype (--obs-dtype)
+    cast = build_obs_cast(getattr(spec, "obs_dtype", "auto"), policy, example, after_stages=bool(stages))
+    if cast is not None:
+        stages.append(cast)
+    tasks = None
+    pipelined = bool(getattr(spec, "pipeline", False))
+    in_observation = spec.observation_format == LEROBOT and not pipelined  # group views: no per-row task lists
+    if (callable(getattr(policy, "set_task", None)) or in_observation) and env_has_attr(envs, TASK_ATTR):
+        if pipelined:  # set_task keeps a task per env row, and half-batch calls cannot tell the groups' rows apart
+            raise UserInputError(
+                f"--pipeline calls the policy with alternating half batches, so the per-env task descriptions that "
+                f"{type(policy).__name__}.set_task receives cannot be kept apart between the two groups. Drop --pipeline."
+            )
+        tasks = TaskDescriptions(envs, policy, envs.n_slots, in_observation)
+    inputs = InputPipeline(stages, tasks)
+    if stages and not pipelined:
+        inputs.prepare(h2d.policy_input)  # the engine's buffer: allocated now, not on the first step
+    return RobotPolicyRunner(policy, envs.action_space, n_slots, spec.reset_mode,
+                             inputs=inputs, unnormalize=unnormalize, tasks=tasks, pipelined=pipelined)

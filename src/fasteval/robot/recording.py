@@ -1,0 +1,495 @@
+"""Videos and episode data: two :class:`~fasteval.core.protocols.StepObserver` s the engine adds when the spec asks.
+
+* ``max_episodes_rendered=K`` (``--videos K``; LeRobot's ``--max-episodes-rendered K``) renders K
+  episodes with ``env.render()`` (``rgb_array``) into
+  ``<videos_dir>/<task>/ep<episode:06d>_seed<seed>_<success|failure>.mp4`` (imageio + ffmpeg, in
+  the default install). ``<task>`` is the env kwarg ``task`` or ``env_name`` when there is one
+  (``push-v3``), else the env id, made safe for a file name. ``video_select`` chooses the episodes:
+
+  =============  ==============================================================================
+  ``first``      the K smallest episode indices (not the first K to finish)
+  ``failures``   the K smallest episode indices among the episodes that end without success
+  ``successes``  the K smallest episode indices among the episodes that succeed
+  ``per-task``   the first K of every task of a suite (:func:`fasteval.doors.suites.run_suite`); in
+                 one engine run it is ``first``
+  =============  ==============================================================================
+
+  The outcome of an episode is known only at its end, so for ``failures``/``successes`` every
+  episode that may still be among the K is rendered as a candidate: an episode is rendered when
+  it starts unless K matching episodes with smaller indices have already finished (and its
+  recording stops as soon as that becomes true). A finished candidate that matches is encoded; when
+  that makes K + 1 videos, the one with the largest index is deleted. The videos left are exactly
+  the K matching episodes with the smallest indices, whatever the batch size, vectorization or
+  finishing order (fewer if fewer match). Episodes that fail with an error (env or policy faults)
+  have no video and count as neither.
+  A video has exactly ``length + 1`` frames: the reset frame, then one frame per step. Only the
+  slots being recorded are rendered; async envs render in their worker (gymnasium's ``_call``
+  pipe command), so frames cross the pipe only for those slots. ``result.video_paths`` lists the
+  videos in episode order. The env must be made with ``render_mode="rgb_array"``
+  (``--env-kwarg render_mode=rgb_array``; gym-pusht does it by default).
+* ``return_episode_data=True``: ``result.episode_data`` is a TensorDict with one row per step of
+  every reported episode (exactly the episodes in ``result.per_episode``), each cut at its end
+  (nothing after ``done``), sorted by episode then frame:
+
+  =====================  ================================================================
+  key                    value at row (episode i, frame t)
+  =====================  ================================================================
+  observation keys       the observation the policy acted on at step t, as the env returned
+                         it: ``observation`` (array, or a TensorDict of the env's keys) in
+                         ``raw`` format; the mapped names (``observation.image`` ...) with the
+                         env's dtypes (images stay uint8 HWC) in ``lerobot`` format
+  ``action``             the action sent to the env
+  ``next.reward``        the reward of the step (float64)
+  ``next.terminated``,   the env's flags after the step; ``next.done`` is true exactly on an
+  ``next.truncated``,    episode's last row (this includes the engine's step cap)
+  ``next.done``
+  ``next.success``       ``info["is_success"]`` after the step
+  ``episode_index``,     the episode index, the step index within the episode, and the row index
+  ``frame_index``,
+  ``index``
+  =====================  ================================================================
+
+  Steps are written into a ``[B, T]`` TensorDict preallocated on the policy device
+  (:mod:`fasteval.core.rollout_buffer`); each finished episode is cut out of it at its end, and
+  ``result.episode_data`` is on the policy device. ``--save-episodes DIR`` writes it as a TensorDict
+  memory map (:mod:`fasteval.run.episode_files`).
+
+An episode restarted after an env failure (``parked`` slots) is recorded from its new start;
+its partial data and video are dropped. If a restart cannot be seen in time (an env reset that
+fails at the very start of a wave, or a restart under ``pipeline``), that episode's recording is
+dropped with a warning rather than recorded wrong.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fasteval.core.protocols import StepObserver
+from fasteval.core.slot_calls import slot_getter
+from fasteval.types.errors import UserInputError
+from fasteval.kernels import IDLE
+from fasteval.robot.policies.obs_mapping import RAW, plan_keys
+
+DEFAULT_FPS = 30
+
+
+FIRST, FAILURES, SUCCESSES, PER_TASK = "first", "failures", "successes", "per-task"
+TASK_KWARGS = ("task", "env_name")
+"""Env kwargs that name the task (``fasteval.doors.suites:make_metaworld_env``, ``Meta-World/MT1``)."""
+
+
+def safe_name(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in str(text)) or "env"
+
+
+def task_label(env: str, env_kwargs: Any = None) -> str:
+    """The task an env runs: its ``task`` / ``env_name`` kwarg if it is a string, else the env id."""
+    for key in TASK_KWARGS:
+        value = (env_kwargs or {}).get(key)
+        if isinstance(value, str) and value:
+            return value
+    return env
+
+
+def video_path(videos_dir: str | os.PathLike, task: str, episode_ix: int, seed: int, success: bool) -> Path:
+    """``<videos_dir>/<task>/ep<episode:06d>_seed<seed>_<success|failure>.mp4`` (the task made safe for a file name)."""
+    outcome = "success" if success else "failure"
+    return Path(videos_dir) / safe_name(task) / f"ep{int(episode_ix):06d}_seed{int(seed)}_{outcome}.mp4"
+
+
+class VideoSelection:
+    """Which episodes get a video (see the module docstring): ``wanted`` at an episode's start,
+    ``keep`` at its end. The result depends only on the episodes' outcomes, never on their order."""
+
+    def __init__(self, mode: str, k: int):
+        if mode not in (FIRST, FAILURES, SUCCESSES, PER_TASK):
+            raise UserInputError(f"video_select: expected first, failures, successes or per-task, got {mode!r}.")
+        self.mode = FIRST if mode == PER_TASK else mode
+        self.k = k
+        self.kept: list[int] = []
+        """Episodes (sorted) whose video is kept so far (``failures`` / ``successes``)."""
+
+    def wanted(self, episode: int) -> bool:
+        """Whether episode ``episode`` may still be among the K (render it, or keep rendering it)."""
+        if self.mode == FIRST:
+            return episode < self.k
+        return int(np.searchsorted(self.kept, episode)) < self.k
+
+    def keep(self, episode: int, success: bool) -> tuple[bool, list[int]]:
+        """At the end of a rendered episode: ``(keep its video, episodes whose videos to delete)``."""
+        if not self.wanted(episode):
+            return False, []
+        if self.mode == FIRST:
+            return True, []
+        if success != (self.mode == SUCCESSES):
+            return False, []
+        self.kept.insert(int(np.searchsorted(self.kept, episode)), episode)
+        dropped, self.kept = self.kept[self.k:], self.kept[: self.k]
+        return True, dropped
+
+
+def is_mujoco_env(env: Any) -> bool:
+    """Whether ``env`` (through its wrappers) is a MuJoCo env: gymnasium's ``MujocoEnv``, MetaWorld..."""
+    unwrapped = getattr(env, "unwrapped", env)
+    return any("mujoco" in (getattr(cls, "__module__", "") or "") for cls in type(unwrapped).__mro__)
+
+
+def render_problem(env: Any, name: str) -> str | None:
+    """Why ``env`` cannot give video frames, known before any episode: a MuJoCo env made without
+    ``render_mode="rgb_array"`` (MuJoCo's own error would be ``Unexpected mode: None``). ``None``: no
+    known problem (other envs are checked on their first frame)."""
+    mode = getattr(env, "render_mode", None)
+    if mode == "rgb_array" or not is_mujoco_env(env):
+        return None
+    return (f"env {name!r} is a MuJoCo env made with render_mode={mode!r}, so it cannot render videos (MuJoCo "
+            f"would stop with 'Unexpected mode: {mode}'). Add --env-kwarg render_mode=rgb_array (and width=, height= "
+            f"for the frame size), or drop --videos / --max-episodes-rendered.")
+
+
+def check_renderable(engine: Any) -> None:
+    """Raise :class:`UserInputError` (after closing ``engine``) if its env cannot render videos, before the
+    run starts (see :func:`render_problem`). Sync envs are inspected in place; for async envs one env is
+    built in this process from the engine's factory and closed again."""
+    envs = engine.envs
+    local = getattr(envs, "envs", None)
+    own = None
+    if local and not hasattr(envs, "_pipes"):
+        env = local[0]
+    else:
+        env = own = engine.factory()
+    try:
+        problem = render_problem(env, engine.spec.env)
+    finally:
+        if own is not None:
+            own.close()
+    if problem is not None:
+        engine.close()
+        raise UserInputError(problem)
+
+
+def _check_frame(frame: Any, env: str) -> np.ndarray:
+    if frame is None:
+        raise UserInputError(
+            f"env {env!r}: env.render() returned None, so there is nothing to record. Make the env with "
+            f"render_mode='rgb_array' (--env-kwarg render_mode=rgb_array), or set --videos 0."
+        )
+    frame = np.asarray(frame)
+    if frame.ndim != 3 or frame.shape[-1] not in (3, 4) or frame.dtype != np.uint8:
+        raise UserInputError(f"env {env!r}: env.render() returned {frame.dtype} {frame.shape}; expected an "
+                             f"rgb_array frame (uint8, HxWx3).")
+    return frame[..., :3]
+
+
+class FrameSpool:
+    """The frames of one episode, spooled raw to a hidden file in the video folder, encoded at the end.
+
+    Why not stream into ffmpeg: an ffmpeg process that lives across the episode would have the
+    write end of its stdin copied into any env worker forked meanwhile (an async env rebuilt after
+    a failure), and would then never see end-of-file; the encoder runs only in :meth:`encode`.
+    The file name (which carries the outcome) is chosen at the end. Memory stays at one frame per
+    open video.
+    """
+
+    def __init__(self, folder: Path, episode_ix: int):
+        self.tmp = folder / f".ep{int(episode_ix):06d}.frames"
+        self.file = open(self.tmp, "wb")
+        self.shape: tuple | None = None
+        self.count = 0
+
+    def append(self, frame: np.ndarray, env: str) -> None:
+        if self.shape is None:
+            self.shape = frame.shape
+        elif frame.shape != self.shape:
+            raise UserInputError(f"env {env!r}: env.render() changed its frame shape from {self.shape} to {frame.shape} "
+                                 f"within an episode; a video needs one frame size.")
+        self.file.write(np.ascontiguousarray(frame).tobytes())
+        self.count += 1
+
+    def encode(self, imageio: Any, fps: int, path: Path) -> None:
+        self.file.close()
+        try:
+            frames = np.memmap(self.tmp, dtype=np.uint8, mode="r", shape=(self.count, *self.shape))
+            with imageio.get_writer(str(path), fps=fps, macro_block_size=2, ffmpeg_log_level="error") as writer:
+                for frame in frames:
+                    writer.append_data(np.asarray(frame))
+            del frames
+        finally:
+            self.tmp.unlink(missing_ok=True)
+
+    def discard(self) -> None:
+        self.file.close()
+        self.tmp.unlink(missing_ok=True)
+
+
+def load_video_writer() -> Any:
+    """``imageio.v2`` with its ffmpeg plugin (both in the default install); a clear error if missing."""
+    try:
+        import imageio.v2 as imageio
+        import imageio_ffmpeg  # noqa: F401  (the ffmpeg plugin's binary)
+    except ImportError:
+        raise UserInputError("videos need imageio with its ffmpeg plugin, which fasteval installs by default; "
+                             "reinstall it with: pip install imageio imageio-ffmpeg.") from None
+    return imageio
+
+
+class VideoRecorder(StepObserver):
+    """Renders the episodes that ``selection`` picks into mp4 files, frame by frame."""
+
+    def __init__(self, envs: Any, ledger: Any, env: str, max_episodes: int, videos_dir: str | os.PathLike,
+                 select: str = FIRST, task: str | None = None):
+        self._imageio = load_video_writer()
+        local = getattr(envs, "envs", None)
+        problem = render_problem(local[0], env) if local and not hasattr(envs, "_pipes") else None
+        if problem is not None:
+            raise UserInputError(problem)
+        self.envs, self.ledger, self.env = envs, ledger, env
+        self.task = task or env
+        self.videos_dir = videos_dir
+        self.folder = Path(videos_dir) / safe_name(self.task)
+        self.selection = VideoSelection(select, max_episodes)
+        self.render = slot_getter(envs, "render")
+        metadata = getattr(envs, "metadata", None) or {}  # the env's metadata (render_fps), for sync and async envs
+        self.fps = int(metadata.get("render_fps") or DEFAULT_FPS)
+        self.open: dict[int, tuple[int, FrameSpool]] = {}  # slot -> (ledger row, frames)
+        self.done: dict[int, str] = {}  # episode index -> path
+        self.frames: dict[int, int] = {}  # episode index -> frames written
+
+    def _episode(self, row: int) -> int:
+        return int(self.ledger.episode_ids[row])
+
+    def _wanted(self, row: int) -> bool:
+        return row != IDLE and self.selection.wanted(self._episode(row))
+
+    def _open(self, rows: dict[int, int]) -> None:
+        """Start videos for ``{slot: ledger row}`` (rows of parked slots are not in the ledger yet)."""
+        rows = {s: r for s, r in rows.items() if self._wanted(r)}
+        slots = list(rows)
+        if not slots:
+            return
+        frames = self.render(slots)
+        for slot, frame in zip(slots, frames):
+            frame = _check_frame(frame, self.env)  # before any file is created
+            row = rows[slot]
+            self.folder.mkdir(parents=True, exist_ok=True)
+            spool = FrameSpool(self.folder, self._episode(row))
+            self.open[slot] = (row, spool)
+            spool.append(frame, self.env)
+
+    def _close(self, slot: int) -> None:
+        row, spool = self.open.pop(slot)
+        L = self.ledger
+        if not (L.finished[row] and not L.failed[row]):
+            spool.discard()
+            return
+        episode, success = self._episode(row), bool(L.success[row])
+        keep, dropped = self.selection.keep(episode, success)
+        if not keep:
+            spool.discard()
+            return
+        path = video_path(self.videos_dir, self.task, episode, L.seed + episode, success)
+        spool.encode(self._imageio, self.fps, path)
+        self.done[episode] = str(path)
+        self.frames[episode] = spool.count
+        for other in dropped:  # a matching episode with a smaller index finished later
+            Path(self.done.pop(other)).unlink(missing_ok=True)
+            self.frames.pop(other, None)
+
+    def _discard(self, slot: int) -> None:
+        self.open.pop(slot)[1].discard()
+
+    def on_start(self, slots: list[int]) -> None:
+        failing = {f.slot for f in getattr(self.envs, "failures", [])}
+        for slot in slots:
+            if slot in self.open:
+                self._close(slot)
+        self._open({s: int(self.ledger.slot_episode[s]) for s in slots if s not in failing})
+
+    def on_step(self, active: list[int], actions: np.ndarray, parked: dict[int, int]) -> None:
+        if parked:
+            for slot in parked:
+                if slot in self.open:
+                    self._discard(slot)
+            self._open(dict(parked))
+        if not self.open:
+            return
+        acc_len = self.ledger.acc_len
+        slots = []
+        for slot in active:
+            entry = self.open.get(slot)
+            if entry is None or slot in parked:
+                continue
+            row, spool = entry
+            if not self.selection.wanted(self._episode(row)):  # K matching episodes with smaller indices are done
+                self._discard(slot)
+                continue
+            if spool.count != int(acc_len[slot]) + 1 or int(self.ledger.slot_episode[slot]) != row:
+                warnings.warn(f"episode {self._episode(row)} restarted where the recorder could not "
+                              f"see it; its video is dropped.", RuntimeWarning, stacklevel=2)
+                self._discard(slot)
+                continue
+            slots.append(slot)
+        if slots:
+            try:
+                for slot, frame in zip(slots, self.render(slots)):
+                    self.open[slot][1].append(_check_frame(frame, self.env), self.env)
+            except UserInputError:
+                for slot in list(self.open):  # no half-written files left behind
+                    self._discard(slot)
+                raise
+
+    def finish(self, result: Any) -> None:
+        for slot in list(self.open):
+            self._close(slot)
+        result.video_paths = [self.done[e] for e in sorted(self.done)]
+
+
+class EpisodeDataRecorder(StepObserver):
+    """Records every step into a :class:`~fasteval.core.rollout_buffer.RolloutBuffer` on the policy device;
+    a finished episode is cut out of it at once, and :meth:`finish` puts them together in episode order.
+
+    ``result.episode_data`` lives on the policy device (``.cpu()`` it to keep it on the host).
+    """
+
+    def __init__(self, engine: Any, ledger: Any, observation_format: str, rename: dict):
+        from fasteval.core.rollout_buffer import RolloutBuffer
+
+        envs = self.envs = engine.envs
+        self.ledger = ledger
+        plans = plan_keys(envs.observation_space, observation_format, rename)
+        self.names = {p.source: p.target for p in plans}
+        self.raw = observation_format == RAW and not rename
+        self.cap = int(engine.max_steps or 0)
+        host = (envs.rewards, envs.terminated, envs.truncated, envs.success)
+        actions = engine.d2h.host
+        self.buffer = RolloutBuffer(engine.h2d.device_obs, host, actions.shape[1:], actions.dtype, engine.device, self.cap)
+        n = ledger.n_slots
+        self.row = np.full(n, -1, dtype=np.int64)
+        """Ledger row of the episode each slot is recording (-1: not recording)."""
+        self.episodes: dict[int, Any] = {}
+        """Ledger row -> its steps (``{key: Tensor}`` on the device), for episodes whose end was recorded."""
+
+    def _start(self, rows: dict[int, int]) -> None:
+        """Start recording ``{slot: ledger row}`` (rows of parked slots are not in the ledger yet)."""
+        slots = [s for s, row in rows.items() if row != IDLE]
+        for slot, row in rows.items():
+            self.row[slot] = row if row != IDLE else -1
+        self.buffer.start(np.asarray(slots, dtype=np.int64))
+
+    def on_start(self, slots: list[int]) -> None:
+        failing = {f.slot for f in getattr(self.envs, "failures", [])}
+        for slot in failing:
+            self.row[slot] = -1
+        self._start({s: int(self.ledger.slot_episode[s]) for s in slots if s not in failing})
+
+    def on_step(self, active: list[int], actions: np.ndarray, parked: dict[int, int]) -> None:
+        if parked:
+            self._start(dict(parked))
+            active = [s for s in active if s not in parked]
+        if not active:
+            return
+        idx = np.asarray(active, dtype=np.int64)
+        idx = idx[self.row[idx] >= 0]
+        stale = self.buffer.frame[idx] != self.ledger.acc_len[idx]
+        if stale.any():
+            for slot in idx[stale]:
+                warnings.warn(f"the episode in slot {int(slot)} restarted where the recorder could not see it; "
+                              f"its data is dropped.", RuntimeWarning, stacklevel=2)
+            self.row[idx[stale]] = -1
+            idx = idx[~stale]
+        if not len(idx):
+            return
+        lengths = self.buffer.write(idx, actions)
+        env = self.envs
+        done = env.terminated[idx] | env.truncated[idx]
+        if self.cap:
+            done |= lengths >= self.cap
+        for slot, length in zip(idx[done].tolist(), lengths[done].tolist()):
+            self.episodes[int(self.row[slot])] = self.buffer.episode(slot, length)
+            self.row[slot] = -1
+
+    def finish(self, result: Any) -> None:
+        result.episode_data = self.assemble()
+
+    def assemble(self) -> Any:
+        """The reported episodes' steps, sorted by episode then frame (see the module docstring)."""
+        import torch
+        from tensordict import TensorDict
+
+        from fasteval.core.rollout_buffer import concat_episodes
+
+        L = self.ledger
+        n = L.n_episodes
+        rows = np.flatnonzero(L.finished[:n] & ~L.failed[:n])
+        rows = rows[np.argsort(L.episode_ids[rows], kind="stable")]
+        complete = [int(r) for r in rows if int(r) in self.episodes and len(self.episodes[int(r)]["action"]) == L.length[r]]
+        if len(complete) < len(rows):
+            missing = sorted(int(L.episode_ids[r]) for r in set(rows.tolist()) - set(complete))
+            warnings.warn(f"episode data of episodes {missing[:10]} is incomplete and left out.", RuntimeWarning, stacklevel=2)
+        device = self.buffer.device
+        if not complete:
+            return TensorDict({}, batch_size=[0], device=device)
+        steps = concat_episodes([self.episodes[r] for r in complete])
+        lengths = L.length[complete].astype(np.int64)
+        starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+        frame_index = np.arange(int(lengths.sum()), dtype=np.int64) - starts
+        total = len(frame_index)
+        out: dict[str, Any] = {}
+        obs = steps["observation"]
+        if self.raw:
+            out["observation"] = obs if isinstance(obs, torch.Tensor) else TensorDict(obs, batch_size=[total], device=device)
+        elif isinstance(obs, torch.Tensor):
+            out[self.names[None]] = obs
+        else:
+            for key, value in obs.items():
+                out[self.names[key]] = value
+        for key in ("action", "next.reward", "next.terminated", "next.truncated"):
+            out[key] = steps[key]
+        out["next.done"] = torch.from_numpy(frame_index == np.repeat(lengths - 1, lengths)).to(device)
+        out["next.success"] = steps["next.success"]
+        out["episode_index"] = torch.from_numpy(np.repeat(L.episode_ids[complete].astype(np.int64), lengths)).to(device)
+        out["frame_index"] = torch.from_numpy(frame_index).to(device)
+        out["index"] = torch.arange(total, dtype=torch.int64, device=device)
+        return TensorDict(out, batch_size=[total], device=device)
+
+
+class Recorders(StepObserver):
+    """The spec's recorders plus the caller's own observer, called in that order."""
+
+    def __init__(self, parts: list[Any], user: StepObserver | None):
+        self.parts = parts
+        self.observers = parts + ([user] if user is not None else [])
+
+    def on_start(self, slots: list[int]) -> None:
+        for observer in self.observers:
+            observer.on_start(slots)
+
+    def on_step(self, active: list[int], actions: np.ndarray, parked: dict[int, int]) -> None:
+        for observer in self.observers:
+            observer.on_step(active, actions, parked)
+
+    def finish(self, result: Any) -> None:
+        for part in self.parts:
+            part.finish(result)
+
+
+def attach_recorders(engine: Any, ledger: Any, observer: StepObserver | None) -> StepObserver | None:
+    """The observer for a run: ``observer`` itself unless the spec asks for videos or episode data."""
+    spec = engine.spec
+    parts: list[Any] = []
+    if spec.max_episodes_rendered > 0:
+        parts.append(VideoRecorder(engine.envs, ledger, spec.env, spec.max_episodes_rendered, spec.videos_dir or "videos",
+                                   select=spec.video_select, task=task_label(spec.env, spec.env_kwargs)))
+    if spec.return_episode_data:
+        parts.append(EpisodeDataRecorder(engine, ledger, spec.observation_format, spec.rename))
+    return Recorders(parts, observer) if parts else observer
+
+
+def finish_recorders(observer: Any, result: Any) -> None:
+    """Close videos and assemble episode data into ``result`` (no-op without recorders)."""
+    if isinstance(observer, Recorders):
+        observer.finish(result)

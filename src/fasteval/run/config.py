@@ -1,0 +1,172 @@
+"""Config files: a whole :class:`~fasteval.types.spec.EvalSpec` (plus ``output_dir``) as YAML, JSON or TOML.
+
+The format is flat: the EvalSpec field names (``env``, ``policy``, ``env_kwargs``, ``n_episodes``,
+``batch_size``, ``seed``, ``vectorization``, ``device``, ``max_steps``, ...) plus ``output_dir``::
+
+    env: fasteval/KnownAnswer-v0
+    policy: zero
+    n_episodes: 50
+    batch_size: 10
+    seed: 1000
+    env_kwargs: {nan_reward_seeds: [3]}
+    output_dir: outputs/eval/known
+
+* ``fasteval --config FILE`` loads it; options given on the command line win (``env_kwargs`` and
+  ``rename`` are merged key by key, the command line's keys winning). Fields in neither take
+  the command line's defaults.
+* Every CLI run saves the resolved config as ``config.json`` next to ``eval_info.json``;
+  ``--print-config`` prints the same document and exits. Loading it gives the same spec back.
+* A relative checkpoint folder in ``policy`` is looked up next to the file first (as sweep files
+  do), then in the current folder; saved configs hold absolute folders.
+* :func:`fasteval.doors.sweep.spec.config_to_sweep_dict` turns a config into a one-job sweep spec (``fasteval sweep``'s format:
+  the same key names under ``options``).
+
+Loading does only the file reading and key checks; the values are validated by ``EvalSpec``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+from fasteval.types.errors import UserInputError
+from fasteval.types.mapping_files import read_mapping_file
+from fasteval.types.spec import EvalSpec
+
+CONFIG_FILE_NAME = "config.json"
+EXTRA_KEYS = ("output_dir",)
+MERGED_FIELDS = ("env_kwargs", "rename")
+"""Mapping fields merged key by key (config first, then the command line)."""
+PARAM_FOR_FIELD = {"compile": "compile_policy"}
+"""CLI parameter names that differ from the EvalSpec field they set."""
+
+
+class ConfigError(UserInputError):
+    """The config file cannot be read or holds unknown keys (CLI exit code 2)."""
+
+
+def spec_fields() -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(EvalSpec))
+
+
+def allowed_keys() -> tuple[str, ...]:
+    return (*spec_fields(), *EXTRA_KEYS)
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """Parse a ``.yaml``/``.yml``, ``.json`` or ``.toml`` file into a dict (no key checks)."""
+    return read_mapping_file(path, what="config file", error=ConfigError, yaml_hint="pip install pyyaml",
+                             top_level="a mapping of EvalSpec fields")
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    """Read and check a config file: known keys only, ``policy`` a string, ``env_kwargs`` a mapping.
+
+    Returns the plain data (EvalSpec fields plus ``output_dir``), with a relative checkpoint folder
+    in ``policy`` resolved against the file's folder when it exists there.
+    """
+    path = Path(path)
+    data = read_config_file(path)
+    check_keys(data, where=f"config file {str(path)!r}")
+    policy = data.get("policy")
+    if policy is not None:
+        if not isinstance(policy, str) or (policy.startswith("<") and policy.endswith(">")):
+            raise ConfigError(f"config file {str(path)!r}: policy: expected a policy reference string (zero, random, "
+                              f"a checkpoint folder, module:callable), got {policy!r}. A live policy object cannot be "
+                              "saved in a config; pass it to fasteval.evaluate() instead.")
+        beside = path.parent / policy
+        if not Path(policy).is_absolute() and beside.is_dir() and path.parent.resolve() != Path.cwd().resolve():
+            data["policy"] = str(beside.resolve())
+    out = data.get("output_dir")
+    if out is not None:
+        from fasteval.run.paths import path_problem
+
+        problem = "expected a folder path string" if not isinstance(out, str) else path_problem(out, kind="dir")
+        if problem is not None:
+            raise ConfigError(f"config file {str(path)!r}: output_dir {out!r} is not usable: {problem}.")
+    if "env_kwargs" in data and not isinstance(data["env_kwargs"], Mapping):
+        raise ConfigError(f"config file {str(path)!r}: env_kwargs: expected a mapping, got {data['env_kwargs']!r}.")
+    return data
+
+
+def check_keys(data: Mapping[str, Any], where: str = "config") -> None:
+    unknown = [k for k in data if k not in allowed_keys()]
+    if unknown:
+        hints = []
+        for key in unknown:
+            close = difflib.get_close_matches(str(key), allowed_keys(), n=1, cutoff=0.6)
+            hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(hints)}; expected EvalSpec fields "
+                          f"({', '.join(spec_fields())}) or output_dir.")
+
+
+def spec_from_config(data: Mapping[str, Any]) -> tuple[EvalSpec, str | None]:
+    """Checked config data -> ``(EvalSpec, output_dir or None)``. ``env`` is required here."""
+    check_keys(data)
+    if "env" not in data:
+        raise ConfigError("config: missing 'env' (a gymnasium id or module:callable).")
+    fields = {k: v for k, v in data.items() if k in spec_fields()}
+    return EvalSpec(**fields), data.get("output_dir")
+
+
+def config_document(spec: EvalSpec, output_dir: str | Path | None) -> dict[str, Any]:
+    """The resolved config: every EvalSpec field, plus ``output_dir``. Loading it gives ``spec`` back."""
+    doc = spec.to_dict()
+    policy = doc.get("policy")
+    if isinstance(policy, str) and not Path(policy).is_absolute() and Path(policy).is_dir():
+        doc["policy"] = str(Path(policy).resolve())  # a saved config must not depend on where it is read
+    doc["output_dir"] = None if output_dir is None else str(output_dir)
+    return doc
+
+
+def dump_config(spec: EvalSpec, output_dir: str | Path | None) -> str:
+    return json.dumps(config_document(spec, output_dir), indent=2)
+
+
+def save_config(path: str | Path, spec: EvalSpec, output_dir: str | Path | None) -> Path:
+    from fasteval.types.results import write_json_atomic
+
+    return write_json_atomic(path, config_document(spec, output_dir))
+
+
+def merge(spec: EvalSpec, config: Mapping[str, Any], given: set[str]) -> EvalSpec:
+    """``spec`` (built from the command line) with ``config`` applied to every field not in ``given``.
+
+    Fields in ``given`` keep the command line's value; :data:`MERGED_FIELDS` are merged key by key
+    (config, then command line). Fields absent from the config keep ``spec``'s value.
+    """
+    changes: dict[str, Any] = {}
+    for name in spec_fields():
+        if name not in config:
+            continue
+        if name in MERGED_FIELDS and isinstance(config[name], Mapping):
+            changes[name] = {**config[name], **(getattr(spec, name) if name in given else {})}
+        elif name not in given:
+            changes[name] = config[name]
+    return spec.replace(**changes) if changes else spec
+
+
+def given_on_command_line(ctx: Any) -> set[str]:
+    """EvalSpec fields (and ``output_dir``) whose CLI option was given on the command line."""
+    from click.core import ParameterSource
+
+    out = set()
+    for name in allowed_keys():
+        param = PARAM_FOR_FIELD.get(name, name)
+        if param in ctx.params and ctx.get_parameter_source(param) in (ParameterSource.COMMANDLINE,
+                                                                         ParameterSource.ENVIRONMENT):
+            out.add(name)
+    return out
+
+
+def apply_config(ctx: Any, spec: EvalSpec, output_dir: Any, config_file: str | Path) -> tuple[EvalSpec, Any]:
+    """The CLI's ``--config``: load the file, merge it under the command line, return ``(spec, output_dir)``."""
+    data = load_config(config_file)
+    given = given_on_command_line(ctx)
+    spec = merge(spec, data, given)
+    if "output_dir" not in given and data.get("output_dir") is not None:
+        output_dir = Path(data["output_dir"])
+    return spec, output_dir

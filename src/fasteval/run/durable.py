@@ -1,0 +1,301 @@
+"""Run an engine into a :class:`~fasteval.run.rundir.RunDirectory`: durable, interruptible, resumable.
+
+Used by the CLI. The sequence:
+
+1. nothing is written until the run has passed its dry run: ``manifest.json`` (status
+   ``running``) is written just before the first record (a finished episode or an error), so a
+   run that fails its dry run leaves the folder as it was, free for the next run. A resumed run
+   checks that its spec and policy digest match the manifest, and runs only the episodes that
+   are not in ``episodes.jsonl`` yet;
+2. finished episodes are appended to ``episodes.jsonl`` by a group commit
+   (:class:`GroupCommitLog`): the records of the episodes finished in a step are buffered
+   together, and each group is encoded at once and written with one ``write``; that happens when
+   the oldest unwritten record
+   is :attr:`FlushPolicy.max_delay_s` (50 ms) old or :attr:`FlushPolicy.max_records` (256) are
+   waiting, whichever comes first, and at the end of the run (normal exit, signal, abort).
+   A kill (SIGKILL, power loss of the process) loses at most that window; ``--resume`` reruns
+   exactly the episodes that are not in the log;
+3. the first SIGINT/SIGTERM stops starting new episodes (in-flight ones finish and are kept);
+   a second one stops at once;
+4. at the end, ``eval_info.json`` is written atomically from *all* recorded episodes (earlier
+   segments included), and the manifest gets its final status.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from fasteval.run.engine import Engine
+from fasteval.types.errors import EvaluationAborted
+from fasteval.types.results import EvalResult, merge_episodes
+from fasteval.run.rundir import RunDirectory, check_resumable, format_records, policy_digest
+from fasteval.types.spec import EvalSpec
+
+STATUS_RUNNING, STATUS_COMPLETE, STATUS_INTERRUPTED, STATUS_FAILED = "running", "complete", "interrupted", "failed"
+
+
+@dataclass
+class DurableOutcome:
+    """What happened: the merged result, the final status, and the signal that stopped it (if any)."""
+
+    result: EvalResult
+    status: str
+    signal_number: int | None = None
+    error: BaseException | None = None
+    resumed_episodes: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def manifest_fields(spec: EvalSpec, engine: Engine) -> dict[str, Any]:
+    from fasteval.version import __version__
+
+    return {
+        "env": spec.env,
+        "env_kwargs": spec.env_kwargs,
+        "policy": spec.to_dict()["policy"],
+        "policy_digest": policy_digest(engine.policy, spec.policy),
+        "seed": spec.seed,
+        "n_episodes": spec.n_episodes,
+        "max_steps": engine.max_steps,
+        "batch_size": spec.batch_size,
+        "vectorization": spec.vectorization,
+        "fasteval_version": __version__,
+    }
+
+
+@dataclass(frozen=True)
+class FlushPolicy:
+    """When buffered episode records must reach the file: the crash window of a run."""
+
+    max_delay_s: float = 0.05
+    """Longest time (seconds) a record may wait in memory; a kill loses at most this window."""
+    max_records: int = 256
+    """Most records that may wait in memory, whatever their age."""
+
+    def due(self, pending: int, oldest_age_s: float) -> bool:
+        """``pending`` records wait, the oldest for ``oldest_age_s`` seconds: write them now?"""
+        return pending >= self.max_records or (pending > 0 and oldest_age_s >= self.max_delay_s)
+
+
+class GroupCommitLog:
+    """Buffered appends of records as JSON lines, written in groups by :class:`FlushPolicy`.
+
+    :meth:`add` only keeps the records (the caller must not change them afterwards); a group is
+    encoded at once by :func:`format_records` when it is written, and handed to ``write(text)``,
+    which must append it and flush it to the OS (one ``write`` call per group). :meth:`add`
+    checks the policy each time; a background thread (``background=True``) checks it every
+    ``max_delay_s / 2``, so that a record never waits much longer than ``max_delay_s`` when no
+    further episode finishes. :meth:`close` (or :meth:`flush`) writes whatever is left. An error
+    raised by ``write`` in the thread is re-raised by the next :meth:`add`, :meth:`flush` or
+    :meth:`close`. ``clock`` is injectable for tests (seconds, monotonic).
+
+    ``render(items) -> records`` (optional) turns the buffered items into records when a group is
+    written: the engine's run log buffers ledger row numbers and builds their records 256 at a
+    time, column by column, instead of one small batch per step (rows are final once finished).
+    """
+
+    def __init__(self, write: Callable[[str], None], policy: FlushPolicy = FlushPolicy(),
+                 clock: Callable[[], float] = time.monotonic, background: bool = True,
+                 render: Callable[[list[Any]], Sequence[dict[str, Any]]] | None = None):
+        self.write, self.policy, self.clock = write, policy, clock
+        self.render = render
+        self._records: list[Any] = []
+        self._oldest = 0.0
+        self._lock = threading.Lock()
+        self._error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.groups_written = 0
+        if background:
+            self._thread = threading.Thread(target=self._run, name="fasteval-log-flush", daemon=True)
+            self._thread.start()
+
+    def add(self, records: Sequence[dict[str, Any]]) -> None:
+        """Buffer ``records`` (the episodes finished in one step); write the group if it is due."""
+        self._reraise()
+        if not records:
+            return
+        with self._lock:
+            now = self.clock()
+            if not self._records:
+                self._oldest = now
+            self._records.extend(records)
+            if self.policy.due(len(self._records), now - self._oldest):
+                self._write_locked()
+
+    def poll(self) -> None:
+        """Write the buffered group if it is due (what the background thread calls)."""
+        with self._lock:
+            if self.policy.due(len(self._records), self.clock() - self._oldest):
+                self._write_locked()
+
+    def flush(self) -> None:
+        """Write whatever is buffered now."""
+        with self._lock:
+            self._write_locked()
+        self._reraise()
+
+    def close(self) -> None:
+        """Stop the thread and write the rest. Safe to call twice."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self.flush()
+
+    @property
+    def pending(self) -> int:
+        """Records buffered, not yet written."""
+        return len(self._records)
+
+    def _write_locked(self) -> None:
+        if not self._records:
+            return
+        records, self._records = self._records, []
+        if self.render is not None:
+            records = self.render(records)
+        self.write(format_records(records))
+        self.groups_written += 1
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.policy.max_delay_s / 2):
+            try:
+                self.poll()
+            except BaseException as exc:  # disk full, ...: the main thread re-raises it
+                self._error = exc
+                return
+
+    def _reraise(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+
+class _StopOnSignal:
+    """First SIGINT/SIGTERM: stop starting episodes. Second: raise KeyboardInterrupt (stop now)."""
+
+    def __init__(self, engine: Engine, announce: Callable[[str], None]):
+        self.engine, self.announce = engine, announce
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.received is not None:
+            raise KeyboardInterrupt(f"second signal ({signal.Signals(signum).name})")
+        self.received = signum
+        self.engine.stop_starting()
+        self.announce(f"{signal.Signals(signum).name} received: finishing the episodes in flight, starting no new ones "
+                      f"(send it again to stop at once).")
+
+    def __enter__(self) -> "_StopOnSignal":
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def run_durable(
+    engine: Engine,
+    run_dir: RunDirectory,
+    resume: bool = False,
+    on_finished: Callable[[Any, Any], None] | None = None,
+    announce: Callable[[str], None] = lambda message: print(message, file=sys.stderr),
+    flush_policy: FlushPolicy = FlushPolicy(),
+) -> DurableOutcome:
+    """Run ``engine.spec`` into ``run_dir`` (see the module docstring).
+
+    Loses no finished episode on a normal exit, an error or a signal, and at most
+    ``flush_policy``'s window on a kill. Raises :class:`~fasteval.types.errors.UserInputError` (the
+    folder holds another run, the resume does not match, the dry run failed) with the folder
+    left as it was.
+    """
+    from fasteval.types.errors import UserInputError
+
+    spec = engine.spec
+    fields = manifest_fields(spec, engine)
+    done: list[dict[str, Any]] = []
+    segments: list[dict[str, Any]] = []
+    original_manifest: dict[str, Any] | None = None
+    if resume:
+        original_manifest = run_dir.read_manifest()
+        check_resumable(original_manifest, fields, run_dir.path)
+        done = [r for r in run_dir.records() if 0 <= int(r["episode_ix"]) < spec.n_episodes]
+        segments = list(original_manifest.get("segments", []))
+    elif run_dir.has_manifest():
+        raise UserInputError(
+            f"{run_dir.path} already holds a fasteval run. Pass --resume {run_dir.path} to finish it, "
+            f"or choose another --output-dir."
+        )
+    done_ix = {int(r["episode_ix"]) for r in done}
+    missing = [i for i in range(spec.n_episodes) if i not in done_ix] if done else None  # None: all, no O(n) list
+    folder_existed = run_dir.path.exists()
+    log: GroupCommitLog | None = None
+
+    def start() -> GroupCommitLog:
+        """First record of this segment (the dry run has passed): manifest, then the logs."""
+        nonlocal log
+        if log is None:
+            run_dir.open_logs()
+            run_dir.write_manifest({**fields, "spec": spec.to_dict(), "status": STATUS_RUNNING, "segments": segments})
+            log = GroupCommitLog(run_dir.append_episode_text, flush_policy,
+                                 render=lambda rows: engine.records(engine.ledger, rows))
+        return log
+
+    def log_finished(ledger: Any, rows: Any) -> None:
+        start().add(rows.tolist())  # ledger rows: their records are built when the group is written
+        if on_finished is not None:
+            on_finished(ledger, rows)
+
+    def log_error(record: dict[str, Any]) -> None:
+        start()
+        run_dir.append_errors([record])
+
+    error: BaseException | None = None
+    with _StopOnSignal(engine, announce) as stopper:
+        try:
+            new = engine.run(episodes=missing, on_finished=log_finished, on_error=log_error)
+        except EvaluationAborted as exc:
+            new, error = exc.partial, exc.__cause__ or exc
+        except UserInputError:  # the dry run failed: nothing was evaluated, leave the folder as it was
+            if log is not None:
+                log.close()
+                run_dir.close()
+                if original_manifest is not None:
+                    run_dir.write_manifest(original_manifest)
+                else:
+                    run_dir.remove_new_run(remove_folder=not folder_existed)
+            raise
+        finally:
+            if log is not None:
+                log.close()  # every buffered record reaches the file, whatever happened
+    start()
+    log.close()
+    run_dir.close()
+    records = merge_episodes(done, new.per_episode)  # columnar, in episode order
+    if len(records) == spec.n_episodes and error is None and not new.n_failed:
+        status = STATUS_COMPLETE  # a signal that came after the last episode changes nothing
+    elif stopper.received is not None or isinstance(error, KeyboardInterrupt):
+        status = STATUS_INTERRUPTED
+    elif error is not None or new.n_failed:
+        status = STATUS_FAILED
+    else:
+        status = STATUS_COMPLETE
+    segments.append({"episodes": len(new.per_episode), "eval_s": new.eval_s, "status": status})
+    merged = EvalResult(records, sum(s["eval_s"] for s in segments), new.timings, dict(new.meta),
+                        video_paths=list(new.video_paths), errors=new.errors, n_failed=new.n_failed,
+                        episode_data=new.episode_data)
+    merged.meta.update(status=status, segments=len(segments), n_episodes=spec.n_episodes)
+    run_dir.write_eval_info(merged.eval_info_document())  # streamed: no per-episode dicts in memory
+    run_dir.write_manifest({**fields, "spec": spec.to_dict(), "status": status, "segments": segments,
+                            **({"error": f"{type(error).__name__}: {error}"} if error is not None else {})})
+    return DurableOutcome(merged, status, stopper.received, error, resumed_episodes=len(done))

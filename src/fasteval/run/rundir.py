@@ -1,0 +1,218 @@
+"""The output directory of one CLI run: durable, crash-safe, resumable.
+
+Layout:
+  manifest.json    written before the first step: the spec, the policy digest, the
+                   fasteval version and a ``status`` (running / complete / interrupted / failed)
+  episodes.jsonl   one JSON record per finished episode, appended in groups (see
+                   :class:`fasteval.run.durable.GroupCommitLog`: at most 50 ms or 256 episodes late)
+  errors.jsonl     one JSON record per env/policy fault (retried ones included)
+  eval_info.json   the final results (classic layout), written atomically at the end
+  config.json      the resolved config (written by the CLI; loadable with --config)
+
+A crash leaves at worst one partial last line in a ``.jsonl`` file; :meth:`RunDirectory.records`
+ignores it. ``manifest.json`` and ``eval_info.json`` are replaced atomically (temp file +
+rename), so they are never half-written.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from fasteval.types.errors import FastevalError, UserInputError
+from fasteval.types.results import write_json_atomic
+
+MANIFEST, EPISODES, ERRORS, EVAL_INFO = "manifest.json", "episodes.jsonl", "errors.jsonl", "eval_info.json"
+
+RESUME_MUST_MATCH = ("env", "env_kwargs", "policy", "policy_digest", "seed", "n_episodes", "max_steps")
+"""Manifest fields a resumed run must share with the original: anything else (batch size,
+vectorization, device) may change, because results do not depend on it."""
+
+
+_encode = json.JSONEncoder(check_circular=False, separators=(",", ":")).encode
+
+
+def format_records(records: Sequence[dict[str, Any]]) -> str:
+    """``records`` -> their JSON lines, one string ending in a newline (``""`` for none).
+
+    Compact separators; NaN is written as ``NaN`` (Python's json reads it back). The whole batch
+    is encoded with one call of the C encoder and cut into lines at the record boundaries
+    (``,{"<first key>":``, a sequence that cannot occur inside an encoded string, whose quotes
+    are escaped); if the records do not all start with the same key, or a nested value repeats
+    the boundary, each record is encoded on its own instead. Either way the lines are the same.
+    """
+    n = len(records)
+    if n == 0:
+        return ""
+    first = next(iter(records[0]), None)
+    if first is not None and n > 1:
+        head = "{" + _encode(first) + ":"
+        body = _encode(list(records))[1:-1]
+        boundary = "," + head
+        if body.count(boundary) == n - 1 and all(next(iter(r), None) == first for r in records):
+            return body.replace(boundary, "\n" + head) + "\n"
+    return "\n".join([_encode(record) for record in records]) + "\n"
+
+
+class DiskFullError(FastevalError, OSError):
+    """The disk filled up while writing results (records already written stay valid)."""
+
+
+def policy_digest(policy: Any, reference: Any) -> str:
+    """sha256 of the policy's weights (state_dict tensors, in key order) or, for policies
+    without weights, of its reference string. Changes whenever the weights change."""
+    h = hashlib.sha256()
+    state_dict = getattr(policy, "state_dict", None)
+    if callable(state_dict):
+        for key, tensor in sorted(state_dict().items()):
+            h.update(key.encode())
+            h.update(str(tuple(tensor.shape)).encode())
+            h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    else:
+        h.update(repr(reference if isinstance(reference, str) else type(policy).__qualname__).encode())
+    return h.hexdigest()
+
+
+def _write_guard(path: Path):
+    class Guard:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, kind, exc, tb):
+            if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+                raise DiskFullError(
+                    errno.ENOSPC,
+                    f"disk full while writing {path}. Records written before this point are complete and valid; "
+                    f"free some space and rerun with --resume {path.parent} to finish the remaining episodes.",
+                ) from None
+            return False
+
+    return Guard()
+
+
+class RunDirectory:
+    """Append-only episode log plus atomic manifest and final results for one run."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self._episodes = None
+        self._errors = None
+
+    # -- manifest -----------------------------------------------------------------------
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / MANIFEST
+
+    def has_manifest(self) -> bool:
+        return self.manifest_path.is_file()
+
+    def read_manifest(self) -> dict[str, Any]:
+        try:
+            manifest = json.loads(self.manifest_path.read_text())
+        except FileNotFoundError:
+            raise UserInputError(f"--resume {self.path}: no {MANIFEST} there; expected the output folder of an earlier fasteval run.") from None
+        except (OSError, ValueError) as exc:
+            raise UserInputError(f"--resume {self.path}: {MANIFEST} is unreadable ({exc}).") from None
+        if not isinstance(manifest, dict) or "spec" not in manifest:
+            raise UserInputError(f"--resume {self.path}: {MANIFEST} is not a fasteval manifest (no 'spec').")
+        return manifest
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        with _write_guard(self.manifest_path):
+            write_json_atomic(self.manifest_path, manifest)
+
+    def set_status(self, status: str, **extra: Any) -> None:
+        manifest = self.read_manifest()
+        manifest["status"] = status
+        manifest.update(extra)
+        self.write_manifest(manifest)
+
+    # -- episode log ----------------------------------------------------------------------
+    def open_logs(self) -> None:
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserInputError(f"cannot create the output folder {self.path}: {exc.strerror or exc}. "
+                                 f"Choose another --output-dir.") from None
+        self._episodes = open(self.path / EPISODES, "a", encoding="utf-8")  # flushed per group by the caller
+        self._errors = open(self.path / ERRORS, "a", buffering=1, encoding="utf-8")
+
+    def append_episode_text(self, text: str) -> None:
+        """Append complete JSON lines to ``episodes.jsonl`` with one write, then flush to the OS."""
+        with _write_guard(self.path / EPISODES):
+            self._episodes.write(text)
+            self._episodes.flush()
+
+    def append_errors(self, records: Iterable[dict[str, Any]]) -> None:
+        self._append(self._errors, self.path / ERRORS, records)
+
+    @staticmethod
+    def _append(handle, path: Path, records: Iterable[dict[str, Any]]) -> None:
+        text = format_records(list(records))
+        with _write_guard(path):
+            handle.write(text)  # one write per batch of complete lines
+            handle.flush()
+
+    def records(self) -> list[dict[str, Any]]:
+        """Finished-episode records in the log (a torn last line is ignored), one per episode."""
+        path = self.path / EPISODES
+        if not path.is_file():
+            return []
+        out: dict[int, dict[str, Any]] = {}
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # a line cut by a crash
+            if isinstance(record, dict) and "episode_ix" in record:
+                out[int(record["episode_ix"])] = record
+        return [out[k] for k in sorted(out)]
+
+    def close(self) -> None:
+        for handle in (self._episodes, self._errors):
+            if handle is not None:
+                try:
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                except OSError:
+                    pass
+                handle.close()
+        self._episodes = self._errors = None
+
+    def remove_new_run(self, remove_folder: bool) -> None:
+        """Undo a new run that never got past its dry run: remove the files it wrote (and the
+        folder, when this run created it and it is empty), so the folder is free again."""
+        self.close()
+        for name in (MANIFEST, EPISODES, ERRORS):
+            try:
+                (self.path / name).unlink()
+            except FileNotFoundError:
+                pass
+        if remove_folder:
+            try:
+                self.path.rmdir()
+            except OSError:
+                pass  # not empty (something else is there): leave it
+
+    def write_eval_info(self, document: dict[str, Any]) -> Path:
+        path = self.path / EVAL_INFO
+        with _write_guard(path):
+            return write_json_atomic(path, document)
+
+
+def check_resumable(manifest: dict[str, Any], current: dict[str, Any], folder: Path) -> None:
+    """Refuse to resume when the run would not be the same evaluation."""
+    diffs = [
+        f"{key}: the original run had {manifest.get(key)!r}, this one has {current.get(key)!r}"
+        for key in RESUME_MUST_MATCH
+        if manifest.get(key) != current.get(key)
+    ]
+    if diffs:
+        raise UserInputError(
+            f"refusing to resume {folder}: this is not the same evaluation ({'; '.join(diffs)}). "
+            f"Resume with the original settings and weights, or start a new run with another --output-dir."
+        )

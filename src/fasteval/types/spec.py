@@ -1,0 +1,206 @@
+"""The frozen description of one evaluation: what to evaluate, and how.
+
+Built by every door (CLI, library API, bench, sweeps), validated once here, then
+trusted by the engine. It does no argv parsing and touches no files.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from fasteval.types.errors import UserInputError
+
+VECTORIZATIONS = ("sync", "async")
+DEVICES = ("cpu", "cuda", "auto")
+RESET_MODES = ("auto", "per-env", "wave")
+ON_NAN_ACTIONS = ("error", "skip-episode")
+OBSERVATION_FORMATS = ("raw", "lerobot")
+AMP_MODES = ("none", "bf16", "fp16", "auto")
+OBS_DTYPES = ("auto", "keep", "float32", "float64")
+VIDEO_SELECTIONS = ("first", "failures", "successes", "per-task")
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    """One evaluation. Episode ``i`` (0 <= i < n_episodes) is reset with seed ``seed + i``."""
+
+    env: str
+    """Gymnasium id (``CartPole-v1``, ``gym_pusht/PushT-v0``) or ``module:callable`` returning an Env."""
+
+    policy: Any = "zero"
+    """Policy reference (``zero``, ``random``, a checkpoint folder, ``module:callable``) or a live object."""
+
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """Keyword arguments passed to ``gymnasium.make`` or to the env callable, once per sub-env."""
+
+    n_episodes: int = 10
+    """Exactly this many episodes are run and reported. >= 1."""
+
+    batch_size: int = 16
+    """Number of env slots stepped together. Capped at ``n_episodes``. >= 1."""
+
+    seed: int = 0
+    """Seed of episode 0; episode ``i`` uses ``seed + i``. >= 0."""
+
+    vectorization: str = "sync"
+    """``sync``: envs in this process. ``async``: a pool of worker processes, each stepping a
+    contiguous block of slots (pays when a block's step outweighs one round trip, ~0.1 ms)."""
+
+    workers: int | None = None
+    """Worker processes for ``vectorization="async"`` (capped at the number of slots). ``None``:
+    ``min(batch, usable cores)``. Ignored by sync envs. >= 1."""
+
+    device: str = "auto"
+    """Where the policy runs: ``cpu``, ``cuda`` (or ``cuda:N``), or ``auto`` (cuda when available)."""
+
+    max_steps: int | None = None
+    """Step cap per episode. ``None`` uses the env spec's ``max_episode_steps`` (no cap if it has none)."""
+
+    reset_mode: str = "auto"
+    """Stateful policies: ``per-env`` resets one slot at a time (continuous batching), ``wave`` starts
+    all slots together, ``auto`` picks ``per-env`` when the policy's ``reset`` takes env ids."""
+
+    trust_remote_code: bool = False
+    """Allow ``module:callable`` policies from a file path (arbitrary Python)."""
+
+    retries: int = 1
+    """Times an episode is retried from its seed after its env raised, hung or died. >= 0."""
+
+    on_nan_action: str = "error"
+    """Non-finite policy actions: ``error`` stops the run (finished episodes kept);
+    ``skip-episode`` records the episode as failed and goes on. Never sent to the env."""
+
+    step_timeout: float | None = 300.0
+    """Seconds an async env may take for one step or reset before it is killed and handled
+    like a crash. ``None`` waits forever. (In-process sync envs cannot be interrupted.)"""
+
+    observation_format: str = "raw"
+    """What the policy receives: ``raw`` (the env's observation: a Tensor, or a TensorDict of the
+    env's Dict keys) or ``lerobot`` (a TensorDict with LeRobot keys: ``observation.image`` /
+    ``observation.images.<camera>`` as float CHW in [0, 1], ``observation.state``,
+    ``observation.environment_state``; see :mod:`fasteval.robot.policies.obs_mapping`)."""
+
+    rename: Mapping[str, str] = field(default_factory=dict)
+    """Observation key renames applied after the mapping, ``{key: new_key}`` (``--rename key=new``).
+    A key may name the mapped key or the env's raw key; for array observations in ``raw`` format
+    the key is ``observation``."""
+
+    obs_dtype: str = "auto"
+    """The dtype of float observations the policy receives (``--obs-dtype``), cast on the policy
+    device into buffers allocated once: ``auto`` (the dtype of an ``nn.Module`` policy's first
+    floating parameter; other policies get the env's dtypes), ``float32``, ``float64``, or ``keep``
+    (no cast). Integer and uint8 entries (raw images) are never cast. See
+    :mod:`fasteval.robot.policies.obs_dtype`."""
+
+    max_episodes_rendered: int = 0
+    """Number of videos K (``--videos K``; LeRobot's ``--max-episodes-rendered``), rendered with
+    ``env.render()`` into ``<videos_dir>/<task>/ep<episode:06d>_seed<seed>_<success|failure>.mp4``;
+    ``video_select`` says which episodes. The env must render ``rgb_array`` frames. >= 0."""
+
+    video_select: str = "first"
+    """Which episodes get the ``max_episodes_rendered`` videos (see :mod:`fasteval.robot.recording`):
+    ``first`` (the K smallest episode indices), ``failures`` / ``successes`` (the K episodes with
+    the smallest indices among those that fail / succeed), ``per-task`` (the first K of every task
+    of a suite; ``first`` for one env)."""
+
+    videos_dir: str | None = None
+    """Folder for videos. ``None``: ``videos`` under the CLI's output folder, or ``./videos`` for the library."""
+
+    return_episode_data: bool = False
+    """Also return the rollout data of every episode (observation, action, reward, done, episode
+    and frame index) as ``result.episode_data``, a TensorDict with one row per step."""
+
+    pipeline: bool = False
+    """Double-buffer two slot groups: one group's async envs step while the policy runs on the
+    other. Needs ``vectorization="async"`` and a stateless policy; same results."""
+
+    cuda_graph: bool | None = None
+    """Capture the policy step in a CUDA graph and replay it. ``None``: on where CUDA exists."""
+
+    amp: str = "none"
+    """Autocast for the policy: ``none``, ``bf16``, ``fp16`` or ``auto`` (the device's default autocast dtype:
+    fp16 on CUDA, bf16 on CPU, as LeRobot's ``--policy.use_amp``). Lower precision, may change results."""
+
+    compile: bool = False
+    """Wrap the policy step in ``torch.compile`` (pays for large policies and long runs)."""
+
+    cpu_threads: int | None = 1
+    """torch intra-op threads while a CPU policy runs (restored afterwards). One is fastest for
+    small policies beside env stepping: a second thread stalls whenever the other core is busy
+    (40x slower seen on a loaded 2-core box). ``None`` keeps torch's setting (big CNNs)."""
+
+    def __post_init__(self) -> None:
+        _require(isinstance(self.env, str) and self.env.strip() != "", "env", "a non-empty env id or module:callable", self.env)
+        _require(_is_int(self.n_episodes) and self.n_episodes >= 1, "n_episodes", "an integer >= 1", self.n_episodes)
+        _require(_is_int(self.batch_size) and self.batch_size >= 1, "batch_size", "an integer >= 1", self.batch_size)
+        _require(_is_int(self.seed) and self.seed >= 0, "seed", "an integer >= 0", self.seed)
+        _require(self.vectorization in VECTORIZATIONS, "vectorization", " or ".join(VECTORIZATIONS), self.vectorization)
+        _require(self.workers is None or (_is_int(self.workers) and self.workers >= 1), "workers", "None or an integer >= 1",
+                 self.workers)
+        _require(
+            isinstance(self.device, str) and (self.device in DEVICES or self.device.startswith("cuda:")),
+            "device", "cpu, cuda, cuda:N or auto", self.device,
+        )
+        _require(
+            self.max_steps is None or (_is_int(self.max_steps) and self.max_steps >= 1),
+            "max_steps", "None or an integer >= 1", self.max_steps,
+        )
+        _require(self.reset_mode in RESET_MODES, "reset_mode", " or ".join(RESET_MODES), self.reset_mode)
+        _require(_is_int(self.retries) and self.retries >= 0, "retries", "an integer >= 0", self.retries)
+        _require(self.on_nan_action in ON_NAN_ACTIONS, "on_nan_action", " or ".join(ON_NAN_ACTIONS), self.on_nan_action)
+        _require(
+            self.step_timeout is None or (isinstance(self.step_timeout, (int, float)) and not isinstance(self.step_timeout, bool)
+                                          and self.step_timeout > 0),
+            "step_timeout", "None or a number of seconds > 0", self.step_timeout,
+        )
+        _require(self.cpu_threads is None or (_is_int(self.cpu_threads) and self.cpu_threads >= 1),
+                 "cpu_threads", "None or an integer >= 1", self.cpu_threads)
+        _require(self.amp in AMP_MODES, "amp", " or ".join(AMP_MODES), self.amp)
+        _require(self.cuda_graph in (None, True, False), "cuda_graph", "None, True or False", self.cuda_graph)
+        _require(isinstance(self.pipeline, bool), "pipeline", "True or False", self.pipeline)
+        _require(isinstance(self.compile, bool), "compile", "True or False", self.compile)
+        _require(isinstance(self.env_kwargs, Mapping), "env_kwargs", "a mapping of keyword arguments", self.env_kwargs)
+        object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))
+        _require(self.observation_format in OBSERVATION_FORMATS, "observation_format", " or ".join(OBSERVATION_FORMATS),
+                 self.observation_format)
+        _require(isinstance(self.rename, Mapping) and all(isinstance(k, str) and isinstance(v, str) and k and v
+                                                          for k, v in self.rename.items()),
+                 "rename", "a mapping of non-empty key strings to new key strings", self.rename)
+        object.__setattr__(self, "rename", dict(self.rename))
+        _require(_is_int(self.max_episodes_rendered) and self.max_episodes_rendered >= 0,
+                 "max_episodes_rendered", "an integer >= 0", self.max_episodes_rendered)
+        _require(self.obs_dtype in OBS_DTYPES, "obs_dtype", " or ".join(OBS_DTYPES), self.obs_dtype)
+        _require(self.video_select in VIDEO_SELECTIONS, "video_select", " or ".join(VIDEO_SELECTIONS), self.video_select)
+        _require(self.videos_dir is None or (isinstance(self.videos_dir, str) and self.videos_dir != ""),
+                 "videos_dir", "None or a folder path string", self.videos_dir)
+        _require(isinstance(self.return_episode_data, bool), "return_episode_data", "True or False", self.return_episode_data)
+
+    @property
+    def n_slots(self) -> int:
+        """Env slots actually built: ``min(batch_size, n_episodes)``."""
+        return min(self.batch_size, self.n_episodes)
+
+    def replace(self, **changes: Any) -> "EvalSpec":
+        """A copy with ``changes`` applied (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready view; a live policy object is shown by its class name (and never copied:
+        ``dataclasses.asdict`` would deep-copy a whole model, or fail on an uncopyable one)."""
+        return {
+            f.name: (self.policy if isinstance(self.policy, str) else f"<{type(self.policy).__name__}>")
+            if f.name == "policy" else copy.deepcopy(getattr(self, f.name))
+            for f in dataclasses.fields(self)
+        }
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _require(ok: bool, name: str, expected: str, got: Any) -> None:
+    if not ok:
+        raise UserInputError(f"{name}: expected {expected}, got {got!r}.")
