@@ -1,0 +1,256 @@
+"""The differential test: LeRobot command lines run through ``lerobot-eval`` and through ``fasteval``.
+
+:data:`CASES` is the table (docs/lerobot.md, "The differential test"). Every case is one LeRobot
+command line (its ``--policy.path`` and ``--output_dir`` filled in here), run unchanged through
+LeRobot 0.6.1's ``lerobot-eval`` and through ``fasteval``, both with torch on one thread
+(:mod:`tests.lerobot.diff_driver`; fasteval gets ``--cpu-threads=1`` as well, plus a case's
+``fasteval_flags``). Then, per case:
+
+* per-episode ``sum_reward``, ``max_reward`` and ``success`` (``per_task[i].metrics`` on both sides):
+  equal within :data:`TOL`, except where LeRobot is wrong (``expect="done-mask"``, below);
+* the keys and layout of ``eval_info.json``: LeRobot's document is a sub-document of fasteval's
+  (every key, the same JSON types, the same ``per_task`` order and ``per_group`` names);
+* the videos: the same files under ``videos/`` (LeRobot writes whole batches, so its extra videos of
+  episodes past ``n_episodes`` are left out), the same frame size, and fasteval's frames equal
+  LeRobot's; fasteval's video has one more frame (the observation after the last step, which
+  LeRobot's ``frames[: done_index + 1]`` drops).
+
+``expect="done-mask"``: LeRobot's ``eval_policy`` sums rewards up to ``done_index + 1``, one step past
+an episode's end. An episode that ends before the others of its batch gets one more reward (the first
+step of the autoreset episode). The case runs episodes of different lengths in one batch: the
+episode that ends last in its batch agrees, every other one differs, and LeRobot's batch-1 run
+(``done-mask-b1``, where no step follows an episode's end) agrees with fasteval's batch-3 numbers.
+
+The cases are tiny (2-3 episodes of 20 steps): the whole table runs in about two minutes on two cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("lerobot")
+pytest.importorskip("diffusers")
+
+REPO = Path(__file__).resolve().parents[2]
+TOL = 1e-9
+"""Both sides run torch on one thread: the per-episode numbers agree to about 1e-13."""
+STEPS = 20
+SYNC = "--eval.use_async_envs=false"
+"""Every case: LeRobot 0.6.1's async envs (its default for batch > 1) start forkserver workers that do
+not import gym-pusht (nor this test's env), so ``lerobot-eval`` fails there without it."""
+COMMON = ("--env.type=pusht", f"--env.episode_length={STEPS}", "--policy.device=cpu", SYNC)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row of the differential table: a LeRobot command line and what to expect."""
+
+    name: str
+    policy: str
+    """Which checkpoint ``--policy.path`` names: ``act``, ``diffusion`` or ``metaworld_act``."""
+    flags: tuple[str, ...]
+    """The LeRobot command line, less ``--policy.path`` and ``--output_dir``."""
+    fasteval_flags: tuple[str, ...] = ()
+    """Added for fasteval only (``--reset-mode=wave``, ``--noise=global``, ``--max-episodes-rendered=0``)."""
+    expect: str = "equal"
+    """``equal``: per-episode numbers within TOL; ``done-mask``: LeRobot's extra step past the end (see above)."""
+    why: str = ""
+
+
+CASES = (
+    Case("act-b1", "act", (*COMMON, "--eval.n_episodes=2", "--eval.batch_size=1"),
+         why="batch 1: seeds 1000, 1001 (LeRobot's default seed)"),
+    Case("act-auto", "act", (*COMMON, "--eval.n_episodes=3"),
+         why="eval.batch_size 0 (LeRobot's default): its auto rule, min(floor(0.7 cores), n, 64), on both sides"),
+    Case("act-b2", "act", (*COMMON, "--eval.n_episodes=3", "--eval.batch_size=2"),
+         why="batch n: two waves, the last one half full; LeRobot writes 4 videos for 3 episodes, fasteval 3"),
+    Case("act-b2-no-videos", "act", (*COMMON, "--eval.n_episodes=3", "--eval.batch_size=2"),
+         fasteval_flags=("--max-episodes-rendered=0",),
+         why="videos off (LeRobot has no switch: its run renders; the numbers do not depend on it)"),
+    Case("diffusion-global-noise", "diffusion", (*COMMON, "--eval.n_episodes=3", "--eval.batch_size=2"),
+         fasteval_flags=("--reset-mode=wave", "--noise=global"),
+         why="Diffusion (DDIM) with LeRobot's global-RNG noise: the same draws in the same order"),
+    Case("done-mask", "act", ("--env.type=fasteval_varying", "--policy.device=cpu", SYNC, "--eval.n_episodes=3",
+                              "--eval.batch_size=3", "--seed=3"),
+         expect="done-mask", why="episodes of 10, 11, 12 steps in one batch: LeRobot counts one step past the end"),
+    Case("done-mask-b1", "act", ("--env.type=fasteval_varying", "--policy.device=cpu", SYNC, "--eval.n_episodes=3",
+                                 "--eval.batch_size=1", "--seed=3"),
+         why="the same episodes one at a time: LeRobot agrees (no step follows an episode's end)"),
+)
+
+
+def _metaworld_cases() -> tuple[Case, ...]:
+    try:
+        import metaworld  # noqa: F401
+    except Exception:
+        return ()
+    return (Case("metaworld-push", "metaworld_act",
+                 ("--env.type=metaworld", "--env.task=push-v3", "--policy.device=cpu", SYNC,
+                  "--eval.n_episodes=1", "--eval.batch_size=1"),
+                 why="LeRobot's Meta-World (its camera, 500 steps: LeRobot ignores env.episode_length there)"),)
+
+
+ALL_CASES = CASES + _metaworld_cases()
+
+
+# -- running the table once -----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def checkpoints(act_checkpoint: Path, diffusion_checkpoint: Path, tmp_path_factory) -> dict[str, Path]:
+    out = {"act": act_checkpoint, "diffusion": diffusion_checkpoint}
+    if any(c.policy == "metaworld_act" for c in ALL_CASES):
+        from fasteval.robot.lerobot.testing import write_metaworld_act_checkpoint
+
+        out["metaworld_act"] = write_metaworld_act_checkpoint(tmp_path_factory.mktemp("mw_act"), seed=0)
+    return out
+
+
+@pytest.fixture(scope="module")
+def table(checkpoints: dict[str, Path], tmp_path_factory) -> dict[str, dict[str, Any]]:
+    """Runs every case through both sides (two driver processes, side by side); returns
+    ``{case: {"lerobot-eval": {"rc", "dir", "log"}, "fasteval": {...}}}``."""
+    root = tmp_path_factory.mktemp("differential")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)]), "OMP_NUM_THREADS": "1",
+           "MKL_NUM_THREADS": "1", "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"), "HF_HUB_OFFLINE": "1"}
+    procs, files = {}, {}
+    for side in ("lerobot-eval", "fasteval"):
+        cases = []
+        for case in ALL_CASES:
+            out = root / side / case.name
+            argv = [f"--policy.path={checkpoints[case.policy]}", *case.flags, f"--output_dir={out}"]
+            if side == "fasteval":
+                argv += ["--cpu-threads=1", *case.fasteval_flags]
+            cases.append({"name": case.name, "argv": argv, "log": str(root / side / f"{case.name}.log")})
+        (root / f"{side}.cases.json").write_text(json.dumps(cases, indent=1))
+        files[side] = root / f"{side}.results.json"
+        procs[side] = subprocess.Popen([sys.executable, "-m", "tests.lerobot.diff_driver", side,
+                                        str(root / f"{side}.cases.json"), str(files[side])], cwd=REPO, env=env)
+    for side, proc in procs.items():
+        assert proc.wait(timeout=1800) == 0, f"the {side} driver failed"
+    out: dict[str, dict[str, Any]] = {}
+    for side, path in files.items():
+        for name, res in json.loads(path.read_text()).items():
+            out.setdefault(name, {})[side] = {**res, "dir": root / side / name, "log": root / side / f"{name}.log"}
+    return out
+
+
+def _side(table: dict, case: Case, side: str) -> tuple[dict[str, Any], Path]:
+    run = table[case.name][side]
+    assert run["rc"] == 0, f"{side} {case.name}: exit {run['rc']}\n" + run["log"].read_text()[-3000:]
+    return json.loads((run["dir"] / "eval_info.json").read_text()), run["dir"]
+
+
+def _episodes(info: dict[str, Any]) -> list[tuple[float, float, bool]]:
+    return [(float(s), float(m), bool(ok)) for task in info["per_task"]
+            for s, m, ok in zip(task["metrics"]["sum_rewards"], task["metrics"]["max_rewards"],
+                                task["metrics"]["successes"])]
+
+
+# -- the comparisons ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("case", ALL_CASES, ids=[c.name for c in ALL_CASES])
+def test_per_episode_numbers(table: dict, case: Case) -> None:
+    theirs, _ = _side(table, case, "lerobot-eval")
+    ours, out = _side(table, case, "fasteval")
+    a, b = _episodes(ours), _episodes(theirs)
+    assert len(a) == len(b) > 0
+    assert any(r[0] != 0 for r in b)  # not a comparison between zeros
+    if case.expect == "equal":
+        for (s1, m1, ok1), (s2, m2, ok2) in zip(a, b):
+            assert s1 == pytest.approx(s2, abs=TOL) and m1 == pytest.approx(m2, abs=TOL) and ok1 == ok2
+        return
+    assert case.expect == "done-mask"
+    lengths = [r["length"] for r in ours["per_episode"]]
+    assert len(set(lengths)) == len(lengths)  # the episodes end at different steps
+    last = lengths.index(max(lengths))
+    for i, ((s1, _, _), (s2, _, _)) in enumerate(zip(a, b)):
+        if i == last:
+            assert s1 == pytest.approx(s2, abs=TOL)
+        else:
+            assert abs(s1 - s2) > 1e-6, f"episode {i} ended early and LeRobot counted no step past its end"
+    alone, _ = _side(table, next(c for c in ALL_CASES if c.name == f"{case.name}-b1"), "lerobot-eval")
+    assert [r[0] for r in _episodes(alone)] == pytest.approx([r[0] for r in a], abs=TOL)
+
+
+def _relative(paths: list[str], root: Path) -> list[str]:
+    return [str(Path(p).resolve().relative_to(root.resolve())) if os.path.isabs(p) else p for p in paths]
+
+
+def _assert_sublayout(theirs: Any, ours: Any, where: str, out: tuple[Path, Path]) -> None:
+    """Every key of LeRobot's document is in fasteval's, with the same JSON type, recursively."""
+    if isinstance(theirs, dict):
+        assert isinstance(ours, dict), f"{where}: {type(ours).__name__}, LeRobot has an object"
+        missing = sorted(set(theirs) - set(ours))
+        assert not missing, f"{where}: keys {missing} missing (fasteval has {sorted(ours)})"
+        for key, value in theirs.items():
+            _assert_sublayout(value, ours[key], f"{where}.{key}", out)
+    elif isinstance(theirs, list):
+        assert isinstance(ours, list), f"{where}: {type(ours).__name__}, LeRobot has a list"
+        if where.endswith("video_paths"):
+            return  # compared file by file in test_videos
+        assert len(ours) == len(theirs), f"{where}: {len(ours)} items, LeRobot has {len(theirs)}"
+        for i, (t, o) in enumerate(zip(theirs, ours)):
+            _assert_sublayout(t, o, f"{where}[{i}]", out)
+    elif isinstance(theirs, bool):
+        assert isinstance(ours, bool), f"{where}: {ours!r}, LeRobot has a boolean"
+    elif isinstance(theirs, (int, float)):
+        assert isinstance(ours, (int, float)) and not isinstance(ours, bool), f"{where}: {ours!r}, LeRobot a number"
+        if isinstance(theirs, int):
+            assert isinstance(ours, int), f"{where}: {ours!r}, LeRobot has an integer"
+    else:
+        assert type(ours) is type(theirs), f"{where}: {ours!r}, LeRobot has {theirs!r}"
+        if where.endswith((".task_group", ".task_id")):
+            assert ours == theirs, f"{where}: {ours!r}, LeRobot names it {theirs!r}"
+
+
+@pytest.mark.parametrize("case", ALL_CASES, ids=[c.name for c in ALL_CASES])
+def test_eval_info_layout(table: dict, case: Case) -> None:
+    theirs, lr_dir = _side(table, case, "lerobot-eval")
+    ours, fe_dir = _side(table, case, "fasteval")
+    _assert_sublayout(theirs, ours, "eval_info", (lr_dir, fe_dir))
+    assert list(ours["per_group"]) == list(theirs["per_group"])
+    assert [(t["task_group"], t["task_id"]) for t in ours["per_task"]] == \
+        [(t["task_group"], t["task_id"]) for t in theirs["per_task"]]
+    names = {r["task"] for r in ours["per_episode"]}
+    assert not any(":" in n for n in names), f"per_episode task names {names}: a factory path, not the task's name"
+
+
+def _frames(path: Path) -> np.ndarray:
+    import av
+
+    with av.open(str(path)) as container:
+        return np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
+
+
+@pytest.mark.parametrize("case", [c for c in ALL_CASES if c.expect == "equal"], ids=lambda c: c.name)
+def test_videos(table: dict, case: Case) -> None:
+    theirs, lr_dir = _side(table, case, "lerobot-eval")
+    ours, fe_dir = _side(table, case, "fasteval")
+    n = theirs["overall"]["n_episodes"]
+    lr_files = sorted(str(p.relative_to(lr_dir)) for p in (lr_dir / "videos").rglob("*.mp4"))
+    fe_files = sorted(str(p.relative_to(fe_dir)) for p in (fe_dir / "videos").rglob("*.mp4")) \
+        if (fe_dir / "videos").exists() else []
+    if "--max-episodes-rendered=0" in case.fasteval_flags:
+        assert fe_files == [] and ours["overall"]["video_paths"] == []
+        return
+    expected = [f for f in lr_files if int(Path(f).stem.rsplit("_", 1)[1]) < min(n, 10)]  # LeRobot: whole batches
+    assert fe_files == expected
+    for key in ("overall",):
+        assert sorted(_relative(ours[key]["video_paths"], fe_dir)) == expected
+    for group, agg in ours["per_group"].items():
+        assert sorted(_relative(agg["video_paths"], fe_dir)) == [f for f in expected if f"/{group}_" in f"/{f}"]
+    for task in ours["per_task"]:
+        folder = f"videos/{task['task_group']}_{task['task_id']}/"
+        assert sorted(_relative(task["metrics"]["video_paths"], fe_dir)) == [f for f in expected if f.startswith(folder)]
+    for rel in expected:
+        a, b = _frames(fe_dir / rel), _frames(lr_dir / rel)
+        assert a.shape[1:] == b.shape[1:] and len(a) == len(b) + 1, (rel, a.shape, b.shape)
+        diff = np.abs(a[: len(b)].astype(np.int16) - b.astype(np.int16))
+        assert diff.mean() < 2.0, f"{rel}: frames differ by {diff.mean():.2f} on average (codecs differ, states not)"
