@@ -32,6 +32,8 @@ from fasteval.robot.lerobot.policy import LeRobotPolicy, LeRobotWavePolicy, _Pip
 logger = logging.getLogger(__name__)
 
 PER_SLOT_TYPES = {"act", "diffusion"}
+NOISE_MODES = ("episode", "global")
+"""``--noise``: each episode's own generator (batch-invariant), or LeRobot's global RNG (its numbers)."""
 """Checked against LeRobot 0.6's modeling code: ``select_action`` pops a queue filled with
 ``predict_action_chunk(batch)[:, :n_action_steps]`` (Diffusion: over an ``n_obs_steps`` history)."""
 
@@ -49,11 +51,15 @@ def resolve_lerobot_device(requested: str, config_device: str | None) -> torch.d
 
 def load_lerobot_policy(folder: str | Path, n_slots: int, device: str = "auto",
                         rename_map: Mapping[str, str] | None = None, env_config: Any = None,
-                        cuda_graph: bool | None = None) -> Any:
+                        cuda_graph: bool | None = None, noise: str = "episode") -> Any:
     """The fasteval policy object for the LeRobot checkpoint in ``folder``. Raises PolicyLoadError.
 
     ``cuda_graph`` (the spec's ``--cuda-graph``): graph the chunk prediction of per-slot types on CUDA
-    (``None``: where CUDA exists; see :mod:`fasteval.robot.lerobot.policy`)."""
+    (``None``: where CUDA exists; see :mod:`fasteval.robot.lerobot.policy`). ``noise`` (``--noise``):
+    ``episode`` draws each episode's noise from its own generator; ``global`` keeps LeRobot's global-RNG
+    draws, aligned with ``lerobot-eval``'s (its per-seed numbers in wave mode)."""
+    if noise not in NOISE_MODES:
+        raise PolicyLoadError(f"noise: expected one of {', '.join(NOISE_MODES)}, got {noise!r}.")
     folder = Path(folder)
     kind = lerobot_policy_type(folder)
     if kind is None:
@@ -74,9 +80,10 @@ def load_lerobot_policy(folder: str | Path, n_slots: int, device: str = "auto",
     policy.to(target).eval()
     pipelines = _Pipelines(_pipeline_builder(config, folder, dict(rename_map or {}), env_config), target)
     if kind in PER_SLOT_TYPES and getattr(config, "temporal_ensemble_coeff", None) is None:
-        noise = _noise_shape(policy) if predict_takes_noise(policy) else None
-        scheduler = kind == "diffusion" and noise is not None
-        wrapped: Any = LeRobotPolicy(policy, pipelines, n_slots, noise, scheduler, cuda_graph=cuda_graph)
+        shape = _noise_shape(policy) if predict_takes_noise(policy) else None
+        scheduler = kind == "diffusion" and shape is not None
+        wrapped: Any = LeRobotPolicy(policy, pipelines, n_slots, shape, scheduler, cuda_graph=cuda_graph,
+                                     global_noise=noise == "global")
     else:
         logger.info("LeRobot %s: no per-slot queues for this type; it runs in wave mode, as LeRobot runs it.", kind)
         wrapped = LeRobotWavePolicy(policy, pipelines, n_slots)

@@ -42,6 +42,12 @@ global RNG: :class:`LeRobotPolicy` passes the slots' generators to the scheduler
 per-row list, which diffusers' schedulers accept) for the duration of the call. Policies without
 a ``noise`` argument keep LeRobot's global-RNG draws; :attr:`batch_invariant` says which case holds.
 
+``noise="global"`` (``--noise global``) opts into LeRobot's own draws instead: no per-row noise nor
+scheduler generators, and at the first ``reset`` (after the engine's dry run) the global RNG is put
+where ``lerobot-eval``'s is when its rollout starts (:func:`align_with_lerobot_rng`). In wave mode the
+policy then draws the same numbers in the same order as LeRobot: its per-seed results, bit for bit on
+one thread (results depend on the batch size, as LeRobot's do).
+
 **CUDA graphs.** On a CUDA device, the full-batch chunk prediction (``predict_action_chunk`` on all
 ``n_slots`` rows: a static shape) runs in a CUDA graph, through fasteval's capture machinery
 (:class:`fasteval.core.accel.CudaGraphCall`: side stream, memory pool, capture lock, RNG restore, and
@@ -160,8 +166,13 @@ class LeRobotPolicy(_FollowsDevice):
     """Per-slot action queues (and observation histories) over a LeRobot policy; see the module docstring."""
 
     def __init__(self, policy: nn.Module, pipelines: _Pipelines, n_slots: int, noise_shape: tuple[int, ...] | None,
-                 scheduler_generators: bool, cuda_graph: bool | None = None):
+                 scheduler_generators: bool, cuda_graph: bool | None = None, global_noise: bool = False):
         super().__init__()
+        self.global_noise = bool(global_noise)
+        """LeRobot's global-RNG noise (``--noise global``): aligned with ``lerobot-eval`` at the first reset."""
+        self._align_pending = self.global_noise
+        if self.global_noise:
+            noise_shape, scheduler_generators = None, False
         self.cuda_graph = cuda_graph
         """Graph the full-batch chunk prediction: ``None`` (default) where the device is CUDA, ``False`` never,
         ``True`` asked for (off CUDA it is reported as ``eager (no CUDA device)``)."""
@@ -234,6 +245,9 @@ class LeRobotPolicy(_FollowsDevice):
 
     # -- protocol ---------------------------------------------------------------------------------
     def reset(self, env_ids: torch.Tensor, seeds: Sequence[int] | None = None) -> None:
+        if self._align_pending and seeds is not None and len(seeds):
+            self._align_pending = False
+            align_with_lerobot_rng(self.policy, int(min(seeds)))
         ids = np.asarray(torch.as_tensor(env_ids).cpu(), dtype=np.int64)
         self.pos[ids] = self.n_action_steps
         self.fresh[ids] = True
@@ -434,12 +448,27 @@ class LeRobotWavePolicy(_FollowsDevice):
         return pipes.env_post({ACTION: pipes.post(action)})[ACTION]
 
 
+def align_with_lerobot_rng(policy: nn.Module, seed: int) -> None:
+    """Put the global RNGs where ``lerobot-eval``'s are when its rollout starts: ``eval_main`` calls
+    ``set_seed(seed)``, builds the env (no torch draws) and the policy, whose ``from_pretrained`` draws the
+    random init of a fresh instance before loading the weights. The same ``set_seed`` and one throwaway
+    instance of the same class and config make the same draws. Version-bound: LeRobot 0.6's ``eval_main``."""
+    from lerobot.utils.random_utils import set_seed
+
+    set_seed(int(seed))
+    with torch.device("cpu"):
+        type(policy)(policy.config)
+
+
 def _run_meta(wrapper: Any, queues: str) -> dict[str, Any]:
     import lerobot
 
     config = wrapper.policy.config
     if not _is_stochastic(config):
         noise = "none (deterministic policy)"
+    elif getattr(wrapper, "global_noise", False):
+        noise = ("LeRobot's global torch RNG, aligned with lerobot-eval's at the first episode (--noise global): "
+                 "LeRobot's numbers in wave mode; results depend on the batch size")
     elif wrapper.batch_invariant:
         noise = "per-episode torch.Generator seeded with the episode seed (batch-invariant)"
     else:
