@@ -22,7 +22,7 @@ from typing import Any, Mapping
 
 import click
 
-from fasteval.doors.compat import CompatOptions, compat_options
+from fasteval.doors.file_options import FileOptions, file_options
 from fasteval.run.paths import UsablePath, path_problem
 from fasteval.types.spec import DEVICES, OBS_DTYPES, OBSERVATION_FORMATS, RESET_MODES, VECTORIZATIONS, VIDEO_SELECTIONS
 
@@ -262,7 +262,7 @@ class LazyGroup(click.Group):
 @click.option("--save-episodes", "save_episodes_dir", type=UsablePath("dir", writable=True), default=None,
               help="Write every step of the n episodes (observations, actions, rewards, flags) to DIR as a TensorDict "
                    "memory map (load it with fasteval.run.episode_files.load_episodes).")
-@compat_options
+@file_options
 @click.version_option(package_name="fasteval")
 @click.pass_context
 def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, retries: int, on_nan_action: str,
@@ -280,7 +280,7 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
     """
     if ctx.invoked_subcommand is not None:
         return
-    compat = CompatOptions(options)  # --config, --print-config, --log, --export
+    files = FileOptions(options)  # --config, --print-config, --log, --export
     from fasteval.run.engine import Engine
     from fasteval.run.durable import STATUS_COMPLETE, STATUS_INTERRUPTED, run_durable
     from fasteval.types.errors import FastevalError, UserInputError
@@ -288,8 +288,8 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
 
     try:
         if resume_dir is not None:
-            spec = spec_from_manifest(ctx, RunDirectory(resume_dir), options, output_dir, compat.config_file)
-            compat.config_file = None  # compared with the manifest above; the manifest's values stand
+            spec = spec_from_manifest(ctx, RunDirectory(resume_dir), options, output_dir, files.config_file)
+            files.config_file = None  # compared with the manifest above; the manifest's values stand
         else:
             spec = build_spec(**options)
         spec = spec.replace(retries=retries, on_nan_action=on_nan_action, step_timeout=step_timeout)
@@ -301,12 +301,12 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
                                      "recorded before the interruption were not kept. Run again without --resume.")
             check_episode_folder(save_episodes_dir)
             spec = spec.replace(return_episode_data=True)
-        spec, output_dir = compat.resolve(ctx, spec, output_dir, resume=resume_dir is not None)
+        spec, output_dir = files.resolve(ctx, spec, output_dir, resume=resume_dir is not None)
         out_dir = resume_dir or output_dir or default_output_dir(spec.env)
         check_output_paths(out_dir, spec)
         if spec.max_episodes_rendered and spec.videos_dir is None:
             spec = spec.replace(videos_dir=str(out_dir / "videos"))
-        if compat.print_config:
+        if files.print_config:
             from fasteval.run.config import dump_config
 
             click.echo(dump_config(spec, out_dir))
@@ -317,7 +317,7 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
         if suite is not None:
             if save_episodes_dir is not None:
                 raise UserInputError("--save-episodes is not supported for a list of tasks yet; run one task at a time.")
-            sys.exit(suite_command(spec, suite, out_dir, compat, profile))
+            sys.exit(suite_command(spec, suite, out_dir, files, profile))
         engine = Engine(spec)
         if spec.max_episodes_rendered:
             from fasteval.robot.recording import check_renderable
@@ -347,7 +347,7 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
 
         n_saved = save_episodes(result.episode_data, save_episodes_dir)
         click.echo(f"wrote {n_saved} episodes ({len(result.episode_data)} steps) to {save_episodes_dir}")
-    problems = compat.finish(spec, out_dir, result)  # config.json, --export, --log
+    problems = files.finish(spec, out_dir, result)  # config.json, --export, --log
     for problem in problems:
         click.echo(f"Error: {problem} (the results are in {out_dir})", err=True)
     if outcome.status == STATUS_COMPLETE and not problems:
@@ -480,7 +480,7 @@ def spec_from_manifest(ctx: click.Context, run_dir: Any, options: dict[str, Any]
     return EvalSpec(**{k: v for k, v in saved.items() if k in known})
 
 
-def suite_command(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], out_dir: str | Path, compat: Any,
+def suite_command(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], out_dir: str | Path, files: Any,
                   profile: bool = False) -> int:
     """The ``fasteval`` command for a suite spec (see :func:`fasteval.doors.suites.run_suite_durable`): run, print, return the exit code."""
     from fasteval.run.durable import STATUS_COMPLETE, STATUS_INTERRUPTED
@@ -495,7 +495,7 @@ def suite_command(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], out_di
     click.echo(format_summary(result, profile))
     click.echo(f"wrote {Path(out_dir) / 'eval_info.json'} ({len(outcome.folders)} of {len(flatten_suite(suite))} tasks; "
                f"status: {outcome.status})")
-    problems = compat.finish(spec, out_dir, result)
+    problems = files.finish(spec, out_dir, result)
     for problem in problems:
         click.echo(f"Error: {problem} (the results are in {out_dir})", err=True)
     if outcome.status == STATUS_COMPLETE and not problems:
