@@ -33,7 +33,7 @@ from fasteval.core.protocols import EngineParts, StepObserver
 from fasteval.core.timing import make_stage_timers
 from fasteval.core.transfer import DeviceToHost, HostToDevice, host_allocator
 from fasteval.types.errors import EvaluationAborted, UserInputError
-from fasteval.types.results import EpisodeTable, EvalResult
+from fasteval.types.results import EarlierSegments, EpisodeTable, EvalResult, run_status
 from fasteval.types.spec import EvalSpec
 from fasteval.version import __version__
 
@@ -152,6 +152,7 @@ class CoreEngine:
         episodes: Sequence[int] | None = None,
         on_error: Callable[[dict[str, Any]], None] | None = None,
         observer: StepObserver | None = None,
+        earlier: EarlierSegments | None = None,
     ) -> EvalResult:
         """Run episodes ``0..n-1`` with seeds ``seed + i``; return their exact results.
 
@@ -160,7 +161,8 @@ class CoreEngine:
         have in a full run. ``on_finished(ledger, rows)`` is called as episodes finish, with
         ledger rows (``ledger.episode_ids[rows]`` are the episode indices); rows are final.
         Global torch/numpy/python RNG states are restored afterwards; torch is seeded with
-        ``seed`` inside the run so stochastic policies are reproducible.
+        ``seed`` inside the run so stochastic policies are reproducible. ``earlier`` (a resumed run):
+        the records of its earlier segments, folded into the one result of the run.
         """
         n = self.spec.n_episodes if n_episodes is None else int(n_episodes)
         seed = self.spec.seed if seed is None else int(seed)
@@ -174,7 +176,7 @@ class CoreEngine:
         ledger = Ledger(n, self.n_slots, seed, episodes)
         self.ledger = ledger
         if n == 0:
-            return EvalResult([], 0.0, self.timers.as_dict(), self._meta(0, seed))
+            return self._result(ledger, [], 0.0, seed, earlier)
         observer = self.parts.attach_observers(self, ledger, observer)  # videos / episode data when the spec asks
         callback = (lambda done: on_finished(ledger, done)) if on_finished is not None else (lambda done: None)
         faults = Faults(self.envs, self.runner, ledger, self.spec.retries, self.spec.on_nan_action, on_error)
@@ -204,8 +206,7 @@ class CoreEngine:
         except UserInputError:
             raise  # the dry run: nothing was evaluated
         except BaseException as exc:
-            partial = self._result(ledger, faults, perf_counter() - start - self.dry_run_s, seed)
-            partial.meta["status"] = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+            partial = self._result(ledger, faults.errors, perf_counter() - start - self.dry_run_s, seed, earlier, exc)
             self.parts.finish_observers(observer, partial)
             raise EvaluationAborted(
                 f"evaluation stopped early after {len(partial.per_episode)} finished episodes: "
@@ -215,8 +216,7 @@ class CoreEngine:
             random.setstate(py_state)
             torch.set_num_threads(threads)
         self.runs += 1
-        result = self._result(ledger, faults, perf_counter() - start - self.dry_run_s, seed)
-        result.meta["status"] = "interrupted" if ledger.limit < ledger.n_episodes else "complete"
+        result = self._result(ledger, faults.errors, perf_counter() - start - self.dry_run_s, seed, earlier)
         self.parts.finish_observers(observer, result)
         return result
 
@@ -225,10 +225,17 @@ class CoreEngine:
         if self.ledger is not None:
             self.ledger.stop_starting()
 
-    def _result(self, ledger: Ledger, faults: Faults, eval_s: float, seed: int) -> EvalResult:
-        result = EvalResult(self._records(ledger), eval_s, self.timers.as_dict(), self._meta(ledger.n_episodes, seed))
-        result.errors = list(faults.errors)
-        result.n_failed = int(ledger.failed.sum())
+    def _result(self, ledger: Ledger, errors: Sequence[dict[str, Any]], eval_s: float, seed: int,
+                earlier: EarlierSegments | None = None, error: BaseException | None = None) -> EvalResult:
+        """The one result of the run (with ``earlier``: of every segment of a resumed run)."""
+        records, n = self.records(ledger), ledger.n_episodes
+        meta = self._meta(n, seed)
+        if earlier is not None:
+            records, eval_s, n = earlier.merged(records), earlier.eval_s + eval_s, n + len(earlier.records)
+            meta.update(n_episodes=n, segments=earlier.segments + 1)
+        n_failed = int(ledger.failed.sum())
+        meta["status"] = run_status(len(records), n, n_failed, error, stopped=ledger.limit < ledger.n_episodes)
+        result = EvalResult(records, eval_s, self.timers.as_dict(), meta, errors=list(errors), n_failed=n_failed)
         result.meta["has_success_signal"] = self._success_signal()
         # the intra-op threads the run used (run() sets them for CPU policies, then restores them)
         cpu = self.device.type == "cpu" and self.spec.cpu_threads is not None
@@ -240,12 +247,17 @@ class CoreEngine:
         ``has_success_signal``; envs that do not track it count as reporting it)."""
         return bool(getattr(self.envs, "has_success_signal", True))
 
-    def _records(self, ledger: Ledger) -> EpisodeTable:
-        """The finished rows of ``ledger`` as a columnar table (views of the ledger's arrays when
-        every row finished: a later run builds a new ledger, so they never change)."""
+    def records(self, ledger: Ledger, rows: Any = None) -> EpisodeTable:
+        """The per-episode records of ledger rows ``rows`` (default: every finished row) as a columnar
+        table: the one place records are built (the result, the run log, the sweep batches). With every
+        row finished the columns are views of the ledger's arrays (a later run builds a new ledger)."""
         n = ledger.n_episodes
-        rows = np.flatnonzero(ledger.finished[:n])
-        pick = (lambda a: a[:n]) if rows.size == n else (lambda a: a[rows])
+        if rows is None:
+            rows = np.flatnonzero(ledger.finished[:n])
+            pick = (lambda a: a[:n]) if rows.size == n else (lambda a: a[rows])
+        else:
+            rows = np.asarray(rows, dtype=np.int64)
+            pick = lambda a: a[rows]  # noqa: E731
         ids = pick(ledger.episode_ids)
         columns = {
             "episode_ix": ids, "seed": ids + ledger.seed, "sum_reward": pick(ledger.sum_reward),
@@ -255,21 +267,6 @@ class CoreEngine:
         }
         task = self.spec.env
         return EpisodeTable(columns, np.zeros(1, np.int64), [(task, 0, task)])
-
-    def records(self, ledger: Ledger, rows: Any) -> list[dict[str, Any]]:
-        """The per-episode records of ledger rows ``rows`` (the episodes finished in one step), built
-        column by column: one ``tolist`` per field instead of a NumPy scalar conversion per value."""
-        rows = np.asarray(rows, dtype=np.int64)
-        ids = ledger.episode_ids[rows]
-        task, signal = self.spec.env, self._success_signal()
-        return [
-            {"episode_ix": e, "seed": s, "sum_reward": r, "max_reward": m, "length": n, "success": ok,
-             "nan_rewards": nan, "task_group": task, "task_id": 0, "task": task, "has_success_signal": signal}
-            for e, s, r, m, n, ok, nan in zip(
-                ids.tolist(), (ids + ledger.seed).tolist(), ledger.sum_reward[rows].tolist(),
-                ledger.max_reward[rows].tolist(), ledger.length[rows].tolist(), ledger.success[rows].tolist(),
-                ledger.nan_rewards[rows].tolist())
-        ]
 
     def _meta(self, n: int, seed: int) -> dict[str, Any]:
         return {

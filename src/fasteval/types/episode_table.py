@@ -241,11 +241,11 @@ class EpisodeTable(Sequence):
         return int(sum(a.nbytes if a.strides == () or 0 not in a.strides else a.itemsize for a in arrays))
 
 
-def merge_episodes(done: Iterable[Mapping[str, Any]], new: EpisodeTable | Iterable[Mapping[str, Any]]) -> EpisodeTable:
-    """Records of earlier segments (``episodes.jsonl`` dicts) plus a new table, ordered by
+def merge_episodes(done: EpisodeTable | Iterable[Mapping[str, Any]], new: EpisodeTable | Iterable[Mapping[str, Any]]) -> EpisodeTable:
+    """Records of earlier segments (a table or ``episodes.jsonl`` dicts) plus a new table, ordered by
     ``episode_ix`` (a resumed run's merge). Nothing is converted when ``done`` is empty."""
-    done = list(done)
+    done = done if isinstance(done, EpisodeTable) else list(done)
     new = new if isinstance(new, EpisodeTable) else EpisodeTable.from_records(new)
-    if not done:
+    if not len(done):
         return new.sorted_by_episode()
     return EpisodeTable.concat([EpisodeTable.from_records(done), new]).sorted_by_episode()

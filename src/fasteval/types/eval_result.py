@@ -22,9 +22,41 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from fasteval.types.episode_table import EpisodeTable
+from fasteval.types.episode_table import EpisodeTable, merge_episodes
 from fasteval.types.json_writer import write_json_atomic
 from fasteval.types.stats import wilson_interval
+
+
+STATUS_RUNNING, STATUS_COMPLETE, STATUS_INTERRUPTED, STATUS_FAILED = "running", "complete", "interrupted", "failed"
+"""A run's status (``meta["status"]``, and the manifest's: ``running`` until the run has ended)."""
+
+
+def run_status(n_recorded: int, n_wanted: int, n_failed: int, error: BaseException | None, stopped: bool) -> str:
+    """The status of a run that ended: every wanted episode recorded (a stop request that came after
+    the last episode started changes nothing) -> ``complete``; stopped early (a stop request, a second
+    signal) -> ``interrupted``; an error or episodes that failed for good -> ``failed``."""
+    if n_recorded == n_wanted and error is None and not n_failed:
+        return STATUS_COMPLETE
+    if stopped or isinstance(error, KeyboardInterrupt):
+        return STATUS_INTERRUPTED
+    if error is not None or n_failed:
+        return STATUS_FAILED
+    return STATUS_COMPLETE
+
+
+@dataclass(frozen=True)
+class EarlierSegments:
+    """What earlier segments of a resumed run recorded: their episodes (in any order) and their
+    engine seconds. The engine folds them into the one result of the run."""
+
+    records: EpisodeTable
+    eval_s: float = 0.0
+    segments: int = 0
+    """How many segments ran before this one."""
+
+    def merged(self, new: EpisodeTable) -> EpisodeTable:
+        """The earlier records plus ``new``, in episode order."""
+        return merge_episodes(self.records, new)
 
 
 @dataclass

@@ -9,8 +9,10 @@
 
 from fasteval.types.episode_table import (COLUMN_DTYPES, EPISODE_FIELDS, NUMBER_FIELDS, TASK_FIELDS, EpisodeTable,
                                           merge_episodes)
-from fasteval.types.eval_result import EvalResult, aggregate
+from fasteval.types.eval_result import (STATUS_COMPLETE, STATUS_FAILED, STATUS_INTERRUPTED, STATUS_RUNNING, EarlierSegments,
+                                         EvalResult, aggregate, run_status)
 from fasteval.types.json_writer import write_json_atomic
 
-__all__ = ["COLUMN_DTYPES", "EPISODE_FIELDS", "NUMBER_FIELDS", "TASK_FIELDS", "EpisodeTable", "EvalResult",
+__all__ = ["STATUS_COMPLETE", "STATUS_FAILED", "STATUS_INTERRUPTED", "STATUS_RUNNING", "EarlierSegments", "run_status",
+           "COLUMN_DTYPES", "EPISODE_FIELDS", "NUMBER_FIELDS", "TASK_FIELDS", "EpisodeTable", "EvalResult",
            "aggregate", "merge_episodes", "write_json_atomic"]
