@@ -458,8 +458,6 @@ def check_output_paths(out_dir: Path, spec: Any) -> None:
 HOW_IT_RUNS = ("batch_size", "vectorization", "workers", "device", "pipeline", "cuda_graph", "max_episodes_rendered", "video_select")
 """Spec fields a resumed run may change: they change how the episodes run (or what is rendered),
 never their results."""
-FIELD_OF_PARAM = {"compile_policy": "compile"}
-"""CLI parameter names that differ from the EvalSpec field they set."""
 
 
 def _same_value(field: str, a: Any, b: Any) -> bool:
@@ -484,16 +482,15 @@ def spec_from_manifest(ctx: click.Context, run_dir: Any, options: dict[str, Any]
     compared with the manifest; equal values are accepted, options in :data:`HOW_IT_RUNS` take
     the new value, and any other difference is refused with a UserInputError naming each one.
     """
-    from click.core import ParameterSource
-
+    from fasteval.run.config import PARAM_FOR_FIELD, given_on_command_line
     from fasteval.types.errors import UserInputError
 
     manifest = run_dir.read_manifest()
     saved = dict(manifest["spec"])
     long_name = {p.name: next((o for o in p.opts if o.startswith("--")), p.opts[0])
                  for p in ctx.command.params if isinstance(p, click.Option)}
-    given = {FIELD_OF_PARAM.get(name, name): long_name.get(name, name) for name in options
-             if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE}
+    given = {f: long_name.get(PARAM_FOR_FIELD.get(f, f), f) for f in given_on_command_line(ctx)
+             if PARAM_FOR_FIELD.get(f, f) in options}  # the options that build the spec (not -o, --retries, ...)
     differ: list[str] = []
     if given or config_file is not None:
         wanted = build_spec(**options)
@@ -520,7 +517,7 @@ def spec_from_manifest(ctx: click.Context, run_dir: Any, options: dict[str, Any]
         raise UserInputError(
             f"--resume {run_dir.path}: this command differs from the run in {run_dir.path / 'manifest.json'}: "
             + "; ".join(differ) + ". Drop those options (the run's values are used), or start a new run with "
-            "another --output-dir. Only " + ", ".join(long_name.get(FIELD_OF_PARAM.get(f, f), "--" + f.replace("_", "-"))
+            "another --output-dir. Only " + ", ".join(long_name.get(PARAM_FOR_FIELD.get(f, f), "--" + f.replace("_", "-"))
                                                        for f in HOW_IT_RUNS)
             + " may change on resume."
         )

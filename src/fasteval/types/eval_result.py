@@ -88,12 +88,8 @@ class EvalResult:
             self.per_episode = EpisodeTable.from_records(self.per_episode)
 
     # -- aggregates ---------------------------------------------------------------------------
-    @property
-    def aggregated(self) -> dict[str, Any]:
-        """What the CLI writes under ``overall``."""
-        return self.overall()
-
     def overall(self) -> dict[str, Any]:
+        """What the CLI writes under ``overall``."""
         out = aggregate(self.per_episode)
         n = out["n_episodes"]
         steps = out["env_steps"]
