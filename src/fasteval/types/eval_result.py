@@ -15,6 +15,7 @@ NaN rewards are never dropped: averages over an episode with a NaN reward are Na
 from __future__ import annotations
 
 import math
+import warnings
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,6 +89,12 @@ class EvalResult:
             self.per_episode = EpisodeTable.from_records(self.per_episode)
 
     # -- aggregates ---------------------------------------------------------------------------
+    @property
+    def aggregated(self) -> dict[str, Any]:
+        """Deprecated name of :meth:`overall`, kept because earlier docs and scripts use it."""
+        warnings.warn("EvalResult.aggregated is deprecated: use EvalResult.overall()", DeprecationWarning, stacklevel=2)
+        return self.overall()
+
     def overall(self) -> dict[str, Any]:
         """What the CLI writes under ``overall``."""
         out = aggregate(self.per_episode)
