@@ -21,14 +21,12 @@ import torch
 from torch import nn
 
 from fasteval import kernels
-from fasteval.core import accel
-from fasteval.core.accel import accelerate, changes_python_state, graph_blockers
+from fasteval.core.accel import accelerate, changes_python_state, graph_blockers, graph_decision, per_slot_state
 from fasteval.core.envs import SlotEnvs, build_slot_envs, make_factory
 from fasteval.core.faults import Faults, make_action_check
 from fasteval.core.ledger import Ledger
 from fasteval.core.loop import StepContext, run_episodes, start_wave
 from fasteval.core.pipeline import check_pipelinable, group_rows, policy_batch
-from fasteval.core.policy import NO_RESET
 from fasteval.core.protocols import EngineParts, StepObserver
 from fasteval.core.timing import make_stage_timers
 from fasteval.core.transfer import DeviceToHost, HostToDevice, host_allocator
@@ -133,8 +131,7 @@ class CoreEngine:
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             self.runner.dry_run(policy_input)
             # A second call that changes the policy's Python attributes: state a CUDA graph would freeze.
-            may_graph = (self.spec.cuda_graph is not False and accel.graph_unsupported(self.device) is None
-                         and self.runner.reset_kind == NO_RESET)
+            may_graph = graph_decision(self.spec.cuda_graph, self.device, per_slot_state(self.runner)).status is None
             changed = may_graph and changes_python_state(self.policy, self.runner.plain_step, policy_input)
         step, self.accel_facts = accelerate(
             self.runner.plain_step, device=self.device, amp=self.spec.amp, compile=self.spec.compile,
