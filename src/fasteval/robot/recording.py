@@ -155,9 +155,9 @@ def check_renderable(engine: Any) -> None:
     run starts (see :func:`render_problem`). Sync envs are inspected in place; for async envs one env is
     built in this process from the engine's factory and closed again."""
     envs = engine.envs
-    local = getattr(envs, "envs", None)
+    local = getattr(envs, "envs", None)  # in-process envs only (the worker pool holds none in this process)
     own = None
-    if local and not hasattr(envs, "_pipes"):
+    if local:
         env = local[0]
     else:
         env = own = engine.factory()
@@ -242,8 +242,8 @@ class VideoRecorder(StepObserver):
     def __init__(self, envs: Any, ledger: Any, env: str, max_episodes: int, videos_dir: str | os.PathLike,
                  select: str = FIRST, task: str | None = None):
         self._imageio = load_video_writer()
-        local = getattr(envs, "envs", None)
-        problem = render_problem(local[0], env) if local and not hasattr(envs, "_pipes") else None
+        local = getattr(envs, "envs", None)  # in-process envs only (the worker pool holds none in this process)
+        problem = render_problem(local[0], env) if local else None
         if problem is not None:
             raise UserInputError(problem)
         self.envs, self.ledger, self.env = envs, ledger, env
