@@ -10,10 +10,11 @@ core itself imports none of them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 from time import perf_counter
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -159,15 +160,7 @@ class CoreEngine:
         Global torch/numpy/python RNG states are restored afterwards; torch is seeded with
         ``seed`` inside the run so stochastic policies are reproducible.
         """
-        n = self.spec.n_episodes if n_episodes is None else int(n_episodes)
-        seed = self.spec.seed if seed is None else int(seed)
-        if episodes is not None:
-            episodes = sorted({int(e) for e in episodes})
-            if any(e < 0 for e in episodes):
-                raise UserInputError(f"episodes: expected indices >= 0, got {episodes[:5]}...")
-            n = len(episodes)
-        if seed < 0 or (n < 1 and episodes is None):
-            raise UserInputError(f"n_episodes must be >= 1 and seed >= 0; got n_episodes={n}, seed={seed}.")
+        n, seed, episodes = self._plan(n_episodes, seed, episodes)
         ledger = Ledger(n, self.n_slots, seed, episodes)
         self.ledger = ledger
         if n == 0:
@@ -176,28 +169,11 @@ class CoreEngine:
         callback = (lambda done: on_finished(ledger, done)) if on_finished is not None else (lambda done: None)
         faults = Faults(self.envs, self.runner, ledger, self.spec.retries, self.spec.on_nan_action, on_error)
         self.timers.reset()
-        np_state, py_state = np.random.get_state(), random.getstate()
-        devices = [self.device] if self.device.type == "cuda" else []
-        threads = torch.get_num_threads()
-        if self.device.type == "cpu" and self.spec.cpu_threads is not None:
-            torch.set_num_threads(self.spec.cpu_threads)
         self.dry_run_s = 0.0
         start = perf_counter()
         try:
-            with torch.random.fork_rng(devices=devices), torch.inference_mode():
-                # Seed only what fork_rng restores: torch.manual_seed would also reseed every CUDA device.
-                torch.default_generator.manual_seed(seed)
-                if self.device.type == "cuda":
-                    with torch.cuda.device(self.device):
-                        torch.cuda.manual_seed(seed)
-                start_wave(self.envs, self.runner, ledger, self.timers,
-                           before_policy_reset=None if self._checked else self._dry_run)
-                ctx = StepContext(
-                    envs=self.envs, runner=self.runner, h2d=self.h2d, d2h=self.d2h, ledger=ledger, faults=faults,
-                    timers=self.timers, step_bookkeeping=kernels.step_bookkeeping, max_steps=self.max_steps or 0,
-                    check_actions=self.check_actions, on_finished=callback, observer=observer,
-                )
-                run_episodes(ctx, self.group_rows)
+            with self._seeded(seed):
+                self._step_episodes(ledger, faults, callback, observer)
         except UserInputError:
             raise  # the dry run: nothing was evaluated
         except BaseException as exc:
@@ -207,15 +183,59 @@ class CoreEngine:
             raise EvaluationAborted(
                 f"evaluation stopped early after {len(partial.per_episode)} finished episodes: "
                 f"{type(exc).__name__}: {exc}", partial) from exc
-        finally:
-            np.random.set_state(np_state)
-            random.setstate(py_state)
-            torch.set_num_threads(threads)
         self.runs += 1
         result = self._result(ledger, faults, perf_counter() - start - self.dry_run_s, seed)
         result.meta["status"] = "interrupted" if ledger.limit < ledger.n_episodes else "complete"
         self.parts.finish_observers(observer, result)
         return result
+
+    def _plan(self, n_episodes: int | None, seed: int | None,
+              episodes: Sequence[int] | None) -> tuple[int, int, list[int] | None]:
+        """``(n, seed, episodes)`` of a run, from its arguments and the spec; bad values raise :class:`UserInputError`."""
+        n = self.spec.n_episodes if n_episodes is None else int(n_episodes)
+        seed = self.spec.seed if seed is None else int(seed)
+        if episodes is not None:
+            episodes = sorted({int(e) for e in episodes})
+            if any(e < 0 for e in episodes):
+                raise UserInputError(f"episodes: expected indices >= 0, got {episodes[:5]}...")
+            n = len(episodes)
+        if seed < 0 or (n < 1 and episodes is None):
+            raise UserInputError(f"n_episodes must be >= 1 and seed >= 0; got n_episodes={n}, seed={seed}.")
+        return n, seed, episodes
+
+    @contextlib.contextmanager
+    def _seeded(self, seed: int) -> Iterator[None]:
+        """The run's RNG and threads: torch seeded with ``seed`` inside a fork (restored after), numpy's and
+        Python's global states restored, the spec's CPU threads for a CPU policy; inference mode."""
+        np_state, py_state = np.random.get_state(), random.getstate()
+        devices = [self.device] if self.device.type == "cuda" else []
+        threads = torch.get_num_threads()
+        if self.device.type == "cpu" and self.spec.cpu_threads is not None:
+            torch.set_num_threads(self.spec.cpu_threads)
+        try:
+            with torch.random.fork_rng(devices=devices), torch.inference_mode():
+                # Seed only what fork_rng restores: torch.manual_seed would also reseed every CUDA device.
+                torch.default_generator.manual_seed(seed)
+                if self.device.type == "cuda":
+                    with torch.cuda.device(self.device):
+                        torch.cuda.manual_seed(seed)
+                yield
+        finally:
+            np.random.set_state(np_state)
+            random.setstate(py_state)
+            torch.set_num_threads(threads)
+
+    def _step_episodes(self, ledger: Ledger, faults: Faults, callback: Callable[[np.ndarray], None],
+                       observer: StepObserver | None) -> None:
+        """The first wave of resets (with the dry run on the engine's first run), then the step sequence."""
+        start_wave(self.envs, self.runner, ledger, self.timers,
+                   before_policy_reset=None if self._checked else self._dry_run)
+        ctx = StepContext(
+            envs=self.envs, runner=self.runner, h2d=self.h2d, d2h=self.d2h, ledger=ledger, faults=faults,
+            timers=self.timers, step_bookkeeping=kernels.step_bookkeeping, max_steps=self.max_steps or 0,
+            check_actions=self.check_actions, on_finished=callback, observer=observer,
+        )
+        run_episodes(ctx, self.group_rows)
 
     def stop_starting(self) -> None:
         """Graceful stop: in-flight episodes finish, no new ones start (safe in a signal handler)."""

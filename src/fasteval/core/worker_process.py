@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 
 import gymnasium as gym
 
-from fasteval.core.slot_block import CallError, SlotBlock  # noqa: F401 (CallError: what a failed call sends back)
+from fasteval.core.slot_block import SlotBlock
 from fasteval.core.slots import EnvFailure, _failure
 from fasteval.core.shared_buffers import Layout, SharedBuffers, SharedFd
 from fasteval.types.errors import FastevalError
