@@ -10,10 +10,11 @@ core itself imports none of them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 from time import perf_counter
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -21,14 +22,12 @@ import torch
 from torch import nn
 
 from fasteval import kernels
-from fasteval.core import accel
-from fasteval.core.accel import accelerate, changes_python_state, graph_blockers
+from fasteval.core.accel import accelerate, changes_python_state, graph_blockers, graph_decision, per_slot_state
 from fasteval.core.envs import SlotEnvs, build_slot_envs, make_factory
 from fasteval.core.faults import Faults, make_action_check
 from fasteval.core.ledger import Ledger
 from fasteval.core.loop import StepContext, run_episodes, start_wave
 from fasteval.core.pipeline import check_pipelinable, group_rows, policy_batch
-from fasteval.core.policy import NO_RESET
 from fasteval.core.protocols import EngineParts, StepObserver
 from fasteval.core.timing import make_stage_timers
 from fasteval.core.transfer import DeviceToHost, HostToDevice, host_allocator
@@ -133,8 +132,7 @@ class CoreEngine:
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             self.runner.dry_run(policy_input)
             # A second call that changes the policy's Python attributes: state a CUDA graph would freeze.
-            may_graph = (self.spec.cuda_graph is not False and accel.graph_unsupported(self.device) is None
-                         and self.runner.reset_kind == NO_RESET)
+            may_graph = graph_decision(self.spec.cuda_graph, self.device, per_slot_state(self.runner)).status is None
             changed = may_graph and changes_python_state(self.policy, self.runner.plain_step, policy_input)
         step, self.accel_facts = accelerate(
             self.runner.plain_step, device=self.device, amp=self.spec.amp, compile=self.spec.compile,
@@ -164,6 +162,36 @@ class CoreEngine:
         ``seed`` inside the run so stochastic policies are reproducible. ``earlier`` (a resumed run):
         the records of its earlier segments, folded into the one result of the run.
         """
+        n, seed, episodes = self._plan(n_episodes, seed, episodes)
+        ledger = Ledger(n, self.n_slots, seed, episodes)
+        self.ledger = ledger
+        if n == 0:
+            return self._result(ledger, [], 0.0, seed, earlier)
+        observer = self.parts.attach_observers(self, ledger, observer)  # videos / episode data when the spec asks
+        callback = (lambda done: on_finished(ledger, done)) if on_finished is not None else (lambda done: None)
+        faults = Faults(self.envs, self.runner, ledger, self.spec.retries, self.spec.on_nan_action, on_error)
+        self.timers.reset()
+        self.dry_run_s = 0.0
+        start = perf_counter()
+        try:
+            with self._seeded(seed):
+                self._step_episodes(ledger, faults, callback, observer)
+        except UserInputError:
+            raise  # the dry run: nothing was evaluated
+        except BaseException as exc:
+            partial = self._result(ledger, faults.errors, perf_counter() - start - self.dry_run_s, seed, earlier, exc)
+            self.parts.finish_observers(observer, partial)
+            raise EvaluationAborted(
+                f"evaluation stopped early after {len(partial.per_episode)} finished episodes: "
+                f"{type(exc).__name__}: {exc}", partial) from exc
+        self.runs += 1
+        result = self._result(ledger, faults.errors, perf_counter() - start - self.dry_run_s, seed, earlier)
+        self.parts.finish_observers(observer, result)
+        return result
+
+    def _plan(self, n_episodes: int | None, seed: int | None,
+              episodes: Sequence[int] | None) -> tuple[int, int, list[int] | None]:
+        """``(n, seed, episodes)`` of a run, from its arguments and the spec; bad values raise :class:`UserInputError`."""
         n = self.spec.n_episodes if n_episodes is None else int(n_episodes)
         seed = self.spec.seed if seed is None else int(seed)
         if episodes is not None:
@@ -173,21 +201,17 @@ class CoreEngine:
             n = len(episodes)
         if seed < 0 or (n < 1 and episodes is None):
             raise UserInputError(f"n_episodes must be >= 1 and seed >= 0; got n_episodes={n}, seed={seed}.")
-        ledger = Ledger(n, self.n_slots, seed, episodes)
-        self.ledger = ledger
-        if n == 0:
-            return self._result(ledger, [], 0.0, seed, earlier)
-        observer = self.parts.attach_observers(self, ledger, observer)  # videos / episode data when the spec asks
-        callback = (lambda done: on_finished(ledger, done)) if on_finished is not None else (lambda done: None)
-        faults = Faults(self.envs, self.runner, ledger, self.spec.retries, self.spec.on_nan_action, on_error)
-        self.timers.reset()
+        return n, seed, episodes
+
+    @contextlib.contextmanager
+    def _seeded(self, seed: int) -> Iterator[None]:
+        """The run's RNG and threads: torch seeded with ``seed`` inside a fork (restored after), numpy's and
+        Python's global states restored, the spec's CPU threads for a CPU policy; inference mode."""
         np_state, py_state = np.random.get_state(), random.getstate()
         devices = [self.device] if self.device.type == "cuda" else []
         threads = torch.get_num_threads()
         if self.device.type == "cpu" and self.spec.cpu_threads is not None:
             torch.set_num_threads(self.spec.cpu_threads)
-        self.dry_run_s = 0.0
-        start = perf_counter()
         try:
             with torch.random.fork_rng(devices=devices), torch.inference_mode():
                 # Seed only what fork_rng restores: torch.manual_seed would also reseed every CUDA device.
@@ -195,30 +219,23 @@ class CoreEngine:
                 if self.device.type == "cuda":
                     with torch.cuda.device(self.device):
                         torch.cuda.manual_seed(seed)
-                start_wave(self.envs, self.runner, ledger, self.timers,
-                           before_policy_reset=None if self._checked else self._dry_run)
-                ctx = StepContext(
-                    envs=self.envs, runner=self.runner, h2d=self.h2d, d2h=self.d2h, ledger=ledger, faults=faults,
-                    timers=self.timers, step_bookkeeping=kernels.step_bookkeeping, max_steps=self.max_steps or 0,
-                    check_actions=self.check_actions, on_finished=callback, observer=observer,
-                )
-                run_episodes(ctx, self.group_rows)
-        except UserInputError:
-            raise  # the dry run: nothing was evaluated
-        except BaseException as exc:
-            partial = self._result(ledger, faults.errors, perf_counter() - start - self.dry_run_s, seed, earlier, exc)
-            self.parts.finish_observers(observer, partial)
-            raise EvaluationAborted(
-                f"evaluation stopped early after {len(partial.per_episode)} finished episodes: "
-                f"{type(exc).__name__}: {exc}", partial) from exc
+                yield
         finally:
             np.random.set_state(np_state)
             random.setstate(py_state)
             torch.set_num_threads(threads)
-        self.runs += 1
-        result = self._result(ledger, faults.errors, perf_counter() - start - self.dry_run_s, seed, earlier)
-        self.parts.finish_observers(observer, result)
-        return result
+
+    def _step_episodes(self, ledger: Ledger, faults: Faults, callback: Callable[[np.ndarray], None],
+                       observer: StepObserver | None) -> None:
+        """The first wave of resets (with the dry run on the engine's first run), then the step sequence."""
+        start_wave(self.envs, self.runner, ledger, self.timers,
+                   before_policy_reset=None if self._checked else self._dry_run)
+        ctx = StepContext(
+            envs=self.envs, runner=self.runner, h2d=self.h2d, d2h=self.d2h, ledger=ledger, faults=faults,
+            timers=self.timers, step_bookkeeping=kernels.step_bookkeeping, max_steps=self.max_steps or 0,
+            check_actions=self.check_actions, on_finished=callback, observer=observer,
+        )
+        run_episodes(ctx, self.group_rows)
 
     def stop_starting(self) -> None:
         """Graceful stop: in-flight episodes finish, no new ones start (safe in a signal handler)."""

@@ -1,6 +1,6 @@
 """Library entry points: :func:`evaluate` (one shot) and :class:`Evaluator` (build once, call many times).
 
-Both are thin doors over :class:`~fasteval.core.engine.Engine`; the only things they add
+Both are thin doors over :class:`~fasteval.run.engine.Engine`; the only things they add
 are what a training loop needs around it:
 
 * **mode**: an ``nn.Module`` policy is put in ``eval()`` for the evaluation and every
