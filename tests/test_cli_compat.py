@@ -250,8 +250,10 @@ def test_config_round_trip_same_spec_and_same_results(tmp_path):
     assert saved == printed
     # dump, reload: the same spec
     spec, out = spec_from_config(load_config(tmp_path / "first" / "config.json"))
+    # --eval.use_async_envs makes it a LeRobot-style command line: LeRobot's video layout (no videos: the env
+    # type renders none), every other default given on the line
     assert spec == EvalSpec(env=KA, policy=PARITY, n_episodes=9, batch_size=2, seed=5,
-                            env_kwargs={"nan_reward_seeds": [7]}, device="auto", retries=2)
+                            env_kwargs={"nan_reward_seeds": [7]}, device="auto", retries=2, video_layout="lerobot")
     assert out == str(tmp_path / "first")
     assert resolved(["--config", tmp_path / "first" / "config.json"]) == printed
     # and the same numbers when run again from the saved file

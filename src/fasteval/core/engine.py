@@ -282,8 +282,9 @@ class CoreEngine:
             "nan_rewards": pick(ledger.nan_rewards),
             "has_success_signal": np.broadcast_to(np.bool_(self._success_signal()), (rows.size,)),
         }
-        task = self.spec.env
-        return EpisodeTable(columns, np.zeros(1, np.int64), [(task, 0, task)])
+        names = getattr(self.parts, "task_names", None)  # LeRobot's names for its env types (pusht, push-v3, ...)
+        group, task = names(self.spec) if names is not None else (self.spec.env, self.spec.env)
+        return EpisodeTable(columns, np.zeros(1, np.int64), [(group, 0, task)])
 
     def _meta(self, n: int, seed: int) -> dict[str, Any]:
         return {
@@ -303,7 +304,13 @@ class CoreEngine:
             "dry_run_s": self.dry_run_s,
             **{f"policy_{k}": v for k, v in self.accel_facts.items()},
             **self._policy_facts(),
+            **self._env_facts(),
         }
+
+    def _env_facts(self) -> dict[str, Any]:
+        """Facts the parts report about the env (``env_meta(spec) -> dict``, optional): which implementation ran."""
+        env_meta = getattr(self.parts, "env_meta", None)
+        return dict(env_meta(self.spec)) if callable(env_meta) else {}
 
     def _policy_facts(self) -> dict[str, Any]:
         """Facts the policy reports about itself (``run_meta() -> dict``, optional): for example where

@@ -48,7 +48,11 @@ class EngineParts(Protocol):
       (observation mapping, normalization, chunk queues, task descriptions are the runner's business);
     * ``attach_observers(engine, ledger, observer)``: the observer of one run (recorders the spec asks
       for, plus the caller's ``observer``), or ``None`` for none;
-    * ``finish_observers(observer, result)``: close them and put what they made into ``result``.
+    * ``finish_observers(observer, result)``: close them and put what they made into ``result``;
+    * ``task_names(spec)`` (optional): the ``(task_group, task)`` every episode record carries (default:
+      the env id for both);
+    * ``env_meta(spec)`` (optional): facts about the env for the run's metadata (``env_note``: which
+      implementation of an env ran).
     """
 
     def load_policy(self, spec: Any, envs: "SlotEnvs", n_slots: int) -> Any: ...

@@ -24,10 +24,13 @@ import click
 
 from fasteval.doors.file_options import FileOptions, file_options
 from fasteval.run.paths import UsablePath, path_problem
-from fasteval.types.spec import (AMP_MODES, DEVICES, OBS_DTYPES, OBSERVATION_FORMATS, ON_NAN_ACTIONS, RESET_MODES,
-                                 VECTORIZATIONS, VIDEO_SELECTIONS, EvalSpec)
+from fasteval.types.spec import (AMP_MODES, DEVICES, NOISE_MODES, OBS_DTYPES, OBSERVATION_FORMATS, ON_NAN_ACTIONS,
+                                 RESET_MODES, VECTORIZATIONS, VIDEO_LAYOUTS, VIDEO_SELECTIONS, EvalSpec)
 
 EXIT_OK, EXIT_RUNTIME_ERROR, EXIT_BAD_INPUT = 0, 1, 2
+DEFAULTS_KEY = "fasteval.defaults"
+"""``ctx.meta`` key: which defaults the command line got (``lerobot`` or ``fasteval``)."""
+LEROBOT, FASTEVAL = "lerobot", "fasteval"
 
 
 def parse_env_kwargs(pairs: tuple[str, ...]) -> dict[str, Any]:
@@ -112,8 +115,8 @@ EVAL_OPTIONS = [
                  help="Keyword argument for the env; repeatable; values parsed as JSON where they parse."),
     click.option("--n-episodes", "-n", type=click.IntRange(min=1), default=10, show_default=True,
                  help="Exactly this many episodes; episode i uses seed SEED + i."),
-    click.option("--batch-size", "-b", type=click.IntRange(min=1), default=16, show_default=True,
-                 help="Env slots stepped together (capped at N)."),
+    click.option("--batch-size", "-b", type=click.IntRange(min=0), default=16, show_default=True,
+                 help="Env slots stepped together (capped at N). 0: LeRobot's auto rule, min(floor(0.7 cores), N, 64)."),
     click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of episode 0."),
     click.option("--vectorization", type=click.Choice(VECTORIZATIONS), default="sync", show_default=True,
                  help="sync: envs in-process (best for cheap envs). async: a pool of worker processes, each "
@@ -146,8 +149,18 @@ EVAL_OPTIONS = [
                       "(nn.Module policies; else as the env gives them), float32, float64, or keep (no cast)."),
     click.option("--videos", "--max-episodes-rendered", "max_episodes_rendered", type=click.IntRange(min=0), default=0,
                  show_default=True, help="Render K episodes (chosen by --video-select) into "
-                 "OUTPUT_DIR/videos/<task>/ep<episode>_seed<seed>_<success|failure>.mp4. "
-                 "--max-episodes-rendered is LeRobot's name."),
+                 "OUTPUT_DIR/videos/<task>/ep<episode>_seed<seed>_<success|failure>.mp4 (--video-layout lerobot: "
+                 "OUTPUT_DIR/videos/<group>_<task_id>/eval_episode_<episode>.mp4) [LeRobot-style options: 10]."),
+    click.option("--video-layout", "video_layout", type=click.Choice(VIDEO_LAYOUTS), default="fasteval", show_default=True,
+                 help="Video file names: fasteval's, or lerobot-eval's (the default with LeRobot-style options)."),
+    click.option("--cpu-threads", "cpu_threads", type=click.IntRange(min=1), default=1, show_default=True,
+                 help="torch threads while a CPU policy runs. Per-seed equality with lerobot-eval down to 1e-12 "
+                      "needs the same count on both sides (OMP_NUM_THREADS=1 lerobot-eval ... --cpu-threads 1)."),
+    click.option("--noise", "noise", type=click.Choice(NOISE_MODES), default="episode", show_default=True,
+                 help="Stochastic LeRobot policies (Diffusion): a noise generator per episode (batch-invariant), "
+                      "or LeRobot's global RNG aligned with lerobot-eval's (its numbers with --reset-mode wave)."),
+    click.option("--no-fast-env", "--fast-env", is_flag=True, expose_value=False,
+                 help="--env.type=pusht: step gym-pusht's own env instead of fasteval's bit-identical, faster subclass."),
     click.option("--video-select", "video_select", type=click.Choice(VIDEO_SELECTIONS), default="first", show_default=True,
                  help="Which episodes --videos renders: the first K by index, the first K failures or successes "
                       "(by index; rendered as candidates, extra videos deleted), or the first K of every task (suites)."),
@@ -162,6 +175,10 @@ def eval_options(fn):
 
 def build_spec(policy, env, env_kwargs, n_episodes, batch_size, seed, vectorization, device, max_steps, reset_mode,
                trust_remote_code, pipeline=False, cuda_graph=None, amp="none", compile_policy=False, rename=(), **extra):
+    if batch_size == 0:  # LeRobot's eval.batch_size=0
+        from fasteval.doors.lerobot_options import auto_batch_size
+
+        batch_size = auto_batch_size(n_episodes)
     return EvalSpec(
         env=env, policy=policy, env_kwargs=parse_env_kwargs(env_kwargs), n_episodes=n_episodes,
         batch_size=batch_size, seed=seed, vectorization=vectorization, device=device, max_steps=max_steps,
@@ -204,13 +221,18 @@ class LazyGroup(click.Group):
     """A group whose subcommands live in their own modules and are imported on first use."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        from fasteval.doors.compat import rewrite_args  # LeRobot-style aliases and key=value -> native options, once
+        from fasteval.doors.compat import rewrite  # LeRobot-style aliases and key=value -> native options, once
 
         try:
-            args = rewrite_args(args, self.get_params(ctx))
+            rewritten = rewrite(args, self.get_params(ctx))
         except ValueError as exc:
             if not ctx.resilient_parsing:
                 raise click.UsageError(str(exc), ctx) from None
+        else:
+            args = rewritten.args
+            ctx.meta[DEFAULTS_KEY] = LEROBOT if rewritten.lerobot else FASTEVAL
+            if rewritten.defaults:  # LeRobot's defaults, under anything the command line (or --config) gives
+                ctx.default_map = {**rewritten.defaults, **(ctx.default_map or {})}
         return super().parse_args(ctx, args)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -280,6 +302,7 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
     if ctx.invoked_subcommand is not None:
         return
     files = FileOptions(options)  # --config, --print-config, --log, --export
+    files.defaults = ctx.meta.get(DEFAULTS_KEY, FASTEVAL)
     from fasteval.doors.suites import suite_from_spec
     from fasteval.types.errors import UserInputError
 
@@ -290,7 +313,9 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
         if files.print_config:
             from fasteval.run.config import dump_config
 
-            click.echo(dump_config(spec, out_dir))
+            if files.defaults == LEROBOT:
+                click.echo(lerobot_defaults_line(spec), err=True)
+            click.echo(dump_config(spec, out_dir, defaults=files.defaults))
             return
         suite = suite_from_spec(spec)  # --env.task=a,b (a list of task names): one durable run per task
         if suite is not None:
@@ -329,10 +354,45 @@ def resolve_run(ctx: click.Context, options: dict[str, Any], files: FileOptions,
         spec = spec.replace(return_episode_data=True)
     spec, output_dir = files.resolve(ctx, spec, output_dir, resume=resume_dir is not None)
     out_dir = Path(resume_dir or output_dir or default_output_dir(spec.env))
-    check_output_paths(out_dir, spec)
     if spec.max_episodes_rendered and spec.videos_dir is None:
-        spec = spec.replace(videos_dir=str(out_dir / "videos"))
+        spec = spec.replace(videos_dir=str(default_videos_dir(spec, out_dir)))
+    check_output_paths(out_dir, spec)
+    check_lerobot_first(spec)
     return spec, out_dir
+
+
+def default_videos_dir(spec: Any, out_dir: Path) -> Path:
+    """``OUTPUT_DIR/videos``; LeRobot's layout, one task: its task's folder, ``videos/<group>_0``."""
+    from fasteval.doors.suites import suite_from_spec
+
+    if spec.video_layout != LEROBOT or suite_from_spec(spec) is not None:
+        return out_dir / "videos"  # a suite puts each task's videos in videos/<group>_<task_id>/
+    from fasteval.robot.env_names import task_names
+    from fasteval.types.eval_result import task_folder
+
+    return out_dir / "videos" / task_folder(task_names(spec.env, spec.env_kwargs)[0], 0)
+
+
+def check_lerobot_first(spec: Any) -> None:
+    """A LeRobot checkpoint needs LeRobot (and Python >= 3.12): say so before the env is built, whose own
+    missing package (gym-pusht) would otherwise be reported first. Raises PolicyLoadError (exit 2)."""
+    from fasteval.doors.lerobot_options import checkpoint_type
+    from fasteval.robot.lerobot.checkpoint import is_lerobot_checkpoint
+
+    policy = spec.policy
+    if isinstance(policy, str) and (is_lerobot_checkpoint(policy) or (policy.startswith("hf://") and
+                                                                      checkpoint_type(policy) is not None)):
+        from fasteval.robot.lerobot.extra import require_lerobot
+
+        require_lerobot(f"the LeRobot checkpoint {policy}")
+
+
+def lerobot_defaults_line(spec: Any) -> str:
+    """The stderr line of ``--print-config`` for a LeRobot-style command line: which defaults applied."""
+    return (f"fasteval: LeRobot-style options, so LeRobot's defaults for what the command line leaves out: seed 1000, "
+            f"eval.n_episodes 50, eval.batch_size 0 (LeRobot's auto rule; here {spec.n_slots}), 10 videos in "
+            f"LeRobot's layout, outputs/eval/<date>/<time>_<job_name>. This run: seed {spec.seed}, "
+            f"{spec.n_episodes} episodes, batch {spec.batch_size}.")
 
 
 def build_engine(spec: Any) -> Any:

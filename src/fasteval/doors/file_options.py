@@ -21,6 +21,8 @@ class FileOptions:
         self.log_targets = tuple(options.pop("log_targets", ()) or ())
         self.export_formats = tuple(options.pop("export_formats", ()) or ())
         self.sinks: list[Any] = []
+        self.defaults = "fasteval"
+        """Which defaults the command line got (``lerobot`` / ``fasteval``): saved in ``config.json``."""
 
     def resolve(self, ctx: click.Context, spec: Any, output_dir: Any, resume: bool) -> tuple[Any, Any]:
         """Apply ``--config`` (command-line options win) and check the sinks; returns ``(spec, output_dir)``."""
@@ -32,6 +34,10 @@ class FileOptions:
             if resume:
                 raise UserInputError("--resume takes its settings from the run's manifest.json; do not pass --config with it.")
             spec, output_dir = apply_config(ctx, spec, output_dir, self.config_file)
+            if self.defaults != "lerobot":  # the file's values came from the set it names
+                from fasteval.run.config import load_config
+
+                self.defaults = load_config(self.config_file).get("defaults", self.defaults)
         self.sinks = [parse_log_target(t) for t in self.log_targets]
         check_export_formats(self.export_formats)
         return spec, output_dir
@@ -44,7 +50,7 @@ class FileOptions:
         from fasteval.run.sinks import export_tables
 
         out_dir = Path(out_dir)
-        save_config(out_dir / CONFIG_FILE_NAME, spec, out_dir)
+        save_config(out_dir / CONFIG_FILE_NAME, spec, out_dir, defaults=self.defaults)
         problems = []
         for fmt, path in export_tables(result, out_dir, self.export_formats):
             click.echo(f"wrote {path}")

@@ -6,7 +6,7 @@ config; :mod:`fasteval.doors.compat` rewrites the aliases, and this module holds
 * :data:`RULES`: options accepted only with LeRobot's default value (anything else is **refused** with
   the reason), and options with **no effect** in ``lerobot-eval`` either (accepted, with a note);
 * :func:`policy_field_refusal`: every other ``--policy.<field>`` (LeRobot's overrides of the saved config);
-* :func:`lerobot_style` and :data:`LEROBOT_DEFAULTS`: a command line with a LeRobot-style option gets
+* :data:`LEROBOT_DEFAULTS`: a command line with a LeRobot-style option gets
   LeRobot's defaults (seed 1000, 50 episodes, ``eval.batch_size`` 0 = :func:`auto_batch_size`, 10 videos);
 * :func:`policy_reference`: ``--policy.path`` as LeRobot resolves it, a local folder first, then the hub.
 """
@@ -18,7 +18,6 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 SAME, MAPPED, NO_EFFECT, REFUSED = "same", "mapped", "no effect", "refused"
 TRUE_WORDS = ("true", "1", "yes", "on")
@@ -104,22 +103,8 @@ LEROBOT_DEFAULTS = {"seed": 1000, "n_episodes": 50, "batch_size": 0, "max_episod
 """EvalSpec fields (and CLI parameters) under LeRobot-style flags: LeRobot 0.6.1's ``EvalPipelineConfig``
 ``seed``, ``EvalConfig`` ``n_episodes`` and ``batch_size`` (0: :func:`auto_batch_size`), and the 10
 episodes ``eval_main`` renders per task."""
-
-
-def lerobot_style(args: Iterable[str]) -> bool:
-    """Whether a command line uses a LeRobot-style option (``--policy.*``, ``--env.*``, ``--eval.*``, or
-    their ``key=value`` spelling) before its first subcommand word or ``--``."""
-    for token in args:
-        if token == "--":
-            return False
-        name = token if token.startswith("--") else f"--{token}" if "=" in token and not token.startswith("-") else None
-        if name is None:
-            if not token.startswith("-"):
-                return False  # a subcommand (or a stray word): what follows is not ours
-            continue
-        if name.startswith(LEROBOT_PREFIXES):
-            return True
-    return False
+VIDEO_DEFAULTS = ("max_episodes_rendered", "video_select")
+"""The video entries of :data:`LEROBOT_DEFAULTS`: only for env types that render (``EnvType.renders``)."""
 
 
 def auto_batch_size(n_episodes: int, cpu_count: int | None = None) -> int:

@@ -62,6 +62,7 @@ from fasteval.robot.lerobot.envs import ENV_REF as LEROBOT_ENV_REF
 from fasteval.robot.metaworld import (  # noqa: F401  (re-exported: "fasteval.doors.suites:make_metaworld_env" keeps working)
     METAWORLD_BENCHMARKS, METAWORLD_ENV_REF, METAWORLD_ENV_REFS, MetaWorldEnv, import_metaworld, make_metaworld_env,
     metaworld_task_description)
+from fasteval.types.eval_result import task_folder
 from fasteval.types.results import EpisodeTable, EvalResult
 from fasteval.types.spec import EvalSpec
 
@@ -194,7 +195,7 @@ def run_suite(
     budgets = video_budgets(spec_fields.get("max_episodes_rendered", 0), spec_fields.get("video_select", "first"),
                             [n_episodes] * len(tasks))
     for (group, task_id, task), budget in zip(tasks, budgets):
-        fields = {**spec_fields, **task_fields(task, budget, Path(root) / f"{_safe(group)}_{_safe(task_id)}")}
+        fields = {**spec_fields, **task_fields(task, budget, Path(root) / task_folder(group, task_id))}
         specs.append(EvalSpec(policy="zero", n_episodes=n_episodes, seed=seed, **fields))
 
     def run_one(index: int) -> EvalResult:
@@ -238,10 +239,6 @@ def video_budgets(k: int, select: str, n_episodes: Sequence[int]) -> list[int]:
         out.append(min(left, n))
         left -= out[-1]
     return out
-
-
-def _safe(value: Any) -> str:
-    return "".join(c if c.isalnum() or c in "-." else "_" for c in str(value)) or "_"
 
 
 def _merge(tasks: list[tuple[str, Any, Task]], results: list[EvalResult], eval_s: float, concurrency: int) -> EvalResult:
@@ -345,7 +342,7 @@ def run_suite_durable(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], ou
     results, folders, status, error, signal_number = [], [], STATUS_COMPLETE, None, None
     start = perf_counter()
     for (group, task_id, task), budget in zip(tasks, budgets):
-        label = f"{_safe(group)}_{_safe(task_id)}"
+        label = task_folder(group, task_id)
         task_spec = spec.replace(**task_fields(task, budget, videos_root / label))
         folder = out_dir / "tasks" / label
         run_dir = RunDirectory(folder)

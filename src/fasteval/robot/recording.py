@@ -95,8 +95,13 @@ def task_label(env: str, env_kwargs: Any = None) -> str:
     return env
 
 
-def video_path(videos_dir: str | os.PathLike, task: str, episode_ix: int, seed: int, success: bool) -> Path:
-    """``<videos_dir>/<task>/ep<episode:06d>_seed<seed>_<success|failure>.mp4`` (the task made safe for a file name)."""
+def video_path(videos_dir: str | os.PathLike, task: str, episode_ix: int, seed: int, success: bool,
+               layout: str = "fasteval") -> Path:
+    """``<videos_dir>/<task>/ep<episode:06d>_seed<seed>_<success|failure>.mp4`` (the task made safe for a file
+    name); layout ``lerobot``: ``<videos_dir>/eval_episode_<episode>.mp4``, as ``lerobot-eval`` names them
+    (its ``videos_dir`` is the task's ``videos/<group>_<task_id>`` folder)."""
+    if layout == "lerobot":
+        return Path(videos_dir) / f"eval_episode_{int(episode_ix)}.mp4"
     outcome = "success" if success else "failure"
     return Path(videos_dir) / safe_name(task) / f"ep{int(episode_ix):06d}_seed{int(seed)}_{outcome}.mp4"
 
@@ -150,22 +155,22 @@ def render_problem(env: Any, name: str) -> str | None:
             f"for the frame size), or drop --videos / --max-episodes-rendered.")
 
 
-def check_renderable(engine: Any) -> None:
-    """Raise :class:`UserInputError` (after closing ``engine``) if its env cannot render videos, before the
-    run starts (see :func:`render_problem`). Sync envs are inspected in place; for async envs one env is
-    built in this process from the engine's factory and closed again."""
-    envs = engine.envs
-    local = getattr(envs, "envs", None)  # in-process envs only (the worker pool holds none in this process)
-    own = None
-    if local:
-        env = local[0]
-    else:
-        env = own = engine.factory()
+def _inspect_env(engine: Any, look: Any) -> Any:
+    """``look(env)`` on one env of ``engine``: a sync env in place; for async envs one env built in this
+    process from the engine's factory, and closed again."""
+    local = getattr(engine.envs, "envs", None)  # in-process envs only (the worker pool holds none in this process)
+    own = None if local else engine.factory()
     try:
-        problem = render_problem(env, engine.spec.env)
+        return look(local[0] if local else own)
     finally:
         if own is not None:
             own.close()
+
+
+def check_renderable(engine: Any) -> None:
+    """Raise :class:`UserInputError` (after closing ``engine``) if its env cannot render videos, before the
+    run starts (see :func:`render_problem`)."""
+    problem = _inspect_env(engine, lambda env: render_problem(env, engine.spec.env))
     if problem is not None:
         engine.close()
         raise UserInputError(problem)
@@ -240,7 +245,7 @@ class VideoRecorder(StepObserver):
     """Renders the episodes that ``selection`` picks into mp4 files, frame by frame."""
 
     def __init__(self, envs: Any, ledger: Any, env: str, max_episodes: int, videos_dir: str | os.PathLike,
-                 select: str = FIRST, task: str | None = None):
+                 select: str = FIRST, task: str | None = None, layout: str = "fasteval"):
         self._imageio = load_video_writer()
         local = getattr(envs, "envs", None)  # in-process envs only (the worker pool holds none in this process)
         problem = render_problem(local[0], env) if local else None
@@ -249,7 +254,8 @@ class VideoRecorder(StepObserver):
         self.envs, self.ledger, self.env = envs, ledger, env
         self.task = task or env
         self.videos_dir = videos_dir
-        self.folder = Path(videos_dir) / safe_name(self.task)
+        self.layout = layout
+        self.folder = Path(videos_dir) if layout == "lerobot" else Path(videos_dir) / safe_name(self.task)
         self.selection = VideoSelection(select, max_episodes)
         metadata = getattr(envs, "metadata", None) or {}  # the env's metadata (render_fps), for sync and async envs
         self.fps = int(metadata.get("render_fps") or DEFAULT_FPS)
@@ -289,7 +295,7 @@ class VideoRecorder(StepObserver):
         if not keep:
             spool.discard()
             return
-        path = video_path(self.videos_dir, self.task, episode, L.seed + episode, success)
+        path = video_path(self.videos_dir, self.task, episode, L.seed + episode, success, self.layout)
         spool.encode(self._imageio, self.fps, path)
         self.done[episode] = str(path)
         self.frames[episode] = spool.count
@@ -480,8 +486,12 @@ def attach_recorders(engine: Any, ledger: Any, observer: StepObserver | None) ->
     spec = engine.spec
     parts: list[Any] = []
     if spec.max_episodes_rendered > 0:
+        from fasteval.robot.env_names import lerobot_names
+
+        names = lerobot_names(spec.env, spec.env_kwargs)  # PushT-v0, not the fast PushT's import path
         parts.append(VideoRecorder(engine.envs, ledger, spec.env, spec.max_episodes_rendered, spec.videos_dir or "videos",
-                                   select=spec.video_select, task=task_label(spec.env, spec.env_kwargs)))
+                                   select=spec.video_select, layout=spec.video_layout,
+                                   task=names[1] if names else task_label(spec.env, spec.env_kwargs)))
     if spec.return_episode_data:
         parts.append(EpisodeDataRecorder(engine, ledger, spec.observation_format, spec.rename))
     return Recorders(parts, observer) if parts else observer

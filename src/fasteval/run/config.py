@@ -37,7 +37,9 @@ from fasteval.types.mapping_files import read_mapping_file
 from fasteval.types.spec import EvalSpec
 
 CONFIG_FILE_NAME = "config.json"
-EXTRA_KEYS = ("output_dir",)
+EXTRA_KEYS = ("output_dir", "defaults")
+DEFAULT_SETS = ("fasteval", "lerobot")
+"""``defaults`` (informational): which defaults filled what the command line left out (docs/lerobot.md)."""
 MERGED_FIELDS = ("env_kwargs", "rename")
 """Mapping fields merged key by key (config first, then the command line)."""
 PARAM_FOR_FIELD = {"compile": "compile_policy"}
@@ -101,6 +103,8 @@ def check_keys(data: Mapping[str, Any], where: str = "config") -> None:
             hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
         raise ConfigError(f"{where}: unknown key(s) {', '.join(hints)}; expected EvalSpec fields "
                           f"({', '.join(spec_fields())}) or output_dir.")
+    if "defaults" in data and data["defaults"] not in DEFAULT_SETS:
+        raise ConfigError(f"{where}: defaults: expected {' or '.join(DEFAULT_SETS)}, got {data['defaults']!r}.")
 
 
 def spec_from_config(data: Mapping[str, Any]) -> tuple[EvalSpec, str | None]:
@@ -112,24 +116,27 @@ def spec_from_config(data: Mapping[str, Any]) -> tuple[EvalSpec, str | None]:
     return EvalSpec(**fields), data.get("output_dir")
 
 
-def config_document(spec: EvalSpec, output_dir: str | Path | None) -> dict[str, Any]:
-    """The resolved config: every EvalSpec field, plus ``output_dir``. Loading it gives ``spec`` back."""
+def config_document(spec: EvalSpec, output_dir: str | Path | None, defaults: str | None = None) -> dict[str, Any]:
+    """The resolved config: every EvalSpec field, plus ``output_dir`` (and ``defaults``: which set of defaults
+    the command line got). Loading it gives ``spec`` back."""
     doc = spec.to_dict()
     policy = doc.get("policy")
     if isinstance(policy, str) and not Path(policy).is_absolute() and Path(policy).is_dir():
         doc["policy"] = str(Path(policy).resolve())  # a saved config must not depend on where it is read
     doc["output_dir"] = None if output_dir is None else str(output_dir)
+    if defaults is not None:
+        doc["defaults"] = defaults
     return doc
 
 
-def dump_config(spec: EvalSpec, output_dir: str | Path | None) -> str:
-    return json.dumps(config_document(spec, output_dir), indent=2)
+def dump_config(spec: EvalSpec, output_dir: str | Path | None, defaults: str | None = None) -> str:
+    return json.dumps(config_document(spec, output_dir, defaults), indent=2)
 
 
-def save_config(path: str | Path, spec: EvalSpec, output_dir: str | Path | None) -> Path:
+def save_config(path: str | Path, spec: EvalSpec, output_dir: str | Path | None, defaults: str | None = None) -> Path:
     from fasteval.types.results import write_json_atomic
 
-    return write_json_atomic(path, config_document(spec, output_dir))
+    return write_json_atomic(path, config_document(spec, output_dir, defaults))
 
 
 def merge(spec: EvalSpec, config: Mapping[str, Any], given: set[str]) -> EvalSpec:

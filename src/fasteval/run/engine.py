@@ -17,6 +17,8 @@ from typing import Any
 
 from fasteval.core.engine import CoreEngine
 from fasteval.core.protocols import StepObserver
+from fasteval.robot.env_names import task_names
+from fasteval.robot.fast_envs import env_note
 from fasteval.robot.policies.loaders import load_policy
 from fasteval.robot.policies.runner import build_policy_runner
 from fasteval.robot.recording import attach_recorders, finish_recorders
@@ -29,7 +31,7 @@ class FastevalParts:
     def load_policy(self, spec: EvalSpec, envs: Any, n_slots: int) -> Any:
         return load_policy(spec.policy, envs.observation_space, envs.action_space, n_slots, spec.trust_remote_code,
                            device=spec.device, env=spec.env, env_kwargs=dict(spec.env_kwargs),
-                           cuda_graph=spec.cuda_graph)
+                           cuda_graph=spec.cuda_graph, noise=spec.noise)
 
     def build_runner(self, policy: Any, spec: EvalSpec, envs: Any, h2d: Any, policy_batch: int) -> Any:
         return build_policy_runner(policy, spec, envs, h2d, policy_batch)
@@ -39,6 +41,13 @@ class FastevalParts:
 
     def finish_observers(self, observer: StepObserver | None, result: Any) -> None:
         finish_recorders(observer, result)
+
+    def task_names(self, spec: EvalSpec) -> tuple[str, str]:
+        return task_names(spec.env, spec.env_kwargs)
+
+    def env_meta(self, spec: EvalSpec) -> dict[str, Any]:
+        note = env_note(spec.env)
+        return {"env_note": note} if note else {}
 
 
 PARTS = FastevalParts()

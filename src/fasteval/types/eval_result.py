@@ -108,15 +108,27 @@ class EvalResult:
             n_failed_episodes=self.n_failed,
             n_env_errors=len(self.errors),
             video_paths=list(self.video_paths),
+            predicted_video_paths=[],
         )
         return out
 
+    def task_videos(self, group: Any, task_id: Any) -> list[str]:
+        """The videos of one task: those in its folder ``.../<group>_<task_id>/...`` (:func:`task_folder`: a
+        suite's, and LeRobot's layout), or every video when the result holds that one task only."""
+        if len(self.per_episode.tasks) == 1:
+            return list(self.video_paths)
+        folder = f"/{task_folder(group, task_id)}/"
+        return [p for p in self.video_paths if folder in f"/{p}"]
+
     def per_group(self) -> dict[str, dict[str, Any]]:
         table = self.per_episode
+        tasks = [key for key, _ in table.groups("task")]
         out = {}
         for (name,), part in table.groups("group"):
             agg = aggregate(part)
-            agg["video_paths"] = [p for p in self.video_paths if f"/{name}_" in p or p.startswith(f"{name}_")]
+            agg["video_paths"] = [p for group, task_id in tasks if str(group) == name
+                                  for p in self.task_videos(group, task_id)]
+            agg["predicted_video_paths"] = []
             out[name] = agg
         return out
 
@@ -138,7 +150,8 @@ class EvalResult:
                     "successes": part.columns["success"],
                     "lengths": part.columns["length"],
                     "seeds": part.columns["seed"],
-                    "video_paths": [],
+                    "video_paths": self.task_videos(group, task_id),
+                    "predicted_video_paths": [],
                 },
                 "aggregated": aggregate(part),
             })
@@ -184,6 +197,15 @@ class EvalResult:
     def column(self, name: str) -> np.ndarray:
         """One per-episode field as an array, in episode order."""
         return np.asarray(self.per_episode.column(name))
+
+
+def task_folder(group: Any, task_id: Any) -> str:
+    """The folder of one task's files in a run (``<group>_<task_id>``, made safe for a file name): a suite's
+    ``tasks/<folder>/`` and ``videos/<folder>/``, and LeRobot's ``videos/<group>_<task_id>/``."""
+    def safe(value: Any) -> str:
+        return "".join(c if c.isalnum() or c in "-." else "_" for c in str(value)) or "_"
+
+    return f"{safe(group)}_{safe(task_id)}"
 
 
 def _plain_task(task: dict[str, Any]) -> dict[str, Any]:

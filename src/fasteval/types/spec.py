@@ -21,6 +21,8 @@ OBSERVATION_FORMATS = ("raw", "lerobot")
 AMP_MODES = ("none", "bf16", "fp16", "auto")
 OBS_DTYPES = ("auto", "keep", "float32", "float64")
 VIDEO_SELECTIONS = ("first", "failures", "successes", "per-task")
+VIDEO_LAYOUTS = ("fasteval", "lerobot")
+NOISE_MODES = ("episode", "global")
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,16 @@ class EvalSpec:
     videos_dir: str | None = None
     """Folder for videos. ``None``: ``videos`` under the CLI's output folder, or ``./videos`` for the library."""
 
+    video_layout: str = "fasteval"
+    """Video file names: ``fasteval`` (``<videos_dir>/<task>/ep<episode:06d>_seed<seed>_<outcome>.mp4``) or
+    ``lerobot`` (``<videos_dir>/eval_episode_<episode>.mp4``, ``videos_dir`` being the task's
+    ``videos/<group>_<task_id>`` folder, as ``lerobot-eval`` writes them)."""
+
+    noise: str = "episode"
+    """Where a stochastic LeRobot policy's noise comes from: ``episode`` (a generator per episode, seeded
+    with its seed: batch-invariant) or ``global`` (LeRobot's global torch RNG, aligned with
+    ``lerobot-eval``'s: its per-seed numbers in wave mode; see :mod:`fasteval.robot.lerobot.policy`)."""
+
     return_episode_data: bool = False
     """Also return the rollout data of every episode (observation, action, reward, done, episode
     and frame index) as ``result.episode_data``, a TensorDict with one row per step."""
@@ -176,6 +188,8 @@ class EvalSpec:
         _require(self.video_select in VIDEO_SELECTIONS, "video_select", " or ".join(VIDEO_SELECTIONS), self.video_select)
         _require(self.videos_dir is None or (isinstance(self.videos_dir, str) and self.videos_dir != ""),
                  "videos_dir", "None or a folder path string", self.videos_dir)
+        _require(self.video_layout in VIDEO_LAYOUTS, "video_layout", " or ".join(VIDEO_LAYOUTS), self.video_layout)
+        _require(self.noise in NOISE_MODES, "noise", " or ".join(NOISE_MODES), self.noise)
         _require(isinstance(self.return_episode_data, bool), "return_episode_data", "True or False", self.return_episode_data)
 
     @property

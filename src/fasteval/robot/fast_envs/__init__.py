@@ -30,3 +30,12 @@ def pusht_env_id(task: str = "PushT-v0") -> str:
     if task == "PushT-v0" and installed_version("gym-pusht") in PUSHT_CHECKED_VERSIONS:
         return FAST_PUSHT
     return f"gym_pusht/{task}"
+
+
+def env_note(env: str) -> str | None:
+    """What a run's metadata says about a fast env (``meta["env_note"]``); ``None`` for any other env."""
+    if env == FAST_PUSHT:
+        return (f"fasteval's bit-identical subclass of gym_pusht/PushT-v0 (gym-pusht {installed_version('gym-pusht')}): "
+                f"the same frames, states, rewards, flags and infos, a faster image path; --no-fast-env steps "
+                f"gym-pusht's own env")
+    return None

@@ -25,6 +25,7 @@ from typing import Any, Mapping
 import torch
 
 from fasteval.types.errors import PolicyLoadError
+from fasteval.types.spec import NOISE_MODES
 from fasteval.robot.lerobot.checkpoint import lerobot_policy_type
 from fasteval.robot.lerobot.extra import require_lerobot
 from fasteval.robot.lerobot.policy import LeRobotPolicy, LeRobotWavePolicy, _Pipelines, predict_takes_noise
@@ -32,8 +33,7 @@ from fasteval.robot.lerobot.policy import LeRobotPolicy, LeRobotWavePolicy, _Pip
 logger = logging.getLogger(__name__)
 
 PER_SLOT_TYPES = {"act", "diffusion"}
-NOISE_MODES = ("episode", "global")
-"""``--noise``: each episode's own generator (batch-invariant), or LeRobot's global RNG (its numbers)."""
+
 """Checked against LeRobot 0.6's modeling code: ``select_action`` pops a queue filled with
 ``predict_action_chunk(batch)[:, :n_action_steps]`` (Diffusion: over an ``n_obs_steps`` history)."""
 

@@ -41,14 +41,16 @@ def load_policy(
     env: str | None = None,
     env_kwargs: dict[str, Any] | None = None,
     cuda_graph: bool | None = None,
+    noise: str = "episode",
 ) -> Any:
     """Return a policy object for ``ref`` (see the module docstring). Raises PolicyLoadError/UserInputError.
 
     ``device`` (the spec's) places a LeRobot policy as LeRobot's ``--policy.device`` does; ``env`` and
     ``env_kwargs`` (the spec's) tell which LeRobot env config, if any, pairs its env-side processors;
-    ``cuda_graph`` (the spec's) allows or forbids capturing its chunk prediction on a GPU.
+    ``cuda_graph`` (the spec's) allows or forbids capturing its chunk prediction on a GPU; ``noise`` (the
+    spec's) says where a stochastic LeRobot policy draws its noise.
     """
-    lerobot_args = (n_slots, device, env, env_kwargs or {}, cuda_graph)
+    lerobot_args = (n_slots, device, env, env_kwargs or {}, cuda_graph, noise)
     if not isinstance(ref, str):
         return ref
     if ref in BUILTIN_POLICIES:
@@ -92,12 +94,13 @@ def load_policy(
 
 
 def _load_lerobot(folder: Path, n_slots: int, device: str, env: str | None, env_kwargs: dict[str, Any],
-                  cuda_graph: bool | None) -> Any:
+                  cuda_graph: bool | None, noise: str) -> Any:
     from fasteval.robot.lerobot.envs import config_for
     from fasteval.robot.lerobot.loader import load_lerobot_policy
 
     env_config = config_for(env, env_kwargs) if env is not None else None
-    return load_lerobot_policy(folder, n_slots, device=device, env_config=env_config, cuda_graph=cuda_graph)
+    return load_lerobot_policy(folder, n_slots, device=device, env_config=env_config, cuda_graph=cuda_graph,
+                               noise=noise)
 
 
 def _space_kwargs(factory: Any, observation_space: gym.Space, action_space: gym.Space) -> dict[str, Any]:

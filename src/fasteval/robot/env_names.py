@@ -1,0 +1,63 @@
+"""The names a run's one task carries in ``eval_info.json``: LeRobot's, for LeRobot's env types.
+
+:func:`task_names` gives ``(task_group, task)``: ``("pusht", "PushT-v0")`` for fasteval's fast PushT as
+for gym-pusht's own, ``("aloha", "AlohaInsertion-v0")``, ``("push-v3", "push-v3")`` for Meta-World (LeRobot
+names a Meta-World group after its task), LeRobot's env type for a type built by LeRobot's default
+factory, the suite and LIBERO's task name for LIBERO; any other env keeps its id (``("CartPole-v1",
+"CartPole-v1")``), never a factory's import path where a LeRobot name exists.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from fasteval.robot.fast_envs import FAST_PUSHT
+from fasteval.robot.lerobot.envs import ENV_REF as LEROBOT_ENV_REF
+from fasteval.robot.metaworld import METAWORLD_ENV_REFS
+
+GYM_PREFIXES = {"gym_pusht/": "pusht", "gym_aloha/": "aloha"}
+"""gymnasium namespaces of LeRobot's PushT and ALOHA env types."""
+
+
+def task_names(env: str, env_kwargs: Mapping[str, Any] | None = None) -> tuple[str, str]:
+    """``(task_group, task)`` of the one task of ``env`` (see the module docstring)."""
+    return lerobot_names(env, env_kwargs) or (env, env)
+
+
+def lerobot_names(env: str, env_kwargs: Mapping[str, Any] | None = None) -> tuple[str, str] | None:
+    """``(task_group, task)`` as LeRobot names the one task of ``env``; ``None`` when ``env`` is no LeRobot env type."""
+    kwargs = dict(env_kwargs or {})
+    if env == FAST_PUSHT:
+        return "pusht", "PushT-v0"
+    for prefix, env_type in GYM_PREFIXES.items():
+        if env.startswith(prefix):
+            return env_type, env[len(prefix):]
+    task = kwargs.get("task")
+    if env in METAWORLD_ENV_REFS and isinstance(task, str):
+        return task, task
+    if env != LEROBOT_ENV_REF or not isinstance(kwargs.get("type"), str):
+        return None
+    env_type = kwargs["type"]
+    if not isinstance(task, str) or not task:
+        task = _default_task(env_type) or env_type
+    if env_type in ("libero", "libero_plus") and kwargs.get("task_id") is not None:
+        from fasteval.robot.lerobot.envs import libero_task_names
+
+        return task, libero_task_names(task)[int(kwargs["task_id"])]
+    return (env_type if _default_factory(env_type) else task), task
+
+
+def _default_task(env_type: str) -> str | None:
+    from lerobot.envs.configs import EnvConfig
+
+    task = getattr(EnvConfig.get_known_choices().get(env_type), "task", None)
+    return task if isinstance(task, str) else None
+
+
+def _default_factory(env_type: str) -> bool:
+    """Whether LeRobot's config for ``env_type`` keeps ``EnvConfig.create_envs``, which names its one group
+    after the type (``{self.type: {0: env}}``)."""
+    from lerobot.envs.configs import EnvConfig
+
+    cls = EnvConfig.get_known_choices().get(env_type)
+    return cls is not None and getattr(cls, "create_envs", None) is EnvConfig.create_envs
