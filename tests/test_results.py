@@ -95,16 +95,19 @@ def test_set_task_relabels_every_row():
 
 def test_aggregates_per_group_and_task_match_the_records():
     want = records()
-    result = EvalResult(want, 2.0, video_paths=["v/g_0.mp4", "v/h_1.mp4"])
+    result = EvalResult(want, 2.0, video_paths=["v/g_0/eval_episode_0.mp4", "v/h_x/eval_episode_1.mp4"])
     o = result.overall()
     assert o["n_episodes"] == 7 and math.isnan(o["avg_sum_reward"]) and o["n_nan_reward_episodes"] == 1
     assert o["avg_max_reward"] == pytest.approx(np.mean([r["max_reward"] for r in want]))
     assert o["n_success"] == 3 and o["env_steps"] == 21 and o["has_success_signal"] is True
     groups = result.per_group()
-    assert list(groups) == ["g", "h"] and groups["g"]["n_episodes"] == 4 and groups["h"]["video_paths"] == ["v/h_1.mp4"]
+    assert list(groups) == ["g", "h"] and groups["g"]["n_episodes"] == 4 and groups["h"]["video_paths"] == ["v/h_x/eval_episode_1.mp4"]
+    assert groups["g"]["video_paths"] == ["v/g_0/eval_episode_0.mp4"]  # a task's videos: those in its folder
     tasks = result.per_task()
     assert [(t["task_group"], t["task_id"]) for t in tasks] == [("g", 0), ("g", 1), ("h", "x")]
     assert tasks[0]["metrics"]["seeds"] == [100, 102] and tasks[2]["metrics"]["lengths"] == [4, 5, 6]
+    assert [t["metrics"]["video_paths"] for t in tasks] == [["v/g_0/eval_episode_0.mp4"], [], ["v/h_x/eval_episode_1.mp4"]]
+    assert all(t["metrics"]["predicted_video_paths"] == [] for t in tasks)  # LeRobot's key, never filled here
     assert tasks[1]["metrics"]["successes"] == [False, True] and tasks[0]["aggregated"]["n_nan_reward_episodes"] == 1
     no_signal = [dict(r, has_success_signal=False) for r in want]
     assert aggregate(no_signal)["has_success_signal"] is False

@@ -78,3 +78,37 @@ def test_every_row_says_what_fasteval_does() -> None:
         assert names and default, f"row {names}: an option and LeRobot's default"
         words = re.findall(r"\*\*([a-z ]+)\*\*", cell)
         assert words and all(w in WORDS for w in words), f"row {names}: {cell!r} names none of {WORDS}"
+
+
+def test_each_row_word_is_what_the_rewrite_does() -> None:
+    """Rows whose options fasteval refuses or accepts with no effect name exactly the rules of
+    fasteval.doors.lerobot_options.RULES (or a policy field / a refused env type), and the rewrite
+    does what the row says: a refused option exits 2 with its reason, a no-effect one prints a note."""
+    from fasteval.doors.cli import main
+    from fasteval.doors.compat import rewrite
+    from fasteval.doors.lerobot_options import NO_EFFECT, REFUSED, RULES
+
+    rows = {name: cell for names, _, cell in table_rows() for name in names}
+    for name, rule in RULES.items():
+        cell = rows[name]
+        assert f"**{rule.kind}**" in cell, f"{name}: the table says {cell!r}, the code {rule.kind!r}"
+        value = "sample" if not rule.default_values else "2"
+        notes: list[str] = []
+        args = ["--env.type=pusht", f"{name}={value}"]
+        if rule.kind == REFUSED:
+            with pytest.raises(ValueError, match="not supported"):
+                rewrite(args, main.params, notes.append)
+        else:
+            assert rule.kind == NO_EFFECT
+            rewrite(args, main.params, notes.append)
+            assert any("no effect" in n for n in notes), (name, notes)
+        if rule.default_values:  # LeRobot's default value: accepted, silently (it changes nothing)
+            notes.clear()
+            rewrite(["--env.type=pusht", f"{name}={rule.default_values[0]}"], main.params, notes.append)
+            assert notes == []
+    for name in ("--policy.n_action_steps", "--policy.temporal_ensemble_coeff", "--policy.n_obs_steps"):
+        with pytest.raises(ValueError, match="as saved"):
+            rewrite([f"{name}=3"], main.params)
+    for env_type in ("isaaclab_arena", "gym_manipulator"):
+        with pytest.raises(ValueError, match="not supported"):
+            rewrite([f"--env.type={env_type}"], main.params)

@@ -29,6 +29,7 @@ Unknown dotted names and unknown keys are usage errors (exit code 2) with a sugg
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from dataclasses import dataclass, field
@@ -269,7 +270,8 @@ class _Rewrite:
             self.fast_env = on if name == FAST_ENV else not on
         elif name.startswith("--policy.") and name not in ALIASES:
             known = [n for n in known_names(self.params) if n.startswith("--policy.")]
-            raise ValueError(policy_field_refusal(name) + did_you_mean(name, known))
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.85)  # a typo of a name fasteval takes
+            raise ValueError(f"unknown option {name}. Did you mean {close[0]}?" if close else policy_field_refusal(name))
         else:
             return False
         return True
