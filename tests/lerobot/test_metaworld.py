@@ -4,7 +4,8 @@ With the lerobot extra installed, ``--env.type=metaworld`` is LeRobot's Meta-Wor
 ``corner2`` camera, 480x480, and ``agent_pos``), built task by task by LeRobot's factory; the suite has
 LeRobot's groups and task ids. In wave mode every episode matches LeRobot's own ``eval_policy_all`` on the
 same suite, per task and per seed. Episodes are cut to ``STEPS`` steps on both sides (fasteval:
-``--env.episode_length``; LeRobot: the envs' ``_max_episode_steps``, which its rollout reads).
+``--max-steps``, since LeRobot's Meta-World ignores ``--env.episode_length``; LeRobot: the envs'
+``_max_episode_steps``, which its rollout reads).
 Needs ``MUJOCO_GL=egl`` on a machine without a display.
 """
 
@@ -78,7 +79,7 @@ def test_two_task_suite_from_the_cli_matches_lerobot_eval(metaworld_act: Path, t
     out = tmp_path / "out"
     result = CliRunner().invoke(main, [
         f"--policy.path={metaworld_act}", "--env.type=metaworld", f"--env.task={','.join(TASKS)}",
-        "--eval.n_episodes=2", "--eval.batch_size=2", f"--env.episode_length={STEPS}", "--policy.device=cpu",
+        "--eval.n_episodes=2", "--eval.batch_size=2", f"--max-steps={STEPS}", "--policy.device=cpu", "--videos=0",
         f"--seed={SEED}", f"--output_dir={out}", "--reset-mode", "wave"])
     assert result.exit_code == 0, result.output
     info = json.loads((out / "eval_info.json").read_text())
