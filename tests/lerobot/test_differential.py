@@ -21,7 +21,10 @@ step of the autoreset episode). The case runs episodes of different lengths in o
 episode that ends last in its batch agrees, every other one differs, and LeRobot's batch-1 run
 (``done-mask-b1``, where no step follows an episode's end) agrees with fasteval's batch-3 numbers.
 
-The cases are tiny (2-3 episodes of 20 steps): the whole table runs in about two minutes on two cores.
+PushT's reward moves only once the agent pushes the T, so two runs can agree on the rewards of 20 steps with
+different actions; the videos are the witness of the agent's path (the first 10 episodes of each case).
+
+The cases are tiny (1-3 episodes of 10-20 steps): the table runs in about four minutes on two busy cores.
 """
 
 from __future__ import annotations
@@ -43,6 +46,12 @@ pytest.importorskip("diffusers")
 REPO = Path(__file__).resolve().parents[2]
 TOL = 1e-9
 """Both sides run torch on one thread: the per-episode numbers agree to about 1e-13."""
+CROSS_BATCH_TOL = 1e-4
+"""Between batch sizes the policy's matrix products round differently (docs/lerobot.md)."""
+FRAME_TOL = 25.0
+"""The codecs differ (LeRobot: PyAV's libx264; fasteval: imageio's ffmpeg): frames are compared as 8x8 block
+means, per frame at the 99.9th percentile of the pixels. The same states give 1-10 there (random-pixel frames
+the most), a PushT agent a few pixels off gives well over 100."""
 STEPS = 20
 SYNC = "--eval.use_async_envs=false"
 """Every case: LeRobot 0.6.1's async envs (its default for batch > 1) start forkserver workers that do
@@ -182,9 +191,10 @@ def test_per_episode_numbers(table: dict, case: Case) -> None:
         if i == last:
             assert s1 == pytest.approx(s2, abs=TOL)
         else:
-            assert abs(s1 - s2) > 1e-6, f"episode {i} ended early and LeRobot counted no step past its end"
+            assert abs(s1 - s2) > 10 * CROSS_BATCH_TOL, f"episode {i} ended early and LeRobot counted no step past its end"
     alone, _ = _side(table, next(c for c in ALL_CASES if c.name == f"{case.name}-b1"), "lerobot-eval")
-    assert [r[0] for r in _episodes(alone)] == pytest.approx([r[0] for r in a], abs=TOL)
+    # LeRobot's batch-1 numbers are fasteval's batch-3 numbers (to the rounding of the batch size, ~1e-6 over an episode)
+    assert [r[0] for r in _episodes(alone)] == pytest.approx([r[0] for r in a], abs=CROSS_BATCH_TOL)
 
 
 def _relative(paths: list[str], root: Path) -> list[str]:
@@ -260,5 +270,10 @@ def test_videos(table: dict, case: Case) -> None:
     for rel in expected:
         a, b = _frames(fe_dir / rel), _frames(lr_dir / rel)
         assert a.shape[1:] == b.shape[1:] and len(a) == len(b) + 1, (rel, a.shape, b.shape)
-        diff = np.abs(a[: len(b)].astype(np.int16) - b.astype(np.int16))
-        assert diff.mean() < 2.0, f"{rel}: frames differ by {diff.mean():.2f} on average (codecs differ, states not)"
+        worst = max(np.percentile(np.abs(_blocks(a[t]) - _blocks(b[t])), 99.9) for t in range(len(b)))
+        assert worst < FRAME_TOL, f"{rel}: a frame differs by {worst:.1f} (8x8 block means): not the same states"
+
+
+def _blocks(frame: np.ndarray, k: int = 8) -> np.ndarray:
+    h, w, c = frame.shape
+    return frame[: h // k * k, : w // k * k].astype(np.float32).reshape(h // k, k, w // k, k, c).mean((1, 3))

@@ -119,7 +119,8 @@ class EvalSpec:
     noise: str = "episode"
     """Where a stochastic LeRobot policy's noise comes from: ``episode`` (a generator per episode, seeded
     with its seed: batch-invariant) or ``global`` (LeRobot's global torch RNG, aligned with
-    ``lerobot-eval``'s: its per-seed numbers in wave mode; see :mod:`fasteval.robot.lerobot.policy`)."""
+    ``lerobot-eval``'s: its per-seed numbers; needs wave mode, which ``reset_mode="auto"`` then picks;
+    see :mod:`fasteval.robot.lerobot.policy`)."""
 
     return_episode_data: bool = False
     """Also return the rollout data of every episode (observation, action, reward, done, episode
@@ -190,6 +191,10 @@ class EvalSpec:
                  "videos_dir", "None or a folder path string", self.videos_dir)
         _require(self.video_layout in VIDEO_LAYOUTS, "video_layout", " or ".join(VIDEO_LAYOUTS), self.video_layout)
         _require(self.noise in NOISE_MODES, "noise", " or ".join(NOISE_MODES), self.noise)
+        if self.noise == "global" and self.reset_mode == "auto":  # LeRobot's draws need LeRobot's batches
+            object.__setattr__(self, "reset_mode", "wave")
+        _require(self.noise != "global" or self.reset_mode == "wave", "reset_mode",
+                 "wave (or auto) with noise='global': LeRobot's global-RNG draws follow its waves", self.reset_mode)
         _require(isinstance(self.return_episode_data, bool), "return_episode_data", "True or False", self.return_episode_data)
 
     @property

@@ -246,7 +246,9 @@ class LeRobotPolicy(_FollowsDevice):
             self._align_pending = False
             align_with_lerobot_rng(self.policy, int(min(seeds)))
         ids = np.asarray(torch.as_tensor(env_ids).cpu(), dtype=np.int64)
-        self.pos[ids] = self.n_action_steps
+        # LeRobot's global-RNG draws (wave mode only): every slot's queue restarts with the wave, idle ones too
+        # (a half-full last wave), so the whole batch needs its chunks on LeRobot's steps, and draws as it does.
+        self.pos[slice(None) if self.global_noise else ids] = self.n_action_steps
         self.fresh[ids] = True
         if seeds is not None:
             for slot, seed in zip(ids.tolist(), seeds):
