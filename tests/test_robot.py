@@ -578,7 +578,9 @@ def test_several_metaworld_tasks_from_the_command_line(tmp_path):
     assert [(t["task_group"], t["task_id"], t["task"]) for t in info["per_task"]] == [
         ("metaworld", 0, "push-v3"), ("metaworld", 1, "reach-v3")]
     assert list(info["per_group"]) == ["metaworld"] and info["per_group"]["metaworld"]["n_episodes"] == 4
-    assert [(r["task"], r["seed"]) for r in info["per_episode"]] == [("push-v3", 0), ("push-v3", 1), ("reach-v3", 0), ("reach-v3", 1)]
+    # LeRobot-style options: LeRobot's seed 1000 (every task the same seeds, as LeRobot's eval_policy_all)
+    assert [(r["task"], r["seed"]) for r in info["per_episode"]] == [("push-v3", 1000), ("push-v3", 1001),
+                                                                    ("reach-v3", 1000), ("reach-v3", 1001)]
     single = CliRunner().invoke(main, ["--env.type=metaworld", "--env.task=reach-v3", "--eval.n_episodes=2",
                                        "--env.episode_length=3", "--policy.device=cpu", f"--output_dir={tmp_path / 'one'}"])
     assert single.exit_code == 0, single.output
