@@ -23,6 +23,7 @@ from typing import Any, Mapping
 import click
 
 from fasteval.doors.file_options import FileOptions, file_options
+from fasteval.doors.lerobot_options import FASTEVAL, LEROBOT
 from fasteval.run.paths import UsablePath, path_problem
 from fasteval.types.spec import (AMP_MODES, DEVICES, NOISE_MODES, OBS_DTYPES, OBSERVATION_FORMATS, ON_NAN_ACTIONS,
                                  RESET_MODES, VECTORIZATIONS, VIDEO_LAYOUTS, VIDEO_SELECTIONS, EvalSpec)
@@ -30,7 +31,6 @@ from fasteval.types.spec import (AMP_MODES, DEVICES, NOISE_MODES, OBS_DTYPES, OB
 EXIT_OK, EXIT_RUNTIME_ERROR, EXIT_BAD_INPUT = 0, 1, 2
 DEFAULTS_KEY = "fasteval.defaults"
 """``ctx.meta`` key: which defaults the command line got (``lerobot`` or ``fasteval``)."""
-LEROBOT, FASTEVAL = "lerobot", "fasteval"
 
 
 def parse_env_kwargs(pairs: tuple[str, ...]) -> dict[str, Any]:

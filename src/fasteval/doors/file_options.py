@@ -11,6 +11,8 @@ from typing import Any, Callable
 
 import click
 
+from fasteval.doors.lerobot_options import FASTEVAL, LEROBOT
+
 
 class FileOptions:
     """The values of ``--config``, ``--print-config``, ``--log`` and ``--export``, popped off the CLI's options."""
@@ -21,7 +23,7 @@ class FileOptions:
         self.log_targets = tuple(options.pop("log_targets", ()) or ())
         self.export_formats = tuple(options.pop("export_formats", ()) or ())
         self.sinks: list[Any] = []
-        self.defaults = "fasteval"
+        self.defaults = FASTEVAL
         """Which defaults the command line got (``lerobot`` / ``fasteval``): saved in ``config.json``."""
 
     def resolve(self, ctx: click.Context, spec: Any, output_dir: Any, resume: bool) -> tuple[Any, Any]:
@@ -34,7 +36,7 @@ class FileOptions:
             if resume:
                 raise UserInputError("--resume takes its settings from the run's manifest.json; do not pass --config with it.")
             spec, output_dir = apply_config(ctx, spec, output_dir, self.config_file)
-            if self.defaults != "lerobot":  # the file's values came from the set it names
+            if self.defaults != LEROBOT:  # the file's values came from the set it names
                 from fasteval.run.config import load_config
 
                 self.defaults = load_config(self.config_file).get("defaults", self.defaults)

@@ -34,12 +34,13 @@ from typing import Any, Mapping
 
 from fasteval.types.errors import UserInputError
 from fasteval.types.mapping_files import read_mapping_file
-from fasteval.types.spec import EvalSpec
+from fasteval.types.spec import VIDEO_LAYOUTS, EvalSpec
 
 CONFIG_FILE_NAME = "config.json"
 EXTRA_KEYS = ("output_dir", "defaults")
-DEFAULT_SETS = ("fasteval", "lerobot")
-"""``defaults`` (informational): which defaults filled what the command line left out (docs/lerobot.md)."""
+DEFAULT_SETS = VIDEO_LAYOUTS
+"""``defaults`` (informational): whose defaults filled what the command line left out, fasteval's or
+LeRobot's (docs/lerobot.md); the same two names as the video layouts."""
 MERGED_FIELDS = ("env_kwargs", "rename")
 """Mapping fields merged key by key (config first, then the command line)."""
 PARAM_FOR_FIELD = {"compile": "compile_policy"}
