@@ -41,14 +41,18 @@ def load_policy(
     env: str | None = None,
     env_kwargs: dict[str, Any] | None = None,
     cuda_graph: bool | None = None,
+    rename: dict[str, str] | None = None,
+    noise: str = "episode",
 ) -> Any:
     """Return a policy object for ``ref`` (see the module docstring). Raises PolicyLoadError/UserInputError.
 
     ``device`` (the spec's) places a LeRobot policy as LeRobot's ``--policy.device`` does; ``env`` and
     ``env_kwargs`` (the spec's) tell which LeRobot env config, if any, pairs its env-side processors;
-    ``cuda_graph`` (the spec's) allows or forbids capturing its chunk prediction on a GPU.
+    ``cuda_graph`` (the spec's) allows or forbids capturing its chunk prediction on a GPU; ``rename`` (the
+    spec's) goes to its own processors (LeRobot's ``rename_map``), ``noise`` picks where Diffusion's noise
+    comes from (``episode`` or ``global``; :func:`fasteval.robot.lerobot.loader.load_lerobot_policy`).
     """
-    lerobot_args = (n_slots, device, env, env_kwargs or {}, cuda_graph)
+    lerobot_args = (n_slots, device, env, env_kwargs or {}, cuda_graph, dict(rename or {}), noise)
     if not isinstance(ref, str):
         return ref
     if ref in BUILTIN_POLICIES:
@@ -92,12 +96,13 @@ def load_policy(
 
 
 def _load_lerobot(folder: Path, n_slots: int, device: str, env: str | None, env_kwargs: dict[str, Any],
-                  cuda_graph: bool | None) -> Any:
+                  cuda_graph: bool | None, rename: dict[str, str], noise: str) -> Any:
     from fasteval.robot.lerobot.envs import config_for
     from fasteval.robot.lerobot.loader import load_lerobot_policy
 
     env_config = config_for(env, env_kwargs) if env is not None else None
-    return load_lerobot_policy(folder, n_slots, device=device, env_config=env_config, cuda_graph=cuda_graph)
+    return load_lerobot_policy(folder, n_slots, device=device, rename_map=rename, env_config=env_config,
+                               cuda_graph=cuda_graph, noise=noise)
 
 
 def _space_kwargs(factory: Any, observation_space: gym.Space, action_space: gym.Space) -> dict[str, Any]:

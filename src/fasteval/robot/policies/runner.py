@@ -164,7 +164,9 @@ def build_policy_runner(policy: Any, spec: Any, envs: Any, h2d: Any, n_slots: in
     device = h2d.device
     stages: list[Any] = []
     example = h2d.policy_input
-    adapter = build_observation_adapter(envs.observation_space, spec.observation_format, spec.rename, device)
+    # A policy that renames inside its own processors (LeRobot's rename_map) gets the keys before renaming.
+    rename = {} if getattr(policy, "renames_observations", False) else spec.rename
+    adapter = build_observation_adapter(envs.observation_space, spec.observation_format, rename, device)
     if adapter is not None:
         stages.append(adapter)
         example = adapter.build(example)[0]
