@@ -81,6 +81,9 @@ def _resolve(module: str, path: str) -> Any:
 
 def missing_internals() -> list[str]:
     """One line per internal that is not where fasteval expects it (empty: all there)."""
+    from fasteval.core.headless import ensure_headless_gl
+
+    ensure_headless_gl()  # lerobot.envs.metaworld imports MuJoCo
     problems = []
     for module, path, use in REQUIRED:
         try:
