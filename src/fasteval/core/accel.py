@@ -59,9 +59,12 @@ from __future__ import annotations
 import logging
 import threading
 import warnings
+from time import perf_counter
 from typing import Any, Callable, Sequence
 
 import torch
+
+from fasteval.core.capture_body import born_on
 
 logger = logging.getLogger(__name__)
 
@@ -75,12 +78,26 @@ CAPTURE_LOCK = threading.Lock()
 CAPTURE_ERROR_MODE = "thread_local"
 
 
+class _CaptureClock(threading.local):
+    seconds = 0.0
+
+
+capture_clock = _CaptureClock()
+"""Seconds this thread has spent warming up and capturing CUDA graphs (every :class:`CudaGraphCall`:
+the engine's step and, say, a policy's own chunk graph) and in torch.compile's first calls. The
+engine reads it around a run and keeps that time out of ``eval_s`` (``meta["capture_s"]``)."""
+
+
 def eager(reason: str) -> str:
     """The ``policy_cuda_graph`` value of a policy that runs eagerly although graphs were asked for."""
     return f"eager ({reason})"
 
 
-def with_autocast(fn: Callable[[Any], torch.Tensor], device: torch.device, amp: str) -> Callable[[Any], torch.Tensor]:
+def with_autocast(fn: Callable[[Any], torch.Tensor], device: torch.device, amp: str,
+                  cache_enabled: bool = True) -> Callable[[Any], torch.Tensor]:
+    """``fn`` under ``torch.autocast`` for ``amp``; ``cache_enabled=False`` for a call a CUDA graph
+    captures (PyTorch's rule for graphed callables: the cast-weight cache would hold tensors made
+    during capture, freed or stale at replay)."""
     dtype = AMP_DTYPES[amp]
     if dtype is None:
         return fn
@@ -88,10 +105,29 @@ def with_autocast(fn: Callable[[Any], torch.Tensor], device: torch.device, amp: 
         dtype = torch.get_autocast_dtype(device.type)
 
     def autocast_call(obs: Any) -> torch.Tensor:
-        with torch.autocast(device_type=device.type, dtype=dtype):
+        with torch.autocast(device_type=device.type, dtype=dtype, cache_enabled=cache_enabled):
             return fn(obs)
 
     return autocast_call
+
+
+def timed_first_calls(fn: Callable[[Any], torch.Tensor]) -> Callable[[Any], torch.Tensor]:
+    """``fn`` (a ``torch.compile`` d call), with its first call per input object timed into
+    :data:`capture_clock` (compilation happens then), so that it stays out of ``eval_s``."""
+    seen: set[int] = set()
+
+    def call(obs: Any) -> torch.Tensor:
+        key = id(obs)
+        if key in seen:
+            return fn(obs)
+        started = perf_counter()
+        try:
+            return fn(obs)
+        finally:
+            seen.add(key)
+            capture_clock.seconds += perf_counter() - started
+
+    return call
 
 
 # -- what a graph would freeze ------------------------------------------------------------------
@@ -216,26 +252,35 @@ class CudaGraphCall:
         return out
 
     def _capture(self, obs: Any) -> tuple | None:
-        with CAPTURE_LOCK, torch.cuda.device(self.device):
-            if self.stream is None:  # created on the policy device, inside its device context
-                self.stream = torch.cuda.Stream(device=self.device)
-                self.pool = torch.cuda.graph_pool_handle()
-            previous = torch.cuda.current_stream(self.device)
-            cpu_rng, cuda_rng = torch.get_rng_state(), torch.cuda.get_rng_state(self.device)
-            try:
+        started = perf_counter()
+        try:
+            with CAPTURE_LOCK, torch.cuda.device(self.device):
+                return self._capture_locked(obs)
+        finally:
+            capture_clock.seconds += perf_counter() - started
+
+    def _capture_locked(self, obs: Any) -> tuple | None:
+        if self.stream is None:  # created on the policy device, inside its device context
+            self.stream = torch.cuda.Stream(device=self.device)
+            self.pool = torch.cuda.graph_pool_handle()
+        previous = torch.cuda.current_stream(self.device)
+        cpu_rng, cuda_rng = torch.get_rng_state(), torch.cuda.get_rng_state(self.device)
+        try:
+            with born_on(factory_device(self.device)):  # torch.zeros(...) in the step is born on the device
                 entry = self._warm_up_and_capture(obs, previous)
-            except Exception as exc:  # capture is an optimisation: never crash for it
-                warnings.warn(f"CUDA-graph capture of the policy failed ({type(exc).__name__}: {exc}); running it "
-                              f"eagerly. See fasteval.core.accel for the rules of the graph path.",
-                              RuntimeWarning, stacklevel=3)
-                self.eager = True
-                self.facts["cuda_graph"] = eager(f"capture failed: {type(exc).__name__}")
-                return None
-            finally:
-                if torch.cuda.current_stream(self.device) != previous:
-                    torch.cuda.set_stream(previous)
-                torch.set_rng_state(cpu_rng)
-                torch.cuda.set_rng_state(cuda_rng, self.device)
+            previous.synchronize()  # the warm-ups' GPU work counts as capture time, not as the first step's
+        except Exception as exc:  # capture is an optimisation: never crash for it
+            warnings.warn(f"CUDA-graph capture of the policy failed ({type(exc).__name__}: {exc}); running it "
+                          f"eagerly. See fasteval.core.accel for the rules of the graph path.",
+                          RuntimeWarning, stacklevel=4)
+            self.eager = True
+            self.facts["cuda_graph"] = eager(f"capture failed: {type(exc).__name__}")
+            return None
+        finally:
+            if torch.cuda.current_stream(self.device) != previous:
+                torch.cuda.set_stream(previous)
+            torch.set_rng_state(cpu_rng)
+            torch.cuda.set_rng_state(cuda_rng, self.device)
         self.graphs[id(obs)] = entry
         self.captures += 1
         self.facts["cuda_graph"] = CAPTURED
@@ -261,6 +306,12 @@ def graph_unsupported(device: torch.device) -> str | None:
     return None if device.type == "cuda" else "no CUDA device"
 
 
+def factory_device(device: torch.device) -> torch.device:
+    """The device factory calls are born on during warm-ups and capture: the policy's. A seam for the
+    fake CUDA, whose "CUDA" tensors live on the CPU."""
+    return device
+
+
 def accelerate(fn: Callable[[Any], torch.Tensor], *, device: torch.device, amp: str, compile: bool,
                cuda_graph: bool | None,
                blockers: Sequence[str] = ()) -> tuple[Callable[[Any], torch.Tensor], dict[str, Any]]:
@@ -271,22 +322,20 @@ def accelerate(fn: Callable[[Any], torch.Tensor], *, device: torch.device, amp: 
     (per-slot state among them). Decided here, once; the loop just calls.
     """
     facts: dict[str, Any] = {"amp": amp, "compile": compile, "cuda_graph": OFF}
-    fn = with_autocast(fn, device, amp)
-    if compile:
-        fn = torch.compile(fn, dynamic=False)
     unsupported = graph_unsupported(device)
-    if cuda_graph is False or (cuda_graph is None and unsupported is not None):
-        return fn, facts
-    if unsupported is not None:
+    reasons = list(blockers)
+    graphed = cuda_graph is not False and unsupported is None and not reasons
+    if cuda_graph is True and unsupported is not None:
         warnings.warn(f"--cuda-graph needs a CUDA policy device; running the policy eagerly on {device.type} "
                       f"(same results).", RuntimeWarning, stacklevel=2)
         facts["cuda_graph"] = eager(unsupported)
-        return fn, facts
-    reasons = list(blockers)
-    if reasons:
+    elif cuda_graph is not False and unsupported is None and reasons:
         warnings.warn(f"the policy has state a CUDA graph would freeze ({'; '.join(reasons)}); running it eagerly.",
                       RuntimeWarning, stacklevel=2)
         facts["cuda_graph"] = eager("; ".join(reasons))
-        return fn, facts
-    call = CudaGraphCall(fn, device, facts=facts)
-    return call, facts
+    fn = with_autocast(fn, device, amp, cache_enabled=not graphed)
+    if compile:
+        fn = torch.compile(fn, dynamic=False)
+    if graphed:  # compilation then happens in the warm-ups, timed as capture
+        return CudaGraphCall(fn, device, facts=facts), facts
+    return (timed_first_calls(fn) if compile else fn), facts
