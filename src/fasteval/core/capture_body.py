@@ -110,6 +110,7 @@ def _where() -> str:
 
 def _name(func: Any) -> str:
     qual = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
+    qual = qual.replace("TensorBase.", "Tensor.").replace("_VariableFunctionsClass.", "torch.")
     return qual if "." in qual else f"torch.{qual}"
 
 
