@@ -179,7 +179,18 @@ class SyncSlotEnvs(SlotEnvs):
         self.envs = self.vector_env.envs
         self.obs = allocate_obs_buffer(self.observation_space, n_slots, obs_allocate)
         self._write_obs = _obs_writer(self.obs)
+        self.pinned = obs_allocate is not None  # obs_allocate's contract: pinned arrays
         self.metadata = dict(getattr(self.vector_env, "metadata", None) or {})
+
+    def pin_host_buffers(self) -> bool:
+        """New observation buffers in pinned memory (before the first reset: nothing to carry over)."""
+        if not self.pinned:
+            from fasteval.core.transfer import pinned_zeros
+
+            self.obs = allocate_obs_buffer(self.observation_space, self.n_slots, pinned_zeros)
+            self._write_obs = _obs_writer(self.obs)
+            self.pinned = True
+        return True
 
     def reset_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:
         for slot, seed in zip(slots, seeds):

@@ -211,3 +211,47 @@ def _setattr(obj: Any, name: str, value: Any):
             delattr(obj, name)
         else:
             setattr(obj, name, old)
+
+
+class FakeHostRegistry:
+    """CUDA's registry of page-locked host ranges, faked (``with FakeHostRegistry() as cudart:``).
+
+    Installed as the worker pool's CUDA runtime (:func:`fasteval.core.shared_buffers._cudart`), it
+    answers ``cudaHostRegister`` / ``cudaHostUnregister`` as CUDA does: 0 on success, 712
+    (``cudaErrorHostMemoryAlreadyRegistered``) for a range that overlaps a registered one, 713
+    (``cudaErrorHostMemoryNotRegistered``) for an address that is not registered. ``is_pinned(address)``
+    is what ``tensor.is_pinned()`` reads on a GPU: whether CUDA still lists the address.
+    ``calls`` logs ``(name, address, code)``.
+    """
+
+    ALREADY_REGISTERED, NOT_REGISTERED = 712, 713
+
+    def __init__(self) -> None:
+        self.ranges: dict[int, int] = {}
+        self.calls: list[tuple[str, int, int]] = []
+        self._stack = contextlib.ExitStack()
+
+    def cudaHostRegister(self, address: int, size: int, flags: int) -> int:  # noqa: N802 (CUDA's name)
+        overlaps = any(a < address + size and address < a + n for a, n in self.ranges.items())
+        code = self.ALREADY_REGISTERED if overlaps else 0
+        if not overlaps:
+            self.ranges[address] = size
+        self.calls.append(("cudaHostRegister", address, code))
+        return code
+
+    def cudaHostUnregister(self, address: int) -> int:  # noqa: N802
+        code = 0 if self.ranges.pop(address, None) is not None else self.NOT_REGISTERED
+        self.calls.append(("cudaHostUnregister", address, code))
+        return code
+
+    def is_pinned(self, address: int) -> bool:
+        return any(a <= address < a + n for a, n in self.ranges.items())
+
+    def __enter__(self) -> "FakeHostRegistry":
+        from fasteval.core import shared_buffers
+
+        self._stack.enter_context(_setattr(shared_buffers, "_cudart", lambda: self))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stack.close()
