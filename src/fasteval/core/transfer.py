@@ -58,6 +58,14 @@ def pinned_zeros(shape: tuple, dtype: np.dtype) -> np.ndarray:
     return torch.zeros(shape, dtype=torch_dtype(np.dtype(dtype)), pin_memory=True).numpy()
 
 
+def pins_host(device: torch.device, pin_memory: bool) -> bool:
+    """Whether the env layer should page-lock its host observation buffers
+    (:meth:`~fasteval.core.slots.SlotEnvs.pin_host_buffers`) for a policy on ``device``: pinning asked
+    for, CUDA present, and the resolved policy device a GPU. Asked once the policy device is known:
+    pinning creates a CUDA context, which a CPU policy must not pay for."""
+    return pin_memory and device.type == "cuda" and can_pin()
+
+
 def host_allocator(device: str, pin_memory: bool) -> Callable[[tuple, np.dtype], np.ndarray] | None:
     """The env layer's ``obs_allocate`` for a policy on ``device`` (a spec's device string):
     pinned arrays when pinning is asked for, CUDA exists and the device may be a GPU; else None
