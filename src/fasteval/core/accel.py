@@ -17,10 +17,16 @@ How a capture runs (the recipe of tensordict's ``CudaGraphModule``):
 2. warm-up calls run on a side stream created on that device (once per engine), which waits for
    the current stream first;
 3. the capture runs on that same side stream (``torch.cuda.graph(..., stream=side)``);
-4. the thread's current stream and the RNG states (CPU and the policy device) are restored
+4. warm-ups and capture run under :func:`~fasteval.core.capture_body.born_on` (policy device):
+   factory calls given no device (``torch.zeros([B, D]).to(device)``, as LeRobot's ACT builds its
+   latent) are born on the device, so they make no host-to-device copy, which would fail the
+   capture (see :mod:`fasteval.core.capture_body` for what a capture body may not do);
+5. the thread's current stream and the RNG states (CPU and the policy device) are restored
    afterwards, whether the capture worked or not: warm-up draws never shift a run's noise, and a
    failed capture leaves nothing behind;
-5. a failed capture warns once and the engine runs the policy eagerly from then on.
+6. a failed capture warns once and the engine runs the policy eagerly from then on;
+7. the time it took (warm-ups included, synchronized) goes to :data:`capture_clock`: the engine
+   keeps it out of ``eval_s`` and the ``policy`` stage, as ``meta["capture_s"]``.
 
 Concurrency: suite tasks may run engines in threads. Captures use
 ``capture_error_mode="thread_local"`` (another thread may keep launching CUDA work, e.g. its own
@@ -50,8 +56,10 @@ with the default ``None``).
 
 AMP (``--amp bf16|fp16``) wraps the call in ``torch.autocast``; it helps large conv/attention
 policies on GPUs with tensor cores, rarely small MLPs, and changes results slightly (lower
-precision). ``--compile`` wraps it in ``torch.compile``: worth it for large policies and long
-evaluations (compilation takes seconds to minutes, outside the timed loop only if warmed up).
+precision). Around a call that a graph captures, autocast's cast cache is off
+(``cache_enabled=False``, PyTorch's rule for graphed callables). ``--compile`` wraps it in
+``torch.compile``: worth it for large policies and long evaluations; compilation (seconds to
+minutes, in the first call per input, or in the graph warm-ups) is timed apart, as ``capture_s``.
 """
 
 from __future__ import annotations
