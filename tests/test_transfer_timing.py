@@ -12,7 +12,7 @@ import torch
 
 from fasteval.core import transfer
 from fasteval.core.timing import CudaStageTimers, StageTimers, make_stage_timers
-from fasteval.core.transfer import DeviceToHost, HostToDevice, host_allocator
+from fasteval.core.transfer import DeviceToHost, HostToDevice, pins_host
 
 META = torch.device("meta")
 
@@ -46,9 +46,9 @@ def test_pin_memory_false_stages_nothing_and_pins_no_actions(pinnable):
     assert h2d.staged == [] and h2d.staging is None
     d2h = DeviceToHost(4, (), np.dtype(np.int64), META, pin_memory=False)
     assert not d2h.pinned and d2h.landed is None
-    assert host_allocator("cuda", pin_memory=False) is None
-    assert host_allocator("cpu", pin_memory=True) is None
-    assert host_allocator("cuda:1", pin_memory=True) is transfer.pinned_zeros
+    assert not pins_host(torch.device("cuda"), pin_memory=False)
+    assert not pins_host(torch.device("cpu"), pin_memory=True)  # a CPU policy: no CUDA context for pinning
+    assert pins_host(torch.device("cuda", 1), pin_memory=True)
 
 
 # -- the action sync ----------------------------------------------------------------------------------

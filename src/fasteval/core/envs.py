@@ -22,8 +22,9 @@ import gymnasium as gym
 import numpy as np
 
 from fasteval.core.headless import ensure_headless_gl
+from fasteval.core.slot_block import SlotBlock, raise_call_errors
 from fasteval.core.slots import EnvFailure, SlotEnvs, _failure, _obs_writer, allocate_obs_buffer, call_env  # noqa: F401 (re-exported)
-from fasteval.types.errors import EnvNotFoundError, EnvStepError, UserInputError
+from fasteval.types.errors import EnvNotFoundError, UserInputError
 from fasteval.types.refs import resolve_callable, split_callable_ref
 
 
@@ -169,18 +170,23 @@ def make_factory(env: str, kwargs: dict, max_steps: int | None) -> tuple[EnvFact
 class SyncSlotEnvs(SlotEnvs):
     """Sub-envs of a ``SyncVectorEnv`` (autoreset disabled), stepped in-process per active slot."""
 
-    def __init__(self, factory: EnvFactory, n_slots: int, first_env: gym.Env | None = None, obs_allocate=None):
+    def __init__(self, factory: EnvFactory, n_slots: int, first_env: gym.Env | None = None):
         fns: list[Callable[[], gym.Env]] = [factory] * n_slots
         self.factory = factory
         if first_env is not None:
             fns[0] = lambda: first_env
         self.vector_env = gym.vector.SyncVectorEnv(fns, autoreset_mode=gym.vector.AutoresetMode.DISABLED)
         super().__init__(n_slots, self.vector_env.single_observation_space, self.vector_env.single_action_space)
-        self.envs = self.vector_env.envs
-        self.obs = allocate_obs_buffer(self.observation_space, n_slots, obs_allocate)
-        self._write_obs = _obs_writer(self.obs)
-        self.pinned = obs_allocate is not None  # obs_allocate's contract: pinned arrays
+        self.obs = allocate_obs_buffer(self.observation_space, n_slots)
+        self.block = SlotBlock(factory, self.vector_env.envs, 0, self.obs, self.rewards, self.terminated,
+                               self.truncated, self.success)
+        """The per-slot env code (:mod:`fasteval.core.slot_block`), over every slot."""
+        self.envs = self.block.envs
         self.metadata = dict(getattr(self.vector_env, "metadata", None) or {})
+
+    @property
+    def has_success_signal(self) -> bool:  # type: ignore[override]
+        return self.block.has_success_signal
 
     def pin_host_buffers(self) -> bool:
         """New observation buffers in pinned memory (before the first reset: nothing to carry over)."""
@@ -188,73 +194,35 @@ class SyncSlotEnvs(SlotEnvs):
             from fasteval.core.transfer import pinned_zeros
 
             self.obs = allocate_obs_buffer(self.observation_space, self.n_slots, pinned_zeros)
-            self._write_obs = _obs_writer(self.obs)
+            self.block.write_obs = _obs_writer(self.obs)
             self.pinned = True
         return True
 
     def reset_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:
-        for slot, seed in zip(slots, seeds):
-            try:
-                obs, _info = self.envs[slot].reset(seed=int(seed))
-            except Exception as exc:  # recorded; the engine rebuilds the env and retries the episode
-                self.failures.append(_failure(slot, "reset", exc))
-                continue
-            self._write_obs(slot, obs)
+        self.block.reset(slots, seeds, self.failures)  # the engine rebuilds failed envs and retries the episode
 
     def rebuild(self, slot: int) -> list[int]:
-        try:
-            self.envs[slot].close()
-        except Exception:
-            pass
-        self.envs[slot] = self.factory()
+        self.block.rebuild(slot)
         return [slot]
 
     def step(self, slots: Sequence[int], actions: np.ndarray) -> None:
-        """Step ``slots`` with rows of ``actions``; write results into the host buffers.
-
-        The hottest Python loop in fasteval for cheap envs: one ``info`` lookup per step both stores
-        ``is_success`` and notices that the env reports it (``has_success_signal``).
-        """
-        envs, write, rewards, terminated, truncated, success = (
-            self.envs, self._write_obs, self.rewards, self.terminated, self.truncated, self.success)
-        seen = None  # not None once any info carried is_success (even False)
-        for slot in slots:
-            try:  # free when nothing is raised (Python >= 3.11)
-                obs, reward, term, trunc, info = envs[slot].step(actions[slot])
-            except Exception as exc:  # recorded; the engine rebuilds the env and retries the episode
-                self.failures.append(_failure(slot, "step", exc))
-                continue
-            write(slot, obs)
-            rewards[slot] = reward
-            terminated[slot] = term
-            truncated[slot] = trunc
-            flag = info.get("is_success")
-            if flag is None:
-                success[slot] = False
-            else:
-                success[slot] = seen = flag
-        if seen is not None:
-            self.has_success_signal = True
+        """Step ``slots`` with rows of ``actions``; write results into the host buffers."""
+        self.block.step(slots, actions, self.failures)
 
     def call(self, slots: Sequence[int], name: str) -> list[Any]:
-        out = []
-        for slot in slots:
-            try:
-                out.append(call_env(self.envs[slot], name))
-            except Exception as exc:
-                raise EnvStepError(f"env.{name} failed for slot {slot}: {type(exc).__name__}: {exc}") from exc
-        return out
+        values = self.block.call(slots, name)
+        raise_call_errors(name, slots, values)
+        return values
 
     def has_attr(self, name: str) -> bool:
-        return bool(self.envs[0].has_wrapper_attr(name))
+        return self.block.has_attr(name)
 
     def close(self) -> None:
         self.vector_env.close()
 
 
 def build_slot_envs(vectorization: str, factory: EnvFactory, n_slots: int, probe: gym.Env | None,
-                    step_timeout: float | None = None, workers: int | None = None,
-                    obs_allocate: Callable[[tuple, np.dtype], np.ndarray] | None = None) -> SlotEnvs:
+                    step_timeout: float | None = None, workers: int | None = None) -> SlotEnvs:
     """Build the slot envs for ``vectorization`` (``sync`` reuses ``probe`` as slot 0).
 
     ``async`` builds a :class:`~fasteval.core.workers.WorkerPoolEnvs` of ``workers`` processes
@@ -263,17 +231,16 @@ def build_slot_envs(vectorization: str, factory: EnvFactory, n_slots: int, probe
     is killed and replaced, and handled like a crash. In-process (sync) envs cannot be interrupted
     safely; use async for envs that may hang.
 
-    ``obs_allocate(shape, dtype)`` allocates the sync envs' host observation buffers (the engine
-    passes :func:`fasteval.core.transfer.pinned_zeros` for a CUDA policy, so observations cross in
-    one copy); the async pool allocates its own shared buffers and, when ``obs_allocate`` is given
-    (pinning wanted), page-locks them for CUDA (``cudaHostRegister``).
+    Host buffers start pageable; for a GPU policy the engine then asks for them to be page-locked
+    (:meth:`~fasteval.core.slots.SlotEnvs.pin_host_buffers`: pinned arrays for sync envs, the shared
+    mapping registered with CUDA for the pool), so observations cross in one copy.
     """
     if vectorization == "sync":
-        return SyncSlotEnvs(factory, n_slots, first_env=probe, obs_allocate=obs_allocate)
+        return SyncSlotEnvs(factory, n_slots, first_env=probe)
     from fasteval.core.workers import WorkerPoolEnvs
 
     probe = probe if probe is not None else factory()
     spaces = (probe.observation_space, probe.action_space, dict(getattr(probe, "metadata", None) or {}))
     probe.close()
     return WorkerPoolEnvs(factory, n_slots, spaces[0], spaces[1], n_workers=workers, step_timeout=step_timeout,
-                          metadata=spaces[2], pin=obs_allocate is not None)
+                          metadata=spaces[2])

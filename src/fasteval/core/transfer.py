@@ -4,8 +4,8 @@
   observation buffer, and actions are read back as zero-copy NumPy views. No copies.
 * CUDA policy device, ``pin_memory=True`` (the default):
 
-  - observations: the env layer allocates its host observation buffers in pinned memory
-    (:func:`host_allocator`, the ``obs_allocate`` hook of the sync envs), so each observation
+  - observations: the env layer page-locks its host observation buffers once the policy device is
+    known to be a GPU (:func:`pins_host`, ``SlotEnvs.pin_host_buffers``), so each observation
     crosses in **one** ``non_blocking`` copy, host buffer -> device buffer. A host buffer that is
     not pinned (an env layer that cannot pin, e.g. shared memory whose ``cudaHostRegister``
     failed) goes through a pinned staging buffer: one host memcpy more. Whether the host buffers
@@ -64,15 +64,6 @@ def pins_host(device: torch.device, pin_memory: bool) -> bool:
     for, CUDA present, and the resolved policy device a GPU. Asked once the policy device is known:
     pinning creates a CUDA context, which a CPU policy must not pay for."""
     return pin_memory and device.type == "cuda" and can_pin()
-
-
-def host_allocator(device: str, pin_memory: bool) -> Callable[[tuple, np.dtype], np.ndarray] | None:
-    """The env layer's ``obs_allocate`` for a policy on ``device`` (a spec's device string):
-    pinned arrays when pinning is asked for, CUDA exists and the device may be a GPU; else None
-    (plain ``np.zeros``). Decided before the policy is loaded, so ``auto`` pins when CUDA exists."""
-    if not pin_memory or not can_pin() or str(device).startswith("cpu"):
-        return None
-    return pinned_zeros
 
 
 class HostToDevice:

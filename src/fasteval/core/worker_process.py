@@ -9,8 +9,8 @@ Commands ``(kind, seq, payload)`` and replies ``(seq, failures, values)``:
 * ``restart`` payload ``slots``: rebuild those envs;
 * ``close``.
 
-``failures`` lists ``(slot, stage, error, traceback)`` of envs that raised; each such env was
-already rebuilt. ``watched`` maps a name to the slots whose value is sent back after the step
+``failures`` lists the :class:`~fasteval.core.slots.EnvFailure` of envs that raised; each such
+env was already rebuilt. What is done to each env is :class:`~fasteval.core.slot_block.SlotBlock`'s. ``watched`` maps a name to the slots whose value is sent back after the step
 or reset, in ``values`` (``{name: {slot: value}}``). Before each slot, the worker writes
 ``(seq, slot, stage)`` into its progress row of the shared memory, so that the parent can name
 the slot it was on if it dies.
@@ -19,12 +19,12 @@ the slot it was on if it dies.
 from __future__ import annotations
 
 import os
-import traceback
 from typing import Any, Callable, Sequence
 
 import gymnasium as gym
 
-from fasteval.core.slots import _obs_writer, call_env
+from fasteval.core.slot_block import SlotBlock
+from fasteval.core.slots import EnvFailure, _failure
 from fasteval.core.shared_buffers import Layout, SharedBuffers, SharedFd
 from fasteval.types.errors import FastevalError
 
@@ -33,13 +33,6 @@ SUCCESS_SIGNAL = "__is_success_seen__"
 
 STAGE_STEP, STAGE_RESET, STAGE_CALL = 0, 1, 2
 """Stage codes of the progress row."""
-
-
-class CallError:
-    """A watched/called value whose call raised (pickled back in place of the value)."""
-
-    def __init__(self, message: str):
-        self.message = message
 
 
 class _Broken:
@@ -87,7 +80,7 @@ def _build_envs(conn: Any, factory: Callable[[], gym.Env], block: range) -> dict
             envs[slot] = factory()
     except BaseException as exc:  # reported to the parent, which raises it (fasteval's own errors as they are)
         own = exc if isinstance(exc, FastevalError) and _picklable(exc) else None
-        conn.send((0, [(block.start, "start", f"{type(exc).__name__}: {exc}", traceback.format_exc())], own))
+        conn.send((0, [_failure(block.start, "start", exc)], own))
         for env in envs.values():
             try:
                 env.close()
@@ -109,14 +102,15 @@ def _picklable(obj: Any) -> bool:
 
 
 class _Worker:
-    """The command loop of one worker over its block's envs and the shared buffers."""
+    """The command loop of one worker: its block's envs (a :class:`SlotBlock` over the shared buffers)."""
 
     def __init__(self, index: int, conn: Any, factory: Callable[[], gym.Env], buffers: SharedBuffers, block: range,
                  envs: dict[int, Any]):
-        self.conn, self.factory, self.buffers, self.block, self.envs = conn, factory, buffers, block, envs
+        self.conn, self.buffers = conn, buffers
         self.progress = buffers.progress[index]
-        self.obs_write = _obs_writer(buffers.obs)
-        self.seen_success = self.announce_success = False  # is_success seen in an info: told to the parent once
+        self.block = SlotBlock(factory, envs, block.start, buffers.obs, buffers.rewards, buffers.terminated,
+                               buffers.truncated, buffers.success, progress=self.progress)
+        self.announced_success = False  # is_success seen in an info: told to the parent once
         self.handlers = {"step": self.step, "reset": self.reset, "call": self.call, "has": self.has,
                          "restart": self.restart_slots}
 
@@ -135,95 +129,55 @@ class _Worker:
                 conn.send(handler(seq, payload))
 
     def restart(self, slot: int) -> None:
+        """Rebuild the env of ``slot`` now (the parent's ``rebuild`` then needs no round trip)."""
         try:
-            self.envs[slot].close()
-        except Exception:
-            pass
-        try:
-            self.envs[slot] = self.factory()
+            self.block.rebuild(slot)
         except Exception as exc:  # the next use raises, and is reported again
-            self.envs[slot] = _Broken(f"{type(exc).__name__}: {exc}")
+            self.block.envs[slot] = _Broken(f"{type(exc).__name__}: {exc}")
 
-    def watch_values(self, watched: dict, done: Sequence[int]) -> dict | None:
+    def settle(self, slots: Sequence[int], failures: list[EnvFailure]) -> list[int]:
+        """Rebuild the envs that failed; the slots that did not."""
+        if not failures:
+            return list(slots)
+        for failure in failures:
+            self.restart(failure.slot)
+        failed = {f.slot for f in failures}
+        return [s for s in slots if s not in failed]
+
+    def watch_values(self, watched: dict | None, done: Sequence[int]) -> dict | None:
         if not watched:
             return None
         out = {}
         for name, wslots in watched.items():
-            got = {}
-            for slot in done:
-                if slot in wslots:
-                    try:
-                        got[slot] = call_env(self.envs[slot], name)
-                    except Exception as exc:
-                        got[slot] = CallError(f"{type(exc).__name__}: {exc}")
-            out[name] = got
+            hit = [s for s in done if s in wslots]
+            out[name] = dict(zip(hit, self.block.call(hit, name)))
         return out
 
     def step(self, seq: int, payload: tuple) -> tuple:
         slots, watched = payload
-        envs, progress, obs_write, buffers = self.envs, self.progress, self.obs_write, self.buffers
-        actions, rewards, terminated, truncated, success = (
-            buffers.actions, buffers.rewards, buffers.terminated, buffers.truncated, buffers.success)
-        progress[0], progress[2] = seq, STAGE_STEP
-        failures, done = [], []
-        for slot in slots:
-            progress[1] = slot
-            try:
-                obs, reward, term, trunc, info = envs[slot].step(actions[slot])
-            except Exception as exc:
-                failures.append((slot, "step", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
-                self.restart(slot)
-                continue
-            obs_write(slot, obs)
-            rewards[slot] = reward
-            terminated[slot] = term
-            truncated[slot] = trunc
-            flag = info.get("is_success")  # one lookup: the value, and whether the env reports it at all
-            if flag is None:
-                success[slot] = False
-            else:
-                success[slot] = flag
-                if not self.seen_success:
-                    self.seen_success = self.announce_success = True
-            done.append(slot)
-        values = self.watch_values(watched, done)
-        if self.announce_success:
-            values, self.announce_success = {**(values or {}), SUCCESS_SIGNAL: True}, False
+        self.progress[0], self.progress[2] = seq, STAGE_STEP
+        failures: list[EnvFailure] = []
+        self.block.step(slots, self.buffers.actions, failures)
+        values = self.watch_values(watched, self.settle(slots, failures))
+        if self.block.has_success_signal and not self.announced_success:
+            values, self.announced_success = {**(values or {}), SUCCESS_SIGNAL: True}, True
         return seq, failures or None, values
 
     def reset(self, seq: int, payload: tuple) -> tuple:
         slots, seeds, watched = payload
-        progress = self.progress
-        progress[0], progress[2] = seq, STAGE_RESET
-        failures, done = [], []
-        for slot, seed in zip(slots, seeds):
-            progress[1] = slot
-            try:
-                obs, _info = self.envs[slot].reset(seed=int(seed))
-            except Exception as exc:
-                failures.append((slot, "reset", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
-                self.restart(slot)
-                continue
-            self.obs_write(slot, obs)
-            done.append(slot)
-        return seq, failures or None, self.watch_values(watched, done)
+        self.progress[0], self.progress[2] = seq, STAGE_RESET
+        failures: list[EnvFailure] = []
+        self.block.reset(slots, seeds, failures)
+        return seq, failures or None, self.watch_values(watched, self.settle(slots, failures))
 
     def call(self, seq: int, payload: tuple) -> tuple:
         slots, name = payload
-        progress = self.progress
-        progress[0], progress[2] = seq, STAGE_CALL
-        values = []
-        for slot in slots:
-            progress[1] = slot
-            try:
-                values.append(call_env(self.envs[slot], name))
-            except Exception as exc:
-                values.append(CallError(f"{type(exc).__name__}: {exc}"))
-        return seq, None, values
+        self.progress[0], self.progress[2] = seq, STAGE_CALL
+        return seq, None, self.block.call(slots, name)
 
     def has(self, seq: int, name: str) -> tuple:
         try:
-            value = bool(self.envs[self.block.start].has_wrapper_attr(name))
+            value = self.block.has_attr(name)
         except Exception:
             value = False
         return seq, None, value

@@ -62,9 +62,10 @@ from typing import Any, Callable, Sequence
 import gymnasium as gym
 import numpy as np
 
-from fasteval.core.slots import EnvFailure, SlotEnvs
 from fasteval.core.shared_buffers import Layout, SharedBuffers
-from fasteval.core.worker_process import SUCCESS_SIGNAL, CallError, worker_main
+from fasteval.core.slot_block import raise_call_errors
+from fasteval.core.slots import EnvFailure, SlotEnvs, even_ranges
+from fasteval.core.worker_process import SUCCESS_SIGNAL, worker_main
 from fasteval.types.errors import EnvStepError, UserInputError
 
 DIED, TIMED_OUT = "died", "timed out"  # what _receive returns instead of a reply
@@ -85,14 +86,7 @@ def default_workers(n_slots: int) -> int:
 
 def split_blocks(n_slots: int, n_workers: int) -> list[range]:
     """Contiguous slot blocks, ``numpy.array_split`` sizes. ``n_workers`` is capped at ``n_slots``."""
-    n_workers = max(1, min(n_workers, n_slots))
-    base, extra = divmod(n_slots, n_workers)
-    blocks, start = [], 0
-    for w in range(n_workers):
-        size = base + (1 if w < extra else 0)
-        blocks.append(range(start, start + size))
-        start += size
-    return blocks
+    return even_ranges(n_slots, max(1, min(n_workers, n_slots)))
 
 
 # -- the parent side --------------------------------------------------------------------------
@@ -131,7 +125,7 @@ class WorkerPoolEnvs(SlotEnvs):
 
     def __init__(self, factory: Callable[[], gym.Env], n_slots: int, observation_space: gym.Space, action_space: gym.Space,
                  n_workers: int | None = None, step_timeout: float | None = None, context: Any = None,
-                 metadata: dict | None = None, pin: bool = False):
+                 metadata: dict | None = None):
         super().__init__(n_slots, observation_space, action_space)
         self.factory, self.step_timeout = factory, step_timeout
         self.metadata = dict(metadata or {})
@@ -158,8 +152,6 @@ class WorkerPoolEnvs(SlotEnvs):
         self.rewards, self.terminated, self.truncated, self.success = (
             self.buffers.rewards, self.buffers.terminated, self.buffers.truncated, self.buffers.success)
         self._progress = self.buffers.progress
-        if pin:
-            self.pin_host_buffers()
         self._workers = [_Worker(w, block) for w, block in enumerate(self.blocks)]
         self._lost: dict[int, list[int]] = {}  # culprit slot -> slots lost with its worker
         self._restarted: set[int] = set()  # slots whose env the worker already rebuilt
@@ -181,8 +173,8 @@ class WorkerPoolEnvs(SlotEnvs):
         so one group's ``step_send`` never queues behind another group's step. With fewer
         blocks than ``n``, falls back to even slot halves (correct, with less overlap)."""
         if self.n_workers < n:
-            return _even_slices(self.n_slots, n)
-        return [slice(b[0].start, b[-1].stop) for b in (self.blocks[g.start:g.stop] for g in _even_slices(self.n_workers, n))]
+            return super().groups(n)
+        return [slice(self.blocks[g.start].start, self.blocks[g.stop - 1].stop) for g in even_ranges(self.n_workers, n)]
 
     # -- processes --------------------------------------------------------------------------
     def _spawn(self, worker: _Worker) -> None:
@@ -207,7 +199,7 @@ class WorkerPoolEnvs(SlotEnvs):
         if not isinstance(reply, str) and reply[2] is not None:  # a FastevalError (bad input): the user's to fix
             raise reply[2]
         if isinstance(reply, str) or reply[1]:
-            detail = "" if isinstance(reply, str) else f": {reply[1][0][2]}\n{reply[1][0][3]}"
+            detail = "" if isinstance(reply, str) else f": {reply[1][0].error}\n{reply[1][0].traceback}"
             how = f" ({reply}; {self._exit_text(worker)})" if isinstance(reply, str) else ""
             raise EnvStepError(f"env worker {worker.index} (slots {worker.block.start}..{worker.block.stop - 1}) failed "
                                f"to build its envs{how}{detail}")
@@ -282,11 +274,11 @@ class WorkerPoolEnvs(SlotEnvs):
             return None
         failures = reply[1]
         if failures:
-            for slot, fstage, error, trace in failures:
-                self.failures.append(EnvFailure(slot, fstage, error, trace))
-                self._restarted.add(slot)
+            for failure in failures:
+                self.failures.append(failure)
+                self._restarted.add(failure.slot)
                 for cache in self._cache.values():
-                    cache.pop(slot, None)
+                    cache.pop(failure.slot, None)
         return reply
 
     # -- watched calls ----------------------------------------------------------------------
@@ -337,10 +329,9 @@ class WorkerPoolEnvs(SlotEnvs):
                                        f"slots {worker.block.start}..{worker.block.stop - 1} were restarted.")
                 out.update(zip(wslots, reply[2]))
         self._watch.setdefault(name, set()).update(slots)
-        errors = [f"slot {s}: {v.message}" for s, v in out.items() if isinstance(v, CallError)]
-        if errors:
-            raise EnvStepError(f"env.{name} failed in env workers: " + "; ".join(errors))
-        return [out[s] for s in slots]
+        values = [out[s] for s in slots]
+        raise_call_errors(name, slots, values, where=" in env workers")
+        return values
 
     def has_attr(self, name: str) -> bool:
         """Whether slot 0's env (through its wrappers) has attribute ``name``."""
@@ -500,6 +491,3 @@ def _drop_pending(worker: _Worker, seq: int) -> None:
             del worker.pending[i]
             return
 
-
-def _even_slices(n: int, parts: int) -> list[slice]:
-    return [slice(b.start, b.stop) for b in split_blocks(n, parts)]
