@@ -117,12 +117,12 @@ def test_async_engine_check_passes_when_each_pool_unregisters_and_fails_when_reg
 
     monkeypatch.setattr(core_engine, "pins_host", lambda device, pin_memory: pin_memory)  # pin for the CPU "GPU"
     with FakeHostRegistry() as cudart:
-        checks = gpu_check.check_async_engines("cpu", engines=2, is_pinned=lambda a: cudart.is_pinned(a.ctypes.data))
-    assert oks(checks) == [True, True], [c.line() for c in checks]
+        checks = gpu_check.check_async_engines("cpu", is_pinned=lambda a: cudart.is_pinned(a.ctypes.data))
+    assert oks(checks) == [True, True, True], [c.line() for c in checks]
     monkeypatch.setattr(shared_buffers.SharedBuffers, "unregister", lambda self: None)  # the leak of defect 2
     with FakeHostRegistry() as cudart:
-        checks = gpu_check.check_async_engines("cpu", engines=2, is_pinned=lambda a: cudart.is_pinned(a.ctypes.data))
-    assert oks(checks) == [False, False] and "unregistered after close=False" in checks[0].detail, checks[0].line()
+        checks = gpu_check.check_async_engines("cpu", is_pinned=lambda a: cudart.is_pinned(a.ctypes.data))
+    assert oks(checks) == [False, False, False] and "unregistered after close=False" in checks[0].detail, checks[0].line()
 
 
 # -- a side stream ---------------------------------------------------------------------------------------------
