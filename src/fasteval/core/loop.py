@@ -100,7 +100,11 @@ class StepGroup:
         L = ctx.ledger
         self.rows, self.offset = rows, rows.start
         # All slots give the engine's own buffers (the plain loop); a half gives views, built once per engine.
-        self.policy_input, self.copy_obs = ctx.h2d.group(rows)
+        self.policy_input, copy = ctx.h2d.group(rows)
+        self.copy_obs = _copy_when_read(copy, ctx.runner.reads_observation, rows) \
+            if ctx.runner.reads_observation is not None and ctx.observer is None else copy
+        """The group's observation copy; skipped for a call that will not read it (a chunk served from a
+        queue), unless an observer is attached (recorders read the device buffer)."""
         self.copy_actions = ctx.d2h.group(rows)
         envs = ctx.envs
         self.kernel_views = (
@@ -123,6 +127,14 @@ class StepGroup:
             self._active = (np.flatnonzero(self.slot_episode != IDLE) + self.offset).tolist()
             self.stale = False
         return self._active
+
+
+def _copy_when_read(copy: Callable[[], None], reads: Callable[[slice], bool], rows: slice) -> Callable[[], None]:
+    def copy_if_read() -> None:
+        if reads(rows):
+            copy()
+
+    return copy_if_read
 
 
 def launch(ctx: StepContext, group: StepGroup) -> None:
