@@ -133,6 +133,7 @@ def launch(ctx: StepContext, group: StepGroup) -> None:
         group.sent = []
         return
     add = ctx.timers.add
+    ctx.timers.start_h2d()  # CUDA timers mark the stream here: the copy's GPU time counts as h2d
     group.copy_obs()
     t = add("h2d", t)
     actions = ctx.runner(group.policy_input)
