@@ -330,3 +330,22 @@ def test_a_suite_callable_env_in_workers_is_a_clear_user_error():
     with pytest.raises(UserInputError, match="module:callable"):
         WorkerPoolEnvs(EnvFactory(task.env, dict(task.env_kwargs)), 2, probe.observation_space, probe.action_space,
                        n_workers=1, step_timeout=30.0)
+
+
+def test_sync_envs_move_their_observations_into_pinned_buffers_when_asked(monkeypatch):
+    """Pinning waits until the policy device is known to be a GPU; the envs then write the new buffers."""
+    from fasteval.core import transfer
+
+    made = []
+    monkeypatch.setattr(transfer, "pinned_zeros", lambda shape, dtype: made.append(shape) or np.zeros(shape, dtype))
+    envs = build(KNOWN_ANSWER_ID, 2, "sync")
+    try:
+        assert not envs.pinned and made == []  # nothing pinned at build time: no CUDA context for a CPU policy
+        envs.reset_slots([0, 1], [3, 4])
+        before = envs.obs.copy()
+        assert envs.pin_host_buffers() and envs.pinned and made == [(2, 3)]
+        np.testing.assert_array_equal(envs.obs, before)  # contents carried over
+        envs.step([0], np.zeros(2, np.int64))
+        assert envs.obs[0, 1] == 1 / 16  # the env wrote its next observation into the new buffer
+    finally:
+        envs.close()

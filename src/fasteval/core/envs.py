@@ -189,12 +189,17 @@ class SyncSlotEnvs(SlotEnvs):
         return self.block.has_success_signal
 
     def pin_host_buffers(self) -> bool:
-        """New observation buffers in pinned memory (before the first reset: nothing to carry over)."""
+        """Move the observation buffers into pinned memory (their contents too); the envs write there from now on."""
         if not self.pinned:
             from fasteval.core.transfer import pinned_zeros
 
-            self.obs = allocate_obs_buffer(self.observation_space, self.n_slots, pinned_zeros)
-            self.block.write_obs = _obs_writer(self.obs)
+            old, new = self.obs, allocate_obs_buffer(self.observation_space, self.n_slots, pinned_zeros)
+            if isinstance(old, dict):
+                for key, value in old.items():
+                    new[key][...] = value
+            else:
+                new[...] = old
+            self.obs, self.block.write_obs = new, _obs_writer(new)
             self.pinned = True
         return True
 
