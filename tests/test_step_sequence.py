@@ -86,7 +86,7 @@ def test_chunk_queue_device_mirror_equals_host_positions(n_slots, n_exec, script
     """The device-side position mirror (used on CUDA, forced here on CPU) gives the same actions."""
     import torch
 
-    from fasteval.robot.policies.chunk_queue import ChunkQueue
+    from fasteval.core.chunk_queue import ChunkQueue
 
     def make_call():
         count = [0]

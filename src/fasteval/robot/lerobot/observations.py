@@ -8,8 +8,9 @@ probe observation of the env's space (random values, a batch of two), and reads 
 of each key: which output key each input became, and how (``same``: as it is; ``float``: cast to
 float32; ``image_hwc``: ``HxWxC`` uint8 -> float ``CxHxW`` in ``[0, 1]``). Each output is
 identified by value, so a rule LeRobot adds or changes is followed as long as it is one of these
-three; anything else is an error that names the key. The plan is then applied on the device by
-:class:`fasteval.robot.policies.obs_mapping.ObservationAdapter`, with the same float operations as
+three; anything else is an error that names the key. The plan is then applied on the device
+(:func:`build_entries`, also the builder of fasteval's ``lerobot`` format,
+:class:`fasteval.robot.policies.obs_mapping.ObservationAdapter`), with the same float operations as
 LeRobot's (a uint8 -> float32 cast and a division by 255), so the tensors are the same bit for bit.
 
 fasteval's buffers are flat (``pixels/<cam>``, ``robot_state/<...>``): the probe nests them again, as the
@@ -26,8 +27,12 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from fasteval.robot.policies.obs_mapping import NESTED, KeyPlan
 from fasteval.types.errors import UserInputError
+
+NESTED = "/"
+"""fasteval's buffers are flat: a nested Dict ``{"pixels": {cam: ...}}`` arrives as ``pixels/<cam>`` keys."""
+
+Entry = tuple  # (source key or None, target key, kind): one entry of a plan
 
 KINDS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "same": lambda x: x,
@@ -93,7 +98,7 @@ def space_keys(space: gym.spaces.Dict) -> tuple[tuple[str, tuple[int, ...], str]
     return tuple((k, tuple(s.shape or ()), str(np.dtype(s.dtype))) for k, s in space.spaces.items())
 
 
-def traced_plan(space: gym.Space) -> list[KeyPlan] | None:
+def traced_plan(space: gym.Space) -> list[Entry] | None:
     """The ``lerobot`` format's entries for ``space`` as LeRobot's own function makes them; ``None`` where
     LeRobot is not importable, or refuses the probe (fasteval's own rules then apply: their extensions)."""
     preprocess = _preprocess()
@@ -104,7 +109,7 @@ def traced_plan(space: gym.Space) -> list[KeyPlan] | None:
 
 
 @functools.lru_cache(maxsize=64)
-def _traced(preprocess: Callable, keys: tuple) -> tuple[KeyPlan, ...] | None:
+def _traced(preprocess: Callable, keys: tuple) -> tuple[Entry, ...] | None:
     probe = probe_observation(keys)
     try:
         made = flatten(preprocess(nest(probe)))
@@ -113,7 +118,7 @@ def _traced(preprocess: Callable, keys: tuple) -> tuple[KeyPlan, ...] | None:
     return tuple(_identify(target, value, probe) for target, value in made.items())
 
 
-def _identify(target: str, value: Any, probe: dict[str, np.ndarray]) -> KeyPlan:
+def _identify(target: str, value: Any, probe: dict[str, np.ndarray]) -> Entry:
     """Which probe key, and which of :data:`KINDS`, gives LeRobot's ``value`` for ``target``."""
     got = torch.as_tensor(value)
     for source, array in probe.items():
@@ -123,13 +128,39 @@ def _identify(target: str, value: Any, probe: dict[str, np.ndarray]) -> KeyPlan:
                 continue
             want = apply(tensor)
             if want.shape == got.shape and want.dtype == got.dtype and torch.equal(want, got):
-                return KeyPlan(source, target, kind)
+                return (source, target, kind)
     raise UserInputError(f"LeRobot's preprocess_observation makes {target!r} ({got.dtype}, {tuple(got.shape)}) in a way "
                          f"fasteval does not reproduce on the device (not a key as it is, cast to float32, or a uint8 "
                          f"HxWxC image scaled to [0, 1]). Use a LeRobot version fasteval supports (docs/lerobot.md).")
 
 
 OBS_PREFIX = "observation."
+
+
+def build_entries(plan: Any, obs: Any, device: torch.device) -> tuple[dict[str, torch.Tensor], list[Callable[[], Any]]]:
+    """The mapped entries of ``obs`` for ``plan`` (``(source, target, kind)`` entries; source ``None``: ``obs``
+    itself), with the in-place steps that refresh them: ``same`` entries are the source tensors, the others
+    buffers allocated once on ``device`` (float32), refreshed with LeRobot's float operations."""
+    entries: dict[str, torch.Tensor] = {}
+    steps: list[Callable[[], Any]] = []
+    for source, target, kind in plan:
+        src = obs if source is None else obs[source]
+        if kind == "same":
+            entries[target] = src
+            continue
+        view = src.permute(0, 3, 1, 2) if kind == "image_hwc" else src
+        out = torch.empty(view.shape, dtype=torch.float32, device=device)
+        entries[target] = out
+        steps.append(_image_step(view, out) if kind.startswith("image") else _cast_step(view, out))
+    return entries, steps
+
+
+def _image_step(src: torch.Tensor, out: torch.Tensor) -> Callable[[], Any]:
+    return lambda: torch.div(src, 255.0, out=out)
+
+
+def _cast_step(src: torch.Tensor, out: torch.Tensor) -> Callable[[], Any]:
+    return lambda: out.copy_(src)
 
 
 class LeRobotBatch:
@@ -166,17 +197,18 @@ class LeRobotBatch:
             entry = self._build(obs, keys)
         for step in entry[2]:
             step()
-        mapped = entry[1]
-        return nest({k: mapped.get(k) for k in mapped.keys()})
+        return nest(dict(entry[1]))
 
     def _build(self, obs: Any, keys: list[str]) -> tuple[Any, Any, list[Callable[[], Any]]]:
-        from fasteval.robot.policies.obs_mapping import ObservationAdapter, lerobot_plan
-
         tensors = {k: obs.get(k) for k in keys}
         space = gym.spaces.Dict({k: gym.spaces.Box(0, 1, tuple(v.shape[1:]), _numpy_dtype(v.dtype))
                                  for k, v in tensors.items()})
-        device = next(iter(tensors.values())).device
-        mapped, steps = ObservationAdapter(lerobot_plan(space), device).build(obs)
+        plan = traced_plan(space)
+        if plan is None:
+            raise UserInputError(f"LeRobot's preprocess_observation refuses these observations "
+                                 f"({ {k: (tuple(v.shape[1:]), str(v.dtype)) for k, v in tensors.items()} }): "
+                                 f"LeRobot reads pixels as uint8 HxWxC images. Try --obs-format lerobot.")
+        mapped, steps = build_entries(plan, obs, next(iter(tensors.values())).device)
         if len(self._built) >= self.MAX_INPUTS:
             self._built.pop(next(iter(self._built)))
         entry = self._built[id(obs)] = (obs, mapped, steps)  # obs kept alive: its id stays unique

@@ -69,7 +69,7 @@ from fasteval.core import accel
 from fasteval.robot.lerobot import internals
 from fasteval.robot.lerobot.internals import ELEMENTWISE_STEPS, STATELESS_STEPS
 from fasteval.robot.lerobot.observations import LeRobotBatch
-from fasteval.robot.policies.chunk_queue import ChunkQueue, StagedUpload
+from fasteval.core.chunk_queue import ChunkQueue, StagedUpload
 from fasteval.types.errors import UserInputError
 
 ACTION = "action"
@@ -181,7 +181,7 @@ class LeRobotPolicy(_FollowsDevice):
         self.tasks: list[str] = [""] * self.n_slots
         self._batch = LeRobotBatch()
         self.queue = ChunkQueue(None, None, self.n_action_steps, n_slots=self.n_slots)
-        """The per-slot action queues (:class:`fasteval.robot.policies.chunk_queue.ChunkQueue`, shared with
+        """The per-slot action queues (:class:`fasteval.core.chunk_queue.ChunkQueue`, shared with
         fasteval's own chunking policies), filled here on the rows that need a chunk."""
         self.fresh = np.ones(self.n_slots, dtype=bool)
         """Slots whose next observation is their episode's first (it fills the history)."""

@@ -61,7 +61,8 @@ ARRAY_KEY = "observation"
 """The name of an array (non-Dict) observation in ``raw`` format (TorchRL's convention)."""
 OBS = "observation."
 PIXELS, NESTED = "pixels", "/"
-"""fasteval's buffers are flat: a nested Dict ``{"pixels": {cam: ...}}`` arrives as ``pixels/<cam>`` keys."""
+"""fasteval's buffers are flat: a nested Dict ``{"pixels": {cam: ...}}`` arrives as ``pixels/<cam>`` keys
+(:data:`fasteval.robot.lerobot.observations.NESTED`)."""
 SPECIAL_KEYS = {"agent_pos": ("observation.state", "float"),
                 "environment_state": ("observation.environment_state", "float"),
                 "policy": ("observation.policy", "same"), "camera_obs": ("observation.camera_obs", "same")}
@@ -149,7 +150,7 @@ def lerobot_plan(space: gym.Space) -> list[KeyPlan]:
     from fasteval.robot.lerobot.observations import traced_plan
 
     traced = traced_plan(space)
-    return traced if traced is not None else lerobot_rules(space)
+    return [KeyPlan(*entry) for entry in traced] if traced is not None else lerobot_rules(space)
 
 
 def plan_keys(space: gym.Space, observation_format: str, rename: Mapping[str, str]) -> list[KeyPlan]:
@@ -204,27 +205,11 @@ class ObservationAdapter:
     def build(self, obs: Any) -> tuple[Any, list[Callable[[], Any]]]:
         from tensordict import TensorDict
 
-        entries: dict[str, torch.Tensor] = {}
-        steps: list[Callable[[], Any]] = []
-        for plan in self.plans:
-            src = obs if plan.source is None else obs[plan.source]
-            if plan.kind == "same":
-                entries[plan.target] = src
-                continue
-            view = src.permute(0, 3, 1, 2) if plan.kind == "image_hwc" else src
-            out = torch.empty(view.shape, dtype=torch.float32, device=self.device)
-            entries[plan.target] = out
-            steps.append(_image_step(view, out) if plan.kind.startswith("image") else _cast_step(view, out))
+        from fasteval.robot.lerobot.observations import build_entries
+
+        entries, steps = build_entries([(p.source, p.target, p.kind) for p in self.plans], obs, self.device)
         batch = obs.shape[0] if isinstance(obs, torch.Tensor) else obs.batch_size[0]
         return TensorDict(entries, batch_size=[batch], device=self.device), steps
-
-
-def _image_step(src: torch.Tensor, out: torch.Tensor) -> Callable[[], Any]:
-    return lambda: torch.div(src, 255.0, out=out)
-
-
-def _cast_step(src: torch.Tensor, out: torch.Tensor) -> Callable[[], Any]:
-    return lambda: out.copy_(src)
 
 
 def build_observation_adapter(space: gym.Space, observation_format: str, rename: Mapping[str, str],

@@ -1,7 +1,8 @@
 """Per-slot action queues for policies that return action chunks (ACT / Diffusion style).
 
-See :mod:`fasteval.robot.policies.runner` for when a chunk queue is used and how results stay
-independent of the batch size.
+One queue for every chunking policy: fasteval's own (:mod:`fasteval.robot.policies.runner` says when a
+chunk queue is used and how results stay independent of the batch size) and LeRobot's
+(:mod:`fasteval.robot.lerobot.policy`). It lives in core so that both robot packages import it.
 """
 
 from __future__ import annotations
