@@ -1,0 +1,124 @@
+"""The paired two-policy e-process: betting against "A and B are equally good".
+
+Two policies run on the same seeds give paired episodes. Each pair becomes one number ``y`` in
+[0, 1] whose mean is 1/2 when the policies are equally good:
+
+* **success**: only the *discordant* pairs count (one policy succeeded, the other did not);
+  ``y = 1`` when only B succeeded, ``0`` when only A did. Under "equal success rates" (and i.i.d.
+  pairs), each discordant pair is B's with probability exactly 1/2, whatever the rates are; the
+  concordant pairs carry no evidence and are skipped (the wealth does not move). This is the
+  sequential version of McNemar's test.
+* **return**: ``y = (r_B - r_A + W) / (2 W)`` with ``W = HI - LO`` from ``--return-bounds``;
+  its mean is 1/2 exactly when the mean returns are equal.
+
+Two gamblers bet on the ``y`` in order, each with half the starting wealth: the "B better" one
+with ``1 + lam_t (y_t - 1/2)``, the "B worse" one with ``1 - lam_t (y_t - 1/2)``. The bets are
+predictable (approximate Kelly, Waudby-Smith & Ramdas' aGRAPA: ``lam = (mu - 1/2) / (var + (mu -
+1/2)^2)`` from the regularized running mean and variance of the earlier ``y``, clipped to
+``[0, 2c]`` on each side, ``c = 1/2``). Under the null each wealth is a nonnegative
+(super)martingale starting at 1, so by Ville's inequality the chance that either ever reaches
+``2/alpha`` is at most ``alpha/2`` each: rejecting "no difference" the first time one does keeps
+the type-I error at most alpha *however long the comparison runs and whenever it stops*. The
+one-sided nulls ("B is no better", "B is no worse") are covered too: their wealth is a
+supermartingale.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from fasteval.types.sequential.betting import TRUNCATION, check_confidence, check_unit_interval, running_estimates
+
+NULL_MEAN = 0.5
+
+
+def discordant_outcomes(a_success: Any, b_success: Any) -> np.ndarray:
+    """Per pair: 1.0 when only B succeeded, 0.0 when only A did, NaN for concordant pairs."""
+    a = np.asarray(a_success, dtype=bool).reshape(-1)
+    b = np.asarray(b_success, dtype=bool).reshape(-1)
+    if a.shape != b.shape:
+        raise ValueError(f"paired outcomes: expected equal lengths, got {a.size} and {b.size}.")
+    return np.where(a == b, np.nan, b.astype(np.float64))
+
+
+def mapped_differences(a_return: Any, b_return: Any, bounds: tuple[float, float]) -> np.ndarray:
+    """``(r_B - r_A + W) / (2 W)``, in [0, 1] when both returns lie in ``bounds = (LO, HI)``."""
+    lo, hi = float(bounds[0]), float(bounds[1])
+    a = np.asarray(a_return, dtype=np.float64).reshape(-1)
+    b = np.asarray(b_return, dtype=np.float64).reshape(-1)
+    for name, r in (("A", a), ("B", b)):
+        bad = ~((r >= lo) & (r <= hi))
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"return of policy {name} at pair {i}: {r[i]!r} is outside --return-bounds {lo:g},{hi:g}; "
+                             f"widen the bounds to cover every possible return.")
+    width = hi - lo
+    return np.clip((b - a + width) / (2.0 * width), 0.0, 1.0)
+
+
+class PairedEProcess:
+    """The two wealth processes, fed pairs in index order; NaN entries (concordant pairs) are skipped.
+
+    ``update(y)`` folds entries until the first one at which a wealth reaches ``2/alpha`` and
+    returns the number of pairs seen at that point (the stopping k), or None. After a decision
+    further entries are ignored, so ``e_better``, ``e_worse`` and ``n_pairs`` stay those at k.
+    Chunks of any size give bit-identical numbers (sequential cumulative sums from the state).
+    """
+
+    def __init__(self, confidence: float = 0.95):
+        self.confidence = check_confidence(confidence)
+        self.alpha = 1.0 - self.confidence
+        self.threshold = 2.0 / self.alpha
+        self._log_threshold = math.log(self.threshold)
+        self.n_pairs = 0
+        self.n_bets = 0
+        self._sum_y = 0.0
+        self._sum_sq = 0.0
+        self.log_better = 0.0
+        self.log_worse = 0.0
+        self.decision = 0
+        """+1: B better, -1: B worse, 0: not decided."""
+
+    @property
+    def e_better(self) -> float:
+        return math.exp(self.log_better)
+
+    @property
+    def e_worse(self) -> float:
+        return math.exp(self.log_worse)
+
+    @property
+    def verdict(self) -> str | None:
+        return {1: "better", -1: "worse"}.get(self.decision)
+
+    def update(self, y: Any) -> int | None:
+        if self.decision:
+            return None
+        ys = np.asarray(y, dtype=np.float64).reshape(-1)
+        bets = np.flatnonzero(~np.isnan(ys))
+        yb = check_unit_interval(ys[bets], "paired values")
+        if yb.size == 0:
+            self.n_pairs += ys.size
+            return None
+        _, mu, var, csum, csq = running_estimates(yb, self.n_bets, self._sum_y, self._sum_sq)
+        edge = mu - NULL_MEAN
+        lam = edge / (var + edge * edge)
+        cap = TRUNCATION / NULL_MEAN
+        up = np.log1p(np.clip(lam, 0.0, cap) * (yb - NULL_MEAN))
+        down = np.log1p(-np.clip(-lam, 0.0, cap) * (yb - NULL_MEAN))
+        log_b = np.cumsum(np.concatenate([[self.log_better], up]))[1:]
+        log_w = np.cumsum(np.concatenate([[self.log_worse], down]))[1:]
+        hit = (log_b >= self._log_threshold) | (log_w >= self._log_threshold)
+        j = int(np.argmax(hit)) if hit.any() else yb.size - 1
+        self.n_bets += j + 1
+        self._sum_y, self._sum_sq = float(csum[j]), float(csq[j])
+        self.log_better, self.log_worse = float(log_b[j]), float(log_w[j])
+        if not hit.any():
+            self.n_pairs += ys.size
+            return None
+        self.decision = 1 if log_b[j] >= self._log_threshold else -1
+        self.n_pairs += int(bets[j]) + 1
+        return self.n_pairs
