@@ -101,18 +101,24 @@ def _log_factors(x: np.ndarray, lam: np.ndarray, m: Any) -> tuple[np.ndarray, np
     return np.log1p(np.minimum(lam, cap_long) * diff), np.log1p(-np.minimum(lam, cap_short) * diff)
 
 
-def log_capital(x: Any, m: float, confidence: float = 0.95) -> np.ndarray:
-    """``log K_t(m)`` (the hedged wealth) after each step, for ``x`` of shape ``(..., n)``.
+def log_capital(x: Any, m: float, confidence: float = 0.95, side: str = "both") -> np.ndarray:
+    """Log wealth at the candidate mean ``m`` after each step, for ``x`` of shape ``(..., n)``.
 
-    Vectorized over leading axes (simulation runs). The confidence sequence excludes m at step t
-    exactly when ``log K_t(m) >= log(1/alpha)``: ``m`` is outside at some step of a run iff the
-    run's maximum reaches that line (what the coverage simulations check at the true mean).
+    ``side="both"``: ``log K_t(m)``, the hedged wealth; the sequence excludes m at step t exactly
+    when it is ``>= log(1/alpha)``, so m is outside at some step of a run iff the run's maximum
+    reaches that line (what the coverage simulations check at the true mean). ``"long"`` /
+    ``"short"``: ``log(theta K+_t(m))`` / ``log((1 - theta) K-_t(m))`` alone (the lower bound
+    exceeds m once the long one reaches the line). Vectorized over leading axes (simulation runs).
     """
+    if side not in ("both", "long", "short"):
+        raise ValueError(f"side: expected 'both', 'long' or 'short', got {side!r}.")
     alpha = 1.0 - check_confidence(confidence)
     xs = check_unit_interval(x)
     lam, _, _ = _bets(xs, 0, np.zeros(xs.shape[:-1]), np.zeros(xs.shape[:-1]), alpha)
     log_up, log_down = _log_factors(xs, lam, m)
-    return np.maximum(math.log(HEDGE) + np.cumsum(log_up, axis=-1), math.log(1.0 - HEDGE) + np.cumsum(log_down, axis=-1))
+    up = math.log(HEDGE) + np.cumsum(log_up, axis=-1) if side != "short" else None
+    down = math.log(1.0 - HEDGE) + np.cumsum(log_down, axis=-1) if side != "long" else None
+    return up if down is None else down if up is None else np.maximum(up, down)
 
 
 class BettingCS:

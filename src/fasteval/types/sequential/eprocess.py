@@ -12,15 +12,16 @@ Two policies run on the same seeds give paired episodes. Each pair becomes one n
   its mean is 1/2 exactly when the mean returns are equal.
 
 Two gamblers bet on the ``y`` in order, each with half the starting wealth: the "B better" one
-with ``1 + lam_t (y_t - 1/2)``, the "B worse" one with ``1 - lam_t (y_t - 1/2)``. The bets are
-predictable (approximate Kelly, Waudby-Smith & Ramdas' aGRAPA: ``lam = (mu - 1/2) / (var + (mu -
-1/2)^2)`` from the regularized running mean and variance of the earlier ``y``, clipped to
-``[0, 2c]`` on each side, ``c = 1/2``). Under the null each wealth is a nonnegative
-(super)martingale starting at 1, so by Ville's inequality the chance that either ever reaches
-``2/alpha`` is at most ``alpha/2`` each: rejecting "no difference" the first time one does keeps
-the type-I error at most alpha *however long the comparison runs and whenever it stops*. The
-one-sided nulls ("B is no better", "B is no worse") are covered too: their wealth is a
-supermartingale.
+holds ``prod_t (1 + lam (y_t - 1/2))``, the "B worse" one ``prod_t (1 - lam (y_t - 1/2))``, each
+averaged over the fixed bets ``lam_j = 2 (j - 1/2) / K``, ``j = 1..K`` (a uniform mixture of
+constant bets, "diversified" betting: for discordant pairs ``lam_j`` is the likelihood ratio of
+``P(B wins a discordant pair) = 1/2 + lam_j / 4`` against 1/2, so the mixture tracks the best
+constant bet within a log K regret). Every mixture component is a nonnegative martingale with
+mean 1 under the null, so their average is too, and by Ville's inequality the chance that either
+wealth ever reaches ``2/alpha`` is at most ``alpha/2`` each: rejecting "no difference" the first
+time one does keeps the type-I error at most alpha *however long the comparison runs and whenever
+it stops*. The one-sided nulls ("B is no better", "B is no worse") are covered too: there the
+components are supermartingales.
 """
 
 from __future__ import annotations
@@ -30,9 +31,13 @@ from typing import Any
 
 import numpy as np
 
-from fasteval.types.sequential.betting import TRUNCATION, check_confidence, check_unit_interval, running_estimates
+from fasteval.types.sequential.betting import check_confidence, check_unit_interval
 
 NULL_MEAN = 0.5
+N_BETS = 40
+"""K: the constant bets of the mixture."""
+BETS = 2.0 * (np.arange(1, N_BETS + 1) - 0.5) / N_BETS
+_LOG_K = math.log(N_BETS)
 
 
 def discordant_outcomes(a_success: Any, b_success: Any) -> np.ndarray:
@@ -59,6 +64,33 @@ def mapped_differences(a_return: Any, b_return: Any, bounds: tuple[float, float]
     return np.clip((b - a + width) / (2.0 * width), 0.0, 1.0)
 
 
+def _mixture(log_components: np.ndarray) -> np.ndarray:
+    """``log mean_j exp(c_j)`` over the last axis, summed in the order j = 1..K."""
+    out = log_components[..., 0]
+    for j in range(1, log_components.shape[-1]):
+        out = np.logaddexp(out, log_components[..., j])
+    return out - _LOG_K
+
+
+def paired_log_wealth(y: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Log wealth of both gamblers after each entry of ``y`` (shape ``(..., n)``; NaN = skipped).
+
+    The batch form of :class:`PairedEProcess` (the same numbers; vectorized over leading axes,
+    for simulations). Skipped entries add exactly 0 to every component.
+    """
+    ys = np.asarray(y, dtype=np.float64)
+    bet = ~np.isnan(ys)
+    check_unit_interval(ys[bet], "paired values")
+    edge = np.where(bet, ys - NULL_MEAN, 0.0)
+    better = worse = None
+    for lam in BETS:  # one component at a time: memory stays at the size of y
+        up = np.cumsum(np.log1p(lam * edge), axis=-1)
+        down = np.cumsum(np.log1p(-lam * edge), axis=-1)
+        better = up if better is None else np.logaddexp(better, up)
+        worse = down if worse is None else np.logaddexp(worse, down)
+    return better - _LOG_K, worse - _LOG_K
+
+
 class PairedEProcess:
     """The two wealth processes, fed pairs in index order; NaN entries (concordant pairs) are skipped.
 
@@ -75,8 +107,8 @@ class PairedEProcess:
         self._log_threshold = math.log(self.threshold)
         self.n_pairs = 0
         self.n_bets = 0
-        self._sum_y = 0.0
-        self._sum_sq = 0.0
+        self._up = np.zeros(N_BETS)
+        self._down = np.zeros(N_BETS)
         self.log_better = 0.0
         self.log_worse = 0.0
         self.decision = 0
@@ -103,18 +135,14 @@ class PairedEProcess:
         if yb.size == 0:
             self.n_pairs += ys.size
             return None
-        _, mu, var, csum, csq = running_estimates(yb, self.n_bets, self._sum_y, self._sum_sq)
-        edge = mu - NULL_MEAN
-        lam = edge / (var + edge * edge)
-        cap = TRUNCATION / NULL_MEAN
-        up = np.log1p(np.clip(lam, 0.0, cap) * (yb - NULL_MEAN))
-        down = np.log1p(-np.clip(-lam, 0.0, cap) * (yb - NULL_MEAN))
-        log_b = np.cumsum(np.concatenate([[self.log_better], up]))[1:]
-        log_w = np.cumsum(np.concatenate([[self.log_worse], down]))[1:]
+        edge = (yb - NULL_MEAN)[:, None]
+        up = np.cumsum(np.concatenate([self._up[None], np.log1p(BETS * edge)]), axis=0)[1:]
+        down = np.cumsum(np.concatenate([self._down[None], np.log1p(-BETS * edge)]), axis=0)[1:]
+        log_b, log_w = _mixture(up), _mixture(down)
         hit = (log_b >= self._log_threshold) | (log_w >= self._log_threshold)
         j = int(np.argmax(hit)) if hit.any() else yb.size - 1
         self.n_bets += j + 1
-        self._sum_y, self._sum_sq = float(csum[j]), float(csq[j])
+        self._up, self._down = up[j].copy(), down[j].copy()
         self.log_better, self.log_worse = float(log_b[j]), float(log_w[j])
         if not hit.any():
             self.n_pairs += ys.size
