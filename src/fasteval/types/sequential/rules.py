@@ -255,11 +255,11 @@ class PrefixGate:
         if not run_ix:
             return None
         present = [v is not None for v in run_vals]
-        self.n_failed += present.count(False)
         values = [v for v in run_vals if v is not None]
         seen = self.monitor.n
         hit = self.monitor.feed(values) if values else None
         if hit is None:
+            self.n_failed += present.count(False)
             return None
         # hit outcomes were used: the stop is at the index of the hit-th outcome (+1)
         count = seen
@@ -268,6 +268,7 @@ class PrefixGate:
             if has and count == hit:
                 self.k = ix + 1
                 break
+        self.n_failed += sum(1 for ix, has in zip(run_ix, present) if not has and ix < self.k)
         later = [ix for ix in run_ix if ix >= self.k] + sorted(self._waiting)
         self.past_stop.extend(later)
         self._waiting.clear()
