@@ -35,7 +35,15 @@ METRICS = ("success", "return")
 KINDS = ("ci", "above", "below", "decided")
 METHOD = "betting confidence sequence (Waudby-Smith & Ramdas 2024, hedged capital, predictable plug-in bets)"
 _RULE = re.compile(r"^(?:(?P<metric>success|return):)?(?:(?P<ci>ci)\s*<=\s*|(?P<side>above|below)\s*=\s*)(?P<value>[^\s]+)$")
+TRAJECTORY_POINTS = 500
 _EXAMPLES = "ci<=0.05, above=0.8, below=0.8, return:ci<=5, return:above=100, return:below=100"
+
+
+def thin(n: int, points: int = TRAJECTORY_POINTS) -> np.ndarray:
+    """At most ``points`` indices of ``0..n-1``, evenly spread, always with the first and last."""
+    if n <= points:
+        return np.arange(n)
+    return np.unique(np.round(np.linspace(0, n - 1, points)).astype(np.int64))
 
 
 @dataclass(frozen=True)
@@ -132,6 +140,8 @@ class StopMonitor:
         self.cap = cap
         self.cs = BettingCS(self.confidence)
         self.fired = False
+        self._lows: list[np.ndarray] = []
+        self._highs: list[np.ndarray] = []
 
     @property
     def n(self) -> int:
@@ -184,10 +194,22 @@ class StopMonitor:
             if holds.any():
                 j = int(np.argmax(holds))
                 self.cs = saved
-                self.cs.update(part[: j + 1])
+                low, high = self.cs.update(part[: j + 1])
+                self._lows.append(low)
+                self._highs.append(high)
                 self.fired = True
                 return start + begin + j + 1
+            self._lows.append(low)
+            self._highs.append(high)
         return None
+
+    def trajectory(self, points: int = TRAJECTORY_POINTS) -> dict[str, list[float]]:
+        """The bounds after each outcome, thinned to at most ``points`` (the last one always kept)."""
+        lows = np.concatenate(self._lows) if self._lows else np.zeros(0)
+        highs = np.concatenate(self._highs) if self._highs else np.zeros(0)
+        keep = thin(lows.size, points)
+        return {"k": (keep + 1).tolist(), "cs_low": [self._from_unit(v) for v in lows[keep]],
+                "cs_high": [self._from_unit(v) for v in highs[keep]]}
 
     def summary(self) -> dict[str, Any]:
         """This task's ``stopping`` block (see docs/how-many-episodes.md); the engine adds ``k`` (in
@@ -208,6 +230,7 @@ class StopMonitor:
             "threshold": self.rule.value if self.rule.kind in ("above", "below") else None,
             "epsilon": self.rule.value if self.rule.kind == "ci" else None,
             "method": METHOD,
+            "trajectory": self.trajectory(),
         }
 
 
