@@ -38,7 +38,7 @@ from common import command_line  # noqa: E402
 
 from fasteval.types.sequential import BettingCS, StopMonitor  # noqa: E402
 from fasteval.types.sequential.betting import DEFAULT_GRID, log_capital  # noqa: E402
-from fasteval.types.sequential.eprocess import PairedEProcess, discordant_outcomes, paired_log_wealth  # noqa: E402
+from fasteval.types.sequential.eprocess import BETS, PairedEProcess, discordant_outcomes, paired_log_wealth  # noqa: E402
 
 ALPHA = 0.05
 CONFIDENCE = 1.0 - ALPHA
@@ -107,6 +107,35 @@ def coverage(runs: int, horizon: int) -> list[dict[str, Any]]:
 
 
 # -- 2. type-I error of the paired comparison ---------------------------------------------------------
+_TABLES: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def wealth_tables(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Success outcomes: both gamblers' log wealth after D discordant pairs of which S were B's,
+    ``log mean_j (1 + lam_j/2)^S (1 - lam_j/2)^(D - S)`` (and mirrored), for all S <= D <= n.
+    The closed form of ``paired_log_wealth`` on binary data (equal up to rounding; the
+    consistency check below compares decisions run by run)."""
+    if n not in _TABLES:
+        d = np.arange(n + 1, dtype=np.float64)[:, None]
+        s = np.arange(n + 1, dtype=np.float64)[None, :]
+        better = worse = None
+        for lam in BETS:
+            win, lose = math.log1p(lam / 2), math.log1p(-lam / 2)
+            up, down = s * win + (d - s) * lose, s * lose + (d - s) * win
+            better = up if better is None else np.logaddexp(better, up)
+            worse = down if worse is None else np.logaddexp(worse, down)
+        _TABLES[n] = (better - math.log(BETS.size), worse - math.log(BETS.size))
+    return _TABLES[n]
+
+
+def binary_log_wealth(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``paired_log_wealth`` of paired successes ``a``, ``b`` (runs x pairs), by table lookup."""
+    better, worse = wealth_tables(a.shape[1])
+    disc = np.cumsum(a != b, axis=1)
+    wins = np.cumsum(~a & b, axis=1)
+    return better[disc, wins], worse[disc, wins]
+
+
 def mcnemar_exact_p(only_b: np.ndarray, discordant: np.ndarray) -> np.ndarray:
     low = np.minimum(only_b, discordant - only_b)
     return np.where(discordant > 0, np.minimum(1.0, 2 * stats.binom.cdf(low, discordant, 0.5)), 1.0)
@@ -125,7 +154,7 @@ def type_one_row(name: str, y_fn: Callable, runs: int, cap: int, seed: int, succ
 
     def one(size, rng):
         y, a, b = y_fn(rng, size)
-        lb, lw = paired_log_wealth(y)
+        lb, lw = binary_log_wealth(a, b) if success else paired_log_wealth(y)
         anytime = (np.maximum(lb, lw) >= line).any(axis=1)
         at_end = np.maximum(lb[:, -1], lw[:, -1]) >= line
         cols = [anytime, at_end]
@@ -185,11 +214,10 @@ def fixed_n_mcnemar(p_only_a: float, p_only_b: float, power: float, n_max: int =
     d = p_only_a + p_only_b
     q = p_only_b / d
     reject_given_d = np.zeros(n_max + 1)
-    for m in range(1, n_max + 1):
-        c = np.arange(m + 1)
-        rej = mcnemar_exact_p(c, np.full(m + 1, m)) <= ALPHA
-        reject_given_d[m] = float(stats.binom.pmf(c[rej & (c > m / 2)], m, q).sum())  # rejects in B's favour
     for n in range(1, n_max + 1):
+        c = np.arange(n + 1)  # reject_given_d[m]: McNemar rejects, in B's favour, with m discordant pairs
+        rej = (mcnemar_exact_p(c, np.full(n + 1, n)) <= ALPHA) & (c > n / 2)
+        reject_given_d[n] = float(stats.binom.pmf(c[rej], n, q).sum())
         if float((stats.binom.pmf(np.arange(n + 1), n, d) * reject_given_d[: n + 1]).sum()) >= power:
             return n
     return n_max
@@ -235,7 +263,7 @@ def savings(runs: int, horizon: int, power: float) -> list[dict[str, Any]]:
             ua = rng.random((size, horizon))
             ub = np.where(shared, ua, rng.random((size, horizon)))
             a, b = ua < 0.7, ub < 0.8
-            lb, lw = paired_log_wealth(np.where(a == b, np.nan, b.astype(np.float64)))
+            lb, lw = binary_log_wealth(a, b)
             return np.stack([first_true(lb >= log_line), first_true(lw >= log_line)], axis=1)
 
         taus = in_chunks(runs, one, 50 + int(rho))
@@ -270,7 +298,7 @@ def consistency_single(runs: int, horizon: int) -> dict[str, Any]:
         a, b = rng.random(horizon) < 0.7, rng.random(horizon) < 0.8
         e = PairedEProcess(CONFIDENCE)
         k = e.update(discordant_outcomes(a, b))
-        lb, lw = paired_log_wealth(discordant_outcomes(a, b)[None])
+        lb, lw = binary_log_wealth(a[None], b[None])
         vec = first_true(np.maximum(lb, lw) >= math.log(2 / ALPHA))[0]
         paired.append((k or np.inf) == vec)
     return {"runs": runs, "single_rule_same_k": int(np.sum(fast == slow)), "paired_same_k": int(sum(paired))}

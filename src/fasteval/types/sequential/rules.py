@@ -310,3 +310,43 @@ class PrefixGate:
         out["n_computed_past_stop"] = len(out["computed_past_stop"])
         out["n_cancelled"] = int(n_cancelled)
         return out
+
+
+def overall_stopping(blocks: list[dict[str, Any]], outcomes: list[Any]) -> dict[str, Any]:
+    """The overall ``stopping`` block of a run from its per-task blocks and each task's reported
+    outcomes (successes, or returns for ``return:`` rules, of episodes ``0..k-1`` in index order).
+
+    The bounds are simultaneous bounds on the mean over tasks of the task means: each task's
+    sequence rerun at confidence ``1 - (1 - confidence) / n_tasks`` (Bonferroni; one task: its
+    own bounds), averaged. With probability >= confidence every task's mean lies in its widened
+    interval at its stop, so their average lies in the average interval.
+    """
+    if not blocks:
+        raise ValueError("overall_stopping: expected at least one task block.")
+    first = blocks[0]
+    n = len(blocks)
+    confidence = first["confidence"]
+    if n == 1:
+        low, high, estimate = first["cs_low"], first["cs_high"], first["estimate"]
+    else:
+        widened = 1.0 - (1.0 - confidence) / n
+        lows, highs = [], []
+        for block, values in zip(blocks, outcomes):
+            monitor = StopMonitor(block["rule"], widened, block["return_bounds"])
+            monitor.cs.update(monitor._unit(values)) if len(values) else None
+            lows.append(monitor._from_unit(monitor.cs.lower))
+            highs.append(monitor._from_unit(monitor.cs.upper))
+        low, high = float(np.mean(lows)), float(np.mean(highs))
+        estimate = float(np.mean([b["estimate"] for b in blocks]))
+    n_fired = sum(bool(b["fired"]) for b in blocks)
+    return {
+        "rule": first["rule"], "metric": first["metric"], "confidence": confidence,
+        "return_bounds": first["return_bounds"], "cap": first["cap"],
+        "k": int(sum(b["k"] for b in blocks)), "n_tasks": n, "n_fired": n_fired, "n_capped": n - n_fired,
+        "reason": "rule" if n_fired == n else ("cap" if n_fired == 0 else "mixed"),
+        "estimate": estimate, "cs_low": low, "cs_high": high,
+        "n_computed_past_stop": int(sum(b["n_computed_past_stop"] for b in blocks)),
+        "n_cancelled": int(sum(b["n_cancelled"] for b in blocks)),
+        "resumable": any(b["reason"] == "cap" for b in blocks),
+        **({"trajectory": first["trajectory"]} if n == 1 and "trajectory" in first else {}),
+    }
