@@ -113,6 +113,8 @@ class PairedEProcess:
         self.log_worse = 0.0
         self.decision = 0
         """+1: B better, -1: B worse, 0: not decided."""
+        self._path_b: list[np.ndarray] = []
+        self._path_w: list[np.ndarray] = []
 
     @property
     def e_better(self) -> float:
@@ -133,6 +135,7 @@ class PairedEProcess:
         bets = np.flatnonzero(~np.isnan(ys))
         yb = check_unit_interval(ys[bets], "paired values")
         if yb.size == 0:
+            self._record(ys.size, bets, np.zeros(0), np.zeros(0))
             self.n_pairs += ys.size
             return None
         edge = (yb - NULL_MEAN)[:, None]
@@ -145,8 +148,28 @@ class PairedEProcess:
         self._up, self._down = up[j].copy(), down[j].copy()
         self.log_better, self.log_worse = float(log_b[j]), float(log_w[j])
         if not hit.any():
+            self._record(ys.size, bets, log_b, log_w)
             self.n_pairs += ys.size
             return None
         self.decision = 1 if log_b[j] >= self._log_threshold else -1
+        self._record(int(bets[j]) + 1, bets, log_b, log_w)
         self.n_pairs += int(bets[j]) + 1
         return self.n_pairs
+
+    def _record(self, n: int, bets: np.ndarray, log_b: np.ndarray, log_w: np.ndarray) -> None:
+        """Keep the wealth after each of the first ``n`` entries (flat over the skipped ones)."""
+        last = np.searchsorted(bets, np.arange(n), side="right") - 1  # latest bet at or before each entry
+        start_b = self._path_b[-1][-1] if self._path_b and self._path_b[-1].size else 0.0
+        start_w = self._path_w[-1][-1] if self._path_w and self._path_w[-1].size else 0.0
+        self._path_b.append(np.where(last >= 0, np.concatenate([log_b, [0.0]])[last], start_b))
+        self._path_w.append(np.where(last >= 0, np.concatenate([log_w, [0.0]])[last], start_w))
+
+    def trajectory(self, points: int = 500) -> dict[str, list[float]]:
+        """Both e-values after each pair, thinned to at most ``points`` (the last one kept)."""
+        from fasteval.types.sequential.rules import thin
+
+        log_b = np.concatenate(self._path_b) if self._path_b else np.zeros(0)
+        log_w = np.concatenate(self._path_w) if self._path_w else np.zeros(0)
+        keep = thin(log_b.size, points)
+        return {"k": (keep + 1).tolist(), "e_value_better": np.exp(log_b[keep]).tolist(),
+                "e_value_worse": np.exp(log_w[keep]).tolist()}
