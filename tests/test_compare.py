@@ -210,3 +210,52 @@ def test_sweep_cells(tmp_path):
     assert doc["tasks"][0]["success"]["only_a"] == exp
     assert res.exit_code == (3 if doc["overall"]["any_worse"] else 0)
     assert "no episodes of policy" in _compare(f"{out}::nobody", f"{out}::cand", "-o", tmp_path).output
+
+
+# -- live comparison ----------------------------------------------------------------------------------------
+LIVE = ["--env", BERNOULLI_ENV, "--env-kwarg", "p=[0.55,0.85]", "--env-kwarg", "coupling=independent"]
+
+
+def _live(tmp_path, a, b, *extra):
+    out = _compare("--policy-a", a, "--policy-b", b, *LIVE, *extra, "-o", tmp_path)
+    return out, json.loads((tmp_path / "compare.json").read_text())
+
+
+@pytest.mark.parametrize("batch", [1, 7, 64])
+def test_live_stop_when_decided_gives_the_same_k_at_any_batch_size(tmp_path, batch):
+    out, doc = _live(tmp_path, ARM_1, "zero", "-n", "600", "--stop-when", "decided", "-b", str(batch), "--fail-if-worse")
+    seq = doc["sequential"]
+    # independent coupling, 0.85 vs 0.55: the exact outcomes, fed in index order, fix k
+    from fasteval.types.sequential import PairedEProcess
+    from fasteval.types.sequential.eprocess import discordant_outcomes
+
+    a = [expected_bernoulli_episode(s, [0.55, 0.85], 1, "independent")["success"] for s in range(600)]
+    b = [expected_bernoulli_episode(s, [0.55, 0.85], 0, "independent")["success"] for s in range(600)]
+    e = PairedEProcess(0.95)
+    k = e.update(discordant_outcomes(a, b))
+    assert k is not None and seq["k"] == k and seq["decision"] == "worse" == e.verdict and seq["reason"] == "rule"
+    assert doc["tasks"][0]["n_pairs"] == k and doc["tasks"][0]["verdict"] == "worse"
+    assert doc["tasks"][0]["verdict_basis"] == "e-process" and out.exit_code == 3
+    assert math.isclose(seq["e_value_worse"], e.e_worse) and seq["trajectory"]["k"][-1] == k
+    assert all(i >= k for i in seq["computed_past_stop"])
+    assert doc["tasks"][0]["success"]["a_successes"] == sum(a[:k])
+
+
+def test_live_equal_policies_run_to_the_cap_and_pass_the_gate(tmp_path):
+    out, doc = _live(tmp_path, ARM_1, ARM_1, "-n", "120", "--stop-when", "decided", "-b", "16", "--fail-if-worse")
+    assert out.exit_code == 0, out.output
+    seq = doc["sequential"]
+    assert seq["reason"] == "cap" and seq["k"] == 120 and seq["decision"] is None
+    assert doc["tasks"][0]["verdict"] == "no difference" and doc["tasks"][0]["success"]["n_discordant"] == 0
+
+
+def test_live_without_a_rule_runs_n_pairs_and_uses_the_fixed_n_tests(tmp_path):
+    out, doc = _live(tmp_path, ARM_1, "zero", "-n", "200", "-b", "16")
+    assert doc["sequential"] is None and doc["tasks"][0]["n_pairs"] == 200
+    assert doc["tasks"][0]["verdict_basis"] == "holm" and doc["mode"] == "live"
+
+
+def test_live_bad_options_exit_2(tmp_path):
+    assert "needs --policy-a" in _compare("--policy-a", ARM_1, *LIVE, "-o", tmp_path).output
+    out = _compare("--policy-a", ARM_1, "--policy-b", "zero", *LIVE, "--stop-when", "above=0.8", "-o", tmp_path)
+    assert out.exit_code == 2 and "'decided'" in out.output
