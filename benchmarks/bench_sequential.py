@@ -249,31 +249,30 @@ def savings(runs: int, horizon: int, power: float) -> list[dict[str, Any]]:
             return first_true(log_capital(x, m_star, CONFIDENCE, side="long") >= line)
         return one
 
-    tau = in_chunks(runs, tau_single(0.9), 40)
-    n_fixed = fixed_n_threshold(0.9, 0.8, ALPHA / 2, power)
-    rows.append(savings_row("p = 0.9 vs threshold 0.8 (above=0.8)", tau, tau, n_fixed, power))
-    tau_null = in_chunks(runs, tau_single(0.8), 41)
-    rows[-1]["fired_at_p_0.8_within_horizon"] = float(np.isfinite(tau_null).mean())
+    for i, p in enumerate((0.9, 0.95)):
+        tau = in_chunks(runs, tau_single(p), 40 + i)
+        n_fixed = fixed_n_threshold(p, 0.8, ALPHA / 2, power)
+        rows.append(savings_row(f"p = {p} vs threshold 0.8 (above=0.8)", tau, tau, n_fixed, power))
+    tau_null = in_chunks(runs, tau_single(0.8), 49)
+    rows[0]["fired_at_p_0.8_within_horizon"] = float(np.isfinite(tau_null).mean())
 
     # (b) paired: A = 0.7, B = 0.8, independent outcomes (STEP's setting) and a shared scene
     log_line = math.log(2 / ALPHA)
-    for label, rho in (("independent", 0.0), ("shared scene (known-answer env)", 1.0)):
-        def one(size, rng, rho=rho):
+    cases = (("independent", 0.0, 0.7), ("shared scene (known-answer env)", 1.0, 0.7), ("independent", 0.0, 0.5))
+    for i, (label, rho, pa) in enumerate(cases):
+        def one(size, rng, rho=rho, pa=pa):
             shared = rng.random((size, horizon)) < rho
             ua = rng.random((size, horizon))
             ub = np.where(shared, ua, rng.random((size, horizon)))
-            a, b = ua < 0.7, ub < 0.8
+            a, b = ua < pa, ub < 0.8
             lb, lw = binary_log_wealth(a, b)
             return np.stack([first_true(lb >= log_line), first_true(lw >= log_line)], axis=1)
 
-        taus = in_chunks(runs, one, 50 + int(rho))
+        taus = in_chunks(runs, one, 50 + i)
         tau_b, tau_w = taus[:, 0], taus[:, 1]
         tau_correct = np.where(tau_b < tau_w, tau_b, np.inf)
-        if rho == 0:
-            n_fixed = fixed_n_mcnemar(0.7 * 0.2, 0.3 * 0.8, power)
-        else:
-            n_fixed = _fixed_n_all_b(0.1, power)
-        rows.append(savings_row(f"A = 0.7 vs B = 0.8, paired, {label}", tau_correct, np.minimum(tau_b, tau_w), n_fixed, power))
+        n_fixed = fixed_n_mcnemar(pa * 0.2, (1 - pa) * 0.8, power) if rho == 0 else _fixed_n_all_b(0.8 - pa, power)
+        rows.append(savings_row(f"A = {pa} vs B = 0.8, paired, {label}", tau_correct, np.minimum(tau_b, tau_w), n_fixed, power))
     return rows
 
 
