@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from fasteval.doors.compare import Side, build_document
+from fasteval.doors.compare.document import build_document
+from fasteval.doors.compare.inputs import Side
 from fasteval.types.errors import UserInputError
 from fasteval.types.sequential import PairedEProcess, parse_return_bounds, parse_stop_rule
 from fasteval.types.sequential.eprocess import discordant_outcomes, mapped_differences
