@@ -17,8 +17,14 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from fasteval.types.errors import UserInputError
+from fasteval.types.errors import FastevalError, UserInputError
 from fasteval.types.sequential import PrefixGate, StopMonitor
+from fasteval.types.sequential.rules import overall_stopping
+
+
+class StopRuleError(FastevalError, RuntimeError):
+    """The stop rule cannot go on: an episode's return lies outside ``--return-bounds`` (exit 1;
+    the episodes finished so far are kept)."""
 
 
 class StopWhen:
@@ -43,20 +49,16 @@ class StopWhen:
     def fired(self) -> bool:
         return self.gate.k is not None
 
-    def _add(self, ixs: Iterable[int], values: Iterable[Any]) -> int | None:
+    def _add(self, ixs: Iterable[int], values: Iterable[Any], error: type = StopRuleError) -> int | None:
         try:
             return self.gate.add(ixs, values)
         except ValueError as exc:  # a return outside --return-bounds
-            raise UserInputError(str(exc)) from None
+            raise error(str(exc)) from None
 
-    def prime(self, records: Iterable[dict[str, Any]], failed: Iterable[int] = ()) -> int | None:
-        """Episodes of earlier segments (``episodes.jsonl`` records) and ones that failed for good."""
-        records = list(records)
-        fired = self._add([int(r["episode_ix"]) for r in records], [r[self._field] for r in records])
-        failed = sorted(int(i) for i in failed)
-        if fired is None and failed:
-            fired = self._add(failed, [None] * len(failed))
-        return fired
+    def prime(self, table: Any) -> int | None:
+        """Feed the episodes recorded by earlier segments of a resumed run (an EpisodeTable, any order)."""
+        ixs = np.asarray(table.columns["episode_ix"]).tolist()
+        return self._add(ixs, np.asarray(table.columns[self._field]).tolist(), UserInputError) if ixs else None
 
     def on_finished(self, ledger: Any, rows: Any) -> int | None:
         """Feed finished ledger rows (and rows that failed for good where they block the prefix);
@@ -91,6 +93,14 @@ class StopWhen:
 
     def summary(self) -> dict[str, Any]:
         return self.gate.summary(self.n_cancelled)
+
+
+def stopping_meta(block: dict[str, Any], task: tuple[Any, Any, Any]) -> dict[str, Any]:
+    """``meta`` entries of a one-task run: ``stopping`` (the overall block, which for one task
+    repeats the task's numbers) and ``stopping_per_task`` (the task's block with its labels)."""
+    group, task_id, name = task
+    return {"stopping": {**block, **overall_stopping([block], [])},
+            "stopping_per_task": [{"task_group": group, "task_id": task_id, "task": name, **block}]}
 
 
 def cut_at_stop(table: Any, stop: StopWhen | None) -> tuple[Any, dict[str, Any] | None]:
