@@ -176,16 +176,21 @@ def test_resume_of_a_capped_run_with_a_larger_cap_continues(tmp_path):
 
 # -- suites and sweeps --------------------------------------------------------------------------------------------
 def test_each_task_of_a_suite_stops_on_its_own():
-    from fasteval.doors.suites import run_suite
+    from fasteval.doors.suites import Task, run_suite
 
-    suite = {"coins": {0: {"env": BERNOULLI_ENV, "env_kwargs": {"p": 0.95}}, 1: {"env": BERNOULLI_ENV, "env_kwargs": {"p": 0.99}}}}
+    suite = {"coins": {0: Task(BERNOULLI_ENV, {"p": 0.95}), 1: Task(BERNOULLI_ENV, {"p": 0.99})}}
     result = run_suite(suite, policy="zero", n_episodes=CAP, stop_when="above=0.8", batch_size=8, device="cpu")
     blocks = result.meta["stopping_per_task"]
-    ks = [blocks[key]["k"] for key in sorted(blocks)]
+    ks = [b["k"] for b in blocks]
+    assert [(b["task_group"], b["task_id"]) for b in blocks] == [("coins", 0), ("coins", 1)]
     assert ks == [expected_k("above=0.8", p=0.95), expected_k("above=0.8", p=0.99)] and ks[0] != ks[1]
     overall = result.meta["stopping"]
     assert overall["k"] == sum(ks) and overall["n_tasks"] == 2 and overall["reason"] == "rule"
     assert len(result.per_episode) == sum(ks)
+    # simultaneous bounds on the mean of the two rates: each task's sequence at 97.5%, averaged
+    assert overall["cs_low"] < np.mean([b["cs_low"] for b in blocks]) and overall["cs_low"] <= overall["estimate"]
+    doc = result.eval_info_document()
+    assert [t["stopping"]["k"] for t in doc["per_task"]] == ks and doc["stopping"]["k"] == sum(ks)
 
 
 def test_sweep_cells_stop_on_their_own(tmp_path):
@@ -196,6 +201,28 @@ def test_sweep_cells_stop_on_their_own(tmp_path):
             "policies": [{"name": "zero", "ref": "zero"}],
             "envs": [{"name": "coin", "id": BERNOULLI_ENV, "kwargs": {"p": P}}],
             "options": {"batch_size": 8, "device": "cpu", "stop_when": "above=0.8"}}
-    assert run_sweep(SweepSpec.from_dict(spec), tmp_path / "sw", executor=LocalExecutor(workers=1)).ok
+    assert run_sweep(SweepSpec.from_dict(spec), tmp_path / "sw", executor=LocalExecutor(workers=1), report=False).ok
+    k = expected_k("above=0.8")
     with Store(tmp_path / "sw", create=False) as store:
-        assert len(store.episodes()) == expected_k("above=0.8")
+        stored = store.episodes()
+    assert sorted(e["episode_ix"] for e in stored) == list(range(k))
+    assert [bool(e["success"]) for e in sorted(stored, key=lambda e: e["seed"])] == [
+        expected_bernoulli_episode(i, P)["success"] for i in range(k)]
+    again = run_sweep(SweepSpec.from_dict(spec), tmp_path / "sw", executor=LocalExecutor(workers=1), report=False)
+    assert again.skipped == 1 and again.episodes_added == 0  # a stopped job stays stopped
+
+
+def test_config_file_sets_the_rule(tmp_path):
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps({"env": BERNOULLI_ENV, "env_kwargs": {"p": P}, "policy": "zero", "n_episodes": CAP,
+                                  "batch_size": 16, "stop_when": "above=0.8", "confidence": 0.95}))
+    out = tmp_path / "run"
+    res = cli("--config", config, "-o", out)
+    assert res.exit_code == 0, res.output
+    assert json.loads((out / "eval_info.json").read_text())["stopping"]["k"] == expected_k("above=0.8")
+    assert json.loads((out / "config.json").read_text())["stop_when"] == "above=0.8"
+
+
+def test_cli_bad_rule_exits_2_before_any_work(tmp_path):
+    res = cli("--env", BERNOULLI_ENV, "--stop-when", "above=80", "-o", tmp_path / "x")
+    assert res.exit_code == 2 and "fraction in (0, 1)" in res.output and not (tmp_path / "x").exists()
