@@ -288,8 +288,8 @@ def test_prefix_gate_gives_the_same_k_in_any_arrival_order(data):
     hit = expected.feed(kept)
     order = data.draw(st.permutations(range(n)))
     chunk = data.draw(st.integers(1, 40))
-    gate = PrefixGate(StopMonitor("above=0.7"))
-    fired, arrived = [], []
+    gate = PrefixGate(StopMonitor("above=0.7"), min_feed=data.draw(st.integers(1, 20)))
+    fired, arrived = [], list(order)
     for i in range(0, n, chunk):
         ixs = order[i:i + chunk]
         k = gate.add(ixs, [values[j] for j in ixs])
@@ -297,6 +297,10 @@ def test_prefix_gate_gives_the_same_k_in_any_arrival_order(data):
             fired.append(k)
             arrived = order[: i + chunk]
             break  # the engine stops launching here; in-flight ones may still arrive (below)
+    else:
+        k = gate.flush()  # the end of the run: the buffered prefix goes to the monitor
+        if k is not None:
+            fired.append(k)
     if hit is None:
         assert fired == [] and gate.k is None
         return

@@ -198,7 +198,9 @@ class CoreEngine:
         """The spec's ``stop_when`` as this run's :class:`StopWhen` (fed the earlier segments' episodes)."""
         if self.spec.stop_when is None:
             return None
-        stop = StopWhen(self.spec.stop_when, self.spec.confidence, self.spec.return_bounds, cap=cap)
+        # the prefix reaches the rule a quarter batch at a time: k is the same, the cost per step is bounded
+        stop = StopWhen(self.spec.stop_when, self.spec.confidence, self.spec.return_bounds, cap=cap,
+                        min_feed=max(1, self.n_slots // 4))
         if earlier is not None:
             stop.prime(earlier.records)
         return stop

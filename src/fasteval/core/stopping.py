@@ -31,12 +31,13 @@ class StopWhen:
     """The stop rule of one task's run. ``prime(records)`` feeds episodes recorded by an earlier
     segment (a resumed run), in any order; ``on_finished(ledger, rows)`` the ones this run finishes."""
 
-    def __init__(self, rule: Any, confidence: float = 0.95, return_bounds: Any = None, cap: int | None = None):
+    def __init__(self, rule: Any, confidence: float = 0.95, return_bounds: Any = None, cap: int | None = None,
+                 min_feed: int = 1):
         try:
             self.monitor = StopMonitor(rule, confidence, return_bounds, cap)
         except ValueError as exc:
             raise UserInputError(str(exc)) from None
-        self.gate = PrefixGate(self.monitor)
+        self.gate = PrefixGate(self.monitor, min_feed=min_feed)
         self._field = "success" if self.monitor.rule.metric == "success" else "sum_reward"
         self.n_cancelled = 0
 
@@ -58,7 +59,13 @@ class StopWhen:
     def prime(self, table: Any) -> int | None:
         """Feed the episodes recorded by earlier segments of a resumed run (an EpisodeTable, any order)."""
         ixs = np.asarray(table.columns["episode_ix"]).tolist()
-        return self._add(ixs, np.asarray(table.columns[self._field]).tolist(), UserInputError) if ixs else None
+        if not ixs:
+            return None
+        self._add(ixs, np.asarray(table.columns[self._field]).tolist(), UserInputError)
+        try:
+            return self.gate.flush()
+        except ValueError as exc:
+            raise UserInputError(str(exc)) from None
 
     def on_finished(self, ledger: Any, rows: Any) -> int | None:
         """Feed finished ledger rows (and rows that failed for good where they block the prefix);
@@ -86,9 +93,14 @@ class StopWhen:
         return fired
 
     def finish(self, ledger: Any) -> None:
-        """At the end of the run: feed failed rows still blocking the prefix, count the cancelled."""
+        """At the end of the run: feed failed rows still blocking the prefix and the buffered prefix,
+        count the cancelled."""
         if not self.fired:
             self._add_failed(ledger)
+            try:
+                self.gate.flush()
+            except ValueError as exc:
+                raise StopRuleError(str(exc)) from None
         self.n_cancelled += int(getattr(ledger, "n_cancelled", 0))
 
     def summary(self) -> dict[str, Any]:

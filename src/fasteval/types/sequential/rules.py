@@ -241,12 +241,19 @@ class PrefixGate:
     outcomes; ``None`` for an episode that failed for good (it counts as finished and carries no
     outcome). Returns k (indices ``0..k-1`` are the reported set) the first time the rule holds,
     else None. Episodes that arrive at or past k after the stop are listed in ``past_stop``.
+
+    ``min_feed``: prefix outcomes are handed to the monitor ``min_feed`` at a time (and by
+    :meth:`flush`), to bound the per-call cost. k does not depend on it (the monitor's numbers are
+    the same for any chunking); only how soon a stop is seen, so how much runs past it, does.
     """
 
-    def __init__(self, monitor: StopMonitor, first_index: int = 0):
+    def __init__(self, monitor: StopMonitor, first_index: int = 0, min_feed: int = 1):
         self.monitor = monitor
         self.next_index = first_index
+        self.min_feed = max(1, int(min_feed))
         self._waiting: dict[int, Any] = {}
+        self._run_ix: list[int] = []
+        self._run_vals: list[Any] = []
         self.k: int | None = None
         self.past_stop: list[int] = []
         self.n_failed = 0
@@ -257,7 +264,6 @@ class PrefixGate:
         return self.k is not None
 
     def add(self, ixs: Any, values: Any) -> int | None:
-        fired = None
         for ix, value in zip(ixs, values):
             ix = int(ix)
             if self.k is not None:
@@ -265,18 +271,20 @@ class PrefixGate:
                     self.past_stop.append(ix)
                 continue
             self._waiting[ix] = value
-        if self.k is None:
-            fired = self._drain()
-        return fired
-
-    def _drain(self) -> int | None:
-        run_ix, run_vals = [], []
-        while self.next_index in self._waiting:
-            run_ix.append(self.next_index)
-            run_vals.append(self._waiting.pop(self.next_index))
-            self.next_index += 1
-        if not run_ix:
+        if self.k is not None:
             return None
+        while self.next_index in self._waiting:
+            self._run_ix.append(self.next_index)
+            self._run_vals.append(self._waiting.pop(self.next_index))
+            self.next_index += 1
+        return self.flush() if len(self._run_ix) >= self.min_feed else None
+
+    def flush(self) -> int | None:
+        """Hand the buffered prefix outcomes to the monitor now; k if the rule fired."""
+        run_ix, run_vals = self._run_ix, self._run_vals
+        if self.k is not None or not run_ix:
+            return None
+        self._run_ix, self._run_vals = [], []
         present = [v is not None for v in run_vals]
         values = [v for v in run_vals if v is not None]
         seen = self.monitor.n
@@ -292,13 +300,13 @@ class PrefixGate:
                 self.k = ix + 1
                 break
         self.n_failed += sum(1 for ix, has in zip(run_ix, present) if not has and ix < self.k)
-        later = [ix for ix in run_ix if ix >= self.k] + sorted(self._waiting)
-        self.past_stop.extend(later)
+        self.past_stop.extend([ix for ix in run_ix if ix >= self.k] + sorted(self._waiting))
         self._waiting.clear()
         return self.k
 
     def summary(self, n_cancelled: int = 0) -> dict[str, Any]:
         """The task's ``stopping`` block: the monitor's, with ``k`` in episode indices."""
+        self.flush()
         out = self.monitor.summary()
         k = self.k if self.k is not None else self.next_index
         cap = self.monitor.cap
