@@ -177,7 +177,7 @@ def test_paired_type_one_error_small_simulation():
     """Two equal policies (p = 0.6, independent), 600 runs of 300 pairs: the e-process with early
     stopping rejects in <= 5% of runs (its bound; it is far below in practice), while McNemar's
     test checked every 10 pairs on the same runs rejects in more than 8% (so peeking is caught)."""
-    from scipy import stats
+    stats = pytest.importorskip("scipy.stats")
 
     rng = np.random.default_rng(8)
     a, b = rng.random((600, 300)) < 0.6, rng.random((600, 300)) < 0.6
