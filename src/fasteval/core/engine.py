@@ -28,6 +28,7 @@ from fasteval.core.envs import SlotEnvs, build_slot_envs, make_factory
 from fasteval.core.faults import Faults, make_action_check
 from fasteval.core.ledger import Ledger
 from fasteval.core.loop import StepContext, run_episodes, start_wave
+from fasteval.core.stopping import StopWhen, cut_at_stop, stopping_meta
 from fasteval.core.pipeline import check_pipelinable, group_rows, policy_batch
 from fasteval.core.protocols import EngineParts, StepObserver
 from fasteval.core.timing import make_stage_timers
@@ -169,13 +170,17 @@ class CoreEngine:
         ``seed`` inside the run so stochastic policies are reproducible. ``earlier`` (a resumed run):
         the records of its earlier segments, folded into the one result of the run.
         """
+        cap = self.spec.n_episodes if episodes is not None else n_episodes
         n, seed, episodes = self._plan(n_episodes, seed, episodes)
+        stop = self._stop_rule(n if cap is None else int(cap), earlier)
+        if stop is not None and stop.fired:
+            n, episodes = 0, []  # the rule held on the earlier segments: the run stays stopped
         ledger = Ledger(n, self.n_slots, seed, episodes)
         self.ledger = ledger
         if n == 0:
-            return self._result(ledger, [], 0.0, seed, earlier)
+            return self._result(ledger, [], 0.0, seed, earlier, stop=stop)
         observer = self.parts.attach_observers(self, ledger, observer)  # videos / episode data when the spec asks
-        callback = (lambda done: on_finished(ledger, done)) if on_finished is not None else (lambda done: None)
+        callback = self._finished_callback(ledger, on_finished, stop)
         faults = Faults(self.envs, self.runner, ledger, self.spec.retries, self.spec.on_nan_action, on_error)
         self.timers.reset()
         self.dry_run_s = self.capture_s = 0.0
@@ -186,15 +191,39 @@ class CoreEngine:
         except UserInputError:
             raise  # the dry run: nothing was evaluated
         except BaseException as exc:
-            partial = self._result(ledger, faults.errors, self._eval_seconds(start, captured), seed, earlier, exc)
+            partial = self._result(ledger, faults.errors, self._eval_seconds(start, captured), seed, earlier, exc, stop)
             self.parts.finish_observers(observer, partial)
             raise EvaluationAborted(
                 f"evaluation stopped early after {len(partial.per_episode)} finished episodes: "
                 f"{type(exc).__name__}: {exc}", partial) from exc
         self.runs += 1
-        result = self._result(ledger, faults.errors, self._eval_seconds(start, captured), seed, earlier)
+        result = self._result(ledger, faults.errors, self._eval_seconds(start, captured), seed, earlier, stop=stop)
         self.parts.finish_observers(observer, result)
         return result
+
+    def _stop_rule(self, cap: int, earlier: EarlierSegments | None) -> StopWhen | None:
+        """The spec's ``stop_when`` as this run's :class:`StopWhen` (fed the earlier segments' episodes)."""
+        if self.spec.stop_when is None:
+            return None
+        # the prefix reaches the rule a quarter batch at a time: k is the same, the cost per step is bounded
+        stop = StopWhen(self.spec.stop_when, self.spec.confidence, self.spec.return_bounds, cap=cap,
+                        min_feed=max(1, self.n_slots // 4))
+        if earlier is not None:
+            stop.prime(earlier.records)
+        return stop
+
+    @staticmethod
+    def _finished_callback(ledger: Ledger, on_finished: Callable[[Ledger, np.ndarray], None] | None,
+                           stop: StopWhen | None) -> Callable[[np.ndarray], None]:
+        """The loop's ``on_finished``: the caller's (the run log first: nothing computed is lost), then the rule's."""
+        if stop is None:
+            return (lambda done: on_finished(ledger, done)) if on_finished is not None else (lambda done: None)
+
+        def finished(done: np.ndarray) -> None:
+            if on_finished is not None:
+                on_finished(ledger, done)
+            stop.on_finished(ledger, done)
+        return finished
 
     def _eval_seconds(self, start: float, captured: float) -> float:
         """Seconds since ``start`` less what is timed apart: the dry run (``dry_run_s``), and graph capture
@@ -258,15 +287,26 @@ class CoreEngine:
             self.ledger.stop_starting()
 
     def _result(self, ledger: Ledger, errors: Sequence[dict[str, Any]], eval_s: float, seed: int,
-                earlier: EarlierSegments | None = None, error: BaseException | None = None) -> EvalResult:
-        """The one result of the run (with ``earlier``: of every segment of a resumed run)."""
+                earlier: EarlierSegments | None = None, error: BaseException | None = None,
+                stop: StopWhen | None = None) -> EvalResult:
+        """The one result of the run (with ``earlier``: of every segment of a resumed run; with ``stop``:
+        cut to the episodes ``0..k-1`` its rule stopped at)."""
         records, n = self.records(ledger), ledger.n_episodes
         meta = self._meta(n, seed)
         if earlier is not None:
             records, eval_s, n = earlier.merged(records), earlier.eval_s + eval_s, n + len(earlier.records)
             meta.update(n_episodes=n, segments=earlier.segments + 1)
         n_failed = int(ledger.failed.sum())
-        meta["status"] = run_status(len(records), n, n_failed, error, stopped=ledger.limit < ledger.n_episodes)
+        stopped = ledger.limit < ledger.n_episodes
+        if stop is not None:
+            stop.finish(ledger)
+            records, block = cut_at_stop(records, stop)
+            meta.update(n_episodes=stop.monitor.cap, **stopping_meta(block, records.tasks[0] if records.tasks else
+                                                                     (self.spec.env, 0, self.spec.env)))
+            if stop.fired:  # the rule decided: the wanted episodes are 0..k-1
+                n_failed = int(ledger.failed[ledger.episode_ids < stop.k].sum())
+                n, stopped = len(records) + n_failed, False
+        meta["status"] = run_status(len(records), n, n_failed, error, stopped=stopped)
         result = EvalResult(records, eval_s, self.timers.as_dict(), meta, errors=list(errors), n_failed=n_failed)
         result.meta["has_success_signal"] = self._success_signal()
         # the intra-op threads the run used (run() sets them for CPU policies, then restores them)

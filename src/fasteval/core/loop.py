@@ -234,6 +234,21 @@ def start_wave(
     return slots
 
 
+def cancel_in_flight(ctx: StepContext, groups: list[StepGroup]) -> None:
+    """A ``--stop-when`` rule held: receive the steps still in flight (so every env is idle and in
+    sync), handle their faults, then abandon every episode in a slot. All of them have indices past
+    the stop (the rule waits for every earlier index to finish); the next run resets every slot."""
+    for group in groups:
+        if group.sent:
+            ctx.receive(group.sent)
+            group.sent = []
+    if ctx.envs.failures:
+        ctx.recover()
+    ctx.ledger.cancel_in_flight()
+    for group in groups:
+        group.stale = True
+
+
 def run_episodes(ctx: StepContext, group_rows: list[slice]) -> None:
     """Run the ledger to the end over groups of slots ``group_rows``. The first wave must already
     be started (:func:`start_wave`)."""
@@ -249,6 +264,9 @@ def run_episodes(ctx: StepContext, group_rows: list[slice]) -> None:
         for group in groups:
             if group.sent:
                 land(ctx, group)
+            if L.stop_requested:
+                cancel_in_flight(ctx, groups)
+                return
             launch(ctx, group)
         if any(group.sent for group in groups):
             continue
