@@ -12,16 +12,19 @@
 One call, in LeRobot's order (``lerobot_eval.rollout``):
 
 1. the observation becomes LeRobot's batch: raw env observations (``observation_format="raw"``)
-   go through LeRobot's own ``preprocess_observation``; observations fasteval already mapped to
-   LeRobot's keys (``observation_format="lerobot"``: ``observation.image`` float CHW in [0, 1],
-   ``observation.state`` float32, renamed with ``--rename``) are taken as they are: the two give the
-   same tensors for ``pixels`` / ``agent_pos`` / ``environment_state``;
-2. ``batch["task"]``, then the env preprocessor and the policy preprocessor (rename, batch dim,
-   device, normalization);
+   are mapped on the device by the rules of LeRobot's own ``preprocess_observation``, read from it once
+   (:class:`fasteval.robot.lerobot.observations.LeRobotBatch`: no host round trip); observations fasteval
+   already mapped to LeRobot's keys (``observation_format="lerobot"``, the same rules) are taken as they
+   are: the two give the same tensors;
+2. ``batch["task"]`` (LeRobot's rollout: ``task_description``, else ``task``, else ``""``, read every
+   step by :mod:`fasteval.robot.policies.task_descriptions`), then the env preprocessor and the policy
+   preprocessor (LeRobot's rename step with ``rename_map``, batch dim, device, normalization);
 3. ``n_obs_steps > 1`` (Diffusion): each slot's history gets the new observation; the first one of
    an episode fills the whole history (LeRobot's ``populate_queues``);
-4. slots whose queue is empty get a fresh chunk from ``policy.predict_action_chunk`` run on those
-   rows only (all rows when all need one, as in a wave), keeping the first ``n_action_steps``;
+4. slots whose queue is empty get a fresh chunk from ``policy.predict_action_chunk`` (its offline
+   branch: the policy's own queues stay empty), keeping the first ``n_action_steps``; the queues are
+   fasteval's one :class:`~fasteval.core.chunk_queue.ChunkQueue` (positions on the host, mirrored on the
+   device: no upload of positions or indices on steps without a refill);
 5. each slot pops its next action; the postprocessor (unnormalize, to CPU) and the env
    postprocessor run on the popped batch, as LeRobot runs them on ``select_action``'s output.
 
@@ -36,11 +39,14 @@ In wave mode all slots start together, so every slot needs a chunk on the same s
 policy sees exactly the batches LeRobot's ``select_action`` sees: the same numbers, per seed.
 
 **Noise.** Diffusion's ``predict_action_chunk`` takes the initial ``noise``; each row's is drawn
-from its slot's generator (seeded with the episode seed at reset), so an episode's noise does not
-depend on the batch or on the other slots. DDPM also draws noise in every denoising step from the
-global RNG: :class:`LeRobotPolicy` passes the slots' generators to the scheduler's ``step`` (as a
-per-row list, which diffusers' schedulers accept) for the duration of the call. Policies without
-a ``noise`` argument keep LeRobot's global-RNG draws; :attr:`batch_invariant` says which case holds.
+from its slot's generator (on the policy's device, seeded with the episode seed at reset), so an
+episode's noise does not depend on the batch or on the other slots. DDPM also draws noise in every
+denoising step from the global RNG: :class:`LeRobotPolicy` passes the slots' generators to the
+scheduler's ``step`` (as a per-row list, which diffusers' schedulers accept) for the duration of the
+call (:class:`fasteval.robot.lerobot.internals.scheduler_generators`, the one patch, with every other
+LeRobot internal named in :mod:`fasteval.robot.lerobot.internals`). Policies without a ``noise``
+argument keep LeRobot's global-RNG draws; :attr:`batch_invariant` says which case holds.
+``noise="global"`` asks for LeRobot's global-RNG draws on purpose, seeded as ``lerobot-eval`` seeds them.
 
 **CUDA graphs.** On a CUDA device, the full-batch chunk prediction (``predict_action_chunk`` on all
 ``n_slots`` rows: a static shape) runs in a CUDA graph, through fasteval's capture machinery
