@@ -1,0 +1,80 @@
+"""The sweep's HTML page (``report.html``) and one run page per cell (``cells/<policy>__<env>/report.html``),
+from the results store alone. The pages are drawn by :mod:`fasteval.run.report_html`; this module
+turns the store into their documents: the sweep report document of
+:func:`fasteval.doors.sweep.report.build_report` (each failed cell with its retry verdict), and an
+``eval_info``-shaped document per cell built from its stored episodes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+from fasteval.doors.sweep.retry import cell_retry_verdict
+from fasteval.doors.sweep.store import Store
+from fasteval.types.results import EPISODE_FIELDS, EvalResult
+
+CellKey = tuple[str, str]
+
+
+def add_retry_verdicts(doc: dict[str, Any]) -> dict[str, Any]:
+    """Give every cell with failed jobs ``"retry"`` (see :mod:`fasteval.doors.sweep.retry`)."""
+    for cell in doc.get("cells") or []:
+        verdict = cell_retry_verdict(cell.get("error_texts") or [])
+        if verdict is not None:
+            cell["retry"] = verdict
+    return doc
+
+
+def cell_documents(jobs: list[dict[str, Any]], episodes: list[dict[str, Any]]) -> dict[CellKey, dict[str, Any]]:
+    """``(policy name, env name) -> eval_info document`` of each cell's stored episodes, with its
+    failed jobs as errors (``"kind": "job"``) and a status (done, partial, failed)."""
+    names: dict[tuple[str, str, str], CellKey] = {}
+    cell_jobs: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for job in jobs:
+        key = (job["policy_digest"], job["env_id"], job["env_kwargs"])
+        names[key] = (job["policy_name"], job["env_name"])
+        cell_jobs.setdefault(key, []).append(job)
+    by_cell: dict[tuple[str, str, str], list[dict[str, Any]]] = {key: [] for key in names}
+    for ep in episodes:
+        by_cell.setdefault((ep["policy_digest"], ep["env_id"], ep["env_kwargs"]), []).append(ep)
+    out = {}
+    for key, eps in by_cell.items():
+        if key not in names:
+            continue
+        js = cell_jobs[key]
+        records = [{k: ep.get(k) for k in EPISODE_FIELDS} for ep in eps]
+        for r in records:
+            r["has_success_signal"] = True if r["has_success_signal"] is None else bool(r["has_success_signal"])
+            r["success"] = bool(r["success"])
+        errors = [{"kind": "job", "final": True, "stage": "job", "seed": j["seed"], "episode_ix": None,
+                   "error": f"seeds {j['seed']}..{j['seed'] + j['n_episodes'] - 1}: {j['error']}"}
+                  for j in js if j["status"] == "failed"]
+        expected = sum(j["n_episodes"] for j in js)
+        policy, env = names[key]
+        blocks = sorted((j["seed"], j["n_episodes"]) for j in js)
+        meta = {"policy": js[0]["policy_ref"], "env": key[1], "env_kwargs": json.loads(key[2]) if key[2] else {},
+                "n_episodes": expected, "policy_digest": key[0],
+                "seeds": ", ".join(f"{s}..{s + n - 1}" for s, n in blocks) + " (seed blocks; episode i of a block uses its first seed + i)"}
+        result = EvalResult(records, eval_s=float(sum(j["eval_s"] for j in js)), meta=meta, errors=errors)
+        doc = result.to_eval_info()
+        doc["policy_digest"] = key[0]
+        doc["status"] = "failed" if errors else ("done" if len(records) >= expected else "partial")
+        doc["overall"]["n_failed_episodes"] = max(0, expected - len(records))
+        out[names[key]] = doc
+    return out
+
+
+def write_sweep_html(store_dir: str | Path, out_dir: str | Path | None = None, doc: Mapping[str, Any] | None = None) -> Path:
+    """Write ``report.html`` (and the cell pages) for the sweep in ``store_dir``; returns its path.
+    ``doc``: the sweep report document when the caller built it already (its cells keep ``returns``)."""
+    from fasteval.doors.sweep.report import build_report
+    from fasteval.run.report_html import write_sweep_report
+
+    with Store(store_dir, create=False) as store:
+        jobs, episodes = store.jobs(), store.episodes()
+        doc = dict(doc) if doc is not None else build_report(store)
+        out = Path(out_dir) if out_dir is not None else store.path.parent
+    add_retry_verdicts(doc)
+    return write_sweep_report(doc, out, cell_documents(jobs, episodes))
