@@ -38,7 +38,7 @@ def _read_json(path: Path) -> Any:
 
 def write_run_report(folder: str | Path, doc: Mapping[str, Any] | None = None, manifest: Mapping[str, Any] | None = None,
                      config: Mapping[str, Any] | None = None, provenance: Mapping[str, Any] | None = None,
-                     name: str = REPORT_NAME) -> Path:
+                     name: str = REPORT_NAME, title: str | None = None) -> Path:
     """Write ``folder/report.html`` for a run folder and return its path.
 
     ``doc`` (the eval_info document, plain or columnar), ``manifest`` and ``config`` are read from
@@ -61,10 +61,10 @@ def write_run_report(folder: str | Path, doc: Mapping[str, Any] | None = None, m
     if config is None:
         config = _read_json(folder / "config.json")
     provenance, current = _provenance(provenance, manifest, folder / "eval_info.json")
-    task_pages = _task_pages(folder, name) if (folder / "tasks").is_dir() else {}
+    task_pages = _task_pages(folder, doc, name) if (folder / "tasks").is_dir() else {}
     inp = RunPageInput(doc=doc, page_dir=folder, manifest=manifest if isinstance(manifest, dict) else None,
                        config=config if isinstance(config, dict) else None, provenance=provenance,
-                       provenance_is_current=current, task_pages=task_pages)
+                       provenance_is_current=current, task_pages=task_pages, title=title)
     return write_text_atomic(folder / name, render_run_page(inp))
 
 
@@ -87,15 +87,25 @@ def _provenance(given: Mapping[str, Any] | None, manifest: Any, results: Path) -
     return now, True
 
 
-def _task_pages(folder: Path, name: str) -> dict[tuple[Any, Any], str]:
-    """Write the page of every task run under ``folder/tasks/`` and return their links by task."""
+def _task_pages(folder: Path, doc: Mapping[str, Any], name: str) -> dict[tuple[Any, Any], str]:
+    """Write the page of every task run under ``folder/tasks/`` and return their links by task.
+
+    A task folder's own ``eval_info.json`` is not labelled with the suite's task group and id;
+    it is matched to the suite's task list (``meta["tasks"]``) by its manifest's env and env
+    kwargs."""
+    tasks = (doc.get("meta") or {}).get("tasks") or []
+
+    def key(env: Any, kwargs: Any) -> str:
+        return json.dumps([env, {k: v for k, v in dict(kwargs or {}).items() if k != "_key"}], sort_keys=True, default=str)
+
+    by_key = {key(t.get("env"), t.get("env_kwargs")): t for t in tasks}
     pages: dict[tuple[Any, Any], str] = {}
     for sub in sorted(p for p in (folder / "tasks").iterdir() if (p / "eval_info.json").is_file()):
-        doc = _read_json(sub / "eval_info.json")
-        if not isinstance(doc, dict):
-            continue
-        write_run_report(sub, doc, name=name)
-        for task in doc.get("per_task") or []:
+        manifest = _read_json(sub / "manifest.json")
+        task = by_key.get(key(manifest.get("env"), manifest.get("env_kwargs"))) if isinstance(manifest, dict) else None
+        title = f"fasteval task {task['task_group']}/{task['task_id']} {task.get('task') or ''}".rstrip() if task else None
+        write_run_report(sub, name=name, title=title)
+        if task is not None:
             pages[(task.get("task_group"), task.get("task_id"))] = f"tasks/{sub.name}/{name}"
     return pages
 

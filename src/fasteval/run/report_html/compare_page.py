@@ -67,33 +67,50 @@ def _side(s: Mapping[str, Any]) -> str:
     return "; ".join(str(p) for p in parts)
 
 
+def _verdict_cell(v: str | None) -> page.Cell:
+    v = v or "—"
+    return page.Cell(page.badge(v, VERDICT_KIND.get(v)), v, html=True)
+
+
 def task_table(doc: Mapping[str, Any]) -> str:
-    rows = []
-    for t in doc.get("tasks") or []:
+    """Three tables: the verdicts, the success rates, the returns (one row per task each)."""
+    tasks = doc.get("tasks") or []
+    with_margin = doc.get("margin") is not None
+    verdicts, success, returns = [], [], []
+    for t in tasks:
+        attrs = {"task-group": t.get("task_group"), "task-id": t.get("task_id")}
+        label = page.text(_task_label(t))
         s, r = t.get("success"), t.get("return") or {}
-        cells = [page.text(_task_label(t)), page.num(t.get("n_pairs")), page.text(t.get("primary"))]
-        if s:
-            cells += [page.num(_pct(s.get("a_rate"))), page.num(_pct(s.get("b_rate"))), page.num(_pct(s.get("diff"))),
-                      page.interval(_pct_ci(s.get("diff_ci"))), page.num(s.get("only_a")), page.num(s.get("only_b")),
-                      page.num(s.get("p_value"), 4), page.num(s.get("p_holm"), 4)]
-        else:
-            cells += [page.none("no success signal")] * 2 + [page.none("—")] * 6
-        cells += [page.num(r.get("a_mean"), 3), page.num(r.get("b_mean"), 3), page.num(r.get("diff"), 3),
-                  page.interval(r.get("diff_ci"), 3), page.num(r.get("p_value"), 4), page.num(r.get("p_holm"), 4),
-                  page.num(r.get("prob_improvement"), 3), page.interval(r.get("prob_improvement_ci"), 3)]
         ni = t.get("non_inferiority")
-        if doc.get("margin") is not None:
-            cells.append(page.text("non-inferior" if ni and ni.get("non_inferior") else ("not shown" if ni else "—")))
-        v = t.get("verdict") or "—"
-        cells.append(page.Cell(page.badge(v, VERDICT_KIND.get(v)), v, html=True))
-        rows.append(({"task-group": t.get("task_group"), "task-id": t.get("task_id")}, cells))
-    headers = ["task", "pairs", "primary", "A success %", "B success %", "diff (pp)", "diff 95% CI", "only A", "only B",
-               "McNemar p", "p (Holm)", "A mean return", "B mean return", "return diff", "diff 95% CI", "signed-rank p",
-               "p (Holm)", "P(B > A)", "95% CI"] + (["non-inferiority"] if doc.get("margin") is not None else []) + ["verdict"]
-    caption = (f"Success: McNemar's exact test on discordant pairs; rate difference with a paired bootstrap interval "
-               f"({doc.get('n_boot', '')} resamples, seed {doc.get('boot_seed', '')}). Return: paired bootstrap interval "
-               "of the mean difference, Wilcoxon signed-rank test, probability of improvement.")
-    return page.table("compare-tasks", headers, rows, caption=caption)
+        row = [label, page.num(t.get("n_pairs")), page.text(t.get("primary")), page.pnum(t.get("p_holm"))]
+        if with_margin:
+            row.append(page.text("non-inferior" if ni and ni.get("non_inferior") else ("not shown" if ni else "—")))
+        verdicts.append((attrs, row + [_verdict_cell(t.get("verdict"))]))
+        if s:
+            success.append((attrs, [label, page.num(s.get("a_successes")), page.num(s.get("b_successes")),
+                                    page.num(_pct(s.get("a_rate"))), page.num(_pct(s.get("b_rate"))), page.num(_pct(s.get("diff"))),
+                                    page.interval(_pct_ci(s.get("diff_ci"))), page.num(s.get("only_a")), page.num(s.get("only_b")),
+                                    page.pnum(s.get("p_value")), page.pnum(s.get("p_holm"))]))
+        returns.append((attrs, [label, page.num(r.get("a_mean"), 3), page.num(r.get("b_mean"), 3), page.num(r.get("diff"), 3),
+                                page.interval(r.get("diff_ci"), 3), page.pnum(r.get("p_value")), page.pnum(r.get("p_holm")),
+                                page.num(r.get("prob_improvement"), 3), page.interval(r.get("prob_improvement_ci"), 3)]))
+    out = [page.table("compare-tasks", ["task", "pairs", "primary metric", "p (Holm)"]
+                      + (["non-inferiority"] if with_margin else []) + ["verdict"], verdicts)]
+    out.append("<h3>Success</h3>")
+    if success:
+        out.append(page.table("compare-success", ["task", "A successes", "B successes", "A success %", "B success %",
+                                                  "diff (pp)", "diff 95% CI", "only A", "only B", "McNemar p", "p (Holm)"],
+                              success, caption=f"McNemar's exact test on the discordant pairs; the rate difference's "
+                                               f"interval is a paired bootstrap ({doc.get('n_boot', '')} resamples)."))
+    missing = [_task_label(t) for t in tasks if not t.get("success")]
+    if missing:
+        out.append(page.note(f"no success signal (compared by return): {', '.join(missing)}"))
+    out.append("<h3>Return</h3>")
+    out.append(page.table("compare-return", ["task", "A mean return", "B mean return", "diff", "diff 95% CI", "signed-rank p",
+                                             "p (Holm)", "P(B > A)", "P(B > A) 95% CI"], returns,
+                          caption="Paired bootstrap interval of the mean difference; Wilcoxon signed-rank test; "
+                                  "P(B > A): probability of improvement over paired episodes."))
+    return "".join(out)
 
 
 def plots(doc: Mapping[str, Any]) -> str:
@@ -121,8 +138,8 @@ def sequential_section(doc: Mapping[str, Any]) -> str:
         out.append(f"<h3>{escape(name)}</h3>")
         out.append(page.kv([("rule", b.get("rule")), ("method", b.get("method")), ("confidence", b.get("confidence")),
                             ("episodes (k) / cap", f"{b.get('k')} / {b.get('cap')}"), ("stopped by", b.get("reason")),
-                            ("decision", b.get("decision") or "none"), ("e-value, B better", b.get("e_value_better")),
-                            ("e-value, B worse", b.get("e_value_worse")), ("reject at e ≥", b.get("threshold")),
+                            ("decision", b.get("decision") or "none"), ("e-value, B better", page.fmt_sig(b.get("e_value_better"))),
+                            ("e-value, B worse", page.fmt_sig(b.get("e_value_worse"))), ("reject at e ≥", b.get("threshold")),
                             ("computed past the stop (in no aggregate)", b.get("n_computed_past_stop"))]))
         out.append(_trajectory_plot(name, b))
     return "".join(out)
@@ -153,7 +170,7 @@ def render_compare_page(doc: Mapping[str, Any], page_dir: Path | None = None) ->
     title = f"fasteval compare: {b.get('label', 'B')} vs {a.get('label', 'A')}"
     subtitle = f"{page.badge(str(verdict), VERDICT_KIND.get(verdict))} {escape(str(doc.get('mode', '')))} comparison"
     raw = "<details><summary>compare.json</summary><pre>" + escape(json.dumps(doc, indent=2, default=_plain)) + "</pre></details>"
-    settings = page.kv([("schema", doc.get("schema")), ("alpha", doc.get("alpha")), ("margin", doc.get("margin")),
+    settings = page.kv([("schema", doc.get("schema")), ("alpha", doc.get("alpha")), ("margin", doc.get("margin") or "none"),
                         ("correction", doc.get("correction")), ("bootstrap", f"{doc.get('n_boot')} resamples, seed {doc.get('boot_seed')}"),
                         ("confidence", doc.get("confidence"))])
     sections = [

@@ -135,6 +135,20 @@ def fmt(x: Any, digits: int = 1) -> str:
     return f"{x:,.{digits}f}"
 
 
+def fmt_sig(x: Any, digits: int = 4) -> str:
+    """A number to ``digits`` significant digits (e-values, p-values); ``—`` for none."""
+    if not isinstance(x, (int, float)) or isinstance(x, bool):
+        return "—" if x is None else str(x)
+    return "NaN" if math.isnan(x) else f"{x:.{digits}g}"
+
+
+def pnum(x: Any) -> Cell:
+    """A p-value cell: 3 significant digits (``1.2e-06``, ``0.0113``), exact ``data-value``."""
+    if x is None:
+        return Cell("—", "", "num none")
+    return Cell(fmt_sig(x, 3), float(x))
+
+
 def fmt_interval(ci: Sequence[Any] | None, digits: int = 1) -> str:
     if not ci or len(ci) != 2 or ci[0] is None:
         return "—"

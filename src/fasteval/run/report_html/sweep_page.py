@@ -128,7 +128,7 @@ def paired_table(doc: Mapping[str, Any]) -> str:
         m, d = p.get("success_mcnemar"), p["return_diff"]
         cells = [page.text(p["env"]), page.text(p["a"]), page.text(p["b"]), page.num(p["episodes"])]
         if m is not None:
-            cells += [page.num(m["only_a"]), page.num(m["only_b"]), page.num(m["p_value"], 4), page.text(m["method"])]
+            cells += [page.num(m["only_a"]), page.num(m["only_b"]), page.pnum(m["p_value"]), page.text(m["method"])]
         else:
             cells += [page.none(NO_SIGNAL)] * 3 + [page.none("—")]
         cells += [page.num(d["mean_diff"], 3), page.interval(d["ci"], 3)]
