@@ -277,3 +277,14 @@ def test_svg_ticks_and_ranges():
     assert "all = 7" in constant and constant.count('class="bar"') == 1
     assert "2 NaN" in svg.histogram([1.0, float("nan"), 2.0, float("nan")], "return", "t")
     assert svg.thin(10_000).size <= svg.MAX_LINE_POINTS
+
+
+def test_the_report_benchmark_runs_at_tiny_size():
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_report.py"), "--tiny"], capture_output=True,
+                          text=True, timeout=600, cwd=root)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "| zero   | report only |" in proc.stdout and "PASS: page of a 1,000-episode run < 5 MB" in proc.stdout

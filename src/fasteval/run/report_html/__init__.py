@@ -58,6 +58,8 @@ def write_run_report(folder: str | Path, doc: Mapping[str, Any] | None = None, m
                                  "(or a sweep folder holding results.sqlite).")
     if manifest is None:
         manifest = _read_json(folder / "manifest.json")
+    if manifest is None and (folder / "tasks").is_dir():
+        manifest = _suite_manifest(folder, doc)
     if config is None:
         config = _read_json(folder / "config.json")
     provenance, current = _provenance(provenance, manifest, folder / "eval_info.json")
@@ -66,6 +68,25 @@ def write_run_report(folder: str | Path, doc: Mapping[str, Any] | None = None, m
                        config=config if isinstance(config, dict) else None, provenance=provenance,
                        provenance_is_current=current, task_pages=task_pages, title=title)
     return write_text_atomic(folder / name, render_run_page(inp))
+
+
+def _suite_manifest(folder: Path, doc: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What a suite folder's page needs from its tasks' manifests (a suite has no manifest of its
+    own): the first task's policy, digest, seed, provenance; the per-task episode count; the
+    status (complete only when every task is)."""
+    manifests = [m for m in (_read_json(p / "manifest.json") for p in sorted((folder / "tasks").iterdir()))
+                 if isinstance(m, dict)]
+    if not manifests:
+        return None
+    first = dict(manifests[0])
+    statuses = [m.get("status") for m in manifests]
+    n_tasks = len((doc.get("meta") or {}).get("tasks") or manifests)
+    first.update(status=next((st for st in statuses if st != "complete"), "complete"),
+                 n_episodes_per_task=first.get("n_episodes"),
+                 n_episodes=(first.get("n_episodes") or 0) * n_tasks, env=None, env_kwargs=None)
+    if len({m.get("policy_digest") for m in manifests}) > 1:
+        first["policy_digest"] = "differs between tasks (see each task's page)"
+    return first
 
 
 def _provenance(given: Mapping[str, Any] | None, manifest: Any, results: Path) -> tuple[Mapping[str, Any] | None, bool]:

@@ -65,6 +65,13 @@ class RunPageInput:
     """``(task_group, task_id) -> href`` of each task's own page (suites)."""
     title: str | None = None
     files: Sequence[str] = LINKED_FILES
+    _intervals: dict[Any, tuple[float, float, str]] = field(default_factory=dict, repr=False)
+
+    def return_interval(self, key: Any, values: Any) -> tuple[float, float, str]:
+        """:func:`mean_interval` of ``values``, computed once per ``key`` (a task index, "all")."""
+        if key not in self._intervals:
+            self._intervals[key] = mean_interval(values)
+        return self._intervals[key]
 
 
 # -- reading the document ---------------------------------------------------------------------------
@@ -129,7 +136,9 @@ def glance(inp: RunPageInput) -> str:
         cards.append(page.card("success rate", NO_SIGNAL, "the env never reported info[\"is_success\"]; compare by return",
                                "glance-success", {"value": ""}))
     returns = _all_returns(doc)
-    lo, hi, method = mean_interval(returns) if returns.size else (None, None, "")
+    tasks = _tasks(doc)
+    key = 0 if len(tasks) == 1 else "all"  # one task: the same episodes, the same interval
+    lo, hi, method = inp.return_interval(key, returns) if returns.size else (None, None, "")
     detail = f"95% {method} [{page.fmt(lo, 3)}, {page.fmt(hi, 3)}]" if returns.size else "no episode finished"
     if stopping and stopping.get("metric") == "return":
         detail += f"<br>anytime-valid: [{page.fmt(stopping['cs_low'], 3)}, {page.fmt(stopping['cs_high'], 3)}]"
@@ -186,7 +195,7 @@ def task_table(inp: RunPageInput) -> str:
     if with_stop:
         headers += ["stop rule", "k", "stopped by", "anytime-valid bounds"]
     rows = []
-    for t in tasks:
+    for i, t in enumerate(tasks):
         a = t.get("aggregated") or {}
         key = (str(t.get("task_group")), str(t.get("task_id")))
         href = inp.task_pages.get((t.get("task_group"), t.get("task_id")))
@@ -196,14 +205,14 @@ def task_table(inp: RunPageInput) -> str:
             cells += [page.num(a.get("n_success")), page.num(a.get("pc_success")), page.interval(a.get("pc_success_ci95"))]
         else:
             cells += [page.none(NO_SIGNAL), page.none(NO_SIGNAL), page.none("—")]
-        lo, hi, _ = mean_interval(_metric(t, "sum_rewards"))
+        lo, hi, _ = inp.return_interval(i, _metric(t, "sum_rewards"))
         n_failed = failed.get(key, 0) + (failed.get(("", ""), 0) if single else 0)
         cells += [page.num(a.get("avg_sum_reward"), 3), page.interval([lo, hi], 3), page.num(a.get("avg_length")),
                   page.num(n_failed), page.num(a.get("n_nan_reward_episodes"))]
         if with_stop:
             cells += _stop_cells(t.get("stopping"))
         rows.append(({"task-group": t.get("task_group"), "task-id": t.get("task_id")}, cells))
-    methods = {mean_interval(_metric(t, "sum_rewards"))[2] for t in tasks}
+    methods = {inp.return_interval(i, _metric(t, "sum_rewards"))[2] for i, t in enumerate(tasks)}
     caption = ("Success: Wilson score 95% interval. Return: " + " / ".join(
         {"bootstrap": "percentile bootstrap of the mean (2000 resamples, seed 0)",
          "normal": f"normal approximation (above {BOOTSTRAP_UP_TO} episodes)"}[m] for m in sorted(methods))
@@ -446,7 +455,10 @@ def provenance_section(inp: RunPageInput) -> str:
     git = prov.get("git") or {}
     mach = prov.get("machine") or {}
     seed, n = manifest.get("seed", meta.get("seed")), manifest.get("n_episodes", meta.get("n_episodes"))
+    per_task = manifest.get("n_episodes_per_task")
     seeds = f"{seed} .. {seed + n - 1} (episode i uses seed {seed} + i)" if isinstance(seed, int) and isinstance(n, int) else None
+    if isinstance(seed, int) and isinstance(per_task, int):
+        seeds = f"{seed} .. {seed + per_task - 1} in every task (episode i uses seed {seed} + i)"
     if isinstance(meta.get("seeds"), str):
         seeds = meta["seeds"]
     gpu = mach.get("gpu")
