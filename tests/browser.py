@@ -236,13 +236,21 @@ class Page:
             params = {"type": kind, "x": x, "y": y, "button": "left" if kind != "mouseMoved" else "none", "clickCount": 1}
             self.browser.send("Input.dispatchMouseEvent", params, session=self.session)
 
-    def screenshot(self, path: str | os.PathLike, full_page: bool = True) -> Path:
-        params: dict[str, Any] = {"format": "png"}
+    def screenshot(self, path: str | os.PathLike, full_page: bool = True, width: int = 1280, height: int = 900) -> Path:
+        """A PNG of the page, ``width`` px wide: the whole page (the viewport grown to its height,
+        so that everything, videos included, is painted), or the ``height``-px viewport."""
+        send = self.browser.send
         if full_page:
-            size = self.browser.send("Page.getLayoutMetrics", session=self.session)["cssContentSize"]
-            params.update(captureBeyondViewport=True,
-                          clip={"x": 0, "y": 0, "width": size["width"], "height": min(size["height"], 16000), "scale": 1})
-        data = self.browser.send("Page.captureScreenshot", params, session=self.session)["data"]
+            size = send("Page.getLayoutMetrics", session=self.session)["cssContentSize"]
+            send("Emulation.setDeviceMetricsOverride", {"width": width, "height": min(int(size["height"]) + 1, 16000),
+                                                        "deviceScaleFactor": 1, "mobile": False}, session=self.session)
+            time.sleep(0.5)  # let the newly visible parts (video frames) paint
+        try:
+            data = send("Page.captureScreenshot", {"format": "png"}, session=self.session)["data"]
+        finally:
+            if full_page:
+                send("Emulation.setDeviceMetricsOverride", {"width": width, "height": height, "deviceScaleFactor": 1,
+                                                            "mobile": False}, session=self.session)
         path = Path(path)
         path.write_bytes(base64.b64decode(data))
         return path

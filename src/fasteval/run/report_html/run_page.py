@@ -88,11 +88,22 @@ def _metric(task: Mapping[str, Any], name: str, dtype: Any = np.float64) -> np.n
     return np.asarray((task.get("metrics") or {}).get(name, []), dtype=dtype).reshape(-1)
 
 
+def short_name(ref: Any, most: int = 48) -> str:
+    """A readable name for an env or task reference: ``pkg.module:make_env`` -> ``make_env``;
+    longer than ``most`` characters -> cut in the middle."""
+    text = str(ref)
+    head, sep, tail = text.rpartition(":")
+    if sep and head and "/" not in head and tail:
+        text = tail
+    return text if len(text) <= most else text[: most // 2 - 1] + "…" + text[-(most // 2 - 1):]
+
+
 def _task_label(task: Mapping[str, Any]) -> str:
     name, group, tid = task.get("task"), task.get("task_group"), task.get("task_id")
+    group_s = short_name(group) if group is not None else None
     if name is not None and str(name) != str(group):
-        return f"{group}/{tid} {name}" if group is not None else str(name)
-    return f"{group}" if tid in (None, 0) else f"{group}/{tid}"
+        return f"{group_s}/{tid} {short_name(name)}" if group is not None else short_name(name)
+    return f"{group_s}" if tid in (None, 0) else f"{group_s}/{tid}"
 
 
 def _status(inp: RunPageInput) -> str:
@@ -512,8 +523,8 @@ def render_run_page(inp: RunPageInput) -> str:
         ("glance", "At a glance", glance(inp)),
         ("tasks", "Per task", task_table(inp)),
         ("groups", "Per group", group_table(inp)),
-        ("plots", "Plots", plots(inp)),
         ("videos", f"Videos ({len(videos)})", videos_section(inp, videos)),
+        ("plots", "Plots", plots(inp)),
         ("time", "Where the time went", time_section(inp)),
         ("errors", "Errors", errors_section(inp)),
         ("provenance", "Provenance", provenance_section(inp)),
