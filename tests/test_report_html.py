@@ -288,3 +288,13 @@ def test_the_report_benchmark_runs_at_tiny_size():
                           text=True, timeout=600, cwd=root)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "| zero   | report only |" in proc.stdout and "PASS: page of a 1,000-episode run < 5 MB" in proc.stdout
+
+
+def test_names_from_the_data_are_escaped(tmp_path):
+    evil = '<img src=x onerror="alert(1)">'
+    table = EpisodeTable.from_records([{"episode_ix": 0, "seed": 0, "sum_reward": 1.0, "max_reward": 1.0, "length": 3,
+                                        "success": True, "nan_rewards": 0, "task_group": evil, "task_id": 0, "task": evil}])
+    errors = [{"episode_ix": 1, "seed": 1, "stage": "step", "final": True, "error": evil, "traceback": evil}]
+    doc = EvalResult(table, 1.0, meta={"env": evil, "policy": evil}, errors=errors, n_failed=1).to_eval_info()
+    html = write_run_report(tmp_path, doc, manifest={"status": evil}).read_text()
+    assert "<img" not in html and "&lt;img src=x" in html

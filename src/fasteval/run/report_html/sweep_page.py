@@ -9,10 +9,9 @@ decides it from the job's error); the page shows it and decides nothing itself.
 
 from __future__ import annotations
 
-import math
 from html import escape
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import numpy as np
 
