@@ -180,6 +180,9 @@ def test_the_stopping_block_shows_anytime_valid_bounds(run_dir, tmp_path):
              "decision": None, "threshold": 0.3, "epsilon": None, "n_computed_past_stop": 0, "computed_past_stop": [],
              "n_cancelled": 0, "method": "betting confidence sequence"}
     doc["stopping"] = dict(block, n_tasks=1, n_fired=0, n_capped=1, resumable=True)
+    k = list(range(1, 25))
+    block["trajectory"] = {"k": k, "cs_low": [max(0.0, 0.5 - 1 / i ** 0.5) for i in k],
+                           "cs_high": [min(1.0, 0.5 + 1 / i ** 0.5) for i in k]}
     doc["per_task"][0]["stopping"] = block
     write_run_report(tmp_path, doc)
     html = (tmp_path / "report.html").read_text()
@@ -187,6 +190,8 @@ def test_the_stopping_block_shows_anytime_valid_bounds(run_dir, tmp_path):
     page = Tables(html)
     cells = dict(zip(page.headers["per-task"], page.tables["per-task"][0]["cells"]))
     assert cells["stop rule"][0] == "above=0.3" and cells["anytime-valid bounds"][0] == "[21.0, 79.0]"
+    [plot] = re.findall(r'<div class="plots" id="plot-stopping">(.*?)</div>', html, flags=re.S)
+    assert 'class="band"' in plot and 'class="ref"' in plot and "stopped by cap at k=24" in plot
 
 
 @pytest.fixture(scope="module")

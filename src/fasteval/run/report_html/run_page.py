@@ -178,12 +178,12 @@ def plots(inp: RunPageInput) -> str:
     out.append("</div>")
     if len(tasks) > MAX_TASK_PLOTS:
         out.append(page.note(f"{len(tasks) - MAX_TASK_PLOTS} more tasks not drawn; they are in the table above."))
-    signal = [t for t in tasks if (t.get("aggregated") or {}).get("has_success_signal", True)]
+    has_signal = [bool((t.get("aggregated") or {}).get("has_success_signal", True)) for t in tasks]
     out.append("<h3>Success rate per task</h3>")
-    if signal:
-        rows = [(task_label(t), *_rate_and_ci(t)) for t in signal]
+    if any(has_signal):
+        rows = [(task_label(t), *_rate_and_ci(t)) for t, ok in zip(tasks, has_signal) if ok]
         out.append(f'<div class="plots" id="plot-success">{svg.intervals(rows, "success % (Wilson 95% CI)", "success rate per task")}</div>')
-    left_out = [task_label(t) for t in tasks if t not in signal]
+    left_out = [task_label(t) for t, ok in zip(tasks, has_signal) if not ok]
     if left_out:
         out.append(page.note(f"not drawn ({NO_SIGNAL}): {', '.join(left_out[:20])}" + (" ..." if len(left_out) > 20 else "")))
     lengths = np.concatenate([metric(t, "lengths") for t in tasks])
@@ -192,7 +192,29 @@ def plots(inp: RunPageInput) -> str:
     names = [task_label(t) for t in tasks] if 1 < len(tasks) <= len(svg.PALETTE) else []
     out.append("<h3>Episode length against return</h3>")
     out.append(f'<div id="plot-length-return">{svg.scatter(lengths, returns, "episode length (steps)", "return", "length against return", groups, names)}</div>')
-    return "".join(out)
+    return "".join(out) + stopping_plots(tasks)
+
+
+def stopping_plots(tasks: list[Mapping[str, Any]]) -> str:
+    """Each early-stopped task's anytime-valid confidence sequence over its episodes (the
+    ``trajectory`` of its ``stopping`` block), with the rule's threshold as a dashed line."""
+    drawn = []
+    for t in tasks[:MAX_TASK_PLOTS]:
+        block = t.get("stopping") or {}
+        tr = block.get("trajectory") or {}
+        if not (tr.get("k") and tr.get("cs_low") and tr.get("cs_high")):
+            continue
+        scale = 100.0 if block.get("metric", "success") == "success" else 1.0
+        unit = "success %" if scale == 100.0 else "mean return"
+        lo, hi = (np.asarray(tr[key], dtype=np.float64) * scale for key in ("cs_low", "cs_high"))
+        refs = [(f"threshold {block['threshold']}", float(block["threshold"]) * scale)] if isinstance(block.get("threshold"), (int, float)) else []
+        conf = int(round(100 * float(block.get("confidence") or 0.95)))
+        drawn.append(svg.band(tr["k"], [], [(f"anytime-valid {conf}% bounds", lo, hi)], "episodes (index prefix)", unit,
+                              f"{task_label(t)}: stopped by {block.get('reason')} at k={block.get('k')}", hlines=refs))
+    if not drawn:
+        return ""
+    return ('<h3>Confidence sequence over episodes (--stop-when)</h3><div class="plots" id="plot-stopping">'
+            + "".join(drawn) + "</div>")
 
 
 def _rate_and_ci(task: Mapping[str, Any]) -> tuple[float, float, float]:
