@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fasteval.doors.sweep.report import build_report
-from fasteval.doors.sweep.report_html import write_sweep_html
+from fasteval.doors.sweep.report import build_report, write_report
 from fasteval.doors.sweep.store import Store
 from fasteval.run.report_html import write_compare_report, write_run_report
 from tests.browser import Browser, find_chromium
@@ -118,7 +117,7 @@ def test_run_page_in_chromium(browser, run_dir, tmp_path):
 def sweep_dir(tmp_path_factory):
     folder = tmp_path_factory.mktemp("sweep")
     make_sweep(folder)
-    write_sweep_html(folder)
+    write_report(folder)
     return folder
 
 

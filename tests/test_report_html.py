@@ -13,8 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fasteval.doors.sweep.report import build_report
-from fasteval.doors.sweep.report_html import write_sweep_html
+from fasteval.doors.sweep.report import build_report, write_report
 from fasteval.doors.sweep.retry import cell_retry_verdict, retry_verdict
 from fasteval.doors.sweep.store import Store
 from fasteval.run.provenance import collect_provenance, command_line
@@ -28,9 +27,21 @@ from tests.report_fixtures import (FAULT_SEEDS, Tables, compare_document, load, 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    folder = make_run(tmp_path_factory.mktemp("run") / "out")
-    write_run_report(folder)
-    return folder
+    return make_run(tmp_path_factory.mktemp("run") / "out")  # the CLI writes report.html
+
+
+def test_the_cli_writes_report_html_unless_told_not_to(run_dir, tmp_path):
+    from tests.report_fixtures import cli
+
+    assert (run_dir / "report.html").is_file()
+    quiet = cli("--env", "CartPole-v1", "-n", "3", "--no-report", "-o", str(tmp_path / "q"))
+    assert quiet.exit_code == 0 and not (tmp_path / "q" / "report.html").exists()
+    again = cli("report", str(tmp_path / "q"))  # `fasteval report DIR` writes it later
+    assert again.exit_code == 0 and (tmp_path / "q" / "report.html").is_file(), again.output
+    assert cli("report", str(tmp_path / "q"), "-o", str(tmp_path / "elsewhere")).exit_code == 2
+    (tmp_path / "empty").mkdir()
+    nothing = cli("report", str(tmp_path / "empty"))
+    assert nothing.exit_code == 2 and "no results store" in nothing.output and "eval_info.json" in nothing.output
 
 
 def parity(obs):
@@ -99,8 +110,20 @@ def test_provenance_names_command_digest_seeds_and_versions(run_dir):
     assert 'href="episodes.jsonl"' in html
 
 
-def test_provenance_recorded_with_the_run_is_shown_as_is(tmp_path):
-    folder = make_run(tmp_path / "r")
+def test_the_run_records_its_provenance_and_the_page_shows_it(run_dir):
+    import sys
+
+    manifest = load(run_dir / "manifest.json")
+    prov = manifest["provenance"]
+    assert prov["command"] == command_line(sys.argv)  # the process's own command line (pytest's, here)
+    assert prov["versions"]["fasteval"] and prov["versions"]["torch"] and prov["machine"]["python"]
+    assert manifest["segments"][0]["command"] == prov["command"]
+    html = unescape((run_dir / "report.html").read_text())
+    assert prov["command"] in html and prov["date"] in html and "were read when this page was" not in html
+
+
+def test_provenance_given_is_shown_as_is(tmp_path):
+    folder = make_run(tmp_path / "r", "--no-report")
     prov = collect_provenance(["/usr/bin/fasteval", "--env", "X", "-n", "3"])
     assert prov["command"] == "fasteval --env X -n 3"
     write_run_report(folder, provenance=prov)
@@ -113,7 +136,6 @@ def test_a_run_without_a_success_signal_says_so_instead_of_zero(tmp_path):
     from tests.report_fixtures import cli
 
     assert cli("--env", "CartPole-v1", "-n", "5", "-o", str(tmp_path)).exit_code == 0
-    write_run_report(tmp_path)
     page = Tables((tmp_path / "report.html").read_text())
     cells = dict(zip(page.headers["per-task"], page.tables["per-task"][0]["cells"]))
     assert cells["success %"] == ("no success signal", "") and cells["successes"][0] == "no success signal"
@@ -121,8 +143,7 @@ def test_a_run_without_a_success_signal_says_so_instead_of_zero(tmp_path):
 
 
 def test_failed_episodes_are_listed_with_seed_and_cause(tmp_path):
-    folder = make_faulty_run(tmp_path / "f")
-    write_run_report(folder)
+    folder = make_faulty_run(tmp_path / "f")  # exit 1: the CLI still writes the page
     page = Tables((folder / "report.html").read_text())
     rows = page.tables["errors"]
     assert sorted(int(value(r["cells"][1])) for r in rows) == sorted(FAULT_SEEDS)
@@ -139,7 +160,6 @@ def test_a_suite_gets_a_page_per_task_linked_from_its_own(tmp_path):
     result = cli("--env", "tests.test_suites:make_named_task_env", "--env-kwarg", 'task=["open", "close"]', "--policy", "zero",
                  "-n", "4", "-o", str(out))
     assert result.exit_code == 0 and (out / "tasks").is_dir(), result.output
-    write_run_report(out)
     page = Tables((out / "report.html").read_text())
     links = re.findall(r'<a href="(tasks/[^"]+/report.html)">', (out / "report.html").read_text())
     assert len(page.tables["per-task"]) == 2 and len(links) == 2
@@ -198,7 +218,7 @@ def test_the_stopping_block_shows_anytime_valid_bounds(run_dir, tmp_path):
 def sweep_dir(tmp_path_factory):
     folder = tmp_path_factory.mktemp("sweep")
     make_sweep(folder)
-    write_sweep_html(folder)
+    write_report(folder)  # report.md, report.json, plots and report.html
     return folder
 
 
@@ -292,7 +312,8 @@ def test_the_report_benchmark_runs_at_tiny_size():
     proc = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_report.py"), "--tiny"], capture_output=True,
                           text=True, timeout=600, cwd=root)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "| zero   | report only |" in proc.stdout and "PASS: page of a 1,000-episode run < 5 MB" in proc.stdout
+    assert re.search(r"\| zero +\| +report only \|", proc.stdout), proc.stdout
+    assert "PASS: page of a 1,000-episode run < 5 MB" in proc.stdout
 
 
 def test_names_from_the_data_are_escaped(tmp_path):
@@ -303,3 +324,59 @@ def test_names_from_the_data_are_escaped(tmp_path):
     doc = EvalResult(table, 1.0, meta={"env": evil, "policy": evil}, errors=errors, n_failed=1).to_eval_info()
     html = write_run_report(tmp_path, doc, manifest={"status": evil}).read_text()
     assert "<img" not in html and "&lt;img src=x" in html
+
+
+# -- the Markdown sweep report's plots and summary (issue 24) --------------------------------------------
+
+def test_markdown_summary_and_errors_say_whether_a_retry_helps(sweep_dir):
+    md = (sweep_dir / "report.md").read_text()
+    assert ("**6 cells (policy x env): 4 complete, 0 partial, 2 with failed jobs; 64 of 96 planned episodes stored. "
+            "Jobs: 8 done, 4 failed, 0 not finished. A retry cannot help the 2 failed cells") in md
+    assert "| broken | known | no episodes (failed) | no episodes (failed) | 0 of 16 |" in md
+    assert "NaN [NaN, NaN]" not in md
+    assert "- **broken x known** (a retry cannot help: UserInputError is bad input" in md
+
+
+def test_sweep_cli_advice_does_not_suggest_retrying_bad_input():
+    from fasteval.doors.sweep.cli import failure_advice
+
+    bad = ("broken x known seeds 0..7", "PolicyLoadError: no checkpoint at x")
+    flaky = ("zero x known seeds 0..7", "2 of 8 episodes failed after the engine's retries; the others are stored.")
+    assert "a retry cannot help" in failure_advice([bad]) and "retry them" not in failure_advice([bad])
+    assert "1 with bad input" in failure_advice([bad, flaky]) and "retry the other 1" in failure_advice([bad, flaky])
+    assert "re-run the same command to retry it." in failure_advice([flaky])
+
+
+def test_markdown_plots_colour_each_policy_and_leave_failed_cells_out(sweep_dir):
+    pytest.importorskip("matplotlib")
+    from matplotlib.colors import to_hex
+
+    from fasteval.doors.sweep.report import returns_figure, success_figure
+
+    with Store(sweep_dir, create=False) as store:
+        doc = build_report(store)
+    (ax,) = success_figure(doc).axes
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["known"]  # cartpole has no signal, broken no episodes
+    bars = {c.get_label(): to_hex(c.patches[0].get_facecolor()) for c in ax.containers if hasattr(c, "patches")}
+    assert set(bars) == {t.get_text() for t in ax.get_legend().get_texts()} == {"zero", "parity"}
+    assert len(set(bars.values())) == 2  # one colour per policy
+    fig = returns_figure(doc)
+    axes = np.asarray(fig.axes).reshape(2, 2)  # rows: zero, parity (broken has no episodes anywhere); columns: envs
+    fills = [{to_hex(p.get_facecolor()) for p in ax.patches} for ax in axes[:, 0]]
+    assert all(len(f) == 1 for f in fills) and fills[0] != fills[1]
+    assert not [t for ax in fig.axes for t in ax.texts if t.get_gid() == "no-episodes"]
+    assert all("0 eps" not in ax.get_title() for ax in fig.axes)
+
+
+def test_a_failed_cell_beside_working_ones_is_a_note_not_an_empty_chart():
+    pytest.importorskip("matplotlib")
+    from fasteval.doors.sweep.report import returns_figure
+
+    cells = [{"policy": p, "env": e, "returns": r, "episodes": len(r), "errors": 0 if r else 2, "success_signal": True,
+              "success_pct": 50.0, "success_ci95": [10.0, 90.0]}
+             for p, e, r in [("a", "x", [1.0, 2.0]), ("b", "x", []), ("a", "y", [3.0]), ("b", "y", [4.0, 5.0])]]
+    fig = returns_figure({"cells": cells})
+    axes = np.asarray(fig.axes).reshape(2, 2)
+    assert not axes[1, 0].axison and not axes[1, 0].patches
+    [note] = [t for t in axes[1, 0].texts if t.get_gid() == "no-episodes"]
+    assert "no episodes (its jobs failed)" in note.get_text()

@@ -1,8 +1,9 @@
-"""The sweep's HTML page (``report.html``) and one run page per cell (``cells/<policy>__<env>/report.html``),
-from the results store alone. The pages are drawn by :mod:`fasteval.run.report_html`; this module
-turns the store into their documents: the sweep report document of
-:func:`fasteval.doors.sweep.report.build_report` (each failed cell with its retry verdict), and an
-``eval_info``-shaped document per cell built from its stored episodes.
+"""The sweep's HTML page (``report.html``) and one run page per cell (``cells/<policy>__<env>/report.html``).
+
+The pages are drawn by :mod:`fasteval.run.report_html` from plain documents: the sweep report
+document (:func:`fasteval.doors.sweep.report.report_document`, written with the Markdown report
+by :func:`fasteval.doors.sweep.report.write_report`), and an ``eval_info``-shaped document per
+cell, built here from its stored episodes.
 """
 
 from __future__ import annotations
@@ -11,20 +12,9 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from fasteval.doors.sweep.retry import cell_retry_verdict
-from fasteval.doors.sweep.store import Store
 from fasteval.types.results import EPISODE_FIELDS, EvalResult
 
 CellKey = tuple[str, str]
-
-
-def add_retry_verdicts(doc: dict[str, Any]) -> dict[str, Any]:
-    """Give every cell with failed jobs ``"retry"`` (see :mod:`fasteval.doors.sweep.retry`)."""
-    for cell in doc.get("cells") or []:
-        verdict = cell_retry_verdict(cell.get("error_texts") or [])
-        if verdict is not None:
-            cell["retry"] = verdict
-    return doc
 
 
 def cell_documents(jobs: list[dict[str, Any]], episodes: list[dict[str, Any]]) -> dict[CellKey, dict[str, Any]]:
@@ -66,15 +56,10 @@ def cell_documents(jobs: list[dict[str, Any]], episodes: list[dict[str, Any]]) -
     return out
 
 
-def write_sweep_html(store_dir: str | Path, out_dir: str | Path | None = None, doc: Mapping[str, Any] | None = None) -> Path:
-    """Write ``report.html`` (and the cell pages) for the sweep in ``store_dir``; returns its path.
-    ``doc``: the sweep report document when the caller built it already (its cells keep ``returns``)."""
-    from fasteval.doors.sweep.report import build_report
+def write_sweep_html(doc: Mapping[str, Any], out_dir: str | Path, jobs: list[dict[str, Any]],
+                     episodes: list[dict[str, Any]]) -> Path:
+    """Write ``out_dir/report.html`` and the cell pages; ``doc``: the sweep report document (its cells
+    keep their ``returns``), ``jobs`` and ``episodes``: the store's rows it was built from."""
     from fasteval.run.report_html import write_sweep_report
 
-    with Store(store_dir, create=False) as store:
-        jobs, episodes = store.jobs(), store.episodes()
-        doc = dict(doc) if doc is not None else build_report(store)
-        out = Path(out_dir) if out_dir is not None else store.path.parent
-    add_retry_verdicts(doc)
-    return write_sweep_report(doc, out, cell_documents(jobs, episodes))
+    return write_sweep_report(doc, Path(out_dir), cell_documents(jobs, episodes))

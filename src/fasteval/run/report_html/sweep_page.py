@@ -51,22 +51,15 @@ def write_cell_pages(cell_docs: Mapping[CellKey, Mapping[str, Any]], out_dir: Pa
 
 
 def _cell_status(c: Mapping[str, Any]) -> str:
-    if c.get("errors"):
-        return "failed"
-    if c["episodes"] < c.get("expected_episodes", c["episodes"]):
-        return "partial"
-    return "done"
+    """The cell's status as the sweep report decided it (done, partial, failed)."""
+    return str(c.get("status") or ("failed" if c.get("errors") else "done"))
 
 
 def summary(doc: Mapping[str, Any]) -> str:
     cells = doc.get("cells") or []
     t = doc.get("totals") or {}
-    jobs = t.get("jobs") or {}
     counts = {s: sum(1 for c in cells if _cell_status(c) == s) for s in ("done", "partial", "failed")}
     expected = sum(c.get("expected_episodes", 0) for c in cells)
-    line = (f"{len(cells)} cells (policy x env): {counts['done']} complete, {counts['partial']} partial, {counts['failed']} "
-            f"with failed jobs. {page.fmt(t.get('episodes'))} of {page.fmt(expected)} planned episodes are stored. "
-            f"Jobs: {', '.join(f'{v} {k}' for k, v in jobs.items())}.")
     cards = [
         page.card("cells", page.fmt(len(cells)), f"{counts['done']} complete, {counts['failed']} failed", "glance-cells"),
         page.card("episodes", page.fmt(t.get("episodes")), f"of {page.fmt(expected)} planned", "glance-episodes",
@@ -74,7 +67,7 @@ def summary(doc: Mapping[str, Any]) -> str:
         page.card("wall time", f"{page.fmt(t.get('wall_s'), 1)} s", f"over {page.fmt(t.get('runs'))} sweep run(s)"),
         page.card("speed", f"{page.fmt(t.get('episodes_per_s'))} ep/s", f"{page.fmt(t.get('steps_per_s'), 0)} env steps/s"),
     ]
-    return f'<p id="summary-line">{escape(line)}</p><div class="cards">{"".join(cards)}</div>'
+    return f'<p id="summary-line">{escape(str(doc.get("summary") or ""))}</p><div class="cards">{"".join(cards)}</div>'
 
 
 def cells_table(doc: Mapping[str, Any], links: Mapping[CellKey, str]) -> str:
