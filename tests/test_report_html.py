@@ -380,3 +380,14 @@ def test_a_failed_cell_beside_working_ones_is_a_note_not_an_empty_chart():
     assert not axes[1, 0].axison and not axes[1, 0].patches
     [note] = [t for t in axes[1, 0].texts if t.get_gid() == "no-episodes"]
     assert "no episodes (its jobs failed)" in note.get_text()
+
+
+def test_a_resumed_run_lists_its_segments(run_dir, tmp_path):
+    manifest = load(run_dir / "manifest.json")
+    first = manifest["segments"][0]
+    manifest["segments"] = [dict(first, episodes=10, status="interrupted"),
+                            dict(first, episodes=14, command="fasteval --resume out", started_at="2026-01-02T03:04:05+0000")]
+    html = write_run_report(tmp_path, load(run_dir / "eval_info.json"), manifest=manifest).read_text()
+    rows = Tables(html).tables["segments"]
+    assert [value(r["cells"][1]) for r in rows] == [10, 14]
+    assert rows[1]["cells"][5][0] == "fasteval --resume out" and rows[0]["cells"][3][0] == "interrupted"

@@ -67,45 +67,70 @@ def _first_line(text: Any) -> str:
     return line if len(line) <= 300 else line[:297] + "..."
 
 
-def provenance_section(inp: RunPageInput) -> str:
-    prov = dict(inp.provenance or {})
-    manifest, meta = dict(inp.manifest or {}), dict(inp.doc.get("meta") or {})
-    versions = dict(prov.get("versions") or {})
-    versions.setdefault("fasteval", manifest.get("fasteval_version") or meta.get("fasteval_version"))
-    git = prov.get("git") or {}
-    mach = prov.get("machine") or {}
+def _seeds_text(manifest: dict[str, Any], meta: dict[str, Any]) -> str | None:
+    if isinstance(meta.get("seeds"), str):  # a sweep cell: its seed blocks
+        return meta["seeds"]
     seed, n = manifest.get("seed", meta.get("seed")), manifest.get("n_episodes", meta.get("n_episodes"))
     per_task = manifest.get("n_episodes_per_task")
-    seeds = f"{seed} .. {seed + n - 1} (episode i uses seed {seed} + i)" if isinstance(seed, int) and isinstance(n, int) else None
     if isinstance(seed, int) and isinstance(per_task, int):
-        seeds = f"{seed} .. {seed + per_task - 1} in every task (episode i uses seed {seed} + i)"
-    if isinstance(meta.get("seeds"), str):
-        seeds = meta["seeds"]
-    gpu = mach.get("gpu")
+        return f"{seed} .. {seed + per_task - 1} in every task (episode i uses seed {seed} + i)"
+    if isinstance(seed, int) and isinstance(n, int):
+        return f"{seed} .. {seed + n - 1} (episode i uses seed {seed} + i)"
+    return None
+
+
+def _json_or_none(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, default=str)
+
+
+def provenance_pairs(inp: RunPageInput) -> list[tuple[str, Any]]:
+    """``(label, value)`` rows: what ran, where, with which versions (``None``: not recorded)."""
+    prov = dict(inp.provenance or {})
+    manifest, meta = dict(inp.manifest or {}), dict(inp.doc.get("meta") or {})
+    git = prov.get("git") or {}
     pairs = [
         ("command", prov.get("command")), ("date", prov.get("date")), ("working directory", prov.get("cwd")),
-        ("policy", json.dumps(manifest.get("policy", meta.get("policy")), default=str) if (manifest.get("policy") or meta.get("policy")) else None),
+        ("policy", _json_or_none(manifest.get("policy") or meta.get("policy") or None)),
         ("policy weight digest (sha256)", manifest.get("policy_digest")),
         ("env", meta.get("env") or manifest.get("env")),
-        ("env kwargs", json.dumps(manifest.get("env_kwargs", meta.get("env_kwargs")), default=str)
-         if manifest.get("env_kwargs", meta.get("env_kwargs")) is not None else None),
-        ("seeds", seeds), ("device", meta.get("device")),
+        ("env kwargs", _json_or_none(manifest.get("env_kwargs", meta.get("env_kwargs")))),
+        ("seeds", _seeds_text(manifest, meta)), ("device", meta.get("device")),
         ("git commit", (git.get("commit") or "") + (" (uncommitted changes)" if git.get("dirty") else "") if git else None),
     ]
     if not prov:  # nothing recorded (a sweep cell): say so once instead of a column of blanks
-        pairs = [(k, v) for k, v in pairs if v is not None]
-        pairs.append(("versions, machine", "not recorded by the sweep store"))
-    pairs += [] if not prov else [(f"{name} version", v or ("not installed" if prov.get("versions") else None)) for name, v in versions.items()
+        return [(k, v) for k, v in pairs if v is not None] + [("versions, machine", "not recorded by the sweep store")]
+    versions = dict(prov.get("versions") or {})
+    versions.setdefault("fasteval", manifest.get("fasteval_version") or meta.get("fasteval_version"))
+    pairs += [(f"{name} version", v or ("not installed" if prov.get("versions") else None)) for name, v in versions.items()
               if v is not None or name in ("fasteval", "torch", "gymnasium", "lerobot")]
-    pairs += [] if not prov else [("python", mach.get("python")), ("machine", ", ".join(str(x) for x in (mach.get("hostname"), mach.get("platform")) if x) or None),
-              ("CPU", f"{mach.get('cpu')} ({mach.get('cpu_count')} cores)" if mach.get("cpu") else None),
-              ("memory", f"{mach.get('memory_gib')} GiB" if mach.get("memory_gib") else None),
-              ("GPU", gpu if gpu else ("none" if mach else None))]
+    mach = prov.get("machine") or {}
+    return pairs + [
+        ("python", mach.get("python")),
+        ("machine", ", ".join(str(x) for x in (mach.get("hostname"), mach.get("platform")) if x) or None),
+        ("CPU", f"{mach.get('cpu')} ({mach.get('cpu_count')} cores)" if mach.get("cpu") else None),
+        ("memory", f"{mach.get('memory_gib')} GiB" if mach.get("memory_gib") else None),
+        ("GPU", mach.get("gpu") or ("none" if mach else None)),
+    ]
+
+
+def _segments_table(segments: list[dict[str, Any]]) -> str:
+    """A resumed run's parts, each with its own command and start."""
+    rows = [({"segment": i}, [page.num(i + 1), page.num(seg.get("episodes")), page.num(seg.get("eval_s"), 2),
+                              page.text(seg.get("status")), page.text(seg.get("started_at")), page.text(seg.get("command"))])
+            for i, seg in enumerate(segments)]
+    return "<h3>Segments (the run was resumed)</h3>" + page.table(
+        "segments", ["segment", "episodes", "engine s", "status", "started", "command"], rows, sortable=False)
+
+
+def provenance_section(inp: RunPageInput) -> str:
     out = []
     if inp.provenance_is_current:
         out.append(page.note("The run did not record its versions and machine; those below were read when this page was "
                              "written, and may differ from the run's."))
-    out.append(page.kv([(k, v) for k, v in pairs]))
+    out.append(page.kv(provenance_pairs(inp)))
+    manifest = dict(inp.manifest or {})
+    if len(manifest.get("segments") or []) > 1:
+        out.append(_segments_table(manifest["segments"]))
     config = inp.config or manifest.get("spec")
     if config:
         out.append("<h3>Resolved config</h3><pre id=\"config\">" + escape(json.dumps(config, indent=2, default=str)) + "</pre>")
