@@ -129,7 +129,9 @@ def plots(doc: Mapping[str, Any]) -> str:
 
 
 def sequential_section(doc: Mapping[str, Any]) -> str:
-    blocks = [("all tasks", doc.get("sequential"))] + [(_task_label(t), t.get("sequential")) for t in doc.get("tasks") or []]
+    top = doc.get("sequential")
+    blocks = [("all tasks", top)] + [(_task_label(t), t.get("sequential")) for t in doc.get("tasks") or []
+                                     if t.get("sequential") != top]  # one task: the top block repeats it
     blocks = [(name, b) for name, b in blocks if b]
     if not blocks:
         return ""
