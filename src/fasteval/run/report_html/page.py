@@ -54,6 +54,7 @@ td.none{color:var(--muted);font-style:italic}
 tbody tr:nth-child(even){background:#fafbfc}
 .note{color:var(--muted);font-size:12.5px;margin:4px 0}
 .plots{display:flex;flex-wrap:wrap;gap:10px}
+.plot-blocks{display:flex;flex-wrap:wrap;gap:6px 24px;align-items:flex-start}.plot-block{max-width:100%}
 svg.plot{max-width:100%;height:auto;background:#fff;border:1px solid var(--line);border-radius:6px}
 svg .axis{stroke:#333;stroke-width:1}svg .tick{stroke:#333}svg .grid{stroke:#eceff3}
 svg .ticklabel{font-size:10px;fill:#444}svg .xlabel,svg .ylabel{font-size:11.5px;fill:#222}

@@ -30,6 +30,7 @@ from fasteval.run.report_html.run_input import (
     failed_by_task,
     metric,
     overall,
+    short_name,
     status_of,
     task_label,
     tasks_of,
@@ -169,30 +170,34 @@ def group_table(inp: RunPageInput) -> str:
 
 
 def plots(inp: RunPageInput) -> str:
+    """Three blocks side by side where the width allows: the return distribution of each task (its
+    own axes), the success rate of each task with its interval, and episode length against return."""
     tasks = tasks_of(inp.doc)
     if not tasks:
         return ""
-    out = ["<h3>Return per task</h3>", '<div class="plots" id="plot-returns">']
-    for i, t in enumerate(tasks[:MAX_TASK_PLOTS]):
-        out.append(svg.histogram(metric(t, "sum_rewards"), "return (sum of rewards)", task_label(t), colour_=svg.colour(i)))
-    out.append("</div>")
-    if len(tasks) > MAX_TASK_PLOTS:
-        out.append(page.note(f"{len(tasks) - MAX_TASK_PLOTS} more tasks not drawn; they are in the table above."))
+    hists = [svg.histogram(metric(t, "sum_rewards"), "return (sum of rewards)", task_label(t), colour_=svg.colour(i))
+             for i, t in enumerate(tasks[:MAX_TASK_PLOTS])]
+    more = page.note(f"{len(tasks) - MAX_TASK_PLOTS} more tasks not drawn; they are in the table above.") if len(tasks) > MAX_TASK_PLOTS else ""
+    blocks = [_block("Return per task", f'<div class="plots" id="plot-returns">{"".join(hists)}</div>{more}')]
     has_signal = [bool((t.get("aggregated") or {}).get("has_success_signal", True)) for t in tasks]
-    out.append("<h3>Success rate per task</h3>")
+    success = ""
     if any(has_signal):
         rows = [(task_label(t), *_rate_and_ci(t)) for t, ok in zip(tasks, has_signal) if ok]
-        out.append(f'<div class="plots" id="plot-success">{svg.intervals(rows, "success % (Wilson 95% CI)", "success rate per task")}</div>')
+        success = f'<div class="plots" id="plot-success">{svg.intervals(rows, "success % (Wilson 95% CI)", "success rate per task", width=520)}</div>'
     left_out = [task_label(t) for t, ok in zip(tasks, has_signal) if not ok]
     if left_out:
-        out.append(page.note(f"not drawn ({NO_SIGNAL}): {', '.join(left_out[:20])}" + (" ..." if len(left_out) > 20 else "")))
+        success += page.note(f"not drawn ({NO_SIGNAL}): {', '.join(left_out[:20])}" + (" ..." if len(left_out) > 20 else ""))
+    blocks.append(_block("Success rate per task", success))
     lengths = np.concatenate([metric(t, "lengths") for t in tasks])
-    returns = all_returns(inp.doc)
     groups = np.concatenate([np.full(metric(t, "lengths").size, i if len(tasks) <= len(svg.PALETTE) else 0) for i, t in enumerate(tasks)])
     names = [task_label(t) for t in tasks] if 1 < len(tasks) <= len(svg.PALETTE) else []
-    out.append("<h3>Episode length against return</h3>")
-    out.append(f'<div id="plot-length-return">{svg.scatter(lengths, returns, "episode length (steps)", "return", "length against return", groups, names)}</div>')
-    return "".join(out) + stopping_plots(tasks)
+    scatter = svg.scatter(lengths, all_returns(inp.doc), "episode length (steps)", "return", "length against return", groups, names, width=520)
+    blocks.append(_block("Episode length against return", f'<div id="plot-length-return">{scatter}</div>'))
+    return f'<div class="plot-blocks">{"".join(blocks)}</div>' + stopping_plots(tasks)
+
+
+def _block(title: str, body: str) -> str:
+    return f'<div class="plot-block"><h3>{escape(title)}</h3>{body}</div>'
 
 
 def stopping_plots(tasks: list[Mapping[str, Any]]) -> str:
@@ -230,7 +235,7 @@ def render_run_page(inp: RunPageInput) -> str:
     policy = (inp.manifest or {}).get("policy", meta.get("policy"))
     policy_text = policy if isinstance(policy, str) else json.dumps(policy, default=str)
     env = meta.get("env") or (inp.manifest or {}).get("env")
-    title = inp.title or f"fasteval: {policy_text} on {env}"
+    title = inp.title or f"fasteval: {short_name(policy_text)} on {short_name(env)}"
     date = (inp.provenance or {}).get("date")
     subtitle = (f"{page.badge(status_of(inp))} {page.fmt(o.get('n_episodes'))} episodes"
                 + (f" · {escape(str(date))}" if date else ""))
