@@ -8,7 +8,9 @@ interleaved per repeat, medians of ``--repeats``:
 * ``CLI --no-report`` / ``CLI --report``: the whole command's wall time, start-up included (only
   when the CLI has the ``--report/--no-report`` switch);
 * ``report only``: :func:`fasteval.run.report_html.write_run_report` on the finished folder, in
-  this process (the report's own cost, without subprocess noise).
+  this process (the report's own cost, without subprocess noise);
+* ``provenance``: :func:`fasteval.run.provenance.collect_provenance`, in this process (every run
+  folder's manifest records it, with or without the report).
 
 Also the size of the page of a synthetic 100,000-episode, 4-task run (limit 5 MB).
 Target: the report adds < 5% to the run: ``report only`` / ``CLI --no-report`` (and, where it
@@ -58,6 +60,14 @@ def report_only(folder: Path) -> float:
     return perf_counter() - start
 
 
+def provenance_only() -> float:
+    from fasteval.run.provenance import collect_provenance
+
+    start = perf_counter()
+    collect_provenance()
+    return perf_counter() - start
+
+
 def big_page_bytes(n: int, folder: Path) -> int:
     """Bytes of the page of a synthetic ``n``-episode, 4-task run (3,000 failed episodes)."""
     from fasteval.run.report_html import write_run_report
@@ -93,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                     rows.setdefault((name, mode), []).append(seconds)
                     if mode != "CLI --report":
                         rows.setdefault((name, "report only"), []).append(report_only(out))
+                        rows.setdefault((name, "provenance"), []).append(provenance_only())
         size = big_page_bytes(1000 if args.tiny else 100_000, Path(tmp) / "big")
     print(format_machine(machine_info()))
     print("command:", command_line())
