@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from fasteval import kernels
+from fasteval.core import accel
 from fasteval.core.accel import accelerate, changes_python_state, graph_blockers, graph_decision, per_slot_state
 from fasteval.core.envs import SlotEnvs, build_slot_envs, make_factory
 from fasteval.core.faults import Faults, make_action_check
@@ -30,7 +31,7 @@ from fasteval.core.loop import StepContext, run_episodes, start_wave
 from fasteval.core.pipeline import check_pipelinable, group_rows, policy_batch
 from fasteval.core.protocols import EngineParts, StepObserver
 from fasteval.core.timing import make_stage_timers
-from fasteval.core.transfer import DeviceToHost, HostToDevice, host_allocator
+from fasteval.core.transfer import DeviceToHost, HostToDevice, pins_host
 from fasteval.types.errors import EvaluationAborted, UserInputError
 from fasteval.types.results import EarlierSegments, EpisodeTable, EvalResult, run_status
 from fasteval.types.spec import EvalSpec
@@ -73,7 +74,7 @@ class CoreEngine:
         self.factory = factory
         self.max_steps = cap
         self.envs: SlotEnvs = build_slot_envs(spec.vectorization, factory, self.n_slots, probe, spec.step_timeout,
-                                              workers=spec.workers, obs_allocate=host_allocator(spec.device, pin_memory))
+                                              workers=spec.workers)
         try:
             self._build_policy_side(spec)
         except BaseException:
@@ -83,6 +84,9 @@ class CoreEngine:
         self._checked = False
         self.dry_run_s = 0.0
         """Seconds the dry run took in the current run (only the first run has one); not in ``eval_s``."""
+        self.capture_s = 0.0
+        """Seconds the current run spent capturing CUDA graphs (warm-ups included) and in torch.compile's
+        first calls (:data:`fasteval.core.accel.capture_clock`); not in ``eval_s`` nor in the ``policy`` stage."""
         self.runs = 0
         self.ledger: Ledger | None = None
         """The ledger of the run in progress (or the last one)."""
@@ -99,7 +103,10 @@ class CoreEngine:
         """The slot groups of the step sequence: one, or two with ``pipeline``."""
         self.policy_batch = policy_batch(self.group_rows)
         """Rows per policy call: all slots, or the larger group's with ``pipeline``."""
-        self.h2d = HostToDevice(envs.obs, self.device, self.pin_memory)
+        if pins_host(self.device, self.pin_memory):  # only now: pinning creates a CUDA context
+            envs.pin_host_buffers()
+        # The copy path follows what the owner of the host buffers knows (never tensor.is_pinned()).
+        self.h2d = HostToDevice(envs.obs, self.device, self.pin_memory, host_pinned=envs.pinned)
         # A PolicyRunner plus the robot steps (obs mapping, normalization stats, task descriptions, action chunks).
         self.runner = self.parts.build_runner(policy, spec, envs, self.h2d, self.policy_batch)
         self.d2h = DeviceToHost(self.n_slots, tuple(envs.action_space.shape or ()), action_host_dtype(envs.action_space),
@@ -171,23 +178,31 @@ class CoreEngine:
         callback = (lambda done: on_finished(ledger, done)) if on_finished is not None else (lambda done: None)
         faults = Faults(self.envs, self.runner, ledger, self.spec.retries, self.spec.on_nan_action, on_error)
         self.timers.reset()
-        self.dry_run_s = 0.0
-        start = perf_counter()
+        self.dry_run_s = self.capture_s = 0.0
+        start, captured = perf_counter(), accel.capture_clock.seconds
         try:
             with self._seeded(seed):
                 self._step_episodes(ledger, faults, callback, observer)
         except UserInputError:
             raise  # the dry run: nothing was evaluated
         except BaseException as exc:
-            partial = self._result(ledger, faults.errors, perf_counter() - start - self.dry_run_s, seed, earlier, exc)
+            partial = self._result(ledger, faults.errors, self._eval_seconds(start, captured), seed, earlier, exc)
             self.parts.finish_observers(observer, partial)
             raise EvaluationAborted(
                 f"evaluation stopped early after {len(partial.per_episode)} finished episodes: "
                 f"{type(exc).__name__}: {exc}", partial) from exc
         self.runs += 1
-        result = self._result(ledger, faults.errors, perf_counter() - start - self.dry_run_s, seed, earlier)
+        result = self._result(ledger, faults.errors, self._eval_seconds(start, captured), seed, earlier)
         self.parts.finish_observers(observer, result)
         return result
+
+    def _eval_seconds(self, start: float, captured: float) -> float:
+        """Seconds since ``start`` less what is timed apart: the dry run (``dry_run_s``), and graph capture
+        and compilation (``capture_s``: the :data:`~fasteval.core.accel.capture_clock` since it read
+        ``captured``), which also leave the ``policy`` stage they happened in."""
+        self.capture_s = accel.capture_clock.seconds - captured
+        self.timers.take_out("policy", self.capture_s)
+        return perf_counter() - start - self.dry_run_s - self.capture_s
 
     def _plan(self, n_episodes: int | None, seed: int | None,
               episodes: Sequence[int] | None) -> tuple[int, int, list[int] | None]:
@@ -301,6 +316,7 @@ class CoreEngine:
             "kernel_backend": kernels.BACKEND,
             "pipeline": self.spec.pipeline,
             "dry_run_s": self.dry_run_s,
+            "capture_s": self.capture_s,
             **{f"policy_{k}": v for k, v in self.accel_facts.items()},
             **self._policy_facts(),
         }
