@@ -391,3 +391,19 @@ def test_a_resumed_run_lists_its_segments(run_dir, tmp_path):
     rows = Tables(html).tables["segments"]
     assert [value(r["cells"][1]) for r in rows] == [10, 14]
     assert rows[1]["cells"][5][0] == "fasteval --resume out" and rows[0]["cells"][3][0] == "interrupted"
+
+
+def test_groups_of_several_tasks_get_their_own_table(tmp_path):
+    big = _big_result(400)
+    big.per_episode.tasks = [("g1", 0, "a"), ("g1", 1, "b"), ("g2", 0, "c"), ("g2", 1, "d")]
+    for e in big.errors:  # the planted failures of task k go to that task's group
+        e["task_group"], e["task_id"] = big.per_episode.tasks[e["task_id"]][:2]
+    doc = big.eval_info_document()
+    page = Tables(write_run_report(tmp_path, doc, manifest={"status": "complete"}).read_text())
+    rows = {r["attrs"]["group"]: dict(zip(page.headers["per-group"], r["cells"])) for r in page.tables["per-group"]}
+    assert set(rows) == {"g1", "g2"}
+    for name, row in rows.items():
+        agg = doc["per_group"][name]
+        assert value(row["n"]) == agg["n_episodes"] == 200 and value(row["tasks"]) == 2
+        assert value(row["success %"]) == agg["pc_success"] and value(row["mean return"]) == agg["avg_sum_reward"]
+        assert value(row["failed episodes"]) == 1500  # 3,000 planted failures, spread evenly over the 4 tasks

@@ -150,23 +150,30 @@ def _stop_cells(stopping: Mapping[str, Any] | None) -> list[page.Cell]:
 
 
 def group_table(inp: RunPageInput) -> str:
+    """One row per task group (shown when some group holds several tasks), with the same columns as
+    the task table; a group's return interval is over all its episodes."""
     groups = inp.doc.get("per_group") or {}
     tasks = tasks_of(inp.doc)
     if not groups or len(groups) >= len(tasks):
         return ""  # one task per group: the task table says it all
-    counts: dict[str, int] = {}
-    for t in tasks:
-        counts[str(t.get("task_group"))] = counts.get(str(t.get("task_group")), 0) + 1
+    failed = failed_by_task(inp.doc)
+    members: dict[str, list[int]] = {}
+    for i, t in enumerate(tasks):
+        members.setdefault(str(t.get("task_group")), []).append(i)
     rows = []
     for name, a in groups.items():
-        signal = a.get("has_success_signal", True)
-        cells = [page.text(name), page.num(counts.get(str(name), 0)), page.num(a.get("n_episodes"))]
+        ix = members.get(str(name), [])
+        returns = np.concatenate([metric(tasks[i], "sum_rewards") for i in ix]) if ix else np.zeros(0)
+        lo, hi, _ = inp.return_interval(("group", str(name)), returns) if returns.size else (None, None, "")
+        n_failed = sum(n for (group, _), n in failed.items() if group == str(name))
+        cells = [page.text(name), page.num(len(ix)), page.num(a.get("n_episodes"))]
         cells += ([page.num(a.get("n_success")), page.num(a.get("pc_success")), page.interval(a.get("pc_success_ci95"))]
-                  if signal else [page.none(NO_SIGNAL), page.none(NO_SIGNAL), page.none("—")])
-        cells += [page.num(a.get("avg_sum_reward"), 3), page.num(a.get("avg_length"))]
+                  if a.get("has_success_signal", True) else [page.none(NO_SIGNAL), page.none(NO_SIGNAL), page.none("—")])
+        cells += [page.num(a.get("avg_sum_reward"), 3), page.interval([lo, hi], 3), page.num(a.get("avg_length")),
+                  page.num(n_failed)]
         rows.append(({"group": name}, cells))
     return page.table("per-group", ["group", "tasks", "n", "successes", "success %", "success 95% CI", "mean return",
-                                    "mean length"], rows)
+                                    "return 95% CI", "mean length", "failed episodes"], rows)
 
 
 def plots(inp: RunPageInput) -> str:
