@@ -177,3 +177,7 @@ def run_server(config: Any) -> int:
         click.echo(f"Error: cannot listen on {config.host}:{config.port}: {exc}. Choose another --port.", err=True)
         return 2
     return 0
+
+
+if __name__ == "__main__":
+    serve()

@@ -89,7 +89,7 @@ class Connection:
         headers = {"Authorization": f"Api-Key {self.token}"} if self.token else None
         try:
             self.ws = connect(self.url, compression=None, max_size=self.max_bytes, additional_headers=headers,
-                              open_timeout=CONNECT_TIMEOUT_S, ping_interval=None)
+                              open_timeout=CONNECT_TIMEOUT_S, ping_interval=None).__enter__()  # (the context form)
             self.metadata = unpack(self.ws.recv(timeout=CONNECT_TIMEOUT_S), self.max_bytes)
         except InvalidStatus as exc:
             code = exc.response.status_code
