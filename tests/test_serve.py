@@ -100,6 +100,8 @@ def test_client_device_cuda_is_refused(servers):
 
     from fasteval.types.errors import UserInputError
 
+    from fasteval.robot.policies.remote_runner import build_remote_runner
+
     remote = connect_remote(servers[MLP])
     with pytest.raises(UserInputError, match="runs on the server"):
-        remote.build_runner(SimpleNamespace(device="cuda:0"), None, None, 2)
+        build_remote_runner(remote, SimpleNamespace(device="cuda:0"), None, None, 2)

@@ -157,7 +157,8 @@ class RemotePolicy(nn.Module):
     """A served policy, seen from the client (see the module docstring). Built by :func:`connect_remote`."""
 
     builds_own_runner = True
-    """:func:`fasteval.robot.policies.runner.build_policy_runner` asks this object for its runner."""
+    """:func:`fasteval.robot.policies.runner.build_policy_runner` builds its runner with
+    :func:`fasteval.robot.policies.remote_runner.build_remote_runner`."""
 
     def __init__(self, ref: str, protocol: str, connection: Connection):
         super().__init__()
@@ -172,17 +173,6 @@ class RemotePolicy(nn.Module):
 
     def forward(self, obs: Any) -> torch.Tensor:
         raise PolicyError("a RemotePolicy is called through its runner (build_policy_runner), not directly")
-
-    def build_runner(self, spec: Any, envs: Any, h2d: Any, n_slots: int) -> Any:
-        from fasteval.robot.policies.remote_runner import OpenpiRunner, RemoteRunner
-
-        if str(getattr(spec, "device", "auto")).startswith("cuda"):
-            raise UserInputError(f"--device {spec.device}: the policy runs on the server ({self.ref}); give the device "
-                                 f"to fasteval serve (--device), and leave the client's --device auto or cpu.")
-        timeout = getattr(spec, "policy_timeout_s", None)
-        self.connection.timeout_s = float(timeout) if timeout is not None else DEFAULT_TIMEOUT_S
-        cls = RemoteRunner if self.protocol == "fasteval" else OpenpiRunner
-        return cls(self, spec, envs, h2d, n_slots)
 
     def run_meta(self) -> dict[str, Any]:
         return {"policy_server": self.ref, "policy_protocol": self.protocol,

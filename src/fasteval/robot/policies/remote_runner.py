@@ -29,13 +29,24 @@ import torch
 from fasteval.core.pipeline import group_rows
 from fasteval.core.policy import NO_RESET, PolicyRunner
 from fasteval.core.slot_calls import env_has_attr
-from fasteval.robot.policies.remote import PolicyServerLost, RemotePolicy, RemotePolicyError
+from fasteval.robot.policies.remote import DEFAULT_TIMEOUT_S, PolicyServerLost, RemotePolicy, RemotePolicyError
 from fasteval.robot.policies.task_descriptions import TASK_ATTR
-from fasteval.types.errors import ActionSpaceMismatchError, PolicyDryRunError, PolicyLoadError
+from fasteval.types.errors import ActionSpaceMismatchError, PolicyDryRunError, PolicyLoadError, UserInputError
 from fasteval.types.wire import KIND, SERVER_KINDS, WireError, message_kind, pack, space_to_wire, unpack
 
 SPEC_FIELDS = ("observation_format", "rename", "obs_dtype", "reset_mode", "env", "env_kwargs", "amp", "compile",
                "cuda_graph")
+
+
+def build_remote_runner(remote: RemotePolicy, spec: Any, envs: Any, h2d: Any, n_slots: int) -> PolicyRunner:
+    """The engine's runner for a served policy (the hook of :func:`~fasteval.robot.policies.runner.build_policy_runner`)."""
+    if str(getattr(spec, "device", "auto")).startswith("cuda"):
+        raise UserInputError(f"--device {spec.device}: the policy runs on the server ({remote.ref}); give the device "
+                             f"to fasteval serve (--device), and leave the client's --device auto or cpu.")
+    timeout = getattr(spec, "policy_timeout_s", None)
+    remote.connection.timeout_s = float(timeout) if timeout is not None else DEFAULT_TIMEOUT_S
+    cls = RemoteRunner if remote.protocol == "fasteval" else OpenpiRunner
+    return cls(remote, spec, envs, h2d, n_slots)
 
 
 def _host_rows(obs: Any, rows: slice) -> Any:

@@ -173,7 +173,9 @@ def build_policy_runner(policy: Any, spec: Any, envs: Any, h2d: Any, n_slots: in
     from fasteval.robot.policies.loaders import policy_folder
 
     if getattr(policy, "builds_own_runner", False):  # a served policy (fasteval.robot.policies.remote)
-        return policy.build_runner(spec, envs, h2d, n_slots)
+        from fasteval.robot.policies.remote_runner import build_remote_runner
+
+        return build_remote_runner(policy, spec, envs, h2d, n_slots)
     device = h2d.device
     stages: list[Any] = []
     example = h2d.policy_input
