@@ -3,7 +3,8 @@
 openpi's protocol sends one observation per request and expects that request's ``actions``. The
 batcher collects requests from every connection: a batch closes when it holds ``max_batch``
 requests, or ``max_wait_s`` after its first request arrived (Triton's ``max_queue_delay``),
-whichever comes first. It then runs on the server's compute thread, on a padded static batch:
+whichever comes first; or at once when it holds as many requests as there are openpi connections
+(one request in flight per client, as openpi clients send them: no other request can come). It then runs on the server's compute thread, on a padded static batch:
 the smallest bucket (1, 2, 4, ... up to ``max_batch``) that holds it, one
 :class:`~fasteval.doors.serve_policy.ServedRunner` per bucket, built on first use. On a GPU each
 bucket's step is captured once as a CUDA graph (static shapes); rows past the batch keep whatever
@@ -76,6 +77,8 @@ class DynamicBatcher:
         self.run_on_compute = run_on_compute
         self.queue: asyncio.Queue = asyncio.Queue()
         self.batches = 0
+        self.connections = 0
+        """Open openpi connections: a batch that holds a request from each closes without waiting."""
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -99,6 +102,8 @@ class DynamicBatcher:
             batch = [await self.queue.get()]
             deadline = loop.time() + self.max_wait_s
             while len(batch) < self.max_batch:
+                if self.queue.empty() and len(batch) >= self.connections:
+                    break  # every connected client is in this batch already: waiting cannot add a request
                 left = deadline - loop.time()
                 if left <= 0:
                     break
