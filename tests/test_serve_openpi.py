@@ -35,18 +35,33 @@ def mlp_server():
 
 
 def test_concurrent_requests_are_batched_and_padded(mlp_server):
-    """Three requests in flight together: one policy call on a batch of 3 padded to 4, each reply its row's."""
+    """Three clients, one request in flight each: one policy call on a batch of 3 padded to 4, each reply its row's."""
     from websockets.sync.client import connect
 
-    with connect(mlp_server, compression=None) as ws:
-        metadata = unpack(ws.recv())
+    sockets = [connect(mlp_server, compression=None).__enter__() for _ in OBS]  # (the context form)
+    try:
+        metadata = [unpack(ws.recv()) for ws in sockets][0]
         assert metadata["openpi"] and metadata["max_batch"] == 8
-        for row in OBS:
+        for ws, row in zip(sockets, OBS):
             ws.send(pack({"observation": row}))
-        replies = [unpack(ws.recv()) for _ in OBS]
+        replies = [unpack(ws.recv()) for ws in sockets]
+    finally:
+        for ws in sockets:
+            ws.close()
     assert [r["actions"].shape for r in replies] == [(1,)] * 3  # openpi's [H, *action]: a chunk of one
     assert [int(r["actions"][0]) for r in replies] == local_actions(OBS)
     assert {(r["server_timing"]["batch_size"], r["server_timing"]["padded_to"]) for r in replies} == {(3, 4)}
+
+
+def test_one_connection_may_pipeline_its_requests(mlp_server):
+    """Requests sent before the earlier replies came back are all answered, in order."""
+    from websockets.sync.client import connect
+
+    with connect(mlp_server, compression=None) as ws:
+        ws.recv()
+        for row in OBS:
+            ws.send(pack({"observation": row}))
+        assert [int(unpack(ws.recv())["actions"][0]) for _ in OBS] == local_actions(OBS)
 
 
 def test_openpi_client_runs_equal_in_process(mlp_server):

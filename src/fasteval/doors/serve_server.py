@@ -149,6 +149,8 @@ class PolicyServer:
     async def _handle(self, ws: Any) -> None:
         import websockets
 
+        if self.batcher is not None:
+            self.batcher.connections += 1
         await ws.send(pack(self.metadata()))
         replies: asyncio.Queue = asyncio.Queue()
         writer = asyncio.get_running_loop().create_task(self._write(ws, replies))
@@ -160,8 +162,8 @@ class PolicyServer:
                     kind = message_kind(message)
                     if state.mode is None:
                         state.mode = "openpi" if kind is None else "fasteval"
-                        if state.mode == "openpi" and self.batcher is not None:
-                            self.batcher.connections += 1
+                        if state.mode == "fasteval" and self.batcher is not None:
+                            self.batcher.connections -= 1  # counted as a possible openpi client until now
                     elif (kind is None) != (state.mode == "openpi"):
                         raise WireError(f"this connection speaks the {state.mode} protocol; one connection cannot mix both")
                 except WireError as exc:
@@ -171,7 +173,7 @@ class PolicyServer:
         except websockets.ConnectionClosed:
             pass
         finally:
-            if state.mode == "openpi" and self.batcher is not None:
+            if state.mode != "fasteval" and self.batcher is not None:
                 self.batcher.connections -= 1
             await replies.put(None)
             await writer
