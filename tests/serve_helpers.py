@@ -137,3 +137,66 @@ class RaisesLater:
         if self.calls > 5:
             raise RuntimeError("the served policy broke on purpose")
         return torch.zeros(obs.shape[0], dtype=torch.long)
+
+
+class DroppingProxy:
+    """A TCP proxy on 127.0.0.1 in front of a server; :meth:`drop` cuts every open connection (a network
+    blip: the server and its sessions live on). ``forwarded`` counts the bytes sent to the server."""
+
+    def __init__(self, target_port: int):
+        import socket
+
+        self.target_port = target_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.sockets: list = []
+        self.forwarded = 0
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            with self.lock:
+                self.sockets += [client, upstream]
+            threading.Thread(target=self._pipe, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, False), daemon=True).start()
+
+    def _pipe(self, src, dst, count: bool) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if count:
+                    self.forwarded += len(data)
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.close()
+            except OSError:
+                pass
+
+    def drop(self) -> None:
+        import socket
+
+        with self.lock:
+            sockets, self.sockets = self.sockets, []
+        for s in sockets:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+                s.close()
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.listener.close()
+        self.drop()

@@ -104,3 +104,37 @@ def test_a_bad_client_does_not_disturb_another():
     assert any("not a valid msgpack" in h for h in heard) and any("unknown message kind 'exec'" in h for h in heard)
     assert any("open a session first" in h for h in heard) and any("no session" in h for h in heard)
     assert rows == run(NOISE, env=KNOWN_ANSWER_ID, n_episodes=200, batch_size=4, seed=7, device="cpu")[0]
+
+
+def test_a_dropped_connection_is_retried_and_the_run_stays_exact():
+    """A network blip mid-run: the client reconnects, resumes its session, repeats the unanswered request
+    (answered from the server's cache, not run twice), and every episode keeps its in-process numbers."""
+    import time
+
+    from tests.serve_helpers import DroppingProxy
+
+    with ServerProcess(NOISE) as server:
+        proxy = DroppingProxy(server.port)
+        try:
+            spec = EvalSpec(env=KNOWN_ANSWER_ID, policy=connect_remote(f"ws://127.0.0.1:{proxy.port}"), n_episodes=300,
+                            batch_size=4, seed=7, device="cpu")
+            results = {}
+            with Engine(spec) as engine:
+                worker = threading.Thread(target=lambda: results.setdefault("result", engine.run()))
+                worker.start()
+                start = proxy.forwarded
+                while proxy.forwarded < start + 20_000 and worker.is_alive():
+                    time.sleep(0.01)
+                drops = 0
+                for _ in range(2):  # twice, at two points of the run
+                    if worker.is_alive():
+                        proxy.drop()
+                        drops += 1
+                        time.sleep(0.3)
+                worker.join(300)
+        finally:
+            proxy.close()
+    assert drops >= 1, "the run ended before the proxy could drop it: make it longer"
+    assert results["result"].meta["policy_reconnects"] >= 1
+    rows = [(r["episode_ix"], r["seed"], r["sum_reward"], r["length"], r["success"]) for r in results["result"].per_episode]
+    assert rows == run(NOISE, env=KNOWN_ANSWER_ID, n_episodes=300, batch_size=4, seed=7, device="cpu")[0]

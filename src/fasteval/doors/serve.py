@@ -142,10 +142,29 @@ def build_config(policy: str, host: str, port: int, device: str, max_batch: int,
         from fasteval.doors.serve_policy import ServedRunner
 
         ServedRunner(options, *spaces, 1)  # load it once now: a bad POLICY is an exit 2 before the port opens
-    # without --env the policy is loaded per fasteval session, for the spaces that client sends
+    else:  # without --env the policy is loaded per fasteval session, for the spaces that client sends
+        check_policy_ref(policy, trust_remote_code)
     return ServerConfig(options=options, host=host, port=port, token=token, max_batch=max_batch,
                         max_wait_ms=max_wait_ms, max_message_bytes=max_message_bytes, session_ttl_s=session_ttl_s,
                         openpi_spaces=spaces)
+
+
+def check_policy_ref(policy: str, trust_remote_code: bool) -> None:
+    """What can be checked of POLICY without the spaces: that it names something loadable (UserInputError)."""
+    from pathlib import Path
+
+    from fasteval.robot.policies.builtin import BUILTIN_POLICIES
+    from fasteval.robot.policies.hub import is_hf_ref
+    from fasteval.types.errors import UserInputError
+    from fasteval.types.refs import resolve_callable, split_callable_ref
+
+    if policy in BUILTIN_POLICIES or is_hf_ref(policy) or Path(policy).is_dir():
+        return
+    if split_callable_ref(policy) is not None:
+        resolve_callable(policy, what="policy", trust_remote_code=trust_remote_code)
+        return
+    raise UserInputError(f"POLICY {policy!r}: expected zero, random, a checkpoint folder, a LeRobot folder, hf://org/repo "
+                         f"or module:callable; no such folder exists and it is not of the form module:callable.")
 
 
 def run_server(config: Any) -> int:

@@ -78,6 +78,8 @@ class Connection:
         self.metadata: dict[str, Any] = {}
         self.timeout_s = DEFAULT_TIMEOUT_S
         self.on_reconnect: Callable[[], None] | None = None
+        self.reconnects = 0
+        """Connections re-established after a drop (reported in the run's meta)."""
 
     def connect(self) -> dict[str, Any]:
         """Open the websocket and read the server's metadata. Raises ConnectionError (with a reason)."""
@@ -139,6 +141,7 @@ class Connection:
                 self.connect()
                 if self.on_reconnect is not None:
                     self.on_reconnect()
+                self.reconnects += 1
             except (ConnectionError, ConnectionClosed, OSError, TimeoutError) as exc:
                 cause = exc
                 continue
@@ -175,7 +178,7 @@ class RemotePolicy(nn.Module):
         raise PolicyError("a RemotePolicy is called through its runner (build_policy_runner), not directly")
 
     def run_meta(self) -> dict[str, Any]:
-        return {"policy_server": self.ref, "policy_protocol": self.protocol,
+        return {"policy_server": self.ref, "policy_protocol": self.protocol, "policy_reconnects": self.connection.reconnects,
                 **{f"server_{k}": v for k, v in self.server_facts.items()}}
 
 
