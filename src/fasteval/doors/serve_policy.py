@@ -30,8 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fasteval.core import accel
-from fasteval.core.accel import accelerate, changes_python_state, graph_blockers
+from fasteval.core.accel import accelerate, changes_python_state, graph_blockers, graph_decision, per_slot_state
 from fasteval.core.engine import resolve_device
 from fasteval.core.policy import NO_RESET
 from fasteval.core.slots import SlotEnvs, allocate_obs_buffer
@@ -149,16 +148,18 @@ class ServedRunner:
         runner, options = self.runner, self.options
         policy_input = self.h2d.policy_input
         self.h2d.copy()
+        plain_chunks = chunks and runner.policy_reset_kind == NO_RESET  # openpi: no queue in the step
         devices = [self.device] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices), torch.inference_mode():
+        with torch.random.fork_rng(devices=devices), torch.inference_mode():  # as the engine's dry run
             runner.dry_run(policy_input)
+            plain_chunks = plain_chunks and runner.chunks is not None
             plain = runner.chunk_step if chunks and runner.chunks is not None else runner.plain_step
-            may_graph = (options.cuda_graph is not False and accel.graph_unsupported(self.device) is None
-                         and runner.policy_reset_kind == NO_RESET and (chunks or runner.reset_kind == NO_RESET))
+            per_slot = [] if plain_chunks else per_slot_state(runner)
+            may_graph = graph_decision(options.cuda_graph, self.device, per_slot).status is None
             changed = may_graph and changes_python_state(self.policy, plain, policy_input)
         blockers = graph_blockers(self.policy, runner, changed)
-        if chunks:  # openpi: no chunk queue in the step, so the queue is not a reason to stay eager
-            blockers = [b for b in blockers if not (b.startswith("per-slot") and runner.policy_reset_kind == NO_RESET)]
+        if plain_chunks:  # the chunk queue is not in this step, so it is not a reason to stay eager
+            blockers = [b for b in blockers if b not in per_slot_state(runner)]
         self._step, self.facts = accelerate(plain, device=self.device, amp=options.amp, compile=options.compile,
                                             cuda_graph=options.cuda_graph, blockers=blockers)
         self.checked = True

@@ -28,7 +28,6 @@ import torch
 
 from fasteval.core.pipeline import group_rows
 from fasteval.core.policy import NO_RESET, PolicyRunner
-from fasteval.core.slot_calls import env_has_attr
 from fasteval.robot.policies.remote import DEFAULT_TIMEOUT_S, PolicyServerLost, RemotePolicy, RemotePolicyError
 from fasteval.robot.policies.task_descriptions import TASK_ATTR
 from fasteval.types.errors import ActionSpaceMismatchError, PolicyDryRunError, PolicyLoadError, UserInputError
@@ -63,7 +62,7 @@ class _RemoteBase(PolicyRunner):
         self.tasks = None
         self.groups = group_rows(envs, bool(getattr(spec, "pipeline", False)))
         self._group_of = {id(h2d.group(rows)[0]): g for g, rows in enumerate(self.groups)}
-        self.has_tasks = env_has_attr(envs, TASK_ATTR)
+        self.has_tasks = bool(envs.has_attr(TASK_ATTR))
 
     def dry_run(self, obs: Any) -> None:
         self._check()
