@@ -112,7 +112,8 @@ class DynamicBatcher:
                 except asyncio.TimeoutError:
                     break
             try:
-                replies = await self.run_on_compute(self._run_batch, batch)
+                first = next((s for s in self.sizes if s >= len(batch)), self.max_batch) not in self.runners
+                replies = await self.run_on_compute(self._run_batch, batch, slow=first)
             except Exception as exc:  # the policy (or its loading) raised: every request of the batch hears it
                 for *_rest, future in batch:
                     if not future.done():

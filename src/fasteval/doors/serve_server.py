@@ -60,7 +60,7 @@ class ServerConfig:
     openpi_spaces: tuple[Any, Any] | None = None
     """(observation space, action space) for openpi requests (from ``--env``); None: openpi refused."""
     threaded_compute: bool = False
-    """Run policy work on a compute thread (the event loop keeps reading meanwhile) instead of inline."""
+    """Run every step on the compute thread too (not only the slow work: loading, dry runs)."""
 
 
 def authorized(header: str | None, token: str | None) -> bool:
@@ -85,6 +85,7 @@ class PolicyServer:
         self.sessions: dict[str, Session] = {}
         self.batcher: DynamicBatcher | None = None
         self.port: int | None = None
+        self.lock = asyncio.Lock()
 
     def metadata(self) -> dict[str, Any]:
         from fasteval.version import __version__
@@ -97,13 +98,15 @@ class PolicyServer:
             meta["action_space"] = space_to_wire(self.config.openpi_spaces[1])
         return meta
 
-    async def on_compute(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run policy work. Inline, on the event loop's thread (the compute is serial either way, and a
-        hop to a worker thread costs two thread switches per request, ~10% of a small policy's step
-        under load); with ``threaded_compute`` on the one compute thread instead."""
-        if not self.config.threaded_compute:
-            return fn(*args)
-        return await asyncio.get_running_loop().run_in_executor(self.compute, fn, *args)
+    async def on_compute(self, fn: Callable[..., Any], *args: Any, slow: bool = False) -> Any:
+        """Run policy work, one piece at a time (a lock). A step runs inline, on the event loop's thread
+        (a hop to a worker thread costs two thread switches per request); ``slow`` work (loading a
+        policy, a dry run, a first batch) runs on the compute thread, so that the loop keeps accepting
+        connections and reading requests meanwhile (``threaded_compute``: everything there)."""
+        async with self.lock:
+            if not (slow or self.config.threaded_compute):
+                return fn(*args)
+            return await asyncio.get_running_loop().run_in_executor(self.compute, fn, *args)
 
     # -- the websocket server -----------------------------------------------------------------
     def _process_request(self, connection: Any, request: Any) -> Any:
@@ -205,7 +208,7 @@ class PolicyServer:
     async def _fasteval(self, state: "_ConnectionState", kind: str, message: dict) -> Any:
         seq = message.get("seq")
         try:
-            reply = await self.on_compute(self._fasteval_compute, state, kind, message)
+            reply = await self.on_compute(self._fasteval_compute, state, kind, message, slow=kind != "step")
         except WireError as exc:
             return _Close(pack({KIND: "error", "seq": seq, "kind": "protocol", "error": str(exc)}), 1008)
         except (FastevalError, Exception) as exc:

@@ -36,7 +36,9 @@ SCHEMES = {"ws": "fasteval", "wss": "fasteval", "openpi+ws": "openpi", "openpi+w
 TOKEN_ENV = "FASTEVAL_SERVE_TOKEN"
 DEFAULT_TIMEOUT_S = 30.0
 """How long a dropped connection is retried when the spec sets no ``policy_timeout_s``."""
-CONNECT_TIMEOUT_S = 10.0
+CONNECT_TIMEOUT_S = 30.0
+LOAD_TIMEOUT_S = 900.0
+"""How long opening a session (the server loads the policy) and its dry run may take at least."""
 BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 
 
@@ -106,12 +108,13 @@ class Connection:
     def send(self, data: bytes) -> None:
         self.ws.send(data)
 
-    def recv(self) -> Any:
-        return self.ws.recv(timeout=self.timeout_s)
+    def recv(self, timeout_s: float | None = None) -> Any:
+        return self.ws.recv(timeout=timeout_s or self.timeout_s)
 
-    def exchange(self, requests: list[bytes]) -> list[Any]:
+    def exchange(self, requests: list[bytes], timeout_s: float | None = None) -> list[Any]:
         """Send ``requests`` (all before the first reply), return their replies in order; reconnects and
-        sends them again when the connection drops (the server answers a repeated request from its cache)."""
+        sends them again when the connection drops (the server answers a repeated request from its cache).
+        ``timeout_s``: how long a reply may take (default: :attr:`timeout_s`)."""
         from websockets.exceptions import ConnectionClosed
 
         deadline = time.monotonic() + self.timeout_s
@@ -120,7 +123,7 @@ class Connection:
             try:
                 for data in requests:
                     self.send(data)
-                return [self.recv() for _ in requests]
+                return [self.recv(timeout_s) for _ in requests]
             except (ConnectionClosed, OSError, TimeoutError) as exc:
                 if isinstance(exc, ConnectionClosed) and exc.rcvd is not None and exc.rcvd.code in (1008, 1009, 1011):
                     raise RemotePolicyError(f"policy server {self.url} closed the connection: {exc.rcvd.reason or exc}") from None

@@ -28,7 +28,7 @@ import torch
 
 from fasteval.core.pipeline import group_rows
 from fasteval.core.policy import NO_RESET, PolicyRunner
-from fasteval.robot.policies.remote import DEFAULT_TIMEOUT_S, PolicyServerLost, RemotePolicy, RemotePolicyError
+from fasteval.robot.policies.remote import DEFAULT_TIMEOUT_S, LOAD_TIMEOUT_S, PolicyServerLost, RemotePolicy, RemotePolicyError
 from fasteval.robot.policies.task_descriptions import TASK_ATTR
 from fasteval.types.errors import ActionSpaceMismatchError, PolicyDryRunError, PolicyLoadError, UserInputError
 from fasteval.types.wire import KIND, SERVER_KINDS, WireError, message_kind, pack, space_to_wire, unpack
@@ -88,8 +88,10 @@ class _RemoteBase(PolicyRunner):
             out.append((g, [s for s, _ in picked], [s - rows.start for s, _ in picked], [seed for _, seed in picked]))
         return out
 
-    def _exchange(self, requests: list[dict]) -> list[Any]:
-        return self.remote.connection.exchange([pack(r) for r in requests])
+    def _exchange(self, requests: list[dict], slow: bool = False) -> list[Any]:
+        """``slow``: the server loads the policy or runs its dry run (at least :data:`LOAD_TIMEOUT_S`)."""
+        conn = self.remote.connection
+        return conn.exchange([pack(r) for r in requests], max(conn.timeout_s, LOAD_TIMEOUT_S) if slow else None)
 
 
 class RemoteRunner(_RemoteBase):
@@ -125,13 +127,13 @@ class RemoteRunner(_RemoteBase):
         """After a reconnect: attach to the same session (its per-slot state), or stop the run."""
         conn = self.remote.connection
         conn.send(pack({KIND: "open", "resume": self.session}))
-        reply = _decode(conn.recv(), conn.max_bytes)
+        reply = _decode(conn.recv(LOAD_TIMEOUT_S), conn.max_bytes)
         if reply.get(KIND) != "opened":
             raise PolicyServerLost(f"policy server {self.remote.ref} came back without this run's session "
                                    f"({reply.get('error', 'no session')}): the episodes in flight cannot go on exactly")
 
     def _request(self, message: dict, expect: str, what: str, error: type = RemotePolicyError) -> dict:
-        reply = _decode(self._exchange([message])[0], self.remote.connection.max_bytes)
+        reply = _decode(self._exchange([message], slow=message[KIND] != "step")[0], self.remote.connection.max_bytes)
         kind = reply.get(KIND)
         if kind == "error":
             raise error(f"policy server {self.remote.ref}: {reply.get('request') or what} failed: {reply.get('error')}")
@@ -211,8 +213,8 @@ class OpenpiRunner(_RemoteBase):
             request["prompt"] = str(self.envs.call([slot], TASK_ATTR)[0])
         return request
 
-    def _ask(self, slots: list[int]) -> list[np.ndarray]:
-        replies = self._exchange([self._observation(s) for s in slots])
+    def _ask(self, slots: list[int], slow: bool = False) -> list[np.ndarray]:
+        replies = self._exchange([self._observation(s) for s in slots], slow)
         out = []
         for slot, raw in zip(slots, replies):
             if isinstance(raw, str):
@@ -236,7 +238,7 @@ class OpenpiRunner(_RemoteBase):
 
     def _check(self) -> None:
         try:
-            self._ask([0])
+            self._ask([0], slow=True)
         except (RemotePolicyError, ActionSpaceMismatchError) as exc:
             raise PolicyDryRunError(str(exc)) from None
 
