@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fasteval.core.accel import accelerate, changes_python_state, graph_blockers, graph_decision, per_slot_state
+from fasteval.core.accel import CudaGraphCall, accelerate, changes_python_state, graph_blockers, graph_decision, per_slot_state
 from fasteval.core.engine import resolve_device
 from fasteval.core.policy import NO_RESET
 from fasteval.core.slots import SlotEnvs, allocate_obs_buffer
@@ -162,6 +162,9 @@ class ServedRunner:
             blockers = [b for b in blockers if b not in per_slot_state(runner)]
         self._step, self.facts = accelerate(plain, device=self.device, amp=options.amp, compile=options.compile,
                                             cuda_graph=options.cuda_graph, blockers=blockers)
+        if isinstance(self._step, CudaGraphCall):  # capture now (RNG restored after it), so the facts are final
+            with torch.random.fork_rng(devices=devices), torch.inference_mode():
+                self._step(policy_input)
         self.checked = True
         return self.facts
 
