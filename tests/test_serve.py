@@ -105,3 +105,27 @@ def test_client_device_cuda_is_refused(servers):
     remote = connect_remote(servers[MLP])
     with pytest.raises(UserInputError, match="runs on the server"):
         build_remote_runner(remote, SimpleNamespace(device="cuda:0"), None, None, 2)
+
+
+def test_the_url_is_a_policy_reference_like_any_other(servers):
+    """The library API takes the URL string (loaded by the loaders, as a folder would be), and sweeps plan it."""
+    from fasteval import evaluate
+    from fasteval.doors.sweep.plan import resolve_policy
+
+    served = evaluate(env=KNOWN_ANSWER_ID, policy=servers[NOISE], n_episodes=10, batch_size=3, seed=4, device="cpu")
+    local = evaluate(env=KNOWN_ANSWER_ID, policy=NOISE, n_episodes=10, batch_size=3, seed=4, device="cpu")
+    assert [r["sum_reward"] for r in served.per_episode] == [r["sum_reward"] for r in local.per_episode]
+    assert served.meta["policy"] == servers[NOISE]
+    ref, digest = resolve_policy(servers[NOISE])
+    assert ref == servers[NOISE] and digest != resolve_policy(servers[MLP])[1]
+
+
+def test_a_wave_policy_is_served_in_waves():
+    """A policy that can only reset the whole batch: the server says so, the client runs waves, the numbers match."""
+    wave = "fasteval.testing:WaveOnlyPolicy"
+    with ServerProcess(wave) as server:
+        rows, _steps, result = run(connect_remote(server.url), env=KNOWN_ANSWER_ID, n_episodes=14, batch_size=4, seed=2,
+                                   device="cpu")
+    local, _l, local_result = run(wave, env=KNOWN_ANSWER_ID, n_episodes=14, batch_size=4, seed=2, device="cpu")
+    assert result.meta["batching"] == local_result.meta["batching"] == "wave"
+    assert rows == local

@@ -40,7 +40,6 @@ from typing import Any, Callable
 from fasteval.doors.serve_batcher import DynamicBatcher
 from fasteval.doors.serve_policy import RunnerOptions, ServedRunner
 from fasteval.doors.serve_sessions import Session
-from fasteval.types.errors import FastevalError
 from fasteval.types.wire import KIND, PROTOCOL, WireError, message_kind, pack, space_to_wire, unpack
 
 logger = logging.getLogger(__name__)
@@ -211,7 +210,7 @@ class PolicyServer:
             reply = await self.on_compute(self._fasteval_compute, state, kind, message, slow=kind != "step")
         except WireError as exc:
             return _Close(pack({KIND: "error", "seq": seq, "kind": "protocol", "error": str(exc)}), 1008)
-        except (FastevalError, Exception) as exc:
+        except Exception as exc:  # the policy (or its loading) raised: reported to this client only
             what = f"{kind} request" + (f" #{seq} (group {message.get('group')})" if kind == "step" else "")
             logger.warning("%s failed: %s", what, one_line(exc))
             return pack({KIND: "error", "seq": seq, "kind": "policy", "request": what,
