@@ -78,20 +78,21 @@ def _misbehave(url: str, session_guess: str) -> list[str]:
     heard = []
     for payload in (b"\xc1\xc1", pack({KIND: "exec", "code": "print(1)"}),
                     pack({KIND: "step", "group": 0, "seq": 1, "slots": [0], "obs": np.zeros((1, 3), np.float32)}),
-                    pack({KIND: "open", "resume": session_guess}), "a text frame"):
+                    pack({KIND: "open", "resume": session_guess}), "a text frame",
+                    pack({KIND: "step", "obs": np.zeros(300_000, np.float64)})):  # 2.4 MB: over the 1 MB limit
         with connect(url, compression=None) as ws:
             ws.recv()
             ws.send(payload)
             try:
                 reply = ws.recv(timeout=30)
                 heard.append(reply if isinstance(reply, str) else str(unpack(reply).get("error")))
-            except ConnectionClosed:
-                heard.append("closed")
+            except ConnectionClosed as exc:
+                heard.append(f"closed {exc.rcvd.code if exc.rcvd is not None else ''}")
     return heard
 
 
 def test_a_bad_client_does_not_disturb_another():
-    with ServerProcess(NOISE) as server:
+    with ServerProcess(NOISE, "--max-message-mb", "1") as server:
         remote = connect_remote(server.url)
         spec = EvalSpec(env=KNOWN_ANSWER_ID, policy=remote, n_episodes=200, batch_size=4, seed=7, device="cpu")
         results = {}
@@ -103,6 +104,7 @@ def test_a_bad_client_does_not_disturb_another():
         rows = [(r["episode_ix"], r["seed"], r["sum_reward"], r["length"], r["success"]) for r in results["rows"].per_episode]
     assert any("not a valid msgpack" in h for h in heard) and any("unknown message kind 'exec'" in h for h in heard)
     assert any("open a session first" in h for h in heard) and any("no session" in h for h in heard)
+    assert heard[-1] == "closed 1009"  # message too big: that connection is closed, nothing else
     assert rows == run(NOISE, env=KNOWN_ANSWER_ID, n_episodes=200, batch_size=4, seed=7, device="cpu")[0]
 
 
