@@ -7,7 +7,10 @@
    checks that the served per-episode results equal the in-process ones.
 2. **Dynamic batching**: 1, 4 and 16 concurrent openpi clients (threads, one websocket each, one
    request in flight each) against one server (``--max-batch 16``): requests/s and latency
-   percentiles, against one in-process policy call on the same total batch (16 rows).
+   percentiles, against one in-process policy call on the same total batch (16 rows). Two policies:
+   the CartPole MLP (a call costs microseconds: the round trip is everything), and
+   :class:`FixedCostPolicy`, whose call costs ``FIXED_COST_MS`` whatever its batch (the regime of a
+   large policy on a GPU, where batching pays).
 
 Rows are interleaved per repeat and reported as medians. Timings are machine-dependent: the header
 says where they were taken. On a GPU server start the server with ``--device cuda`` (CUDA graphs
@@ -35,6 +38,23 @@ from common import command_line, format_machine, machine_info, markdown_table, w
 
 ROOT = Path(__file__).resolve().parents[1]
 MLP = str(ROOT / "src" / "fasteval" / "assets" / "cartpole_mlp")
+
+
+FIXED_COST_MS = 10.0
+
+
+class FixedCostPolicy:
+    """A call costs FIXED_COST_MS of wall time whatever its batch (a sleep: a large model on a GPU, where
+    one more row is nearly free); action 0. Served as ``benchmarks.bench_serve:FixedCostPolicy``."""
+
+    def __init__(self, action_space=None):
+        self.cost_s = FIXED_COST_MS / 1000.0
+
+    def select_action(self, obs):
+        import torch
+
+        time.sleep(self.cost_s)
+        return torch.zeros(obs.shape[0], dtype=torch.long)
 
 
 def start_server(policy: str, *args: str, device: str = "cpu") -> tuple[subprocess.Popen, str]:
@@ -106,7 +126,8 @@ def act_case(tiny: bool) -> dict | None:
 
 # -- 2. dynamic batching --------------------------------------------------------------------------
 
-def client_loop(url: str, requests: int, latencies: list[float], start: threading.Event) -> None:
+def client_loop(url: str, requests: int, latencies: list[float], start: threading.Event,
+                batch_sizes: list[int]) -> None:
     from websockets.sync.client import connect
 
     from fasteval.types.wire import pack, unpack
@@ -119,35 +140,47 @@ def client_loop(url: str, requests: int, latencies: list[float], start: threadin
             obs = rng.normal(size=4).astype(np.float32)
             t = time.perf_counter()
             ws.send(pack({"observation": obs}))
-            unpack(ws.recv())
+            reply = unpack(ws.recv())
             latencies.append(time.perf_counter() - t)
+            batch_sizes.append(int(reply["server_timing"]["batch_size"]))
 
 
-def batching_rows(clients: list[int], requests: int, repeats: int, server_device: str) -> list[list]:
+def local_rate(policy: str) -> float:
+    """Rows/s of one in-process policy call on 16 rows, called back to back."""
     import torch
 
-    from fasteval.robot.policies.checkpoint import load_checkpoint
+    if policy == MLP:
+        from fasteval.robot.policies.checkpoint import load_checkpoint
 
-    policy = load_checkpoint(MLP).eval()
+        call = load_checkpoint(MLP).eval()
+    else:
+        call = FixedCostPolicy().select_action
     batch = torch.zeros(16, 4)
     torch.set_num_threads(1)
     with torch.inference_mode():
-        for _ in range(50):
-            policy(batch)
+        for _ in range(3):
+            call(batch)
         t, calls = time.perf_counter(), 0
         while time.perf_counter() - t < 0.5:
-            policy(batch)
+            call(batch)
             calls += 1
-    local_rows_s = 16 * calls / (time.perf_counter() - t)
-    proc, url = start_server(MLP, "--env", "CartPole-v1", "--max-batch", "16", "--max-wait-ms", "2", device=server_device)
+    return 16 * calls / (time.perf_counter() - t)
+
+
+def batching_rows(policy: str, name: str, clients: list[int], requests: int, repeats: int,
+                  server_device: str, max_wait_ms: float) -> list[list]:
+    local_rows_s = local_rate(policy)
+    proc, url = start_server(policy, "--env", "CartPole-v1", "--max-batch", "16", "--max-wait-ms", f"{max_wait_ms:g}",
+                             device=server_device)
     out = []
     try:
         for k in clients:
-            rates, lats = [], []
+            rates, lats, sizes = [], [], []
             for _ in range(repeats):
                 latencies: list[list[float]] = [[] for _ in range(k)]
                 start = threading.Event()
-                threads = [threading.Thread(target=client_loop, args=(url, requests, latencies[i], start)) for i in range(k)]
+                threads = [threading.Thread(target=client_loop, args=(url, requests, latencies[i], start, sizes))
+                           for i in range(k)]
                 for th in threads:
                     th.start()
                 time.sleep(0.2)  # every client connected
@@ -159,11 +192,11 @@ def batching_rows(clients: list[int], requests: int, repeats: int, server_device
                 lats += [x for each in latencies for x in each]
             ms = np.array(lats) * 1000.0
             rate = statistics.median(rates)
-            out.append([k, f"{rate:.0f}", f"{np.percentile(ms, 50):.2f}", f"{np.percentile(ms, 90):.2f}",
-                        f"{np.percentile(ms, 99):.2f}", f"{rate / local_rows_s:.3f}"])
+            out.append([name, max_wait_ms, k, f"{rate:.0f}", f"{np.mean(sizes):.1f}", f"{np.percentile(ms, 50):.2f}",
+                        f"{np.percentile(ms, 90):.2f}", f"{np.percentile(ms, 99):.2f}", f"{rate / local_rows_s:.3f}"])
     finally:
         stop(proc)
-    out.append(["in-process, 1 call on 16 rows", f"{local_rows_s:.0f}", "", "", "", "1.000"])
+    out.append([name, "", "in-process, 1 call on 16 rows", f"{local_rows_s:.0f}", "16", "", "", "", "1.000"])
     return out
 
 
@@ -174,26 +207,33 @@ def main() -> int:
     parser.add_argument("--json", default=None)
     parser.add_argument("--server-device", default="cpu")
     parser.add_argument("--no-act", action="store_true", help="skip the PushT ACT row")
+    parser.add_argument("--only-batching", action="store_true", help="only the dynamic-batching table")
     args = parser.parse_args()
     repeats = 1 if args.tiny else args.repeats
     cases = [dict(name="CartPole MLP", policy=MLP, env="CartPole-v1", batch=16, n=16, max_steps=20 if args.tiny else 200)]
     if not args.tiny:
         cases.append(dict(name="CartPole MLP", policy=MLP, env="CartPole-v1", batch=256, n=256, max_steps=100))
-    act = None if args.no_act else act_case(args.tiny)
+    act = None if args.no_act or args.only_batching else act_case(args.tiny)
     if act is not None:
         cases.append(act)
     info = machine_info()
     print("# fasteval serve: served vs in-process, dynamic batching\n")
     print(format_machine(info))
     print(f"- command: `{command_line()}`; server device {args.server_device}; loopback (127.0.0.1)\n")
-    print("## Served vs in-process (env steps/s, sync envs, fasteval protocol)\n")
-    rows, notes = serving_rows(cases, repeats, args.server_device)
-    print(markdown_table(["workload", "batch", "in-process", "served", "served / in-process"], rows))
-    print("\n" + "\n".join(notes) + ("\n- PushT ACT: skipped (LeRobot not importable here)" if act is None else ""))
-    print("\n## Dynamic batching (openpi protocol, CartPole MLP, --max-batch 16 --max-wait-ms 2)\n")
+    rows, notes = [], []
+    if not args.only_batching:
+        print("## Served vs in-process (env steps/s, sync envs, fasteval protocol)\n")
+        rows, notes = serving_rows(cases, repeats, args.server_device)
+        print(markdown_table(["workload", "batch", "in-process", "served", "served / in-process"], rows))
+        print("\n" + "\n".join(notes) + ("\n- PushT ACT: skipped (LeRobot not importable here)" if act is None else ""))
+    print("\n## Dynamic batching (openpi protocol, CartPole observations, --max-batch 16)\n")
     clients = [1, 4] if args.tiny else [1, 4, 16]
-    brows = batching_rows(clients, 20 if args.tiny else 400, repeats, args.server_device)
-    print(markdown_table(["clients", "rows/s", "p50 ms", "p90 ms", "p99 ms", "vs in-process b16"], brows))
+    brows = batching_rows(MLP, "CartPole MLP", clients, 20 if args.tiny else 400, repeats, args.server_device, 2.0)
+    for wait in ([2.0] if args.tiny else [2.0, 8.0]):
+        brows += batching_rows("benchmarks.bench_serve:FixedCostPolicy", f"fixed {FIXED_COST_MS:g} ms per call", clients,
+                               5 if args.tiny else 40, repeats, args.server_device, wait)
+    print(markdown_table(["policy", "max wait ms", "clients", "rows/s", "mean batch", "p50 ms", "p90 ms", "p99 ms",
+                          "vs in-process b16"], brows))
     if args.json:
         write_json(args.json, {"machine": info, "serving": rows, "batching": brows, "notes": notes})
     return 0

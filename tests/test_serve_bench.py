@@ -20,4 +20,4 @@ def test_bench_serve_tiny_runs_and_prints_its_tables():
     out = proc.stdout
     assert "| workload " in out and "| CartPole MLP |    16 |" in out
     assert "served per-episode results equal in-process: True" in out
-    assert "| clients " in out and "in-process, 1 call on 16 rows" in out
+    assert "| policy " in out and "in-process, 1 call on 16 rows" in out and "fixed 10 ms per call" in out
