@@ -78,9 +78,9 @@ class EvalSpec:
     like a crash. ``None`` waits forever. (In-process sync envs cannot be interrupted.)"""
 
     policy_timeout_s: float | None = None
-    """Seconds a policy call may take (``--policy-timeout``). A served policy (``--policy ws://...``): how long
-    a reply may take, and how long a dropped connection is retried with backoff before the run stops
-    (finished episodes kept); ``None``: 30 s for served policies."""
+    """Seconds a policy call may take (``--policy-timeout``). For a served policy (``--policy ws://...``): how
+    long a reply may take, and how long a dropped connection is retried with backoff before the run stops
+    (finished episodes kept). ``None``: 30 s for served policies."""
 
     observation_format: str = "raw"
     """What the policy receives: ``raw`` (the env's observation: a Tensor, or a TensorDict of the
