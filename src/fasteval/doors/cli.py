@@ -92,6 +92,15 @@ def format_summary(result: Any, profile: bool) -> str:
         ("episodes_per_s", f"{o['episodes_per_s']:.1f}"),
         ("steps_per_s", f"{o['steps_per_s']:.0f}"),
     ]
+    stop = result.meta.get("stopping")
+    if stop:
+        what = (f"rule {stop['rule']} held at k = {stop['k']}" if stop["reason"] == "rule" else
+                f"cap of {stop['cap']} reached, rule {stop['rule']} did not hold" if stop["reason"] == "cap" else
+                f"rule {stop['rule']} not decided yet ({stop['reason']})")
+        rows.append(("stopped", f"{what}; {int(stop['confidence'] * 100)}% anytime interval "
+                                f"{stop['cs_low']:.4f}-{stop['cs_high']:.4f}"
+                                + (f"; {stop['n_computed_past_stop']} episodes computed past the stop (not counted)"
+                                   if stop.get("n_computed_past_stop") else "")))
     if o["n_nan_reward_episodes"]:
         rows.append(("NaN-reward episodes", f"{o['n_nan_reward_episodes']} (their returns are NaN)"))
     if profile:
@@ -149,6 +158,14 @@ EVAL_OPTIONS = [
                  show_default=True, help="Render K episodes (chosen by --video-select) into "
                  "OUTPUT_DIR/videos/<task>/ep<episode>_seed<seed>_<success|failure>.mp4. "
                  "--max-episodes-rendered is LeRobot's name."),
+    click.option("--stop-when", "stop_when", default=None, metavar="RULE",
+                 help="Stop as soon as RULE holds on episodes 0..k-1 (-n is then the cap): ci<=EPS, above=T, below=T "
+                      "(success rate), return:ci<=E, return:above=T, return:below=T (mean return, needs --return-bounds). "
+                      "Anytime-valid; same k in every mode. See docs/how-many-episodes.md."),
+    click.option("--confidence", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95, show_default=True,
+                 help="Level of --stop-when's anytime-valid confidence sequence."),
+    click.option("--return-bounds", "return_bounds", default=None, metavar="LO,HI",
+                 help="Smallest and largest possible episode return (for return: rules; a return outside is an error)."),
     click.option("--video-select", "video_select", type=click.Choice(VIDEO_SELECTIONS), default="first", show_default=True,
                  help="Which episodes --videos renders: the first K by index, the first K failures or successes "
                       "(by index; rendered as candidates, extra videos deleted), or the first K of every task (suites)."),
@@ -192,6 +209,7 @@ SUBCOMMANDS = {
     "bench": "fasteval.doors.bench.cli:bench",
     "sweep": "fasteval.doors.sweep.cli:sweep",
     "report": "fasteval.doors.sweep.cli:report",
+    "compare": "fasteval.doors.compare:compare",
     "serve": "fasteval.doors.serve:serve",
 }
 SUBCOMMAND_HELP = {
@@ -199,6 +217,7 @@ SUBCOMMAND_HELP = {
     "bench": "Time an evaluation by stage, with warm-up and repeats.",
     "sweep": "Run (or resume) a sweep file: policies x envs x seeds.",
     "report": "Build the report of a sweep folder from its results store.",
+    "compare": "Compare two policies on the same episodes (paired tests; --fail-if-worse exits 3).",
     "serve": "Serve a policy over websockets (openpi's protocol and fasteval's); docs/serving.md.",
 }
 
@@ -491,6 +510,7 @@ def spec_from_manifest(ctx: click.Context, run_dir: Any, options: dict[str, Any]
     the new value, and any other difference is refused with a UserInputError naming each one.
     """
     from fasteval.run.config import PARAM_FOR_FIELD, given_on_command_line
+    from fasteval.run.rundir import raises_the_cap
     from fasteval.types.errors import UserInputError
 
     manifest = run_dir.read_manifest()
@@ -515,7 +535,7 @@ def spec_from_manifest(ctx: click.Context, run_dir: Any, options: dict[str, Any]
         for field_name, label in sorted(given.items()):
             if field_name not in values:
                 continue
-            if field_name in HOW_IT_RUNS:
+            if field_name in HOW_IT_RUNS or raises_the_cap(field_name, saved, values):
                 saved[field_name] = values[field_name]
             elif not _same_value(field_name, saved.get(field_name), values[field_name]):
                 differ.append(f"{label}: the run has {saved.get(field_name)!r}, this command has {values[field_name]!r}")

@@ -66,6 +66,9 @@ def manifest_fields(spec: EvalSpec, engine: Engine) -> dict[str, Any]:
         "batch_size": spec.batch_size,
         "vectorization": spec.vectorization,
         "fasteval_version": __version__,
+        # a --stop-when run: its rule must match on resume (its -n, the cap, may grow)
+        **({"stop_when": spec.stop_when, "confidence": spec.confidence,
+            "return_bounds": list(spec.return_bounds) if spec.return_bounds else None} if spec.stop_when else {}),
     }
 
 

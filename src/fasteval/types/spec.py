@@ -137,6 +137,20 @@ class EvalSpec:
     small policies beside env stepping: a second thread stalls whenever the other core is busy
     (40x slower seen on a loaded 2-core box). ``None`` keeps torch's setting (big CNNs)."""
 
+    stop_when: str | None = None
+    """Stop as soon as a rule holds (``--stop-when``; ``n_episodes`` is then the cap): ``ci<=EPS``,
+    ``above=T``, ``below=T`` for the success rate, ``return:ci<=E`` / ``return:above=T`` /
+    ``return:below=T`` for the mean return (needs ``return_bounds``). Checked on prefixes of episode
+    indices with an anytime-valid confidence sequence: a stopped run reports exactly episodes
+    ``0..k-1`` whatever the batch size or mode. See docs/how-many-episodes.md."""
+
+    confidence: float = 0.95
+    """Level of ``stop_when``'s anytime-valid confidence sequence (``--confidence``), in (0, 1)."""
+
+    return_bounds: tuple[float, float] | None = None
+    """``(LO, HI)``: the smallest and largest possible episode return (``--return-bounds LO,HI``),
+    needed by ``return:`` rules; a return outside them stops the run with an error."""
+
     def __post_init__(self) -> None:
         _require(isinstance(self.env, str) and self.env.strip() != "", "env", "a non-empty env id or module:callable", self.env)
         _require(_is_int(self.n_episodes) and self.n_episodes >= 1, "n_episodes", "an integer >= 1", self.n_episodes)
@@ -187,6 +201,21 @@ class EvalSpec:
         _require(self.videos_dir is None or (isinstance(self.videos_dir, str) and self.videos_dir != ""),
                  "videos_dir", "None or a folder path string", self.videos_dir)
         _require(isinstance(self.return_episode_data, bool), "return_episode_data", "True or False", self.return_episode_data)
+        self._check_stop_fields()
+
+    def _check_stop_fields(self) -> None:
+        """``stop_when``, ``confidence`` and ``return_bounds`` parse and fit together (bounds stored as a tuple)."""
+        from fasteval.types.sequential.betting import check_confidence
+        from fasteval.types.sequential.rules import check_rule_setup, parse_return_bounds, parse_stop_rule
+
+        try:
+            check_confidence(self.confidence)
+            bounds = parse_return_bounds(self.return_bounds)
+            object.__setattr__(self, "return_bounds", bounds)
+            if self.stop_when is not None:
+                check_rule_setup(parse_stop_rule(self.stop_when), bounds)
+        except ValueError as exc:
+            raise UserInputError(str(exc)) from None
 
     @property
     def n_slots(self) -> int:
