@@ -34,7 +34,7 @@ from fasteval.core.accel import CudaGraphCall, accelerate, changes_python_state,
 from fasteval.core.engine import resolve_device
 from fasteval.core.policy import NO_RESET
 from fasteval.core.slots import SlotEnvs, allocate_obs_buffer
-from fasteval.core.transfer import HostToDevice, host_allocator
+from fasteval.core.transfer import HostToDevice, pinned_zeros, pins_host
 from fasteval.robot.policies.loaders import load_policy
 from fasteval.robot.policies.runner import build_policy_runner
 from fasteval.robot.policies.task_descriptions import TASK_ATTR
@@ -69,12 +69,18 @@ class ServedSlots(SlotEnvs):
     """The env side a served runner sees: the spaces, the host observation buffers, and the task
     descriptions the client sent with its resets (``call(slots, "task_description")``)."""
 
-    def __init__(self, n_rows: int, observation_space: gym.Space, action_space: gym.Space, has_tasks: bool,
-                 allocate: Any = None):
+    def __init__(self, n_rows: int, observation_space: gym.Space, action_space: gym.Space, has_tasks: bool):
         super().__init__(n_rows, observation_space, action_space)
-        self.obs = allocate_obs_buffer(observation_space, n_rows, allocate)
+        self.obs = allocate_obs_buffer(observation_space, n_rows)
         self.has_tasks = has_tasks
         self.tasks = [""] * n_rows
+
+    def pin_host_buffers(self) -> bool:
+        """Page-locked buffers for a GPU policy (before anything was written into them)."""
+        if not self.pinned:
+            self.obs = allocate_obs_buffer(self.observation_space, self.n_slots, pinned_zeros)
+            self.pinned = True
+        return self.pinned
 
     def has_attr(self, name: str) -> bool:
         return name == TASK_ATTR and self.has_tasks
@@ -94,8 +100,7 @@ class ServedRunner:
     def __init__(self, options: RunnerOptions, observation_space: gym.Space, action_space: gym.Space, n_rows: int,
                  seed: int = 0, has_tasks: bool = False):
         self.options, self.n_rows = options, n_rows
-        allocate = host_allocator(options.device, True)
-        self.slots = ServedSlots(n_rows, observation_space, action_space, has_tasks, allocate)
+        self.slots = ServedSlots(n_rows, observation_space, action_space, has_tasks)
         policy = load_policy(options.policy, observation_space, action_space, n_rows, options.trust_remote_code,
                              device=options.device, env=options.env, env_kwargs=dict(options.env_kwargs),
                              cuda_graph=options.cuda_graph)
@@ -103,7 +108,9 @@ class ServedRunner:
         if isinstance(policy, nn.Module):
             policy = policy.to(self.device).eval()
         self.policy = policy
-        self.h2d = HostToDevice(self.slots.obs, self.device, pin_memory=True)
+        if pins_host(self.device, True):  # as the engine does: pinning only for a GPU policy
+            self.slots.pin_host_buffers()
+        self.h2d = HostToDevice(self.slots.obs, self.device, pin_memory=True, host_pinned=self.slots.pinned)
         self.runner = build_policy_runner(policy, options, self.slots, self.h2d, n_rows)
         self.facts: dict[str, Any] = {}
         self.checked = False
