@@ -153,6 +153,8 @@ def test_planted_regression_exits_3_and_equal_pair_exits_0(runs, tmp_path):
     assert task["success"]["only_b"] == 0 and task["success"]["only_a"] == sum(exp_a) - sum(exp_b)
     assert task["verdict"] == "worse" and doc["overall"]["exit_code"] == 3
     assert "worse" in out.output and (tmp_path / "r" / "compare.md").read_text().startswith("## Comparison: B vs A")
+    page = (tmp_path / "r" / "compare.html").read_text()  # the comparison's HTML page (issue 24)
+    assert "worse" in page and page.lstrip().lower().startswith("<!doctype html")
     same = _compare(runs["good"], runs["good2"], "--fail-if-worse", "-o", tmp_path / "s")
     assert same.exit_code == 0, same.output
     assert json.loads((tmp_path / "s" / "compare.json").read_text())["tasks"][0]["verdict"] == "no difference"

@@ -216,7 +216,7 @@ SUBCOMMAND_HELP = {
     # name -> the line `fasteval --help` shows, so that the help imports none of them (nor torch).
     "bench": "Time an evaluation by stage, with warm-up and repeats.",
     "sweep": "Run (or resume) a sweep file: policies x envs x seeds.",
-    "report": "Build the report of a sweep folder from its results store.",
+    "report": "Write the report (report.html; for sweeps also report.md) of a run or sweep folder.",
     "compare": "Compare two policies on the same episodes (paired tests; --fail-if-worse exits 3).",
     "serve": "Serve a policy over websockets (openpi's protocol and fasteval's); docs/serving.md.",
 }
@@ -283,6 +283,9 @@ class LazyGroup(click.Group):
               help="Seconds a policy call may take; a served policy's dropped connection is retried for that long "
                    "[default: 30 s for ws:// policies].")
 @click.option("--profile", is_flag=True, help="Show the per-stage time breakdown.")
+@click.option("--report/--no-report", "report", default=True, show_default=True,
+              help="Write OUTPUT_DIR/report.html: one self-contained page with the results, plots, videos, errors "
+                   "and provenance (rebuild it later with `fasteval report OUTPUT_DIR`).")
 @click.option("--save-episodes", "save_episodes_dir", type=UsablePath("dir", writable=True), default=None,
               help="Write every step of the n episodes (observations, actions, rewards, flags) to DIR as a TensorDict "
                    "memory map (load it with fasteval.run.episode_files.load_episodes).")
@@ -290,8 +293,8 @@ class LazyGroup(click.Group):
 @click.version_option(package_name="fasteval")
 @click.pass_context
 def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, retries: int, on_nan_action: str,
-         step_timeout: float, policy_timeout: float | None, profile: bool, save_episodes_dir: Path | None,
-         **options: Any) -> None:
+         step_timeout: float, policy_timeout: float | None, profile: bool, report: bool,
+         save_episodes_dir: Path | None, **options: Any) -> None:
     """Evaluate a policy on a gymnasium env: exactly N episodes, seeds SEED..SEED+N-1.
 
     \b
@@ -323,12 +326,13 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
         if suite is not None:
             if save_episodes_dir is not None:
                 raise UserInputError("--save-episodes is not supported for a list of tasks yet; run one task at a time.")
-            sys.exit(suite_command(spec, suite, out_dir, files, profile))
+            sys.exit(suite_command(spec, suite, out_dir, files, profile, report))
         engine = build_engine(spec)
     except UserInputError as exc:
         fail(str(exc), EXIT_BAD_INPUT)
     outcome = run_one(engine, out_dir, resume=resume_dir is not None)
-    code = end_of_run(outcome, spec, out_dir, files, profile, wanted=spec.n_episodes, save_episodes_dir=save_episodes_dir)
+    code = end_of_run(outcome, spec, out_dir, files, profile, wanted=spec.n_episodes, save_episodes_dir=save_episodes_dir,
+                      report=report)
     if code != EXIT_OK:
         sys.exit(code)
 
@@ -398,10 +402,10 @@ def run_one(engine: Any, out_dir: Path, resume: bool) -> Any:
 
 
 def end_of_run(outcome: Any, spec: Any, out_dir: Path, files: FileOptions, profile: bool, *, wanted: int,
-               suite: bool = False, wrote: str = "", save_episodes_dir: Path | None = None) -> int:
-    """The end of every ``fasteval`` run (one task or a suite): the summary, the files written, the failed
-    episodes and how to resume; returns the exit code. ``wanted``: the episodes the command asked for;
-    ``wrote``: said before the status on the ``wrote eval_info.json`` line."""
+               suite: bool = False, wrote: str = "", save_episodes_dir: Path | None = None, report: bool = True) -> int:
+    """The end of every ``fasteval`` run (one task or a suite): the summary, the files written (``report.html``
+    with ``report``), the failed episodes and how to resume; returns the exit code. ``wanted``: the episodes
+    the command asked for; ``wrote``: said before the status on the ``wrote eval_info.json`` line."""
     from fasteval.run.durable import STATUS_COMPLETE, STATUS_INTERRUPTED
 
     result = outcome.result
@@ -416,6 +420,8 @@ def end_of_run(outcome: Any, spec: Any, out_dir: Path, files: FileOptions, profi
         n_saved = save_episodes(result.episode_data, save_episodes_dir)
         click.echo(f"wrote {n_saved} episodes ({len(result.episode_data)} steps) to {save_episodes_dir}")
     problems = files.finish(spec, out_dir, result)  # config.json, --export, --log
+    if report:
+        problems += write_html_report(out_dir)
     for problem in problems:
         click.echo(f"Error: {problem} (the results are in {out_dir})", err=True)
     if outcome.status == STATUS_COMPLETE and not problems:
@@ -430,6 +436,19 @@ def end_of_run(outcome: Any, spec: Any, out_dir: Path, files: FileOptions, profi
     if outcome.error is not None:
         click.echo(f"Error: {outcome.error}", err=True)
     return EXIT_RUNTIME_ERROR
+
+
+def write_html_report(out_dir: Path) -> list[str]:
+    """``report.html`` in the run folder (a suite's, and each of its tasks'), from the files the run
+    wrote; returns the problems (empty: written). The results are on disk whatever happens here."""
+    from fasteval.run.report_html import write_run_report
+
+    try:
+        path = write_run_report(out_dir)
+    except Exception as exc:  # noqa: BLE001 -- a page that cannot be drawn must not lose the run
+        return [f"writing {out_dir / 'report.html'} failed: {type(exc).__name__}: {exc}"]
+    click.echo(f"wrote {path}")
+    return []
 
 
 def resume_hint(status: str, recorded: int, wanted: int, out_dir: Path, suite: bool) -> str:
@@ -554,7 +573,7 @@ def spec_from_manifest(ctx: click.Context, run_dir: Any, options: dict[str, Any]
 
 
 def suite_command(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], out_dir: str | Path, files: FileOptions,
-                  profile: bool = False) -> int:
+                  profile: bool = False, report: bool = True) -> int:
     """The ``fasteval`` command for a suite spec (see :func:`fasteval.doors.suites.run_suite_durable`): run, print, return the exit code."""
     from fasteval.doors.suites import flatten_suite, run_suite_durable
 
@@ -566,7 +585,7 @@ def suite_command(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], out_di
                    f"avg_sum_reward {agg['avg_sum_reward']:.4f}, pc_success {agg['pc_success']:.1f}%")
     n_tasks = len(flatten_suite(suite))
     return end_of_run(outcome, spec, out_dir, files, profile, wanted=spec.n_episodes * n_tasks, suite=True,
-                      wrote=f"{len(outcome.folders)} of {n_tasks} tasks; ")
+                      wrote=f"{len(outcome.folders)} of {n_tasks} tasks; ", report=report)
 
 
 if __name__ == "__main__":

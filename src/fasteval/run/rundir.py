@@ -2,12 +2,15 @@
 
 Layout:
   manifest.json    written before the first step: the spec, the policy digest, the
-                   fasteval version and a ``status`` (running / complete / interrupted / failed)
+                   fasteval version, the provenance (command line, package versions, git commit,
+                   machine, date: :mod:`fasteval.run.provenance`) and a ``status``
+                   (running / complete / interrupted / failed)
   episodes.jsonl   one JSON record per finished episode, appended in groups (see
                    :class:`fasteval.run.durable.GroupCommitLog`: at most 50 ms or 256 episodes late)
   errors.jsonl     one JSON record per env/policy fault (retried ones included)
   eval_info.json   the final results (classic layout), written atomically at the end
   config.json      the resolved config (written by the CLI; loadable with --config)
+  report.html      the run's page (written by the CLI unless --no-report; :mod:`fasteval.run.report_html`)
 
 A crash leaves at worst one partial last line in a ``.jsonl`` file; :meth:`RunDirectory.records`
 ignores it. ``manifest.json`` and ``eval_info.json`` are replaced atomically (temp file +

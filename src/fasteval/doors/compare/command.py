@@ -82,5 +82,11 @@ def compare(runs: tuple[str, ...], alpha: float, margin: float | None, fail_if_w
         sys.exit(EXIT_BAD_INPUT)
     click.echo(render_table(doc))
     click.echo(f"wrote {json_path} and {md_path}")
+    try:  # the page is a view of compare.json: a failure to write it loses no result
+        from fasteval.run.report_html import write_compare_report
+
+        click.echo(f"wrote {write_compare_report(doc, output_dir)}")
+    except OSError as exc:
+        click.echo(f"warning: compare.html was not written ({exc}); compare.json holds every number", err=True)
     sys.exit(doc["overall"]["exit_code"])
 
