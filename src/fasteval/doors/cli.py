@@ -114,7 +114,8 @@ def format_summary(result: Any, profile: bool) -> str:
 
 EVAL_OPTIONS = [
     click.option("--policy", "-p", default="zero", show_default=True,
-                 help="zero | random | checkpoint folder (config.json + model.safetensors) | module:callable."),
+                 help="zero | random | checkpoint folder (config.json + model.safetensors) | module:callable | "
+                      "ws://HOST:PORT (fasteval serve) | openpi+ws://HOST:PORT (an openpi server)."),
     click.option("--env", "-e", default="CartPole-v1", show_default=True,
                  help="gymnasium id (plugins: ns/Name-vN imports ns) or module:callable returning an Env."),
     click.option("--env-kwarg", "env_kwargs", multiple=True, metavar="KEY=VALUE",
@@ -209,6 +210,7 @@ SUBCOMMANDS = {
     "sweep": "fasteval.doors.sweep.cli:sweep",
     "report": "fasteval.doors.sweep.cli:report",
     "compare": "fasteval.doors.compare:compare",
+    "serve": "fasteval.doors.serve:serve",
 }
 SUBCOMMAND_HELP = {
     # name -> the line `fasteval --help` shows, so that the help imports none of them (nor torch).
@@ -216,6 +218,7 @@ SUBCOMMAND_HELP = {
     "sweep": "Run (or resume) a sweep file: policies x envs x seeds.",
     "report": "Write the report (report.html; for sweeps also report.md) of a run or sweep folder.",
     "compare": "Compare two policies on the same episodes (paired tests; --fail-if-worse exits 3).",
+    "serve": "Serve a policy over websockets (openpi's protocol and fasteval's); docs/serving.md.",
 }
 
 
@@ -276,6 +279,9 @@ class LazyGroup(click.Group):
               help="Non-finite policy actions (never sent to the env): stop the run, or record the episode as failed.")
 @click.option("--step-timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
               help="Seconds an async env step/reset may take before its worker is killed and the episode retried.")
+@click.option("--policy-timeout", "policy_timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds a policy call may take; a served policy's dropped connection is retried for that long "
+                   "[default: 30 s for ws:// policies].")
 @click.option("--profile", is_flag=True, help="Show the per-stage time breakdown.")
 @click.option("--report/--no-report", "report", default=True, show_default=True,
               help="Write OUTPUT_DIR/report.html: one self-contained page with the results, plots, videos, errors "
@@ -287,7 +293,8 @@ class LazyGroup(click.Group):
 @click.version_option(package_name="fasteval")
 @click.pass_context
 def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, retries: int, on_nan_action: str,
-         step_timeout: float, profile: bool, report: bool, save_episodes_dir: Path | None, **options: Any) -> None:
+         step_timeout: float, policy_timeout: float | None, profile: bool, report: bool,
+         save_episodes_dir: Path | None, **options: Any) -> None:
     """Evaluate a policy on a gymnasium env: exactly N episodes, seeds SEED..SEED+N-1.
 
     \b
@@ -307,7 +314,8 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
 
     try:
         spec, out_dir = resolve_run(ctx, options, files, output_dir, resume_dir,
-                                    dict(retries=retries, on_nan_action=on_nan_action, step_timeout=step_timeout),
+                                    dict(retries=retries, on_nan_action=on_nan_action, step_timeout=step_timeout,
+                                         policy_timeout_s=policy_timeout),
                                     save_episodes_dir)
         if files.print_config:
             from fasteval.run.config import dump_config

@@ -77,6 +77,11 @@ class EvalSpec:
     """Seconds an async env may take for one step or reset before it is killed and handled
     like a crash. ``None`` waits forever. (In-process sync envs cannot be interrupted.)"""
 
+    policy_timeout_s: float | None = None
+    """Seconds a policy call may take (``--policy-timeout``). For a served policy (``--policy ws://...``): how
+    long a reply may take, and how long a dropped connection is retried with backoff before the run stops
+    (finished episodes kept). ``None``: 30 s for served policies."""
+
     observation_format: str = "raw"
     """What the policy receives: ``raw`` (the env's observation: a Tensor, or a TensorDict of the
     env's Dict keys) or ``lerobot`` (a TensorDict with LeRobot keys: ``observation.image`` /
@@ -169,6 +174,11 @@ class EvalSpec:
             self.step_timeout is None or (isinstance(self.step_timeout, (int, float)) and not isinstance(self.step_timeout, bool)
                                           and self.step_timeout > 0),
             "step_timeout", "None or a number of seconds > 0", self.step_timeout,
+        )
+        _require(
+            self.policy_timeout_s is None or (isinstance(self.policy_timeout_s, (int, float))
+                                              and not isinstance(self.policy_timeout_s, bool) and self.policy_timeout_s > 0),
+            "policy_timeout_s", "None or a number of seconds > 0", self.policy_timeout_s,
         )
         _require(self.cpu_threads is None or (_is_int(self.cpu_threads) and self.cpu_threads >= 1),
                  "cpu_threads", "None or an integer >= 1", self.cpu_threads)

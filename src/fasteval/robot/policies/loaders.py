@@ -8,6 +8,8 @@ References, tried in this order:
 * a checkpoint folder (``config.json`` + ``model.safetensors``) of a fasteval architecture;
 * ``hf://org/repo[@revision]``: a Hugging Face Hub snapshot, loaded like a checkpoint folder
   (see :mod:`fasteval.robot.policies.hub`);
+* ``ws://HOST:PORT`` / ``openpi+ws://HOST:PORT``: a policy served by ``fasteval serve`` or an openpi
+  server (:mod:`fasteval.robot.policies.remote`; the ``serve`` extra);
 * ``module:callable`` (or ``path/file.py:callable`` with ``trust_remote_code``): the callable
   is called with ``observation_space`` and/or ``action_space`` keyword arguments if it takes
   them, and must return an ``nn.Module`` or an object with ``select_action``;
@@ -27,6 +29,7 @@ from fasteval.robot.policies.builtin import BUILTIN_POLICIES
 from fasteval.robot.policies.checkpoint import WEIGHTS_NAME, check_observation_fit, is_checkpoint_dir, load_checkpoint
 from fasteval.robot.lerobot.checkpoint import is_lerobot_checkpoint
 from fasteval.robot.policies.hub import is_hf_ref, resolve_hf_ref
+from fasteval.robot.policies.remote import connect_remote, is_remote_ref
 from fasteval.types.refs import resolve_callable, split_callable_ref
 
 
@@ -55,6 +58,8 @@ def load_policy(
     lerobot_args = (n_slots, device, env, env_kwargs or {}, cuda_graph, dict(rename or {}), noise)
     if not isinstance(ref, str):
         return ref
+    if is_remote_ref(ref):  # ws://HOST:PORT, openpi+ws://HOST:PORT: a served policy (the serve extra)
+        return connect_remote(ref)
     if ref in BUILTIN_POLICIES:
         return BUILTIN_POLICIES[ref](action_space, n_slots)
     if is_hf_ref(ref):  # hf://org/repo[@revision]: a hub snapshot, loaded like a checkpoint folder

@@ -129,6 +129,16 @@ class RobotPolicyRunner(PolicyRunner):
             self.reset_kind = PER_ENV  # the queues are per-slot state: no CUDA-graph capture, per-slot drops
         return super()._choose_postprocess(raw[:, 0])
 
+    def chunk_step(self, obs: Any) -> torch.Tensor:
+        """The whole chunk every row would queue, ``[B, n_action_steps, *action]`` after the action mapping,
+        without the queues (what ``fasteval serve`` answers an openpi request with). Only after a dry run
+        that found chunks (:attr:`chunks`)."""
+        chunks = self.chunks
+        raw = chunks.call(obs)[:, : chunks.n_exec]
+        rows, steps = raw.shape[:2]
+        out = self._postprocess(raw.reshape(rows * steps, *raw.shape[2:]))
+        return out.reshape(rows, steps, *out.shape[1:])
+
     # -- resets -----------------------------------------------------------------------------
     def reset_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:
         if self.policy_reset_kind == PER_ENV:
@@ -173,6 +183,10 @@ def build_policy_runner(policy: Any, spec: Any, envs: Any, h2d: Any, n_slots: in
     """
     from fasteval.robot.policies.loaders import policy_folder
 
+    if getattr(policy, "builds_own_runner", False):  # a served policy (fasteval.robot.policies.remote)
+        from fasteval.robot.policies.remote_runner import build_remote_runner
+
+        return build_remote_runner(policy, spec, envs, h2d, n_slots)
     device = h2d.device
     stages: list[Any] = []
     example = h2d.policy_input
