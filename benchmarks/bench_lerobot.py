@@ -14,6 +14,9 @@ Rows, in one sitting:
 Each fasteval row reports its stage breakdown (``env_step``, ``h2d``, ``policy``, ``d2h``,
 ``bookkeeping``). Times exclude building envs and loading the policy, as LeRobot's ``eval_s`` does.
 
+The sitting exits 1 (each problem printed as a FAIL line) when any two fasteval rows' per-episode
+rewards differ, or, on CUDA, when a row's chunk graph (``lerobot_chunk_cuda_graph``) is not ``captured``.
+
     python benchmarks/bench_lerobot.py [--episodes 10] [--batch 10] [--steps 300] [--json out.json]
     python benchmarks/bench_lerobot.py --tiny          # the test-suite size (tiny ACT, 2 x 5 steps)
 """
@@ -43,7 +46,29 @@ def fasteval_row(folder: Path, env_id: str, n: int, batch: int, steps: int, seed
                       seed=seed, device=device, max_steps=steps, observation_format=obs_format, reset_mode=reset_mode,
                       vectorization=vectorization)
     return {"eval_s": result.eval_s, "timings": dict(result.timings), "batching": result.meta["batching"],
-            "sum_rewards": [r["sum_reward"] for r in result.per_episode]}
+            "sum_rewards": [r["sum_reward"] for r in result.per_episode],
+            "chunk_graph": result.meta.get("lerobot_chunk_cuda_graph")}
+
+
+def problems(rows: dict[str, dict[str, Any]], device: str) -> list[str]:
+    """What is wrong with a sitting's rows ([] if nothing): every fasteval row must give the same per-episode
+    rewards, exactly (same seeds; wave, continuous, sync, async and both PushT implementations agree), and
+    on CUDA a row that reports a chunk graph (``lerobot_chunk_cuda_graph``) must have ``captured`` it."""
+    found = []
+    ours = {name: row for name, row in rows.items() if name.startswith("fasteval")}
+    first = next(iter(ours), None)
+    for name, row in ours.items():
+        want, got = ours[first]["sum_rewards"], row["sum_rewards"]
+        if got != want:
+            where = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+            found.append(f"{name}: per-episode rewards differ from {first!r} (first at episode {where}: "
+                         f"{got[where] if where < len(got) else None} vs {want[where] if where < len(want) else None})")
+    if device.startswith("cuda"):
+        for name, row in ours.items():
+            status = row.get("chunk_graph")
+            if status is not None and status != "captured":
+                found.append(f"{name}: chunk graph {status!r} on {device} (want 'captured')")
+    return found
 
 
 def env_only_row(env_id: str, n: int, steps: int, seed: int) -> dict[str, Any]:
@@ -134,9 +159,13 @@ def main(argv: list[str] | None = None) -> int:
         wave = rows["fasteval wave sync"]["sum_rewards"]
         worst = max(abs(a - b) for a, b in zip(ref_rewards, wave))
         print(f"\nper-episode sum_reward, fasteval wave sync vs LeRobot: max |diff| = {worst:.2e}")
+    found = problems(rows, args.device)
+    for line in found:
+        print(f"FAIL: {line}")
     if args.json:
-        write_json(args.json, {"machine": info, "env": env_id, "episodes": n, "batch": b, "steps": steps, "rows": rows})
-    return 0
+        write_json(args.json, {"machine": info, "env": env_id, "episodes": n, "batch": b, "steps": steps, "rows": rows,
+                               "problems": found})
+    return 1 if found else 0
 
 
 if __name__ == "__main__":

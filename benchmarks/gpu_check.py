@@ -1,6 +1,7 @@
-"""One-shot GPU check (issue 13): checks that can fail, then timings. Under 4 minutes on one GPU.
+"""One-shot GPU check (issues 13, 21): checks that can fail, then timings. Under 4 minutes on one GPU.
 
-Checks (each a FAIL line and a non-zero exit when it does not hold):
+Checks (each a FAIL line and a non-zero exit when it does not hold; on a machine without CUDA each
+is a SKIP line, by name, and the script exits 0):
 
 1. **graph really captured**: a CUDA-graph run reports ``policy_cuda_graph == "captured"``, holds
    exactly one graph per slot group, its results equal the known answers and the eager run's, and
@@ -9,24 +10,33 @@ Checks (each a FAIL line and a non-zero exit when it does not hold):
    when a lucky run matched);
 2. **fresh noise under replay**: two replays of a stochastic step differ; two runs with the same
    seed give the same actions step by step, another seed other actions, and steps do not repeat
-   the previous step's noise;
-3. **flat memory**: 50 runs of one pipelined engine keep ``torch.cuda.memory_allocated`` and the
-   number of captured graphs exactly where they were after the first run.
+   the previous step's noise; graph == eager step by step; a second run of one engine (replays
+   only) equals its first (which captured);
+3. **flat memory**: 50 runs of one pipelined engine (recording episode data) keep device memory
+   (``torch.cuda.memory_stats``), pinned host memory (``torch.cuda.host_memory_stats``) and the
+   number of captured graphs exactly where they were after the first run;
+4. **three async engines** built and closed one after another in one process: each pinned (the
+   shared buffers registered, no staging), exact on the known-answer env, and unregistered at
+   close (``is_pinned()`` of a kept view turns False: no stale registration for the next one);
+5. **side stream**: a slow policy (``torch.cuda._sleep``) run under ``torch.cuda.stream(side)``,
+   eager and graphed, is exact (the host waits for the copy on the stream it went to);
+6. **timing**: with >= 10 MB of observations per step, ``h2d`` covers at least the transfer at
+   200 GB/s, and graph capture sits apart from ``eval_s`` (``meta["capture_s"]``);
+7. **capture status** of the latency rows: the MLP and the ACT-size policy (which builds
+   ``torch.zeros(...).to(device)`` in its step, as LeRobot's ACT does) must be ``captured``;
+8. **LeRobot PushT rows** (:mod:`bench_lerobot`, small size), only when ``lerobot`` imports: it exits
+   non-zero when any two fasteval rows' per-episode rewards differ, or (on CUDA) when a row's
+   ``lerobot_chunk_cuda_graph`` is not ``captured``.
 
-Timings (no pass/fail, except where a row raises):
-
-4. policy-step latency, eager vs CUDA-graph replay, for a small MLP and an ACT-like chunk policy
-   (~50M parameters: a transformer encoder-decoder that returns a chunk of 100 actions);
-5. end to end on CartPole-v1 (the demo MLP): CPU, and on CUDA eager/graph x pinned/pageable;
-6. LeRobot PushT rows (:mod:`bench_lerobot`, small size), only when ``lerobot`` imports.
-
-On a machine without CUDA it still runs: the CUDA rows print as SKIP and it exits 0.
+Timings (no pass/fail, except where a row raises): policy-step latency, eager vs CUDA-graph replay,
+for a small MLP and an ACT-like chunk policy (~55M parameters); end to end on CartPole-v1 (the demo
+MLP): CPU, and on CUDA eager/graph x pinned/pageable.
 
     python benchmarks/gpu_check.py [--json FILE] [--quick]
 
-The check functions take the device and a few seams (the memory counter, the spec), so that
-``tests/test_gpu_check.py`` can run each one on CPU with fake graphs (``fasteval.testing.fake_cuda``)
-and show that it fails on a planted fault.
+The check functions take the device and a few seams (memory counters, the spec, ``is_pinned``, the
+sleep), so that ``tests/test_gpu_check.py`` can run each one on CPU with the fakes of
+:mod:`fasteval.testing.fake_cuda` and show that it fails on a planted fault.
 """
 
 from __future__ import annotations
@@ -40,6 +50,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import gymnasium as gym
+import numpy as np
 import torch
 from torch import nn
 
@@ -139,12 +151,19 @@ class _ActionLog(StepObserver):
         self.steps.append(tuple(actions.tolist()))
 
 
-def _noisy_actions(device: str, seed: int) -> list[tuple]:
+def _noisy_spec(device: str, cuda_graph: bool = True) -> EvalSpec:
+    return EvalSpec(env=KA, policy=Noisy(), n_episodes=60, batch_size=8, device=device, cuda_graph=cuda_graph)
+
+
+def _logged_run(engine: Engine, seed: int) -> list[tuple]:
     log = _ActionLog()
-    spec = EvalSpec(env=KA, policy=Noisy(), n_episodes=60, batch_size=8, device=device, cuda_graph=True)
-    with Engine(spec) as engine:
-        engine.run(seed=seed, observer=log)
+    engine.run(seed=seed, observer=log)
     return log.steps
+
+
+def _noisy_actions(device: str, seed: int, cuda_graph: bool = True) -> list[tuple]:
+    with Engine(_noisy_spec(device, cuda_graph)) as engine:
+        return _logged_run(engine, seed)
 
 
 def check_fresh_noise(device: str) -> list[Check]:
@@ -153,7 +172,12 @@ def check_fresh_noise(device: str) -> list[Check]:
     first, second = call(x).clone(), call(x).clone()
     _sync(device)
     a, b, c = _noisy_actions(device, 1), _noisy_actions(device, 1), _noisy_actions(device, 2)
+    eager = _noisy_actions(device, 1, cuda_graph=False)
+    with Engine(_noisy_spec(device)) as engine:
+        run1, run2 = _logged_run(engine, 1), _logged_run(engine, 1)
+        status = engine.accel_facts.get("cuda_graph")
     repeats = sum(x == y for x, y in zip(a, a[1:]))  # 8 random bits per step: a repeat is 1 in 256
+    differ = next((i for i, (x, y) in enumerate(zip(a, eager)) if x != y), None)
     return [
         Check("two replays of a stochastic step differ", call.captures == 1 and not torch.equal(first, second),
               f"captures={call.captures}, replays equal: {torch.equal(first, second)}"),
@@ -161,32 +185,188 @@ def check_fresh_noise(device: str) -> list[Check]:
               f"{len(a)} steps; equal: {a == b}"),
         Check("another seed -> other actions; steps draw new noise", a != c and repeats <= max(2, len(a) // 16),
               f"{repeats} of {len(a)} steps repeat the previous step's actions"),
+        Check("noisy policy: graph == eager, step by step", a == eager and len(a) == len(eager),
+              f"{len(a)} graph steps, {len(eager)} eager; first difference at step {differ}"),
+        Check("one engine: run 2 (replays only) == run 1 (which captured)", run1 == run2 and status == "captured",
+              f"policy_cuda_graph={status!r}; {len(run1)} / {len(run2)} steps; equal: {run1 == run2}"),
     ]
 
 
 # -- 3. flat memory -------------------------------------------------------------------------------------
 
+def device_bytes() -> int:
+    """Bytes held by live tensors on the GPU (``torch.cuda.memory_stats``)."""
+    return int(torch.cuda.memory_stats().get("allocated_bytes.all.current", 0))
+
+
+def pinned_host_bytes() -> int:
+    """Bytes of pinned host blocks in use (``torch.cuda.host_memory_stats``; 0 before CUDA starts)."""
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return 0
+    stats = torch.cuda.host_memory_stats()
+    return int(stats.get("active_bytes.current", stats.get("allocated_bytes.current", 0)))
+
+
 def check_memory_flat(device: str, runs: int = 50, memory: Callable[[], int] | None = None,
-                      spec: EvalSpec | None = None) -> list[Check]:
-    memory = memory or torch.cuda.memory_allocated
+                      spec: EvalSpec | None = None, host_memory: Callable[[], int] | None = None) -> list[Check]:
+    memory = memory or device_bytes
+    host_memory = host_memory or pinned_host_bytes
     spec = spec or EvalSpec(env=KA, policy=ParityPolicy().to(device), n_episodes=8, batch_size=4, device=device,
-                            cuda_graph=True, vectorization="async", pipeline=True)
+                            cuda_graph=True, vectorization="async", pipeline=True, return_episode_data=True)
     with Engine(spec) as engine:
         engine.run()
         _sync(device)
         call = engine.runner._step
         graphs = lambda: len(call.graphs) if isinstance(call, CudaGraphCall) else -1  # noqa: E731
-        before, graphs_before = memory(), graphs()
+        before, host_before, graphs_before = memory(), host_memory(), graphs()
         for seed in range(1, runs):
             engine.run(seed=seed)
         _sync(device)
-        after, graphs_after = memory(), graphs()
-    return [Check(f"{runs} runs of one pipelined engine: memory and graphs flat",
-                  after == before and graphs_after == graphs_before == 2,
-                  f"memory {before} -> {after} bytes, graphs {graphs_before} -> {graphs_after} (want 2 -> 2)")]
+        after, host_after, graphs_after = memory(), host_memory(), graphs()
+    return [Check(f"{runs} runs of one pipelined engine: device memory, pinned host memory and graphs flat",
+                  after == before and host_after == host_before and graphs_after == graphs_before == 2,
+                  f"device {before} -> {after} bytes, pinned host {host_before} -> {host_after} bytes, "
+                  f"graphs {graphs_before} -> {graphs_after} (want 2 -> 2)")]
 
 
-# -- 4. policy-step latency -----------------------------------------------------------------------------
+# -- 4. async engines one after another ----------------------------------------------------------------
+
+def _known(seed: int, n: int) -> list[tuple]:
+    return [(i, *(expected_episode(seed + i, action_fn=lambda o: int(o[2]))[k] for k in ("sum_reward", "length",
+                                                                                             "success")))
+            for i in range(n)]
+
+
+def _is_pinned(array: np.ndarray) -> bool:
+    return bool(torch.from_numpy(array).is_pinned())
+
+
+def check_async_engines(device: str, engines: int = 3,
+                        is_pinned: Callable[[np.ndarray], bool] | None = None) -> list[Check]:
+    """``engines`` async engines, built, run and closed one after another in this process."""
+    is_pinned = is_pinned or _is_pinned
+    checks = []
+    for i in range(engines):
+        spec = EvalSpec(env=KA, policy=ParityPolicy().to(device), n_episodes=12, batch_size=4, device=device,
+                        vectorization="async", workers=2, seed=10 * i)
+        with Engine(spec) as engine:
+            pinned, staged = bool(engine.envs.pinned), list(engine.h2d.staged)
+            view = engine.envs.obs  # keeps the mapping alive after close
+            exact = _numbers(engine.run()) == _known(10 * i, 12)
+        released = not is_pinned(view)
+        checks.append(Check(f"async engine {i + 1} of {engines}: pinned, exact, unregistered at close",
+                            pinned and not staged and exact and released,
+                            f"pinned={pinned}, staged={staged}, exact={exact}, unregistered after close={released}"))
+    return checks
+
+
+# -- 5. a side stream ------------------------------------------------------------------------------------
+
+class SlowParity(nn.Module):
+    """The parity policy after ``torch.cuda._sleep(cycles)`` on a GPU: its actions land late."""
+
+    def __init__(self, cycles: int = 2_000_000):
+        super().__init__()
+        self.cycles = cycles
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if obs.is_cuda:
+            torch.cuda._sleep(self.cycles)
+        return obs[..., -1].round().long()
+
+
+def check_side_stream(device: str, n: int = 24) -> list[Check]:
+    """A slow policy's run under ``torch.cuda.stream(side)`` (engines built outside it), eager and graphed."""
+    checks = []
+    side = torch.cuda.Stream(device=torch.device(device))
+    for graph in (False, True):
+        spec = EvalSpec(env=KA, policy=SlowParity().to(device), n_episodes=n, batch_size=8, device=device,
+                        cuda_graph=graph)
+        with Engine(spec) as engine:
+            with torch.cuda.stream(side):
+                result = engine.run()
+            _sync(device)
+        got = _numbers(result)
+        wrong = sum(a != b for a, b in zip(got, _known(0, n))) + abs(len(got) - n)
+        checks.append(Check(f"slow policy under a side stream, {'graph' if graph else 'eager'}: exact", wrong == 0,
+                            f"{wrong} of {n} episodes differ from the known answers; "
+                            f"policy_cuda_graph={result.meta.get('policy_cuda_graph')!r}"))
+    return checks
+
+
+# -- 6. timing: h2d and capture --------------------------------------------------------------------------
+
+class BigObsEnv(gym.Env):
+    """``length`` steps of reward 1 with a constant uint8 observation of ``shape`` (no per-step allocation)."""
+
+    def __init__(self, shape: tuple = (3, 256, 256), length: int = 10):
+        self.observation_space = gym.spaces.Box(0, 255, tuple(shape), dtype=np.uint8)
+        self.action_space = gym.spaces.Discrete(2)
+        self._obs = np.zeros(tuple(shape), dtype=np.uint8)
+        self.length, self._t = int(length), 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self._t = 0
+        return self._obs, {}
+
+    def step(self, action: Any):
+        self._t += 1
+        return self._obs, 1.0, False, self._t >= self.length, {}
+
+
+BIG_OBS = "fasteval-gpu-check/BigObs-v0"
+if BIG_OBS not in gym.registry:
+    gym.register(BIG_OBS, entry_point=BigObsEnv)
+
+
+class SlowEager(nn.Module):
+    """Sleeps ``seconds`` on the host in every eager call (a graph replay runs no Python): warm-ups and
+    capture take ``3 * seconds``, replays nothing. Actions: zeros."""
+
+    def __init__(self, seconds: float, sleep: Callable[[float], None] = time.sleep):
+        super().__init__()
+        self.seconds, self.sleep = seconds, sleep
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        self.sleep(self.seconds)
+        return torch.zeros(obs.shape[0], dtype=torch.long, device=obs.device)
+
+
+H2D_MAX_BYTES_PER_S = 200e9
+"""More than any host-to-device link moves (PCIe 5 x16: ~64 GB/s; NVLink-C2C: ~450 GB/s each way is the
+exception, and a Grace machine would need this raised): h2d can never read less than bytes / this."""
+
+
+def h2d_check(h2d_s: float, nbytes: int, device: str) -> Check:
+    floor = nbytes / H2D_MAX_BYTES_PER_S
+    if torch.device(device).type != "cuda":
+        return Check("h2d covers the observation transfer", None, f"no transfer on {device}")
+    return Check("h2d covers the observation transfer (>= bytes / 200 GB/s)", h2d_s >= floor,
+                 f"h2d {h2d_s * 1e3:.3f} ms for {nbytes / 1e6:.0f} MB (floor {floor * 1e3:.3f} ms)")
+
+
+def check_timing(device: str, shape: tuple = (3, 256, 256), batch: int = 64, length: int = 10,
+                 seconds: float = 0.5, sleep: Callable[[float], None] = time.sleep) -> list[Check]:
+    """``batch`` x ``shape`` uint8 observations (12.6 MB per step by default) with a policy that is slow only
+    when it runs eagerly (warm-ups, capture): ``h2d`` covers the transfer, and capture sits apart from ``eval_s``."""
+    spec = EvalSpec(env=BIG_OBS, env_kwargs={"shape": list(shape), "length": length},
+                    policy=SlowEager(seconds, sleep).to(device), n_episodes=batch, batch_size=batch, device=device,
+                    cuda_graph=True, max_steps=length)
+    with Engine(spec) as engine:
+        first, second = engine.run(), engine.run(seed=1)
+    captured = first.meta.get("capture_s", 0.0)
+    nbytes = length * batch * int(np.prod(shape))  # every launch copies the whole batch
+    return [
+        h2d_check(first.timings["h2d"], nbytes, device),
+        Check("capture time sits apart from eval_s", captured >= 3 * seconds and first.eval_s < captured
+              and second.meta.get("capture_s") == 0.0 and first.meta.get("policy_cuda_graph") == "captured",
+              f"run 1: capture_s={captured:.3f} (>= {3 * seconds:.3f}), eval_s={first.eval_s:.3f} (< capture_s); "
+              f"run 2: capture_s={second.meta.get('capture_s')}; policy_cuda_graph={first.meta.get('policy_cuda_graph')!r}"),
+    ]
+
+
+# -- 7. policy-step latency, and the capture status of each row --------------------------------------------
 
 class MLP(nn.Module):
     def __init__(self, obs_dim: int = 64, hidden: int = 256, act_dim: int = 8):
@@ -200,58 +380,73 @@ class MLP(nn.Module):
 
 class ACTLike(nn.Module):
     """An ACT-sized chunk policy (~55M parameters): the state and 8 "image" tokens through a 4-layer
-    encoder, 100 action queries through a 7-layer decoder (d_model 512, 8 heads, FFN 3200), -> [B, 100, 14]."""
+    encoder, 100 action queries through a 7-layer decoder (d_model 512, 8 heads, FFN 3200), -> [B, 100, 14].
+    Like LeRobot's ACT in eval, it builds its latent as ``torch.zeros([B, latent]).to(device)``: a
+    pageable upload on a GPU, unless the capture makes factory calls on the device."""
 
-    def __init__(self, obs_dim: int = 64, chunk: int = 100, act_dim: int = 14, d: int = 512):
+    def __init__(self, obs_dim: int = 64, chunk: int = 100, act_dim: int = 14, d: int = 512, heads: int = 8,
+                 layers: tuple = (4, 7), ffn: int = 3200):
         super().__init__()
-        self.tokens = nn.Linear(obs_dim, 9 * d)
+        self.tokens = nn.Linear(obs_dim, 8 * d)
+        self.latent = nn.Linear(32, d)
         self.queries = nn.Parameter(torch.zeros(chunk, d))
-        self.transformer = nn.Transformer(d, 8, num_encoder_layers=4, num_decoder_layers=7, dim_feedforward=3200,
-                                          dropout=0.0, batch_first=True)
+        self.transformer = nn.Transformer(d, heads, num_encoder_layers=layers[0], num_decoder_layers=layers[1],
+                                          dim_feedforward=ffn, dropout=0.0, batch_first=True)
         self.head = nn.Linear(d, act_dim)
         self.d = d
 
     def forward(self, x):
-        src = self.tokens(x).view(x.shape[0], 9, self.d)
+        latent = torch.zeros([x.shape[0], 32], dtype=torch.float32).to(x.device)  # LeRobot ACT's eval latent
+        src = torch.cat([self.latent(latent).unsqueeze(1), self.tokens(x).view(x.shape[0], 8, self.d)], dim=1)
         tgt = self.queries.unsqueeze(0).expand(x.shape[0], -1, -1)
         return self.head(self.transformer(src, tgt))
 
 
+LATENCY_MODELS = (("MLP 64-256-256-8", MLP, (1, 16, 256), 200), ("ACT-like chunk policy", ACTLike, (1, 8), 20))
+
+
 def step_latency_us(module: nn.Module, x: torch.Tensor, graphed: bool, repeats: int, calls: int) -> tuple[float, str]:
-    """Median us of one policy step on the GPU (synchronised), and the graph status."""
+    """Median us of one policy step on the device (synchronised), and the graph status."""
     call = CudaGraphCall(module, x.device) if graphed else module
+    device = str(x.device)
     with torch.inference_mode():
         for _ in range(3):
             call(x)
-        torch.cuda.synchronize()
+        _sync(device)
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
             for _ in range(calls):
                 call(x)
-            torch.cuda.synchronize()
+            _sync(device)
             times.append((time.perf_counter() - t0) / calls * 1e6)
     status = call.facts.get("cuda_graph", "?") if graphed else "eager"
     return statistics.median(times), status
 
 
-def latency_rows(quick: bool) -> list[list[Any]]:
+def latency_rows(quick: bool, device: str = "cuda", models: tuple = LATENCY_MODELS) -> list[list[Any]]:
     rows = []
-    for name, make, batches, calls in (("MLP 64-256-256-8", MLP, (1, 16, 256), 200),
-                                       ("ACT-like chunk policy", ACTLike, (1, 8), 20)):
-        module = make().cuda().eval()
+    for name, make, batches, calls in models:
+        module = make().to(device).eval()
         params = sum(p.numel() for p in module.parameters()) / 1e6
         for batch in batches:
-            x = torch.zeros((batch, 64), device="cuda")
+            x = torch.zeros((batch, 64), device=device)
             eager, _ = step_latency_us(module, x, False, 3 if quick else 5, calls)
             graph, status = step_latency_us(module, x, True, 3 if quick else 5, calls)
             rows.append([name, f"{params:.1f}M", batch, f"{eager:.1f}", f"{graph:.1f}", f"{eager / graph:.2f}x", status])
         del module
-        torch.cuda.empty_cache()
+        if torch.device(device).type == "cuda":
+            torch.cuda.empty_cache()
     return rows
 
 
-# -- 5. end to end ---------------------------------------------------------------------------------------
+def capture_checks(rows: list[list[Any]]) -> list[Check]:
+    """Each latency row's graph must be ``captured`` (an ``eager (capture failed: ...)`` row is a FAIL)."""
+    return [Check(f"{row[0]}, batch {row[2]}: graph captured", row[-1] == "captured", f"status {row[-1]!r}")
+            for row in rows]
+
+
+# -- 8. end to end ---------------------------------------------------------------------------------------
 
 def run_engine(spec: EvalSpec, pin_memory: bool):
     """Build, warm up (capture), then time one run."""
@@ -275,29 +470,49 @@ def end_to_end_rows(has_cuda: bool, quick: bool) -> list[list[Any]]:
     return rows
 
 
-# -- 6. LeRobot PushT ---------------------------------------------------------------------------------------
+# -- 9. LeRobot PushT ---------------------------------------------------------------------------------------
+
+LEROBOT_ROW = "LeRobot PushT rows: fasteval rows agree, chunk graph captured on CUDA"
+
 
 def lerobot_rows(has_cuda: bool) -> Check:
     script = Path(__file__).resolve().parent / "bench_lerobot.py"
     if importlib.util.find_spec("lerobot") is None or not script.is_file():
         why = "lerobot is not importable" if script.is_file() else "benchmarks/bench_lerobot.py is missing"
-        return Check("LeRobot PushT rows", None, why)
+        return Check(LEROBOT_ROW, None, why)
     import bench_lerobot
 
     try:
         code = bench_lerobot.main(["--device", "cuda" if has_cuda else "cpu", "--episodes", "4", "--batch", "4",
                                    "--steps", "50"])
     except Exception as exc:  # a row that raises is a failure, not a skip
-        return Check("LeRobot PushT rows", False, f"{type(exc).__name__}: {exc}")
-    return Check("LeRobot PushT rows", code == 0, f"bench_lerobot exit code {code}")
+        return Check(LEROBOT_ROW, False, f"{type(exc).__name__}: {exc}")
+    return Check(LEROBOT_ROW, code == 0, f"bench_lerobot exit code {code} (its problems are printed above)")
 
 
 # -- main -----------------------------------------------------------------------------------------------------
 
+CHECKS = (("graph captured", check_graph_captured), ("fresh noise", check_fresh_noise),
+          ("flat memory", check_memory_flat), ("async engines", check_async_engines),
+          ("side stream", check_side_stream), ("timing", check_timing))
+
+DEVICE_ROWS = (
+    "CUDA graph run reports a capture", "graph == eager == known answers, 200 episodes",
+    "a replay on new inputs computes them (not stale outputs)", "two replays of a stochastic step differ",
+    "same seed -> same actions, step by step, across two runs", "another seed -> other actions; steps draw new noise",
+    "noisy policy: graph == eager, step by step", "one engine: run 2 (replays only) == run 1 (which captured)",
+    "50 runs of one pipelined engine: device memory, pinned host memory and graphs flat",
+    *(f"async engine {i} of 3: pinned, exact, unregistered at close" for i in (1, 2, 3)),
+    "slow policy under a side stream, eager: exact", "slow policy under a side stream, graph: exact",
+    "h2d covers the observation transfer (>= bytes / 200 GB/s)", "capture time sits apart from eval_s",
+    *(f"{name}, batch {b}: graph captured" for name, _make, batches, _calls in LATENCY_MODELS for b in batches),
+)
+"""Every row that needs a GPU, by name: a CPU run prints each as SKIP."""
+
+
 def run_checks(device: str) -> list[Check]:
     checks = []
-    for name, fn in (("graph captured", check_graph_captured), ("fresh noise", check_fresh_noise),
-                     ("flat memory", check_memory_flat)):
+    for name, fn in CHECKS:
         try:
             checks += fn(device)
         except Exception as exc:  # a check that crashes has failed
@@ -317,14 +532,20 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {"machine": machine_info(), "cuda": has_cuda}
 
     print("\n## Checks")
-    checks = run_checks("cuda") if has_cuda else [Check(n, None, "no CUDA device") for n in (
-        "graph really captured", "fresh noise under replay", "flat memory over 50 runs")]
+    checks = run_checks("cuda") if has_cuda else [Check(n, None, "no CUDA device") for n in DEVICE_ROWS]
     print("\n".join(c.line() for c in checks))
 
     print("\n## Policy step latency: eager vs CUDA-graph replay (us, median)")
-    latency = latency_rows(args.quick) if has_cuda else []
+    try:
+        latency = latency_rows(args.quick) if has_cuda else []
+    except Exception as exc:  # a row that raises is a failure
+        latency = []
+        checks.append(Check("policy step latency rows", False, f"raised {type(exc).__name__}: {exc}"))
     print(markdown_table(["policy", "params", "batch", "eager us", "graph us", "speed-up", "graph"], latency)
           if latency else "SKIP: no CUDA device")
+    status = capture_checks(latency)
+    print("\n".join(c.line() for c in status))
+    checks += status
 
     print("\n## End to end (episodes/s)")
     e2e = end_to_end_rows(has_cuda, args.quick)

@@ -17,6 +17,7 @@ REQS=(
   "pytest>=7" "hypothesis>=6"
   "numba>=0.59" "tensordict>=0.5" "safetensors>=0.4" "click>=8.1" "tqdm>=4.60"
   "imageio>=2.30" "imageio-ffmpeg>=0.4"
+  "websockets>=12" "msgpack>=1.0"
 )
 VENV="${FASTEVAL_LEROBOT_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/fasteval/lerobot-py312}"
 STAMP="$VENV/.fasteval-stamp"

@@ -65,6 +65,8 @@ def test_bench_cartpole_tiny_json_and_exact_returns(tiny_run):
     ("scaling.py", ["--tiny"], ["| workers | env steps/s | speed-up |", "FixedCostEnv"]),
     ("ab_compare.py", ["--tiny", "--before", str(ROOT)], ["| cartpole zero b16 sync ", "after / before"]),
     ("bench_cli_overhead.py", ["--tiny"], ["| CLI ", "same episodes in every row: True"]),
+    ("bench_sequential.py", ["--tiny"], ["| Bernoulli(0.05) |", "| success A = B = 0.7, independent |", "p = 0.9 vs threshold 0.8",
+                                         "single rule 20/20, paired 20/20", "STEP (Snyder et al."]),
 ])
 def test_other_benchmarks_run_at_tiny_size(script, args, needles):
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], capture_output=True, text=True,

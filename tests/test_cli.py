@@ -220,7 +220,7 @@ def test_a_resumed_sweep_says_how_many_episodes_the_store_holds(tmp_path):
     assert "2 jobs ran" in first.output and "6 episodes added, 6 episodes now stored" in first.output
     again = run(["sweep", str(spec), "-o", str(out), "-w", "1", "--no-report"])
     assert again.exit_code == 0, again.output
-    assert "0 jobs ran, 2 were complete" in again.output
+    assert "0 jobs ran (0 finished, 0 failed); 2 were already complete and skipped" in again.output
     assert "0 episodes added, 6 episodes now stored" in again.output
 
 

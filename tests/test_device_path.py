@@ -204,3 +204,60 @@ def test_gpu_pin_memory_false_pins_nothing():
     with Engine(spec, pin_memory=False) as engine:
         assert not engine.h2d.host.is_pinned() and not engine.d2h.pinned and engine.h2d.staged == []
         assert strip(engine.run().per_episode) == exp_strip(parity_expected(0, 8))
+
+
+# -- observation copies a chunk policy will not read --------------------------------------------------
+
+class ChunksOfTwo:
+    """Acts in chunks of two steps per slot (action 0): reads the observation only when a slot's chunk is used up."""
+
+    def __init__(self):
+        self.left = None
+
+    def reset(self, env_ids):
+        if self.left is not None:
+            self.left[env_ids.numpy()] = 0
+
+    def reads_observation(self, rows):
+        return self.left is None or bool((self.left[rows] == 0).any())
+
+    def select_action(self, obs):
+        if self.left is None:
+            self.left = np.zeros(obs.shape[0], dtype=np.int64)
+        self.left[self.left == 0] = 2
+        self.left -= 1
+        return torch.zeros(obs.shape[0], dtype=torch.long)
+
+
+def _counted_copies(monkeypatch):
+    from fasteval.core import transfer
+
+    counts = {"copies": 0}
+    original = transfer.HostToDevice.group
+
+    def group(self, rows):
+        view, copy = original(self, rows)
+
+        def counted():
+            counts["copies"] += 1
+            copy()
+
+        return view, counted
+
+    monkeypatch.setattr(transfer.HostToDevice, "group", group)
+    return counts
+
+
+def test_observation_copies_a_chunk_policy_will_not_read_are_skipped(monkeypatch):
+    counts = _counted_copies(monkeypatch)
+    want = exp_strip([expected_episode(i) for i in range(12)])
+    log = ActionLog()
+    with Engine(EvalSpec(env=KA, policy=ChunksOfTwo(), n_episodes=12, batch_size=1)) as engine:
+        result = engine.run()
+        skipping = counts["copies"]
+        launches = sum(r["length"] for r in result.per_episode)
+        assert strip(result.per_episode) == want
+        counts["copies"] = 0
+        assert strip(engine.run(observer=log).per_episode) == want
+    assert skipping <= launches // 2 + 12 + 1  # one copy per chunk (plus the dry run's), not one per step
+    assert counts["copies"] == launches  # an observer (a recorder may read the device buffer): every step copies

@@ -327,3 +327,114 @@ def test_cuda_graph_status_in_eval_info_profile_and_bench(tmp_path):
                                       "--cuda-graph"], catch_exceptions=False)
     assert bench.exit_code == 0, bench.output
     assert "CUDA graph eager (no CUDA device)" in bench.output
+
+
+# -- CUDA's rule for the capture body, in the fake ------------------------------------------------------
+
+import numpy as np  # noqa: E402
+
+from fasteval.core.capture_body import HostCopyError, born_on, no_host_copies  # noqa: E402
+
+
+def _upload(x):
+    return x + torch.from_numpy(np.ones(x.shape, dtype=np.float32)).to(x.device)
+
+
+def _item(x):
+    return x * x.sum().item()
+
+
+def _branch(x):
+    return x if bool(x.sum() > 0) else -x
+
+
+def _index_upload(x):
+    return x[torch.from_numpy(np.arange(x.shape[0]))]
+
+
+def _synchronize(x):
+    torch.cuda.synchronize()
+    return x
+
+
+@pytest.mark.parametrize("step", [_upload, _item, _branch, _index_upload, _synchronize])
+def test_the_fake_capture_fails_on_a_pageable_upload_or_a_sync_as_cuda_does(step):
+    x = torch.arange(4.0)
+    with FakeCuda() as fake, pytest.warns(RuntimeWarning, match="operation not permitted when stream is capturing"):
+        call = CudaGraphCall(step, torch.device("cuda", 0))
+        out = call(x)
+        assert torch.equal(out, step(x))  # the eager result
+    assert call.facts["cuda_graph"] == "eager (capture failed: RuntimeError)" and len(fake.captures) == 1
+
+
+def _act_latent(x):
+    """LeRobot ACT's eval path: ``torch.zeros([B, latent_dim]).to(device)`` (a pageable upload on a GPU)."""
+    latent = torch.zeros([x.shape[0], 2]).to(x.device)
+    return x[:, :2] + latent
+
+
+def test_factory_calls_in_a_captured_step_are_born_on_the_policy_device(monkeypatch):
+    """Defect 1 (generic half): the capture runs with the policy device as the factory default."""
+    x = torch.ones(3, 4)
+    with FakeCuda() as fake:
+        call = CudaGraphCall(_act_latent, torch.device("cuda", 1))
+        assert torch.equal(call(x), x[:, :2]) and call.facts["cuda_graph"] == CAPTURED
+        assert fake.born_on == [torch.device("cuda", 1)]
+    # without it, the fake (like CUDA) refuses the upload: the test above can fail
+    monkeypatch.setattr(accel, "born_on", lambda device: _nothing())
+    with FakeCuda(), pytest.warns(RuntimeWarning, match="capture of the policy failed"):
+        call = CudaGraphCall(_act_latent, torch.device("cuda", 1))
+        call(x)
+    assert call.facts["cuda_graph"] == "eager (capture failed: RuntimeError)"
+
+
+def test_born_on_leaves_data_constructors_on_the_host():
+    with born_on("meta"):
+        assert torch.zeros(2).device.type == "meta" and torch.arange(3).device.type == "meta"
+        assert torch.zeros(2, device="cpu").device.type == "cpu"  # an explicit device wins
+        assert torch.tensor(2.0).device.type == "cpu" and torch.as_tensor([1, 2]).device.type == "cpu"
+
+
+def test_no_host_copies_names_each_kind_of_upload_and_allows_device_work():
+    x = torch.ones(4)
+    with torch.inference_mode():
+        with no_host_copies("cpu"):
+            with born_on("cpu"):
+                y = torch.zeros(4).to(x.device) + x  # born on the device: no copy
+            y = y * torch.tensor(2.0)  # a host scalar read by value: no copy
+            y.sum().item()  # a sync, allowed unless syncs=True
+        for body, what in [(lambda: torch.zeros(4).to(x.device), "Tensor.to of a host tensor"),
+                           (lambda: x.copy_(torch.zeros(4)), "copy_ from a host tensor"),
+                           (lambda: torch.tensor([1.0, 2.0], device="cpu"), r"tensor\(host data"),
+                           (lambda: x[np.array([0, 1])], "a host index"),
+                           (lambda: x + torch.from_numpy(np.ones(4, np.float32)), "a host tensor in")]:
+            with pytest.raises(HostCopyError, match=what) as caught, no_host_copies("cpu"):
+                body()
+            assert "test_graph_capture.py:" in str(caught.value)  # the line that did it
+        with pytest.raises(HostCopyError, match="a sync"), no_host_copies("cpu", syncs=True):
+            x.sum().item()
+        host = torch.zeros(4)
+        with pytest.raises(HostCopyError), no_host_copies("cpu", host=[host]):
+            host.to(x.device)
+
+
+# -- capture time is timed apart ------------------------------------------------------------------------
+
+def test_warm_ups_and_capture_are_timed_into_the_capture_clock(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(accel, "perf_counter", lambda: clock[0])
+
+    def step(x):
+        clock[0] += 1.0  # each eager call (2 warm-ups, the capture) "takes" 1 s; the fake replay re-runs it
+        return x * 2
+
+    before, x = accel.capture_clock.seconds, torch.ones(2)
+    with FakeCuda():
+        call = CudaGraphCall(step, torch.device("cuda", 0))
+        call(x)
+        assert accel.capture_clock.seconds - before == 3.0
+        call(x)  # a replay: not capture time
+        assert accel.capture_clock.seconds - before == 3.0
+    first = accel.timed_first_calls(step)
+    first(x), first(x), first(x)
+    assert accel.capture_clock.seconds - before == 4.0  # compile's first call per input only

@@ -46,7 +46,7 @@ needs_hub = pytest.mark.skipif(not has("huggingface_hub"), reason="hf:// policie
 
 # -- a known-answer env with images and state ---------------------------------------------------------
 class PixelEnv(gym.Env):
-    """Dict observations ``pixels`` (uint8 4x6x3, or ``pixels.top`` + ``pixels.wrist``) and
+    """Dict observations ``pixels`` (uint8 4x6x3, or ``pixels/top`` + ``pixels/wrist``: a nested ``pixels`` Dict, flat) and
     ``agent_pos`` (float64 [seed, t]); Box(2) actions. For reset seed ``s``: length ``1 + s % 5``;
     pixels at step t: ``(7 s + 3 t + arange(72)) % 256``; reward ``0.25 a0 - a1``; terminated at the
     end; ``is_success`` at the end when ``s`` is even; ``task_description`` = ``"task <s % 3>"``.
@@ -57,7 +57,7 @@ class PixelEnv(gym.Env):
 
     def __init__(self, cameras: int = 1, render_mode: str | None = "rgb_array"):
         image = gym.spaces.Box(0, 255, shape=(4, 6, 3), dtype=np.uint8)
-        keys = {"pixels": image} if cameras == 1 else {"pixels.top": image, "pixels.wrist": image}
+        keys = {"pixels": image} if cameras == 1 else {"pixels/top": image, "pixels/wrist": image}
         self.observation_space = gym.spaces.Dict({**keys, "agent_pos": gym.spaces.Box(-1e9, 1e9, (2,), np.float64)})
         self.action_space = gym.spaces.Box(-1e9, 1e9, (2,), np.float32)
         self.cameras, self.render_mode = cameras, render_mode
@@ -70,7 +70,7 @@ class PixelEnv(gym.Env):
 
     def _obs(self):
         pixels = lambda k: ((7 * self._seed + 3 * self._t + k + np.arange(72)) % 256).astype(np.uint8).reshape(4, 6, 3)
-        images = {"pixels": pixels(0)} if self.cameras == 1 else {"pixels.top": pixels(0), "pixels.wrist": pixels(100)}
+        images = {"pixels": pixels(0)} if self.cameras == 1 else {"pixels/top": pixels(0), "pixels/wrist": pixels(100)}
         return {**images, "agent_pos": np.array([self._seed, self._t], dtype=np.float64)}
 
     def reset(self, *, seed=None, options=None):
@@ -121,7 +121,7 @@ def test_lerobot_keys_for_pusht_like_observations():
 
 
 def test_lerobot_keys_for_cameras_environment_state_and_arrays():
-    space = gym.spaces.Dict({"pixels.top": box((4, 6, 3), np.uint8), "pixels/wrist": box((3, 4, 6), np.uint8),
+    space = gym.spaces.Dict({"pixels/top": box((4, 6, 3), np.uint8), "pixels/wrist": box((3, 4, 6), np.uint8),
                              "environment_state": box((16,), np.float32), "gripper": box((1,), np.float64)})
     assert {(p.target, p.kind) for p in plan_keys(space, "lerobot", {})} == {
         ("observation.images.top", "image_hwc"), ("observation.images.wrist", "image_chw"),
@@ -129,6 +129,23 @@ def test_lerobot_keys_for_cameras_environment_state_and_arrays():
     assert plan_keys(box((17,), np.float64), "lerobot", {}) == [KeyPlan(None, "observation.state", "float")]
     assert plan_keys(box((8, 8, 3), np.uint8), "lerobot", {}) == [KeyPlan(None, "observation.image", "image_hwc")]
     assert plan_keys(box((17,), np.float32), "raw", {}) == [KeyPlan(None, "observation", "same")]
+
+
+def test_lerobot_key_rules_are_lerobots():
+    """LeRobot's preprocess_observation rules: an image under another key than pixels passes through as float
+    (HxWxC, unscaled); a key whose name a special case already made is dropped; robot_state and IsaacLab's
+    policy / camera_obs keep their values; an env key already named observation.* gets the prefix again."""
+    space = gym.spaces.Dict({"state": box((3,), np.float64), "agent_pos": box((2,), np.float64),
+                             "top": box((4, 6, 3), np.uint8), "image": box((2,), np.float32), "pixels": box((4, 6, 3), np.uint8),
+                             "robot_state/eef/pos": box((3,), np.float64), "policy": box((5,), np.int64),
+                             "camera_obs": box((4, 6, 3), np.uint8), "observation.x": box((1,), np.int64)})
+    assert {(p.source, p.target, p.kind) for p in plan_keys(space, "lerobot", {})} == {
+        ("pixels", "observation.image", "image_hwc"), ("agent_pos", "observation.state", "float"),
+        ("robot_state/eef/pos", "observation.robot_state/eef/pos", "same"), ("policy", "observation.policy", "same"),
+        ("camera_obs", "observation.camera_obs", "same"), ("top", "observation.top", "float"),
+        ("observation.x", "observation.observation.x", "float")}  # "state" and "image": names already made
+    with pytest.raises(UserInputError, match="uint8 image"):
+        plan_keys(gym.spaces.Dict({"pixels": box((2,), np.float32)}), "lerobot", {})
 
 
 def test_rename_by_mapped_or_raw_key_and_clear_errors():
@@ -190,7 +207,9 @@ class TaskPolicy:
 
 
 @pytest.mark.parametrize("vectorization", ["sync", "async"])
-def test_task_description_read_once_per_episode_at_reset(vectorization):
+def test_task_description_read_every_step_as_lerobots_rollout(vectorization):
+    """LeRobot's rollout reads task_description before every select_action: so does fasteval (set_task hears of
+    each episode's task once, at its start, and again only when it changes)."""
     PixelEnv.description_reads = 0
     policy = TaskPolicy()
     n = 7
@@ -201,7 +220,53 @@ def test_task_description_read_once_per_episode_at_reset(vectorization):
     steps = sum(r["length"] for r in result.per_episode)
     assert len(policy.obs_tasks) > 1 and all(len(t) == 3 for t in policy.obs_tasks)
     if vectorization == "sync":  # in-process: count the attribute reads themselves
-        assert PixelEnv.description_reads == n + 1 < steps  # + 1: the engine asks once whether the env has one
+        assert PixelEnv.description_reads > steps  # every started slot, before every policy call
+
+
+class ChangingTaskEnv(PixelEnv):
+    """PixelEnv whose task changes within an episode: ``"task <s % 3> step <t>"``."""
+
+    @property
+    def task_description(self) -> str:
+        return f"task {self._seed % 3} step {self._t}"
+
+
+class OnlyTaskEnv(PixelEnv):
+    """An env with ``task`` and no ``task_description``: LeRobot's rollout falls back to ``task``."""
+
+    def __getattribute__(self, name):
+        if name == "task_description":
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+    @property
+    def task(self) -> str:
+        return f"only task {self._seed}"
+
+
+class NoTaskEnv(PixelEnv):
+    def __getattribute__(self, name):
+        if name == "task_description":
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+
+def make_task_env(kind: str) -> PixelEnv:
+    return {"changing": ChangingTaskEnv, "only_task": OnlyTaskEnv, "none": NoTaskEnv}[kind]()
+
+
+@pytest.mark.parametrize("kind, expected", [
+    ("changing", lambda seed, t: f"task {seed % 3} step {t}"),
+    ("only_task", lambda seed, t: f"only task {seed}"),
+    ("none", lambda seed, t: ""),
+])
+def test_batch_task_follows_lerobots_rollout(kind, expected):
+    """task_description read every step (a change within an episode reaches the next call), then task, then ""."""
+    policy = TaskPolicy()
+    result = evaluate(env="tests.test_robot:make_task_env", env_kwargs={"kind": kind}, policy=policy, n_episodes=3,
+                      batch_size=1, seed=4, observation_format="lerobot")
+    want = [expected(r["seed"], t) for r in result.per_episode for t in range(r["length"])]
+    assert [t[0] for t in policy.obs_tasks[1:]] == want  # [0]: the dry run
 
 
 def test_no_task_description_reads_without_a_consumer():

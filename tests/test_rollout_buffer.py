@@ -74,6 +74,29 @@ def test_the_buffer_grows_by_doubling_only_and_keeps_what_it_holds(numpy_writes)
     assert buf.episode(1, 6)["action"].tolist() == [100 + t for t in range(6)]
 
 
+def test_the_torch_path_writes_a_step_with_one_index_put_for_all_step_fields():
+    """The GPU path: the step fields cross as one packet and land in one ``index_put_`` (plus a gather
+    and an ``index_put_`` per observation key), not one per field."""
+    from torch.overrides import TorchFunctionMode
+
+    class Count(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.calls.append(getattr(func, "__name__", str(func)))
+            return func(*args, **(kwargs or {}))
+
+    buf = drive(ahead=False, frames=None, steps=2, numpy_writes=False)
+    rewards, term, trunc, success = buf.host
+    count = Count()
+    with count:
+        buf.write(np.array([0, 1]), np.array([3, 4]))
+    assert count.calls.count("__setitem__") == 2, count.calls  # the records; the observation
+    assert buf.episode(1, 2)["action"].tolist()[-1] == 4
+
+
 class BufferWatch(StepObserver):
     def __init__(self, engine):
         self.engine, self.pointers = engine, set()

@@ -86,7 +86,7 @@ def test_chunk_queue_device_mirror_equals_host_positions(n_slots, n_exec, script
     """The device-side position mirror (used on CUDA, forced here on CPU) gives the same actions."""
     import torch
 
-    from fasteval.robot.policies.chunk_queue import ChunkQueue
+    from fasteval.core.chunk_queue import ChunkQueue
 
     def make_call():
         count = [0]
@@ -105,6 +105,31 @@ def test_chunk_queue_device_mirror_equals_host_positions(n_slots, n_exec, script
             assert torch.equal(a, b)
         else:
             for q in queues:
+                q.drop([s for s in op if s < n_slots])
+
+
+@settings(max_examples=60, deadline=None)
+@given(n_slots=st.integers(1, 5), n_exec=st.integers(1, 4), mirror=st.booleans(),
+       script=st.lists(st.one_of(st.just("step"), st.lists(st.integers(0, 4), min_size=1, max_size=3)), max_size=25))
+def test_chunk_queue_fill_with_only_the_needed_rows_equals_a_full_fill(n_slots, n_exec, mirror, script):
+    """The split API (needed / fill / pop) the LeRobot adapter drives: a chunk with a row per needing slot
+    gives the same actions as a full-batch chunk whose other rows are ignored."""
+    import torch
+
+    from fasteval.core.chunk_queue import ChunkQueue
+
+    full, rows = (ChunkQueue(None, None, n_exec, mirror=mirror, n_slots=n_slots) for _ in range(2))
+    for t, op in enumerate(script):
+        if op == "step":
+            need = full.needed()
+            assert (need == rows.needed()).all()
+            chunk = torch.arange(n_slots * 4 * 2, dtype=torch.float32).reshape(n_slots, 4, 2) + 1000 * t
+            if need.any():
+                full.fill(chunk, need)
+                rows.fill(chunk[torch.from_numpy(need)], need)
+            assert torch.equal(full.pop(), rows.pop())
+        else:
+            for q in (full, rows):
                 q.drop([s for s in op if s < n_slots])
 
 

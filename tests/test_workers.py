@@ -247,24 +247,61 @@ def test_workers_option_is_validated():
 
 
 @pytest.mark.gpu
-def test_shared_buffers_are_pinned_for_a_cuda_policy():
+def test_shared_buffers_are_pinned_for_a_cuda_policy_and_unpinned_at_close():
     import torch
-
-    from fasteval.core.transfer import is_pinned, pinned_zeros
 
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     factory, probe, _cap = make_factory("CartPole-v1", {}, None)
-    pool = build_slot_envs("async", factory, 4, probe, 30.0, workers=2, obs_allocate=pinned_zeros)
+    pool = build_slot_envs("async", factory, 4, probe, 30.0, workers=2)
+    view = torch.from_numpy(pool.obs)
     try:
-        assert pool.pinned and is_pinned(torch.from_numpy(pool.obs))
+        assert not pool.pinned and not view.is_pinned()  # nothing registered before the policy device is known
+        assert pool.pin_host_buffers() and pool.pinned and view.is_pinned()
     finally:
         pool.close()
+    assert not pool.pinned and not view.is_pinned()  # CUDA's registry forgot it too
 
 
 def test_shared_buffers_are_not_pinned_without_cuda_or_request(pair):
     pool, _ = pair("CartPole-v1", 2, 2)
     assert pool.pinned is False
+
+
+def test_the_owner_of_the_shared_buffers_unregisters_them_at_close_and_logs_the_codes(caplog):
+    """Defect 2: the registration outlived the pool; a later mapping at the same address then failed to
+    register while ``is_pinned()`` still said True (DMA out of freed pages)."""
+    import logging
+
+    from fasteval.testing.fake_cuda import FakeHostRegistry
+
+    caplog.set_level(logging.DEBUG, logger="fasteval.core.shared_buffers")
+    with FakeHostRegistry() as cudart:
+        pools = []
+        for _ in range(3):  # three pools, one after another, as suites and repeated evaluate() calls build them
+            pool = build(KNOWN_ANSWER_ID, 2, "async", workers=1)
+            address = pool.buffers.address()
+            assert not pool.pinned and not cudart.is_pinned(address)  # nothing until the device is known
+            assert pool.pin_host_buffers() and pool.pinned and cudart.is_pinned(address)
+            pool.close()
+            assert not pool.pinned and not cudart.is_pinned(address)  # CUDA's registry forgot it
+            pools.append(pool)
+        assert [c[0] for c in cudart.calls] == ["cudaHostRegister", "cudaHostUnregister"] * 3
+        assert all(code == 0 for _, _, code in cudart.calls) and cudart.ranges == {}
+    assert caplog.text.count("returned 0") == 6
+
+
+def test_a_failed_registration_leaves_the_pool_unpinned_and_logs_the_code(caplog):
+    from fasteval.testing.fake_cuda import FakeHostRegistry
+
+    with FakeHostRegistry() as cudart:
+        pool = build(KNOWN_ANSWER_ID, 2, "async", workers=1)
+        try:
+            cudart.ranges[pool.buffers.address()] = 64  # a stale registration of the same range
+            assert pool.pin_host_buffers() is False and pool.pinned is False
+        finally:
+            pool.close()
+    assert "returned 712" in caplog.text
 
 
 def test_videos_from_the_pool_equal_in_process_videos(tmp_path):
@@ -293,3 +330,22 @@ def test_a_suite_callable_env_in_workers_is_a_clear_user_error():
     with pytest.raises(UserInputError, match="module:callable"):
         WorkerPoolEnvs(EnvFactory(task.env, dict(task.env_kwargs)), 2, probe.observation_space, probe.action_space,
                        n_workers=1, step_timeout=30.0)
+
+
+def test_sync_envs_move_their_observations_into_pinned_buffers_when_asked(monkeypatch):
+    """Pinning waits until the policy device is known to be a GPU; the envs then write the new buffers."""
+    from fasteval.core import transfer
+
+    made = []
+    monkeypatch.setattr(transfer, "pinned_zeros", lambda shape, dtype: made.append(shape) or np.zeros(shape, dtype))
+    envs = build(KNOWN_ANSWER_ID, 2, "sync")
+    try:
+        assert not envs.pinned and made == []  # nothing pinned at build time: no CUDA context for a CPU policy
+        envs.reset_slots([0, 1], [3, 4])
+        before = envs.obs.copy()
+        assert envs.pin_host_buffers() and envs.pinned and made == [(2, 3)]
+        np.testing.assert_array_equal(envs.obs, before)  # contents carried over
+        envs.step([0], np.zeros(2, np.int64))
+        assert envs.obs[0, 1] == 1 / 16  # the env wrote its next observation into the new buffer
+    finally:
+        envs.close()

@@ -34,6 +34,8 @@ MOVED: dict[str, str] = {
     "fasteval.spec": "fasteval.types.spec",
     "fasteval.stats": "fasteval.types.stats",
     "fasteval.recording": "fasteval.robot.recording",
+    "fasteval.policies.chunk_queue": "fasteval.core.chunk_queue",
+    "fasteval.robot.policies.chunk_queue": "fasteval.core.chunk_queue",
     "fasteval.policies": "fasteval.robot.policies",
     "fasteval.lerobot": "fasteval.robot.lerobot",
     "fasteval.fast_envs": "fasteval.robot.fast_envs",

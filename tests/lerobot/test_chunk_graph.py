@@ -81,3 +81,57 @@ def test_diffusion_with_per_episode_generators_is_not_graphed(diffusion_checkpoi
         result = evaluate(**varying_spec(diffusion_checkpoint, batch_size=2, n_episodes=2))
     assert result.meta[KEY].startswith("eager (per-episode noise generators")
     assert fake.captures == []
+
+
+def test_the_capture_fails_without_factory_calls_born_on_the_device(act_checkpoint: Path, eager_rows: list[tuple],
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A planted fault: without born_on, ACT's eval-time ``torch.zeros([B, latent_dim]).to(device)`` is a pageable
+    host-to-device copy, which the strict fake capture refuses as CUDA does. So the test above sees the fix."""
+    import contextlib
+
+    from fasteval.core import accel
+
+    monkeypatch.setattr(accel, "born_on", lambda device: contextlib.nullcontext())
+    with FakeCuda(), pytest.warns(RuntimeWarning, match="capture of the policy failed"):
+        result = run(act_checkpoint)
+    assert result.meta[KEY] == "eager (capture failed: RuntimeError)"
+    assert rows(result) == eager_rows
+
+
+def test_acts_chunk_prediction_makes_no_host_copy_when_born_on_the_device(act_checkpoint: Path) -> None:
+    """The capture body itself, on CPU: LeRobot's ACT predict_action_chunk under born_on(device) makes no
+    host-to-device copy; without born_on the guard names ACT's own line (modeling_act.py)."""
+    import torch
+
+    from fasteval.core.capture_body import HostCopyError, born_on, no_host_copies
+    from fasteval.robot.lerobot.loader import load_lerobot_policy
+    from fasteval.robot.lerobot.testing import IMAGE_SHAPE, STATE_DIM
+
+    wrapper = load_lerobot_policy(act_checkpoint, n_slots=2, device="cpu")
+    batch = {"observation.image": torch.rand(2, *IMAGE_SHAPE), "observation.state": torch.rand(2, STATE_DIM)}
+    batch = wrapper.pipelines.pre({**batch, "task": ["", ""]})
+    device = torch.device("cpu")
+    with no_host_copies(device), born_on(device), torch.no_grad():
+        chunk = wrapper.policy.predict_action_chunk(batch)
+    assert chunk.shape[:2] == (2, wrapper.n_action_steps)
+    with pytest.raises(HostCopyError, match="modeling_act"), no_host_copies(device), torch.no_grad():
+        wrapper.policy.predict_action_chunk(batch)
+
+
+def test_a_queue_step_without_a_refill_copies_nothing_to_the_device(act_checkpoint: Path) -> None:
+    """Steps served from the per-slot queues (the shared ChunkQueue) upload nothing: no positions, no index."""
+    import torch
+    from tensordict import TensorDict
+
+    from fasteval.core.capture_body import no_host_copies
+    from fasteval.robot.lerobot.loader import load_lerobot_policy
+    from fasteval.robot.lerobot.testing import IMAGE_SHAPE, STATE_DIM
+
+    wrapper = load_lerobot_policy(act_checkpoint, n_slots=2, device="cpu")
+    wrapper.reset(torch.tensor([0, 1]))
+    obs = TensorDict({"observation.image": torch.rand(2, *IMAGE_SHAPE), "observation.state": torch.rand(2, STATE_DIM)},
+                     batch_size=[2])
+    first = wrapper.select_action(obs)  # a refill
+    with no_host_copies(torch.device("cpu"), syncs=True):
+        second = wrapper.select_action(obs)
+    assert first.shape == second.shape == (2, 2) and not torch.equal(first, second)

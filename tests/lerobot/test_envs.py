@@ -12,7 +12,7 @@ import torch
 pytest.importorskip("lerobot")
 
 from fasteval import evaluate  # noqa: E402
-from fasteval.robot.lerobot.envs import ENV_REF, FlattenPixels, env_config, prepare_libero  # noqa: E402
+from fasteval.robot.lerobot.envs import ENV_REF, FlattenNested, env_config, prepare_libero  # noqa: E402
 
 
 def test_act_on_lerobot_built_pusht_matches_lerobot_eval(act_checkpoint: Path) -> None:
@@ -73,7 +73,7 @@ def test_nested_cameras_flatten_and_reach_lerobot_keys() -> None:
 
     from fasteval.robot.lerobot.policy import lerobot_batch
 
-    env = FlattenPixels(_TwoCameras())
+    env = FlattenNested(_TwoCameras())
     assert sorted(env.observation_space.spaces) == ["agent_pos", "pixels/top", "pixels/wrist"]
     raw = _TwoCameras.observation_space.sample()
     flat = env.observation(raw)

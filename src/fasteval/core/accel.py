@@ -17,10 +17,16 @@ How a capture runs (the recipe of tensordict's ``CudaGraphModule``):
 2. warm-up calls run on a side stream created on that device (once per engine), which waits for
    the current stream first;
 3. the capture runs on that same side stream (``torch.cuda.graph(..., stream=side)``);
-4. the thread's current stream and the RNG states (CPU and the policy device) are restored
+4. warm-ups and capture run under :func:`~fasteval.core.capture_body.born_on` (policy device):
+   factory calls given no device (``torch.zeros([B, D]).to(device)``, as LeRobot's ACT builds its
+   latent) are born on the device, so they make no host-to-device copy, which would fail the
+   capture (see :mod:`fasteval.core.capture_body` for what a capture body may not do);
+5. the thread's current stream and the RNG states (CPU and the policy device) are restored
    afterwards, whether the capture worked or not: warm-up draws never shift a run's noise, and a
    failed capture leaves nothing behind;
-5. a failed capture warns once and the engine runs the policy eagerly from then on.
+6. a failed capture warns once and the engine runs the policy eagerly from then on;
+7. the time it took (warm-ups included, synchronized) goes to :data:`capture_clock`: the engine
+   keeps it out of ``eval_s`` and the ``policy`` stage, as ``meta["capture_s"]``.
 
 Concurrency: suite tasks may run engines in threads. Captures use
 ``capture_error_mode="thread_local"`` (another thread may keep launching CUDA work, e.g. its own
@@ -50,8 +56,10 @@ with the default ``None``).
 
 AMP (``--amp bf16|fp16``) wraps the call in ``torch.autocast``; it helps large conv/attention
 policies on GPUs with tensor cores, rarely small MLPs, and changes results slightly (lower
-precision). ``--compile`` wraps it in ``torch.compile``: worth it for large policies and long
-evaluations (compilation takes seconds to minutes, outside the timed loop only if warmed up).
+precision). Around a call that a graph captures, autocast's cast cache is off
+(``cache_enabled=False``, PyTorch's rule for graphed callables). ``--compile`` wraps it in
+``torch.compile``: worth it for large policies and long evaluations; compilation (seconds to
+minutes, in the first call per input, or in the graph warm-ups) is timed apart, as ``capture_s``.
 """
 
 from __future__ import annotations
@@ -59,10 +67,12 @@ from __future__ import annotations
 import logging
 import threading
 import warnings
+from time import perf_counter
 from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 
+from fasteval.core.capture_body import born_on
 from fasteval.core.policy import NO_RESET
 
 logger = logging.getLogger(__name__)
@@ -77,12 +87,26 @@ CAPTURE_LOCK = threading.Lock()
 CAPTURE_ERROR_MODE = "thread_local"
 
 
+class _CaptureClock(threading.local):
+    seconds = 0.0
+
+
+capture_clock = _CaptureClock()
+"""Seconds this thread has spent warming up and capturing CUDA graphs (every :class:`CudaGraphCall`:
+the engine's step and, say, a policy's own chunk graph) and in torch.compile's first calls. The
+engine reads it around a run and keeps that time out of ``eval_s`` (``meta["capture_s"]``)."""
+
+
 def eager(reason: str) -> str:
     """The ``policy_cuda_graph`` value of a policy that runs eagerly although graphs were asked for."""
     return f"eager ({reason})"
 
 
-def with_autocast(fn: Callable[[Any], torch.Tensor], device: torch.device, amp: str) -> Callable[[Any], torch.Tensor]:
+def with_autocast(fn: Callable[[Any], torch.Tensor], device: torch.device, amp: str,
+                  cache_enabled: bool = True) -> Callable[[Any], torch.Tensor]:
+    """``fn`` under ``torch.autocast`` for ``amp``; ``cache_enabled=False`` for a call a CUDA graph
+    captures (PyTorch's rule for graphed callables: the cast-weight cache would hold tensors made
+    during capture, freed or stale at replay)."""
     dtype = AMP_DTYPES[amp]
     if dtype is None:
         return fn
@@ -90,10 +114,29 @@ def with_autocast(fn: Callable[[Any], torch.Tensor], device: torch.device, amp: 
         dtype = torch.get_autocast_dtype(device.type)
 
     def autocast_call(obs: Any) -> torch.Tensor:
-        with torch.autocast(device_type=device.type, dtype=dtype):
+        with torch.autocast(device_type=device.type, dtype=dtype, cache_enabled=cache_enabled):
             return fn(obs)
 
     return autocast_call
+
+
+def timed_first_calls(fn: Callable[[Any], torch.Tensor]) -> Callable[[Any], torch.Tensor]:
+    """``fn`` (a ``torch.compile`` d call), with its first call per input object timed into
+    :data:`capture_clock` (compilation happens then), so that it stays out of ``eval_s``."""
+    seen: set[int] = set()
+
+    def call(obs: Any) -> torch.Tensor:
+        key = id(obs)
+        if key in seen:
+            return fn(obs)
+        started = perf_counter()
+        try:
+            return fn(obs)
+        finally:
+            seen.add(key)
+            capture_clock.seconds += perf_counter() - started
+
+    return call
 
 
 # -- what a graph would freeze ------------------------------------------------------------------
@@ -263,26 +306,35 @@ class CudaGraphCall:
         return self.static
 
     def _capture(self, obs: Any) -> tuple | None:
-        with CAPTURE_LOCK, torch.cuda.device(self.device):
-            if self.stream is None:  # created on the policy device, inside its device context
-                self.stream = torch.cuda.Stream(device=self.device)
-                self.pool = torch.cuda.graph_pool_handle()
-            previous = torch.cuda.current_stream(self.device)
-            cpu_rng, cuda_rng = torch.get_rng_state(), torch.cuda.get_rng_state(self.device)
-            try:
+        started = perf_counter()
+        try:
+            with CAPTURE_LOCK, torch.cuda.device(self.device):
+                return self._capture_locked(obs)
+        finally:
+            capture_clock.seconds += perf_counter() - started
+
+    def _capture_locked(self, obs: Any) -> tuple | None:
+        if self.stream is None:  # created on the policy device, inside its device context
+            self.stream = torch.cuda.Stream(device=self.device)
+            self.pool = torch.cuda.graph_pool_handle()
+        previous = torch.cuda.current_stream(self.device)
+        cpu_rng, cuda_rng = torch.get_rng_state(), torch.cuda.get_rng_state(self.device)
+        try:
+            with born_on(factory_device(self.device)):  # torch.zeros(...) in the step is born on the device
                 entry = self._warm_up_and_capture(obs, previous)
-            except Exception as exc:  # capture is an optimisation: never crash for it
-                warnings.warn(f"CUDA-graph capture of the policy failed ({type(exc).__name__}: {exc}); running it "
-                              f"eagerly. See fasteval.core.accel for the rules of the graph path.",
-                              RuntimeWarning, stacklevel=3)
-                self.eager = True
-                self.facts["cuda_graph"] = eager(f"capture failed: {type(exc).__name__}")
-                return None
-            finally:
-                if torch.cuda.current_stream(self.device) != previous:
-                    torch.cuda.set_stream(previous)
-                torch.set_rng_state(cpu_rng)
-                torch.cuda.set_rng_state(cuda_rng, self.device)
+            previous.synchronize()  # the warm-ups' GPU work counts as capture time, not as the first step's
+        except Exception as exc:  # capture is an optimisation: never crash for it
+            warnings.warn(f"CUDA-graph capture of the policy failed ({type(exc).__name__}: {exc}); running it "
+                          f"eagerly. See fasteval.core.accel for the rules of the graph path.",
+                          RuntimeWarning, stacklevel=4)
+            self.eager = True
+            self.facts["cuda_graph"] = eager(f"capture failed: {type(exc).__name__}")
+            return None
+        finally:
+            if torch.cuda.current_stream(self.device) != previous:
+                torch.cuda.set_stream(previous)
+            torch.set_rng_state(cpu_rng)
+            torch.cuda.set_rng_state(cuda_rng, self.device)
         self.graphs[id(obs)] = entry
         self.captures += 1
         self.facts["cuda_graph"] = CAPTURED
@@ -306,6 +358,12 @@ class CudaGraphCall:
 def graph_unsupported(device: torch.device) -> str | None:
     """Why graphs cannot run on ``device`` (None: they can). A seam for tests with fake graphs."""
     return None if device.type == "cuda" else "no CUDA device"
+
+
+def factory_device(device: torch.device) -> torch.device:
+    """The device factory calls are born on during warm-ups and capture: the policy's. A seam for the
+    fake CUDA, whose "CUDA" tensors live on the CPU."""
+    return device
 
 
 class GraphDecision(NamedTuple):
@@ -347,14 +405,14 @@ def accelerate(fn: Callable[[Any], torch.Tensor], *, device: torch.device, amp: 
     (per-slot state among them). Decided here, once (:func:`graph_decision`); the loop just calls.
     """
     facts: dict[str, Any] = {"amp": amp, "compile": compile, "cuda_graph": OFF}
-    fn = with_autocast(fn, device, amp)
+    decision = graph_decision(cuda_graph, device, blockers)
+    graphed = decision.status is None
+    fn = with_autocast(fn, device, amp, cache_enabled=not graphed)
     if compile:
         fn = torch.compile(fn, dynamic=False)
-    decision = graph_decision(cuda_graph, device, blockers)
-    if decision.status is not None:
+    if not graphed:
         if decision.warning is not None:
             warnings.warn(decision.warning, RuntimeWarning, stacklevel=2)
         facts["cuda_graph"] = decision.status
-        return fn, facts
-    call = CudaGraphCall(fn, device, facts=facts)
-    return call, facts
+        return (timed_first_calls(fn) if compile else fn), facts
+    return CudaGraphCall(fn, device, facts=facts), facts  # compilation then happens in the warm-ups: capture time

@@ -22,15 +22,17 @@ import torch
 from torch import nn
 
 from fasteval import kernels
+from fasteval.core import accel
 from fasteval.core.accel import accelerate, changes_python_state, graph_blockers, graph_decision, per_slot_state
 from fasteval.core.envs import SlotEnvs, build_slot_envs, make_factory
 from fasteval.core.faults import Faults, make_action_check
 from fasteval.core.ledger import Ledger
 from fasteval.core.loop import StepContext, run_episodes, start_wave
+from fasteval.core.stopping import StopWhen, cut_at_stop, stopping_meta
 from fasteval.core.pipeline import check_pipelinable, group_rows, policy_batch
 from fasteval.core.protocols import EngineParts, StepObserver
 from fasteval.core.timing import make_stage_timers
-from fasteval.core.transfer import DeviceToHost, HostToDevice, host_allocator
+from fasteval.core.transfer import DeviceToHost, HostToDevice, pins_host
 from fasteval.types.errors import EvaluationAborted, UserInputError
 from fasteval.types.results import EarlierSegments, EpisodeTable, EvalResult, run_status
 from fasteval.types.spec import EvalSpec
@@ -73,7 +75,7 @@ class CoreEngine:
         self.factory = factory
         self.max_steps = cap
         self.envs: SlotEnvs = build_slot_envs(spec.vectorization, factory, self.n_slots, probe, spec.step_timeout,
-                                              workers=spec.workers, obs_allocate=host_allocator(spec.device, pin_memory))
+                                              workers=spec.workers)
         try:
             self._build_policy_side(spec)
         except BaseException:
@@ -83,6 +85,9 @@ class CoreEngine:
         self._checked = False
         self.dry_run_s = 0.0
         """Seconds the dry run took in the current run (only the first run has one); not in ``eval_s``."""
+        self.capture_s = 0.0
+        """Seconds the current run spent capturing CUDA graphs (warm-ups included) and in torch.compile's
+        first calls (:data:`fasteval.core.accel.capture_clock`); not in ``eval_s`` nor in the ``policy`` stage."""
         self.runs = 0
         self.ledger: Ledger | None = None
         """The ledger of the run in progress (or the last one)."""
@@ -99,7 +104,10 @@ class CoreEngine:
         """The slot groups of the step sequence: one, or two with ``pipeline``."""
         self.policy_batch = policy_batch(self.group_rows)
         """Rows per policy call: all slots, or the larger group's with ``pipeline``."""
-        self.h2d = HostToDevice(envs.obs, self.device, self.pin_memory)
+        if pins_host(self.device, self.pin_memory):  # only now: pinning creates a CUDA context
+            envs.pin_host_buffers()
+        # The copy path follows what the owner of the host buffers knows (never tensor.is_pinned()).
+        self.h2d = HostToDevice(envs.obs, self.device, self.pin_memory, host_pinned=envs.pinned)
         # A PolicyRunner plus the robot steps (obs mapping, normalization stats, task descriptions, action chunks).
         self.runner = self.parts.build_runner(policy, spec, envs, self.h2d, self.policy_batch)
         self.d2h = DeviceToHost(self.n_slots, tuple(envs.action_space.shape or ()), action_host_dtype(envs.action_space),
@@ -162,32 +170,68 @@ class CoreEngine:
         ``seed`` inside the run so stochastic policies are reproducible. ``earlier`` (a resumed run):
         the records of its earlier segments, folded into the one result of the run.
         """
+        cap = self.spec.n_episodes if episodes is not None else n_episodes
         n, seed, episodes = self._plan(n_episodes, seed, episodes)
+        stop = self._stop_rule(n if cap is None else int(cap), earlier)
+        if stop is not None and stop.fired:
+            n, episodes = 0, []  # the rule held on the earlier segments: the run stays stopped
         ledger = Ledger(n, self.n_slots, seed, episodes)
         self.ledger = ledger
         if n == 0:
-            return self._result(ledger, [], 0.0, seed, earlier)
+            return self._result(ledger, [], 0.0, seed, earlier, stop=stop)
         observer = self.parts.attach_observers(self, ledger, observer)  # videos / episode data when the spec asks
-        callback = (lambda done: on_finished(ledger, done)) if on_finished is not None else (lambda done: None)
+        callback = self._finished_callback(ledger, on_finished, stop)
         faults = Faults(self.envs, self.runner, ledger, self.spec.retries, self.spec.on_nan_action, on_error)
         self.timers.reset()
-        self.dry_run_s = 0.0
-        start = perf_counter()
+        self.dry_run_s = self.capture_s = 0.0
+        start, captured = perf_counter(), accel.capture_clock.seconds
         try:
             with self._seeded(seed):
                 self._step_episodes(ledger, faults, callback, observer)
         except UserInputError:
             raise  # the dry run: nothing was evaluated
         except BaseException as exc:
-            partial = self._result(ledger, faults.errors, perf_counter() - start - self.dry_run_s, seed, earlier, exc)
+            partial = self._result(ledger, faults.errors, self._eval_seconds(start, captured), seed, earlier, exc, stop)
             self.parts.finish_observers(observer, partial)
             raise EvaluationAborted(
                 f"evaluation stopped early after {len(partial.per_episode)} finished episodes: "
                 f"{type(exc).__name__}: {exc}", partial) from exc
         self.runs += 1
-        result = self._result(ledger, faults.errors, perf_counter() - start - self.dry_run_s, seed, earlier)
+        result = self._result(ledger, faults.errors, self._eval_seconds(start, captured), seed, earlier, stop=stop)
         self.parts.finish_observers(observer, result)
         return result
+
+    def _stop_rule(self, cap: int, earlier: EarlierSegments | None) -> StopWhen | None:
+        """The spec's ``stop_when`` as this run's :class:`StopWhen` (fed the earlier segments' episodes)."""
+        if self.spec.stop_when is None:
+            return None
+        # the prefix reaches the rule a quarter batch at a time: k is the same, the cost per step is bounded
+        stop = StopWhen(self.spec.stop_when, self.spec.confidence, self.spec.return_bounds, cap=cap,
+                        min_feed=max(1, self.n_slots // 4))
+        if earlier is not None:
+            stop.prime(earlier.records)
+        return stop
+
+    @staticmethod
+    def _finished_callback(ledger: Ledger, on_finished: Callable[[Ledger, np.ndarray], None] | None,
+                           stop: StopWhen | None) -> Callable[[np.ndarray], None]:
+        """The loop's ``on_finished``: the caller's (the run log first: nothing computed is lost), then the rule's."""
+        if stop is None:
+            return (lambda done: on_finished(ledger, done)) if on_finished is not None else (lambda done: None)
+
+        def finished(done: np.ndarray) -> None:
+            if on_finished is not None:
+                on_finished(ledger, done)
+            stop.on_finished(ledger, done)
+        return finished
+
+    def _eval_seconds(self, start: float, captured: float) -> float:
+        """Seconds since ``start`` less what is timed apart: the dry run (``dry_run_s``), and graph capture
+        and compilation (``capture_s``: the :data:`~fasteval.core.accel.capture_clock` since it read
+        ``captured``), which also leave the ``policy`` stage they happened in."""
+        self.capture_s = accel.capture_clock.seconds - captured
+        self.timers.take_out("policy", self.capture_s)
+        return perf_counter() - start - self.dry_run_s - self.capture_s
 
     def _plan(self, n_episodes: int | None, seed: int | None,
               episodes: Sequence[int] | None) -> tuple[int, int, list[int] | None]:
@@ -243,15 +287,26 @@ class CoreEngine:
             self.ledger.stop_starting()
 
     def _result(self, ledger: Ledger, errors: Sequence[dict[str, Any]], eval_s: float, seed: int,
-                earlier: EarlierSegments | None = None, error: BaseException | None = None) -> EvalResult:
-        """The one result of the run (with ``earlier``: of every segment of a resumed run)."""
+                earlier: EarlierSegments | None = None, error: BaseException | None = None,
+                stop: StopWhen | None = None) -> EvalResult:
+        """The one result of the run (with ``earlier``: of every segment of a resumed run; with ``stop``:
+        cut to the episodes ``0..k-1`` its rule stopped at)."""
         records, n = self.records(ledger), ledger.n_episodes
         meta = self._meta(n, seed)
         if earlier is not None:
             records, eval_s, n = earlier.merged(records), earlier.eval_s + eval_s, n + len(earlier.records)
             meta.update(n_episodes=n, segments=earlier.segments + 1)
         n_failed = int(ledger.failed.sum())
-        meta["status"] = run_status(len(records), n, n_failed, error, stopped=ledger.limit < ledger.n_episodes)
+        stopped = ledger.limit < ledger.n_episodes
+        if stop is not None:
+            stop.finish(ledger)
+            records, block = cut_at_stop(records, stop)
+            meta.update(n_episodes=stop.monitor.cap, **stopping_meta(block, records.tasks[0] if records.tasks else
+                                                                     (self.spec.env, 0, self.spec.env)))
+            if stop.fired:  # the rule decided: the wanted episodes are 0..k-1
+                n_failed = int(ledger.failed[ledger.episode_ids < stop.k].sum())
+                n, stopped = len(records) + n_failed, False
+        meta["status"] = run_status(len(records), n, n_failed, error, stopped=stopped)
         result = EvalResult(records, eval_s, self.timers.as_dict(), meta, errors=list(errors), n_failed=n_failed)
         result.meta["has_success_signal"] = self._success_signal()
         # the intra-op threads the run used (run() sets them for CPU policies, then restores them)
@@ -302,6 +357,7 @@ class CoreEngine:
             "kernel_backend": kernels.BACKEND,
             "pipeline": self.spec.pipeline,
             "dry_run_s": self.dry_run_s,
+            "capture_s": self.capture_s,
             **{f"policy_{k}": v for k, v in self.accel_facts.items()},
             **self._policy_facts(),
             **self._env_facts(),

@@ -170,14 +170,14 @@ def make_factory(env: str, kwargs: dict, max_steps: int | None) -> tuple[EnvFact
 class SyncSlotEnvs(SlotEnvs):
     """Sub-envs of a ``SyncVectorEnv`` (autoreset disabled), stepped in-process per active slot."""
 
-    def __init__(self, factory: EnvFactory, n_slots: int, first_env: gym.Env | None = None, obs_allocate=None):
+    def __init__(self, factory: EnvFactory, n_slots: int, first_env: gym.Env | None = None):
         fns: list[Callable[[], gym.Env]] = [factory] * n_slots
         self.factory = factory
         if first_env is not None:
             fns[0] = lambda: first_env
         self.vector_env = gym.vector.SyncVectorEnv(fns, autoreset_mode=gym.vector.AutoresetMode.DISABLED)
         super().__init__(n_slots, self.vector_env.single_observation_space, self.vector_env.single_action_space)
-        self.obs = allocate_obs_buffer(self.observation_space, n_slots, obs_allocate)
+        self.obs = allocate_obs_buffer(self.observation_space, n_slots)
         self.block = SlotBlock(factory, self.vector_env.envs, 0, self.obs, self.rewards, self.terminated,
                                self.truncated, self.success)
         """The per-slot env code (:mod:`fasteval.core.slot_block`), over every slot."""
@@ -187,6 +187,21 @@ class SyncSlotEnvs(SlotEnvs):
     @property
     def has_success_signal(self) -> bool:  # type: ignore[override]
         return self.block.has_success_signal
+
+    def pin_host_buffers(self) -> bool:
+        """Move the observation buffers into pinned memory (their contents too); the envs write there from now on."""
+        if not self.pinned:
+            from fasteval.core.transfer import pinned_zeros
+
+            old, new = self.obs, allocate_obs_buffer(self.observation_space, self.n_slots, pinned_zeros)
+            if isinstance(old, dict):
+                for key, value in old.items():
+                    new[key][...] = value
+            else:
+                new[...] = old
+            self.obs, self.block.write_obs = new, _obs_writer(new)
+            self.pinned = True
+        return True
 
     def reset_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:
         self.block.reset(slots, seeds, self.failures)  # the engine rebuilds failed envs and retries the episode
@@ -212,8 +227,7 @@ class SyncSlotEnvs(SlotEnvs):
 
 
 def build_slot_envs(vectorization: str, factory: EnvFactory, n_slots: int, probe: gym.Env | None,
-                    step_timeout: float | None = None, workers: int | None = None,
-                    obs_allocate: Callable[[tuple, np.dtype], np.ndarray] | None = None) -> SlotEnvs:
+                    step_timeout: float | None = None, workers: int | None = None) -> SlotEnvs:
     """Build the slot envs for ``vectorization`` (``sync`` reuses ``probe`` as slot 0).
 
     ``async`` builds a :class:`~fasteval.core.workers.WorkerPoolEnvs` of ``workers`` processes
@@ -222,17 +236,16 @@ def build_slot_envs(vectorization: str, factory: EnvFactory, n_slots: int, probe
     is killed and replaced, and handled like a crash. In-process (sync) envs cannot be interrupted
     safely; use async for envs that may hang.
 
-    ``obs_allocate(shape, dtype)`` allocates the sync envs' host observation buffers (the engine
-    passes :func:`fasteval.core.transfer.pinned_zeros` for a CUDA policy, so observations cross in
-    one copy); the async pool allocates its own shared buffers and, when ``obs_allocate`` is given
-    (pinning wanted), page-locks them for CUDA (``cudaHostRegister``).
+    Host buffers start pageable; for a GPU policy the engine then asks for them to be page-locked
+    (:meth:`~fasteval.core.slots.SlotEnvs.pin_host_buffers`: pinned arrays for sync envs, the shared
+    mapping registered with CUDA for the pool), so observations cross in one copy.
     """
     if vectorization == "sync":
-        return SyncSlotEnvs(factory, n_slots, first_env=probe, obs_allocate=obs_allocate)
+        return SyncSlotEnvs(factory, n_slots, first_env=probe)
     from fasteval.core.workers import WorkerPoolEnvs
 
     probe = probe if probe is not None else factory()
     spaces = (probe.observation_space, probe.action_space, dict(getattr(probe, "metadata", None) or {}))
     probe.close()
     return WorkerPoolEnvs(factory, n_slots, spaces[0], spaces[1], n_workers=workers, step_timeout=step_timeout,
-                          metadata=spaces[2], pin=obs_allocate is not None)
+                          metadata=spaces[2])

@@ -51,6 +51,10 @@ class Ledger:
         self.limit = n_episodes
         """Rows ``>= limit`` are never started. Lowered to ``next_episode`` to stop starting new
         episodes (graceful interruption); the kernel reads it as its ledger size."""
+        self.stop_requested = False
+        """Set by :meth:`request_stop` (a ``--stop-when`` rule held): the loop cancels what is in flight."""
+        self.n_cancelled = 0
+        """Episodes in flight that :meth:`cancel_in_flight` dropped (they have no record)."""
 
     def seeds_of(self, rows) -> list[int]:
         """Seeds of ledger rows ``rows``."""
@@ -82,6 +86,20 @@ class Ledger:
     def stop_starting(self) -> None:
         """Run the episodes in flight to their end, but start no new ones."""
         self.limit = min(self.limit, self.next_episode)
+
+    def request_stop(self) -> None:
+        """Start no new episode, and let the loop cancel the ones in flight at its next step boundary."""
+        self.stop_starting()
+        self.stop_requested = True
+
+    def cancel_in_flight(self) -> int:
+        """Abandon every episode in a slot (their rows stay unfinished); returns how many."""
+        slots = self.active_slots()
+        for slot in slots:
+            self.slot_episode[slot] = IDLE
+            self.clear_slot(slot)
+        self.n_cancelled += len(slots)
+        return len(slots)
 
     def clear_slot(self, slot: int) -> None:
         """Empty a slot's accumulators (its episode restarts or is abandoned)."""

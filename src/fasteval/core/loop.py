@@ -100,7 +100,11 @@ class StepGroup:
         L = ctx.ledger
         self.rows, self.offset = rows, rows.start
         # All slots give the engine's own buffers (the plain loop); a half gives views, built once per engine.
-        self.policy_input, self.copy_obs = ctx.h2d.group(rows)
+        self.policy_input, copy = ctx.h2d.group(rows)
+        self.copy_obs = _copy_when_read(copy, ctx.runner.reads_observation, rows) \
+            if ctx.runner.reads_observation is not None and ctx.observer is None else copy
+        """The group's observation copy; skipped for a call that will not read it (a chunk served from a
+        queue), unless an observer is attached (recorders read the device buffer)."""
         self.copy_actions = ctx.d2h.group(rows)
         envs = ctx.envs
         self.kernel_views = (
@@ -125,6 +129,14 @@ class StepGroup:
         return self._active
 
 
+def _copy_when_read(copy: Callable[[], None], reads: Callable[[slice], bool], rows: slice) -> Callable[[], None]:
+    def copy_if_read() -> None:
+        if reads(rows):
+            copy()
+
+    return copy_if_read
+
+
 def launch(ctx: StepContext, group: StepGroup) -> None:
     """Steps 1-4 for ``group``: policy on its rows, actions to its envs (``group.sent``)."""
     t = perf_counter()
@@ -133,6 +145,7 @@ def launch(ctx: StepContext, group: StepGroup) -> None:
         group.sent = []
         return
     add = ctx.timers.add
+    ctx.timers.start_h2d()  # CUDA timers mark the stream here: the copy's GPU time counts as h2d
     group.copy_obs()
     t = add("h2d", t)
     actions = ctx.runner(group.policy_input)
@@ -221,6 +234,21 @@ def start_wave(
     return slots
 
 
+def cancel_in_flight(ctx: StepContext, groups: list[StepGroup]) -> None:
+    """A ``--stop-when`` rule held: receive the steps still in flight (so every env is idle and in
+    sync), handle their faults, then abandon every episode in a slot. All of them have indices past
+    the stop (the rule waits for every earlier index to finish); the next run resets every slot."""
+    for group in groups:
+        if group.sent:
+            ctx.receive(group.sent)
+            group.sent = []
+    if ctx.envs.failures:
+        ctx.recover()
+    ctx.ledger.cancel_in_flight()
+    for group in groups:
+        group.stale = True
+
+
 def run_episodes(ctx: StepContext, group_rows: list[slice]) -> None:
     """Run the ledger to the end over groups of slots ``group_rows``. The first wave must already
     be started (:func:`start_wave`)."""
@@ -236,6 +264,9 @@ def run_episodes(ctx: StepContext, group_rows: list[slice]) -> None:
         for group in groups:
             if group.sent:
                 land(ctx, group)
+            if L.stop_requested:
+                cancel_in_flight(ctx, groups)
+                return
             launch(ctx, group)
         if any(group.sent for group in groups):
             continue

@@ -14,6 +14,11 @@ A policy is any object with ``select_action(obs) -> Tensor[B, ...]`` or a callab
 A policy may also have ``run_meta() -> dict``: facts about itself that the engine copies into
 every run's ``meta`` (for example where a stochastic policy's noise comes from).
 
+A policy that serves some steps from its own queue (action chunks) may have
+``reads_observation(rows: slice) -> bool``: whether its next call for the slots ``rows`` reads
+the observation. The loop then skips the observation copy to the device for a call that will
+not read it (unless an observer is attached: recorders read the device buffer).
+
 A ``tensordict.nn.TensorDictModule`` is accepted too: it reads ``"observation"`` (array
 observations) or the env's Dict keys, and writes ``"action"`` (else its last out_key); see
 :mod:`fasteval.core.tensordict_policy`.
@@ -86,6 +91,10 @@ class PolicyRunner:
         """True: continuous batching (freed slots refill at once). False: wave mode."""
         self._postprocess: Callable[[torch.Tensor], torch.Tensor] = lambda a: a
         self._step: Callable[[Any], torch.Tensor] = self._call
+        reads = getattr(policy, "reads_observation", None)
+        self.reads_observation: Callable[[slice], bool] | None = reads if callable(reads) else None
+        """Whether the next call for slots ``rows`` reads its observation (None: every call does); a runner
+        whose chunk queue serves steps may set it too (see the module docstring)."""
 
     # -- resets -------------------------------------------------------------------------
     def reset_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:

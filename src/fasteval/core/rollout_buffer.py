@@ -19,9 +19,13 @@ Writes, per step (:meth:`RolloutBuffer.write`), all in place:
   ``source`` *is* the env's host buffer, which already holds frame t + 1: it is written one frame
   ahead (``start`` writes frame 0), into ``T + 1`` observation frames;
 * rewards, flags, actions and the (slot, frame) index of the stepped slots are gathered into one
-  pinned host packet and cross in ``non_blocking`` copies on the current stream; the packet is
-  reused only after the copies of the last step have completed (a CUDA event), and the loop's
-  action sync comes in between anyway.
+  pinned host packet (one buffer, the step fields in one byte record per slot: :class:`_StepRecord`)
+  and cross in **one** ``non_blocking`` copy on the current stream; **one** ``index_put_`` writes the
+  records into the storage (which holds every step field but the observation in the same byte
+  records, ``data[key]`` being views of it), and a gather plus an ``index_put_`` per observation
+  key write the observations. The packet is reused only after the copy of the last step has
+  completed (a CUDA event recorded on the stream the copy went to), and the loop's action sync
+  comes in between anyway.
 
 A finished episode is cut out with :meth:`RolloutBuffer.episode` (a device copy of ``[:length]`` of
 its slot's row); memory holds the buffer plus the finished episodes, and nothing grows per step.
@@ -37,6 +41,31 @@ import torch
 from fasteval.core.transfer import torch_dtype
 
 DEFAULT_FRAMES = 256
+
+
+class _StepRecord:
+    """The byte layout of one recorded step (everything but the observation), shared by the host packet
+    and the device storage: ``next.reward`` float64 at 0; ``next.terminated``, ``next.truncated``,
+    ``next.success`` bool at 8, 9, 10; ``action`` at 16; the record padded to a multiple of 8 (and of
+    the action's item size), so every field is an aligned ``view(dtype)`` of a uint8 tensor."""
+
+    FLAGS = ("next.terminated", "next.truncated", "next.success")
+
+    def __init__(self, action_shape: tuple, action_dtype: np.dtype):
+        self.action_shape, self.action_dtype = tuple(action_shape), torch_dtype(np.dtype(action_dtype))
+        itemsize = np.dtype(action_dtype).itemsize
+        self.action_bytes = int(np.prod(self.action_shape, dtype=np.int64)) * itemsize
+        align = max(8, itemsize)
+        self.nbytes = -(-(16 + self.action_bytes) // align) * align
+
+    def views(self, rec: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``{key: view}`` of ``rec`` (uint8 ``[..., nbytes]``): ``[...]`` per field, ``[..., *action_shape]`` for actions."""
+        out = {"next.reward": rec[..., 0:8].view(torch.float64)[..., 0]}
+        for i, key in enumerate(self.FLAGS):
+            out[key] = rec[..., 8 + i].view(torch.bool)
+        action = rec[..., 16:16 + self.action_bytes].view(self.action_dtype)
+        out["action"] = action.unflatten(-1, self.action_shape) if self.action_shape else action[..., 0]
+        return {"action": out.pop("action"), **out}
 
 
 class RolloutBuffer:
@@ -65,31 +94,34 @@ class RolloutBuffer:
         self.frames = int(max_steps) if max_steps else DEFAULT_FRAMES
         self.frame = np.zeros(self.n_slots, dtype=np.int64)
         """Host: the next frame to write per slot (= steps recorded so far in its episode)."""
+        self.layout = _StepRecord(action_shape, action_dtype)
         cuda = self.device.type == "cuda"
         pin = cuda and torch.cuda.is_available()
         B = self.n_slots
-        self.packet = {
-            "slot": torch.zeros(B, dtype=torch.int64, pin_memory=pin),
-            "frame": torch.zeros(B, dtype=torch.int64, pin_memory=pin),
-            "next.reward": torch.zeros(B, dtype=torch.float64, pin_memory=pin),
-            "next.terminated": torch.zeros(B, dtype=torch.bool, pin_memory=pin),
-            "next.truncated": torch.zeros(B, dtype=torch.bool, pin_memory=pin),
-            "next.success": torch.zeros(B, dtype=torch.bool, pin_memory=pin),
-            "action": torch.zeros((B, *action_shape), dtype=torch_dtype(np.dtype(action_dtype)), pin_memory=pin),
-        }
-        self._packet_np = {k: v.numpy() for k, v in self.packet.items()}
-        self.device_packet = {k: torch.empty_like(v, device=self.device) for k, v in self.packet.items()} if cuda \
-            else self.packet
+        # The per-step packet: slot, frame, observation frame (int64 [B] each), then B step records. One
+        # pinned buffer, one copy per step, one index_put_ of the records.
+        self.packet = torch.zeros(24 * B + B * self.layout.nbytes, dtype=torch.uint8, pin_memory=pin)
+        self.device_packet = torch.empty_like(self.packet, device=self.device) if cuda else self.packet
+        self._packet_np = self._packet_views(self.packet, numpy=True)
+        self._device_views = self._packet_views(self.device_packet)
         self._copied = torch.cuda.Event() if pin else None
         self.numpy_writes = self.device.type == "cpu" if numpy_writes is None else numpy_writes
         if self.numpy_writes and self.device.type != "cpu":
             raise ValueError(f"numpy_writes needs a CPU buffer; this one is on {self.device}.")
         self._src_np = ({k: v.numpy() for k, v in source.items()} if isinstance(source, dict) else source.numpy()) \
             if self.numpy_writes else None
-        self._set_data(self._allocate(self.frames))
+        self._set_data(*self._allocate(self.frames))
+
+    def _packet_views(self, packet: torch.Tensor, numpy: bool = False) -> dict[str, Any]:
+        B = self.n_slots
+        views: dict[str, Any] = {name: packet[i * 8 * B:(i + 1) * 8 * B].view(torch.int64)
+                                 for i, name in enumerate(("slot", "frame", "obs_frame"))}
+        views["records"] = packet[24 * B:].view(B, self.layout.nbytes)
+        views.update(self.layout.views(views["records"]))
+        return {k: v.numpy() for k, v in views.items()} if numpy else views
 
     # -- storage ----------------------------------------------------------------------------------
-    def _allocate(self, frames: int) -> Any:
+    def _allocate(self, frames: int) -> tuple[torch.Tensor, Any]:
         TD, B, dev = self._TensorDict, self.n_slots, self.device
         obs_frames = frames + 1 if self.ahead else frames
         if isinstance(self.source, dict):
@@ -97,26 +129,26 @@ class RolloutBuffer:
                       for k, v in self.source.items()}, batch_size=[B, obs_frames], device=dev)
         else:
             obs = torch.zeros((B, obs_frames, *self.source.shape[1:]), dtype=self.source.dtype, device=dev)
-        steps = {k: torch.zeros((B, frames, *v.shape[1:]), dtype=v.dtype, device=dev)
-                 for k, v in self.packet.items() if k not in ("slot", "frame")}
-        return {"observation": obs, **steps}
+        return torch.zeros((B, frames, self.layout.nbytes), dtype=torch.uint8, device=dev), obs
 
     def _grow(self, needed: int) -> None:
         frames = self.frames
         while frames < needed:
             frames *= 2
-        new = self._allocate(frames)
-        for key, old in self.data.items():
-            n = old.shape[1]
-            new[key][:, :n] = old
-        self._set_data(new)
+        records, obs = self._allocate(frames)
+        records[:, :self.records.shape[1]] = self.records
+        obs[:, :self.data["observation"].shape[1]] = self.data["observation"]
+        self._set_data(records, obs)
         self.frames = frames
 
-    def _set_data(self, data: dict[str, Any]) -> None:
-        self.data = data
+    def _set_data(self, records: torch.Tensor, obs: Any) -> None:
+        self.records = records
+        """uint8 ``[B, T, record bytes]``: every step field but the observation (:class:`_StepRecord`)."""
+        self.data = {"observation": obs, **self.layout.views(records)}
+        """``{key: [B, T, ...]}``: the observation storage and views of :attr:`records`."""
         if self.numpy_writes:  # NumPy views of the same storage
             self._np = {k: (v.numpy() if isinstance(v, torch.Tensor) else {kk: vv.numpy() for kk, vv in v.items()})
-                        for k, v in data.items()}
+                        for k, v in self.data.items()}
 
     # -- per episode / per step -------------------------------------------------------------------
     def start(self, slots: np.ndarray) -> None:
@@ -164,25 +196,23 @@ class RolloutBuffer:
             self.frame[slots] = frames + 1
             return frames + 1
         if self._copied is not None:
-            self._copied.synchronize()  # the last step's copies out of the packet are done (normally long since)
+            self._copied.synchronize()  # the last step's copy out of the packet is done (normally long since)
         p, (rewards, terminated, truncated, success) = self._packet_np, self.host
         p["slot"][:n] = slots
         p["frame"][:n] = frames
+        p["obs_frame"][:n] = frames + 1 if self.ahead else frames
         np.take(rewards, slots, out=p["next.reward"][:n])
         np.take(terminated, slots, out=p["next.terminated"][:n])
         np.take(truncated, slots, out=p["next.truncated"][:n])
         np.take(success, slots, out=p["next.success"][:n])
         p["action"][:n] = actions[slots]
-        dev = self.device_packet
-        if dev is not self.packet:
-            for key, value in self.packet.items():
-                dev[key][:n].copy_(value[:n], non_blocking=True)
-            self._copied.record()
-        slot, frame = dev["slot"][:n], dev["frame"][:n]
-        data = self.data
-        for key in ("action", "next.reward", "next.terminated", "next.truncated", "next.success"):
-            data[key][slot, frame] = dev[key][:n]
-        self._write_obs(slot, frame + 1 if self.ahead else frame)
+        if self.device_packet is not self.packet:
+            self.device_packet.copy_(self.packet, non_blocking=True)
+            self._copied.record(torch.cuda.current_stream(self.device))  # the stream the copy went to
+        dev = self._device_views
+        slot = dev["slot"][:n]
+        self.records[slot, dev["frame"][:n]] = dev["records"][:n]
+        self._write_obs(slot, dev["obs_frame"][:n])
         self.frame[slots] = frames + 1
         return frames + 1
 

@@ -11,6 +11,8 @@ of the pool.
 
 from __future__ import annotations
 
+import ctypes
+import logging
 import mmap
 import os
 import tempfile
@@ -23,6 +25,15 @@ import numpy as np
 from fasteval.core.slots import allocate_obs_buffer
 
 _ALIGN = 64
+logger = logging.getLogger(__name__)
+
+
+def _cudart() -> Any:
+    """CUDA's runtime (``torch.cuda.cudart()``), or None without CUDA. A seam for the fake registry
+    of :mod:`fasteval.testing.fake_cuda`."""
+    import torch
+
+    return torch.cuda.cudart() if torch.cuda.is_available() else None
 
 
 @dataclass(frozen=True)
@@ -113,12 +124,14 @@ def _anonymous_fd(size: int) -> int:
 
 
 class SharedBuffers:
-    """The one owner of a pool's shared mapping: its descriptor, the mapping, and the buffer views.
+    """The one owner of a pool's shared mapping: its descriptor, the mapping, the buffer views and
+    the mapping's CUDA registration.
 
     Attributes: ``layout``; ``obs`` (an array, or a dict of arrays); ``actions``, ``rewards``,
     ``terminated``, ``truncated``, ``success`` (``[B, ...]``); ``progress`` (``[W, 3]``);
-    ``pinned`` (whether :meth:`register_pinned` page-locked the mapping for CUDA).
-    The views stay valid after :meth:`close` for as long as this object lives.
+    ``pinned`` (whether the mapping is page-locked for CUDA now: :meth:`register_pinned`
+    succeeded and :meth:`close` has not undone it). Copy paths follow ``pinned``, never
+    ``tensor.is_pinned()``, which reads CUDA's own registry (see :meth:`close`).
     """
 
     def __init__(self, layout: Layout, fd: int):
@@ -129,6 +142,7 @@ class SharedBuffers:
         self.actions, self.rewards, self.terminated, self.truncated, self.success, self.progress = (
             self.views[k] for k in ("actions", "rewards", "terminated", "truncated", "success", "progress"))
         self.pinned = False
+        self._registered: tuple[Any, int] | None = None  # (cudart, address) while registered
         self._closed = False
 
     @classmethod
@@ -147,31 +161,74 @@ class SharedBuffers:
         """The descriptor to send to a worker (duplicated into it when pickled)."""
         return SharedFd(self.fd)
 
+    def address(self) -> int:
+        """The mapping's first byte in this process's address space."""
+        view = (ctypes.c_char * self.layout.size).from_buffer(self.mapping)
+        try:
+            return ctypes.addressof(view)
+        finally:
+            del view  # the export must not outlive the call (close unmaps only without exports)
+
     def register_pinned(self) -> bool:
         """Page-lock the mapping for CUDA (``cudaHostRegister``) so host -> device copies of ``obs``
-        go straight from the workers' memory. Sets and returns :attr:`pinned`: ``False`` without CUDA
-        or when the registration fails (pinning is an optimization: the copy is then staged).
-        The registration lasts as long as the process (the engine's tensors may outlive the pool)."""
-        if self.pinned:
-            return True
+        go straight from the workers' memory. Sets and returns :attr:`pinned`: ``False`` without CUDA,
+        after :meth:`close`, or when the registration fails (its return code is logged; pinning is an
+        optimization: the copy is then staged). Called once the policy device is known to be a GPU
+        (registering creates a CUDA context)."""
+        if self.pinned or self._closed:
+            return self.pinned
         try:
-            import torch
-
-            if not torch.cuda.is_available():
+            cudart = _cudart()
+            if cudart is None:
                 return False
-            base = np.frombuffer(self.mapping, dtype=np.uint8)
-            self.pinned = int(torch.cuda.cudart().cudaHostRegister(base.ctypes.data, base.nbytes, 0)) == 0
-        except Exception:
-            self.pinned = False
-        return self.pinned
+            address = self.address()
+            code = int(cudart.cudaHostRegister(address, self.layout.size, 0))
+        except Exception as exc:  # pinning is an optimization
+            logger.warning("cudaHostRegister of the worker pool's shared buffers raised %s: %s; observations are "
+                           "staged through a pinned buffer", type(exc).__name__, exc)
+            return False
+        if code != 0:
+            logger.warning("cudaHostRegister of the worker pool's shared buffers (%d bytes at %#x) returned %d; "
+                           "observations are staged through a pinned buffer", self.layout.size, address, code)
+            return False
+        logger.debug("cudaHostRegister(%#x, %d) returned 0", address, self.layout.size)
+        self._registered, self.pinned = (cudart, address), True
+        return True
 
     def close(self) -> None:
-        """Close the descriptor (no worker can attach any more). The mapping and its views stay
-        readable; undoing a CUDA registration (:meth:`register_pinned`) belongs here too."""
+        """Undo the CUDA registration (``cudaHostUnregister``, its return code logged) and close the
+        descriptor (no worker can attach any more). The mapping is unmapped after that, when the last
+        view of it goes (this object's, the pool's, the engine's tensors): until then the buffers stay
+        readable, no longer pinned.
+
+        Order matters: a mapping unmapped while registered leaves its range in CUDA's registry, so the
+        next mapping at the same virtual address (three engines built one after another get it) fails
+        to register, while ``is_pinned()`` still says True for it, and DMA reads the freed pages.
+        Collected without :meth:`close`, this object unregisters too.
+        """
         if self._closed:
             return
         self._closed = True
+        self.unregister()
         try:
             os.close(self.fd)
         except OSError:
+            pass
+
+    def unregister(self) -> None:
+        """``cudaHostUnregister`` the mapping if it is registered (the return code is logged)."""
+        if self._registered is None:
+            return
+        (cudart, address), self._registered, self.pinned = self._registered, None, False
+        try:
+            code = int(cudart.cudaHostUnregister(address))
+        except Exception as exc:
+            logger.warning("cudaHostUnregister of the worker pool's shared buffers raised %s: %s", type(exc).__name__, exc)
+            return
+        (logger.debug if code == 0 else logger.warning)("cudaHostUnregister(%#x) returned %d", address, code)
+
+    def __del__(self) -> None:
+        try:
+            self.unregister()
+        except Exception:
             pass

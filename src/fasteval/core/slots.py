@@ -78,6 +78,16 @@ class SlotEnvs:
     metadata: dict = {}
     """The env's ``metadata`` (``render_fps``, ``render_modes``...), from slot 0's env."""
 
+    pinned: bool = False
+    """Whether the host observation buffers are page-locked for CUDA, as their owner knows it (the
+    copy path to a GPU follows this, never ``tensor.is_pinned()``)."""
+
+    def pin_host_buffers(self) -> bool:
+        """Page-lock the host observation buffers for CUDA, once the policy device is known to be a GPU
+        (pinning creates a CUDA context: never for a CPU policy). Returns :attr:`pinned`; envs that
+        cannot pin return False (observations are then staged)."""
+        return self.pinned
+
     has_success_signal: bool = False
     """True once any env step's ``info`` carried ``is_success``. Envs that never report it (classic
     control) leave it False, so reports can say "no success signal" instead of 0% success."""

@@ -4,7 +4,8 @@ Stages (the same names appear in the loop, ``eval_info.json``, ``--profile`` and
 ``fasteval bench``):
 
 * ``env_step``: stepping and resetting envs (includes the env's own Python layers);
-* ``h2d``: host-to-device copies of observations (zero on CPU: the policy reads the host buffer);
+* ``h2d``: host-to-device copies of observations (zero on CPU: the policy reads the host buffer;
+  on a GPU, the time the copy takes there);
 * ``policy``: the policy forward pass, including action post-processing; on a GPU, the time the
   GPU spends on it (see :class:`CudaStageTimers`);
 * ``d2h``: device-to-host copies of actions, and the sync they need;
@@ -24,17 +25,29 @@ STAGES = ("env_step", "h2d", "policy", "d2h", "bookkeeping")
 
 
 class StageTimers:
-    """Accumulated seconds per stage. ``add(stage, since)`` adds ``perf_counter() - since``."""
+    """Accumulated seconds per stage. ``add(stage, since)`` adds ``perf_counter() - since``.
+
+    The loop calls :meth:`start_h2d` right before the observation copy (nothing here; CUDA timers
+    mark the device's stream there).
+    """
 
     __slots__ = ("seconds",)
 
     def __init__(self) -> None:
         self.seconds = dict.fromkeys(STAGES, 0.0)
 
+    def start_h2d(self) -> None:
+        return None
+
     def add(self, stage: str, since: float) -> float:
         now = perf_counter()
         self.seconds[stage] += now - since
         return now
+
+    def take_out(self, stage: str, seconds: float) -> None:
+        """Remove ``seconds`` from ``stage`` (never below 0): time spent there that is timed apart
+        (graph capture, compilation: ``meta["capture_s"]``)."""
+        self.seconds[stage] = max(self.seconds[stage] - seconds, 0.0)
 
     def reset(self) -> None:
         for stage in self.seconds:
@@ -45,44 +58,62 @@ class StageTimers:
 
 
 class CudaStageTimers(StageTimers):
-    """Stage timers for a CUDA policy: the policy's GPU time is moved out of ``d2h`` into ``policy``.
+    """Stage timers for a CUDA policy: GPU time the host did not wait for in its own stage is moved
+    out of ``d2h``, into ``h2d`` (the observation copy) and ``policy`` (the forward pass).
 
-    A policy call returns as soon as its kernels are queued; the action copy's sync then waits
-    for them, so host clocks alone would count GPU compute as ``d2h`` (and ``fasteval bench``'s
-    overhead, ``eval_s - env_step - policy``, would include it). Two CUDA events are recorded on
-    the policy device's current stream, when ``h2d`` ends (the policy is about to be queued) and
-    when ``policy`` ends; when ``d2h`` ends the action sync has completed both, so reading their
-    elapsed time adds no sync. Per step: ``policy += max(0, gpu - policy_wall)`` moved out of
-    that step's ``d2h`` (never more than it). Cost: two event records and one elapsed-time read
-    per policy call (a few us), whether ``--profile`` is on or not, and no extra sync.
+    A non-blocking copy and a policy call return as soon as their work is queued; the action
+    copy's sync then waits for all of it, so host clocks alone would count the observation
+    transfer and the GPU compute as ``d2h`` (``h2d`` would read about 0, and ``fasteval bench``'s
+    overhead, ``eval_s - env_step - policy``, would include the compute). Three CUDA events are
+    recorded on the policy device's current stream (``torch.cuda.current_stream(device)``, looked
+    up at each record: the stream current at call time, and never device 0's for ``cuda:N``):
+    before the observation copy (:meth:`start_h2d`), when ``h2d`` ends (the policy is about to be
+    queued) and when ``policy`` ends. When ``d2h`` ends the action sync has completed them, so
+    reading their elapsed times adds no wait (the last event is synchronized first, which costs
+    nothing then, and covers actions that came back on the host without a sync). Per step:
+    ``h2d += max(0, gpu_h2d - h2d_wall)`` and ``policy += max(0, gpu_policy - policy_wall)``, taken
+    out of that step's ``d2h`` (never more than it). Cost: three event records and two
+    elapsed-time reads per policy call (a few us), whether ``--profile`` is on or not.
 
-    The sequence ``h2d, policy, d2h`` is the loop's launch (:func:`fasteval.core.loop.launch`);
+    The sequence ``start_h2d, h2d, policy, d2h`` is the loop's launch (:func:`fasteval.core.loop.launch`);
     an ``h2d`` without a following ``policy`` (a step with nothing to run) is simply overwritten.
     """
 
-    __slots__ = ("_start", "_end", "_policy_wall", "_armed")
+    __slots__ = ("device", "_before", "_start", "_end", "_h2d_wall", "_policy_wall", "_armed", "_marked")
 
     def __init__(self, device: torch.device, event_factory: Any = None) -> None:
         super().__init__()
+        self.device = device
         make = event_factory or (lambda: torch.cuda.Event(enable_timing=True))
         with torch.cuda.device(device):
-            self._start, self._end = make(), make()
-        self._policy_wall = 0.0
-        self._armed = False
+            self._before, self._start, self._end = make(), make(), make()
+        self._h2d_wall = self._policy_wall = 0.0
+        self._armed = self._marked = False
+
+    def start_h2d(self) -> None:
+        self._before.record(torch.cuda.current_stream(self.device))
+        self._marked = True
 
     def add(self, stage: str, since: float) -> float:
         now = perf_counter()
         seconds = self.seconds
         wall = now - since
         if stage == "h2d":
-            self._start.record()
-            self._armed = False
+            self._start.record(torch.cuda.current_stream(self.device))
+            self._h2d_wall, self._armed = wall, False
         elif stage == "policy":
-            self._end.record()
+            self._end.record(torch.cuda.current_stream(self.device))
             self._policy_wall, self._armed = wall, True
         elif stage == "d2h" and self._armed:
             self._armed = False
-            gpu = self._start.elapsed_time(self._end) / 1000.0  # ms -> s; both events done after the sync
+            self._end.synchronize()  # done already after an action sync; actions on the host had none
+            if self._marked:  # ms -> s
+                self._marked = False
+                gpu_h2d = self._before.elapsed_time(self._start) / 1000.0
+                move = min(max(gpu_h2d - self._h2d_wall, 0.0), wall)
+                seconds["h2d"] += move
+                wall -= move
+            gpu = self._start.elapsed_time(self._end) / 1000.0
             move = min(max(gpu - self._policy_wall, 0.0), wall)
             seconds["policy"] += move
             wall -= move

@@ -4,14 +4,20 @@
   observation buffer, and actions are read back as zero-copy NumPy views. No copies.
 * CUDA policy device, ``pin_memory=True`` (the default):
 
-  - observations: the env layer allocates its host observation buffers in pinned memory
-    (:func:`host_allocator`, the ``obs_allocate`` hook of the sync envs), so each observation
+  - observations: the env layer page-locks its host observation buffers once the policy device is
+    known to be a GPU (:func:`pins_host`, ``SlotEnvs.pin_host_buffers``), so each observation
     crosses in **one** ``non_blocking`` copy, host buffer -> device buffer. A host buffer that is
-    not pinned (an env layer that cannot pin, e.g. shared memory not registered with
-    ``cudaHostRegister``) goes through a pinned staging buffer: one host memcpy more.
-  - actions come back into a pinned host array with one ``non_blocking`` copy, then one
-    stream sync (the host must not read actions before they land). The host array *is* the
-    pinned buffer: no second memcpy.
+    not pinned (an env layer that cannot pin, e.g. shared memory whose ``cudaHostRegister``
+    failed) goes through a pinned staging buffer: one host memcpy more. Whether the host buffers
+    are pinned is what their owner says (``host_pinned``: the env layer's ``pinned``), never
+    ``tensor.is_pinned()``: that reads CUDA's registry of page-locked ranges, which still lists a
+    range whose owner unmapped it without unregistering it (a stale registration on reused
+    virtual addresses: DMA out of freed pages).
+  - actions come back into a pinned host array with one ``non_blocking`` copy, then the host
+    waits on a CUDA event recorded right after the copy, on the stream the copy went to (the
+    stream current at call time: under ``with torch.cuda.stream(s)`` that is ``s``, not the
+    stream current when the engine was built). The host array *is* the pinned buffer: no second
+    memcpy. Actions the policy already returned on the host are copied without any wait.
 
   Copies are enqueued on the policy device's current stream. A host observation buffer is not
   written again before the next action sync (the envs step only after it), which is what makes
@@ -47,34 +53,29 @@ def can_pin() -> bool:
     return torch.cuda.is_available()
 
 
-def is_pinned(tensor: torch.Tensor) -> bool:
-    """Whether ``tensor``'s host memory is page-locked (allocated pinned, or registered)."""
-    return can_pin() and tensor.is_pinned()
-
-
 def pinned_zeros(shape: tuple, dtype: np.dtype) -> np.ndarray:
     """A zeroed NumPy array in pinned host memory (the array keeps the pinned tensor alive)."""
     return torch.zeros(shape, dtype=torch_dtype(np.dtype(dtype)), pin_memory=True).numpy()
 
 
-def host_allocator(device: str, pin_memory: bool) -> Callable[[tuple, np.dtype], np.ndarray] | None:
-    """The env layer's ``obs_allocate`` for a policy on ``device`` (a spec's device string):
-    pinned arrays when pinning is asked for, CUDA exists and the device may be a GPU; else None
-    (plain ``np.zeros``). Decided before the policy is loaded, so ``auto`` pins when CUDA exists."""
-    if not pin_memory or not can_pin() or str(device).startswith("cpu"):
-        return None
-    return pinned_zeros
+def pins_host(device: torch.device, pin_memory: bool) -> bool:
+    """Whether the env layer should page-lock its host observation buffers
+    (:meth:`~fasteval.core.slots.SlotEnvs.pin_host_buffers`) for a policy on ``device``: pinning asked
+    for, CUDA present, and the resolved policy device a GPU. Asked once the policy device is known:
+    pinning creates a CUDA context, which a CPU policy must not pay for."""
+    return pin_memory and device.type == "cuda" and can_pin()
 
 
 class HostToDevice:
     """Observation transfer. ``policy_input`` is the object handed to the policy every step:
     a Tensor ``[B, ...]`` for array observations, a TensorDict for Dict observations.
 
-    ``staged`` lists the keys (``None`` for an array) copied through a staging buffer (host
-    buffer not pinned); it is empty on the one-copy path.
+    ``host_pinned`` says whether the host buffers are page-locked, as their owner knows it (the env
+    layer's ``pinned``); ``staged`` lists the keys (``None`` for an array) copied through a staging
+    buffer (asked to pin, host buffers not pinned); it is empty on the one-copy path.
     """
 
-    def __init__(self, host_obs: Any, device: torch.device, pin_memory: bool = True):
+    def __init__(self, host_obs: Any, device: torch.device, pin_memory: bool = True, host_pinned: bool = False):
         self.device = device
         self.host = _as_tensor_tree(host_obs)
         self.n_slots = next(iter(self.host.values())).shape[0] if isinstance(self.host, dict) else self.host.shape[0]
@@ -86,10 +87,10 @@ class HostToDevice:
             self.copy = _no_copy
         else:
             hosts = self.host if isinstance(self.host, dict) else {None: self.host}
-            stage = pin_memory and can_pin()
+            stage = pin_memory and can_pin() and not host_pinned  # staging only pays when the copy can then be async
             staging = {}
             for key, host in hosts.items():
-                if stage and not is_pinned(host):  # pinned staging only pays when the copy can then be async
+                if stage:
                     staging[key] = torch.empty_like(host, pin_memory=True)
                     self.staged.append(key)
                 else:
@@ -155,8 +156,9 @@ def _no_copy() -> None:
 class DeviceToHost:
     """Action transfer into a host array ``[B, *action_shape]`` of the env's action dtype.
 
-    On CUDA with ``pin_memory`` the host array itself is pinned: one ``non_blocking`` copy, one
-    sync. ``pin_memory=False``: a pageable array and a plain synchronous copy.
+    On CUDA with ``pin_memory`` the host array itself is pinned: one ``non_blocking`` copy, then a
+    wait on an event recorded after it on the stream it went to. ``pin_memory=False``: a pageable
+    array and a plain synchronous copy.
     """
 
     def __init__(self, n_slots: int, action_shape: tuple, action_dtype: np.dtype, device: torch.device,
@@ -166,7 +168,8 @@ class DeviceToHost:
         shape = (n_slots, *action_shape)
         self.host = pinned_zeros(shape, action_dtype) if self.pinned else np.zeros(shape, dtype=action_dtype)
         self.host_tensor = torch.from_numpy(self.host)
-        self.stream = torch.cuda.current_stream(device) if self.pinned else None  # looked up once, not per step
+        self.landed = torch.cuda.Event() if self.pinned else None
+        """Recorded after each action copy, on the stream the copy went to; the host waits on it."""
         self._groups: dict[tuple[int, int], Callable[[torch.Tensor], np.ndarray]] = {}
         self.copy = self.group(slice(0, n_slots))
 
@@ -179,12 +182,17 @@ class DeviceToHost:
             return copy
         host, host_rows = self.host, self.host_tensor[start:stop]
         if self.pinned:
-            stream = self.stream
+            landed, current_stream = self.landed, torch.cuda.current_stream
 
             def copy(actions: torch.Tensor) -> np.ndarray:
+                if actions.device.type == "cpu":  # already on the host: a memcpy, nothing to wait for
+                    host_rows.copy_(actions)
+                    return host
                 host_rows.copy_(actions, non_blocking=True)
-                # Sync: the envs read these actions on the host next, so the copy must have landed.
-                stream.synchronize()
+                # The envs read these actions on the host next: wait until the copy has landed. It went to the
+                # stream current now on the actions' device (not the one current when this was built).
+                landed.record(current_stream(actions.device))
+                landed.synchronize()
                 return host
         else:
             def copy(actions: torch.Tensor) -> np.ndarray:  # CPU: a plain copy; CUDA pageable: it syncs itself

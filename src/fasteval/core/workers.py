@@ -10,7 +10,10 @@ truncated; success) live in one shared mapping allocated once (an anonymous ``me
 unlinked temp file where there is none), owned by one :class:`~fasteval.core.shared_buffers.SharedBuffers`.
 ``pool.obs`` *is* that memory: the engine's host
 observation buffer reads what the workers wrote, without a copy. A replaced worker maps the same
-memory, so the views the engine holds stay valid for the whole life of the pool.
+memory, so the views the engine holds stay valid for the whole life of the pool. For a GPU policy
+the engine asks the pool to page-lock the mapping once the policy device is known
+(:meth:`WorkerPoolEnvs.pin_host_buffers`: no CUDA context for a CPU policy); :meth:`WorkerPoolEnvs.close`
+undoes it (:meth:`~fasteval.core.shared_buffers.SharedBuffers.close`).
 
 **Messages.** Per step and per worker with active slots: one command (``step`` with the block's
 active slots) and one reply. Nothing travels per slot except the failure records and the values
@@ -122,7 +125,7 @@ class WorkerPoolEnvs(SlotEnvs):
 
     def __init__(self, factory: Callable[[], gym.Env], n_slots: int, observation_space: gym.Space, action_space: gym.Space,
                  n_workers: int | None = None, step_timeout: float | None = None, context: Any = None,
-                 metadata: dict | None = None, pin: bool = False):
+                 metadata: dict | None = None):
         super().__init__(n_slots, observation_space, action_space)
         self.factory, self.step_timeout = factory, step_timeout
         self.metadata = dict(metadata or {})
@@ -149,9 +152,6 @@ class WorkerPoolEnvs(SlotEnvs):
         self.rewards, self.terminated, self.truncated, self.success = (
             self.buffers.rewards, self.buffers.terminated, self.buffers.truncated, self.buffers.success)
         self._progress = self.buffers.progress
-        self.pinned = pin and self.buffers.register_pinned()
-        """Whether the shared buffers are page-locked for CUDA (``pin`` asked, CUDA present, registration
-        succeeded): host -> device copies of ``obs`` then go straight from the workers' memory."""
         self._workers = [_Worker(w, block) for w, block in enumerate(self.blocks)]
         self._lost: dict[int, list[int]] = {}  # culprit slot -> slots lost with its worker
         self._restarted: set[int] = set()  # slots whose env the worker already rebuilt
@@ -441,8 +441,20 @@ class WorkerPoolEnvs(SlotEnvs):
             cache.pop(slot, None)
         return [slot]
 
+    @property
+    def pinned(self) -> bool:  # type: ignore[override]
+        """Whether the shared buffers are page-locked for CUDA now, as their owner knows it (registered
+        by :meth:`pin_host_buffers`, undone by :meth:`close`): host -> device copies of ``obs`` then go
+        straight from the workers' memory."""
+        return self.buffers.pinned
+
+    def pin_host_buffers(self) -> bool:
+        """Register the shared buffers with CUDA (``cudaHostRegister``); see :meth:`SlotEnvs.pin_host_buffers`."""
+        return self.buffers.register_pinned()
+
     def close(self) -> None:
-        """Stop the workers (a dead or hung one is killed). The buffers stay readable."""
+        """Stop the workers (a dead or hung one is killed), and unregister the buffers from CUDA. The
+        buffers stay readable (no longer pinned)."""
         if self._closed:
             return
         self._closed = True

@@ -95,6 +95,15 @@ def format_summary(result: Any, profile: bool) -> str:
         ("episodes_per_s", f"{o['episodes_per_s']:.1f}"),
         ("steps_per_s", f"{o['steps_per_s']:.0f}"),
     ]
+    stop = result.meta.get("stopping")
+    if stop:
+        what = (f"rule {stop['rule']} held at k = {stop['k']}" if stop["reason"] == "rule" else
+                f"cap of {stop['cap']} reached, rule {stop['rule']} did not hold" if stop["reason"] == "cap" else
+                f"rule {stop['rule']} not decided yet ({stop['reason']})")
+        rows.append(("stopped", f"{what}; {int(stop['confidence'] * 100)}% anytime interval "
+                                f"{stop['cs_low']:.4f}-{stop['cs_high']:.4f}"
+                                + (f"; {stop['n_computed_past_stop']} episodes computed past the stop (not counted)"
+                                   if stop.get("n_computed_past_stop") else "")))
     if o["n_nan_reward_episodes"]:
         rows.append(("NaN-reward episodes", f"{o['n_nan_reward_episodes']} (their returns are NaN)"))
     if profile:
@@ -108,7 +117,8 @@ def format_summary(result: Any, profile: bool) -> str:
 
 EVAL_OPTIONS = [
     click.option("--policy", "-p", default="zero", show_default=True,
-                 help="zero | random | checkpoint folder (config.json + model.safetensors) | module:callable."),
+                 help="zero | random | checkpoint folder (config.json + model.safetensors) | module:callable | "
+                      "ws://HOST:PORT (fasteval serve) | openpi+ws://HOST:PORT (an openpi server)."),
     click.option("--env", "-e", default="CartPole-v1", show_default=True,
                  help="gymnasium id (plugins: ns/Name-vN imports ns) or module:callable returning an Env."),
     click.option("--env-kwarg", "env_kwargs", multiple=True, metavar="KEY=VALUE",
@@ -161,6 +171,14 @@ EVAL_OPTIONS = [
                       "or LeRobot's global RNG aligned with lerobot-eval's (its numbers with --reset-mode wave)."),
     click.option("--no-fast-env", "--fast-env", is_flag=True, expose_value=False,
                  help="--env.type=pusht: step gym-pusht's own env instead of fasteval's bit-identical, faster subclass."),
+    click.option("--stop-when", "stop_when", default=None, metavar="RULE",
+                 help="Stop as soon as RULE holds on episodes 0..k-1 (-n is then the cap): ci<=EPS, above=T, below=T "
+                      "(success rate), return:ci<=E, return:above=T, return:below=T (mean return, needs --return-bounds). "
+                      "Anytime-valid; same k in every mode. See docs/how-many-episodes.md."),
+    click.option("--confidence", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95, show_default=True,
+                 help="Level of --stop-when's anytime-valid confidence sequence."),
+    click.option("--return-bounds", "return_bounds", default=None, metavar="LO,HI",
+                 help="Smallest and largest possible episode return (for return: rules; a return outside is an error)."),
     click.option("--video-select", "video_select", type=click.Choice(VIDEO_SELECTIONS), default="first", show_default=True,
                  help="Which episodes --videos renders: the first K by index, the first K failures or successes "
                       "(by index; rendered as candidates, extra videos deleted), or the first K of every task (suites)."),
@@ -208,12 +226,16 @@ SUBCOMMANDS = {
     "bench": "fasteval.doors.bench.cli:bench",
     "sweep": "fasteval.doors.sweep.cli:sweep",
     "report": "fasteval.doors.sweep.cli:report",
+    "compare": "fasteval.doors.compare:compare",
+    "serve": "fasteval.doors.serve:serve",
 }
 SUBCOMMAND_HELP = {
     # name -> the line `fasteval --help` shows, so that the help imports none of them (nor torch).
     "bench": "Time an evaluation by stage, with warm-up and repeats.",
     "sweep": "Run (or resume) a sweep file: policies x envs x seeds.",
-    "report": "Build the report of a sweep folder from its results store.",
+    "report": "Write the report (report.html; for sweeps also report.md) of a run or sweep folder.",
+    "compare": "Compare two policies on the same episodes (paired tests; --fail-if-worse exits 3).",
+    "serve": "Serve a policy over websockets (openpi's protocol and fasteval's); docs/serving.md.",
 }
 
 
@@ -279,7 +301,13 @@ class LazyGroup(click.Group):
               help="Non-finite policy actions (never sent to the env): stop the run, or record the episode as failed.")
 @click.option("--step-timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
               help="Seconds an async env step/reset may take before its worker is killed and the episode retried.")
+@click.option("--policy-timeout", "policy_timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds a policy call may take; a served policy's dropped connection is retried for that long "
+                   "[default: 30 s for ws:// policies].")
 @click.option("--profile", is_flag=True, help="Show the per-stage time breakdown.")
+@click.option("--report/--no-report", "report", default=True, show_default=True,
+              help="Write OUTPUT_DIR/report.html: one self-contained page with the results, plots, videos, errors "
+                   "and provenance (rebuild it later with `fasteval report OUTPUT_DIR`).")
 @click.option("--save-episodes", "save_episodes_dir", type=UsablePath("dir", writable=True), default=None,
               help="Write every step of the n episodes (observations, actions, rewards, flags) to DIR as a TensorDict "
                    "memory map (load it with fasteval.run.episode_files.load_episodes).")
@@ -287,7 +315,8 @@ class LazyGroup(click.Group):
 @click.version_option(package_name="fasteval")
 @click.pass_context
 def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, retries: int, on_nan_action: str,
-         step_timeout: float, profile: bool, save_episodes_dir: Path | None, **options: Any) -> None:
+         step_timeout: float, policy_timeout: float | None, profile: bool, report: bool,
+         save_episodes_dir: Path | None, **options: Any) -> None:
     """Evaluate a policy on a gymnasium env: exactly N episodes, seeds SEED..SEED+N-1.
 
     \b
@@ -308,7 +337,8 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
 
     try:
         spec, out_dir = resolve_run(ctx, options, files, output_dir, resume_dir,
-                                    dict(retries=retries, on_nan_action=on_nan_action, step_timeout=step_timeout),
+                                    dict(retries=retries, on_nan_action=on_nan_action, step_timeout=step_timeout,
+                                         policy_timeout_s=policy_timeout),
                                     save_episodes_dir)
         if files.print_config:
             from fasteval.run.config import dump_config
@@ -321,12 +351,13 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
         if suite is not None:
             if save_episodes_dir is not None:
                 raise UserInputError("--save-episodes is not supported for a list of tasks yet; run one task at a time.")
-            sys.exit(suite_command(spec, suite, out_dir, files, profile))
+            sys.exit(suite_command(spec, suite, out_dir, files, profile, report))
         engine = build_engine(spec)
     except UserInputError as exc:
         fail(str(exc), EXIT_BAD_INPUT)
     outcome = run_one(engine, out_dir, resume=resume_dir is not None)
-    code = end_of_run(outcome, spec, out_dir, files, profile, wanted=spec.n_episodes, save_episodes_dir=save_episodes_dir)
+    code = end_of_run(outcome, spec, out_dir, files, profile, wanted=spec.n_episodes, save_episodes_dir=save_episodes_dir,
+                      report=report)
     if code != EXIT_OK:
         sys.exit(code)
 
@@ -431,10 +462,10 @@ def run_one(engine: Any, out_dir: Path, resume: bool) -> Any:
 
 
 def end_of_run(outcome: Any, spec: Any, out_dir: Path, files: FileOptions, profile: bool, *, wanted: int,
-               suite: bool = False, wrote: str = "", save_episodes_dir: Path | None = None) -> int:
-    """The end of every ``fasteval`` run (one task or a suite): the summary, the files written, the failed
-    episodes and how to resume; returns the exit code. ``wanted``: the episodes the command asked for;
-    ``wrote``: said before the status on the ``wrote eval_info.json`` line."""
+               suite: bool = False, wrote: str = "", save_episodes_dir: Path | None = None, report: bool = True) -> int:
+    """The end of every ``fasteval`` run (one task or a suite): the summary, the files written (``report.html``
+    with ``report``), the failed episodes and how to resume; returns the exit code. ``wanted``: the episodes
+    the command asked for; ``wrote``: said before the status on the ``wrote eval_info.json`` line."""
     from fasteval.run.durable import STATUS_COMPLETE, STATUS_INTERRUPTED
 
     result = outcome.result
@@ -449,6 +480,8 @@ def end_of_run(outcome: Any, spec: Any, out_dir: Path, files: FileOptions, profi
         n_saved = save_episodes(result.episode_data, save_episodes_dir)
         click.echo(f"wrote {n_saved} episodes ({len(result.episode_data)} steps) to {save_episodes_dir}")
     problems = files.finish(spec, out_dir, result)  # config.json, --export, --log
+    if report:
+        problems += write_html_report(out_dir)
     for problem in problems:
         click.echo(f"Error: {problem} (the results are in {out_dir})", err=True)
     if outcome.status == STATUS_COMPLETE and not problems:
@@ -463,6 +496,19 @@ def end_of_run(outcome: Any, spec: Any, out_dir: Path, files: FileOptions, profi
     if outcome.error is not None:
         click.echo(f"Error: {outcome.error}", err=True)
     return EXIT_RUNTIME_ERROR
+
+
+def write_html_report(out_dir: Path) -> list[str]:
+    """``report.html`` in the run folder (a suite's, and each of its tasks'), from the files the run
+    wrote; returns the problems (empty: written). The results are on disk whatever happens here."""
+    from fasteval.run.report_html import write_run_report
+
+    try:
+        path = write_run_report(out_dir)
+    except Exception as exc:  # noqa: BLE001 -- a page that cannot be drawn must not lose the run
+        return [f"writing {out_dir / 'report.html'} failed: {type(exc).__name__}: {exc}"]
+    click.echo(f"wrote {path}")
+    return []
 
 
 def resume_hint(status: str, recorded: int, wanted: int, out_dir: Path, suite: bool) -> str:
@@ -543,6 +589,7 @@ def spec_from_manifest(ctx: click.Context, run_dir: Any, options: dict[str, Any]
     the new value, and any other difference is refused with a UserInputError naming each one.
     """
     from fasteval.run.config import PARAM_FOR_FIELD, given_on_command_line
+    from fasteval.run.rundir import raises_the_cap
     from fasteval.types.errors import UserInputError
 
     manifest = run_dir.read_manifest()
@@ -567,7 +614,7 @@ def spec_from_manifest(ctx: click.Context, run_dir: Any, options: dict[str, Any]
         for field_name, label in sorted(given.items()):
             if field_name not in values:
                 continue
-            if field_name in HOW_IT_RUNS:
+            if field_name in HOW_IT_RUNS or raises_the_cap(field_name, saved, values):
                 saved[field_name] = values[field_name]
             elif not _same_value(field_name, saved.get(field_name), values[field_name]):
                 differ.append(f"{label}: the run has {saved.get(field_name)!r}, this command has {values[field_name]!r}")
@@ -586,7 +633,7 @@ def spec_from_manifest(ctx: click.Context, run_dir: Any, options: dict[str, Any]
 
 
 def suite_command(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], out_dir: str | Path, files: FileOptions,
-                  profile: bool = False) -> int:
+                  profile: bool = False, report: bool = True) -> int:
     """The ``fasteval`` command for a suite spec (see :func:`fasteval.doors.suites.run_suite_durable`): run, print, return the exit code."""
     from fasteval.doors.suites import flatten_suite, run_suite_durable
 
@@ -598,7 +645,7 @@ def suite_command(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], out_di
                    f"avg_sum_reward {agg['avg_sum_reward']:.4f}, pc_success {agg['pc_success']:.1f}%")
     n_tasks = len(flatten_suite(suite))
     return end_of_run(outcome, spec, out_dir, files, profile, wanted=spec.n_episodes * n_tasks, suite=True,
-                      wrote=f"{len(outcome.folders)} of {n_tasks} tasks; ")
+                      wrote=f"{len(outcome.folders)} of {n_tasks} tasks; ", report=report)
 
 
 if __name__ == "__main__":

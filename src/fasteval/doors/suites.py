@@ -223,6 +223,8 @@ def label_result(result: EvalResult, group: str, task_id: Any, name: str) -> Non
     result.per_episode.set_task(group, task_id, name)  # the table is columnar: relabel it, not row copies
     for error in result.errors:
         error.update(task_group=group, task_id=task_id, task=name)
+    for block in result.meta.get("stopping_per_task", []):  # --stop-when: the task's stopping block
+        block.update(task_group=group, task_id=task_id, task=name)
 
 
 def video_budgets(k: int, select: str, n_episodes: Sequence[int]) -> list[int]:
@@ -252,6 +254,7 @@ def _merge(tasks: list[tuple[str, Any, Task]], results: list[EvalResult], eval_s
         meta.pop(key, None)
     meta["suite"] = True
     meta["concurrency"] = concurrency
+    meta.update(_suite_stopping(results))
     meta["n_episodes"] = sum(r.meta.get("n_episodes", len(r.per_episode)) for r in results)
     meta["tasks"] = [
         {"task_group": group, "task_id": task_id, "task": task.name or task.env, "env": task.env,
@@ -268,6 +271,18 @@ def _merge(tasks: list[tuple[str, Any, Task]], results: list[EvalResult], eval_s
     if data:
         merged.episode_data = data
     return merged
+
+
+def _suite_stopping(results: list[EvalResult]) -> dict[str, Any]:
+    """``--stop-when`` suites: every task stopped on its own; the tasks' blocks and the overall one."""
+    from fasteval.types.sequential.rules import overall_stopping
+
+    blocks = [block for r in results for block in r.meta.get("stopping_per_task", [])]
+    if not blocks:
+        return {}
+    column = "success" if blocks[0]["metric"] == "success" else "sum_reward"
+    outcomes = [r.column(column) for r in results if r.meta.get("stopping_per_task")]
+    return {"stopping_per_task": blocks, "stopping": overall_stopping(blocks, outcomes)}
 
 
 # -- several tasks from one command line --------------------------------------------------------------

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from fasteval.run.engine import Engine
+from fasteval.run.provenance import collect_provenance
 from fasteval.types.errors import EvaluationAborted, UserInputError
 from fasteval.types.results import (STATUS_COMPLETE, STATUS_FAILED, STATUS_INTERRUPTED, STATUS_RUNNING,  # noqa: F401
                                     EarlierSegments, EpisodeTable, EvalResult)
@@ -66,6 +67,9 @@ def manifest_fields(spec: EvalSpec, engine: Engine) -> dict[str, Any]:
         "batch_size": spec.batch_size,
         "vectorization": spec.vectorization,
         "fasteval_version": __version__,
+        # a --stop-when run: its rule must match on resume (its -n, the cap, may grow)
+        **({"stop_when": spec.stop_when, "confidence": spec.confidence,
+            "return_bounds": list(spec.return_bounds) if spec.return_bounds else None} if spec.stop_when else {}),
     }
 
 
@@ -290,6 +294,8 @@ def run_durable(
     spec = engine.spec
     fields = manifest_fields(spec, engine)
     original_manifest, earlier, segments = _earlier_segments(run_dir, fields, spec.n_episodes, resume)
+    this_segment = collect_provenance()  # the command, versions, git commit, machine and date (the report shows them)
+    fields["provenance"] = (original_manifest or {}).get("provenance") or this_segment  # the run's first segment
     done_ix = set(earlier.records.column("episode_ix").tolist())
     missing = [i for i in range(spec.n_episodes) if i not in done_ix] if done_ix else None  # None: all, no O(n) list
     folder_existed = run_dir.path.exists()
@@ -310,7 +316,8 @@ def run_durable(
     run_dir.close()
     status = result.meta["status"]
     segments.append({"episodes": len(result.per_episode) - len(earlier.records),
-                     "eval_s": result.eval_s - earlier.eval_s, "status": status})
+                     "eval_s": result.eval_s - earlier.eval_s, "status": status,
+                     "command": this_segment["command"], "started_at": this_segment["date"]})
     run_dir.write_eval_info(result.eval_info_document())  # streamed: no per-episode dicts in memory
     log.write_manifest(status, error)
     return DurableOutcome(result, status, stopper.received, error, resumed_episodes=len(earlier.records))

@@ -31,7 +31,8 @@ class FastevalParts:
     def load_policy(self, spec: EvalSpec, envs: Any, n_slots: int) -> Any:
         return load_policy(spec.policy, envs.observation_space, envs.action_space, n_slots, spec.trust_remote_code,
                            device=spec.device, env=spec.env, env_kwargs=dict(spec.env_kwargs),
-                           cuda_graph=spec.cuda_graph, noise=spec.noise)
+                           cuda_graph=spec.cuda_graph, rename=dict(spec.rename),
+                           noise=spec.noise)
 
     def build_runner(self, policy: Any, spec: EvalSpec, envs: Any, h2d: Any, policy_batch: int) -> Any:
         return build_policy_runner(policy, spec, envs, h2d, policy_batch)

@@ -2,12 +2,15 @@
 
 Layout:
   manifest.json    written before the first step: the spec, the policy digest, the
-                   fasteval version and a ``status`` (running / complete / interrupted / failed)
+                   fasteval version, the provenance (command line, package versions, git commit,
+                   machine, date: :mod:`fasteval.run.provenance`) and a ``status``
+                   (running / complete / interrupted / failed)
   episodes.jsonl   one JSON record per finished episode, appended in groups (see
                    :class:`fasteval.run.durable.GroupCommitLog`: at most 50 ms or 256 episodes late)
   errors.jsonl     one JSON record per env/policy fault (retried ones included)
   eval_info.json   the final results (classic layout), written atomically at the end
   config.json      the resolved config (written by the CLI; loadable with --config)
+  report.html      the run's page (written by the CLI unless --no-report; :mod:`fasteval.run.report_html`)
 
 A crash leaves at worst one partial last line in a ``.jsonl`` file; :meth:`RunDirectory.records`
 ignores it. ``manifest.json`` and ``eval_info.json`` are replaced atomically (temp file +
@@ -28,7 +31,8 @@ from fasteval.types.results import write_json_atomic
 
 MANIFEST, EPISODES, ERRORS, EVAL_INFO = "manifest.json", "episodes.jsonl", "errors.jsonl", "eval_info.json"
 
-RESUME_MUST_MATCH = ("env", "env_kwargs", "policy", "policy_digest", "seed", "n_episodes", "max_steps")
+RESUME_MUST_MATCH = ("env", "env_kwargs", "policy", "policy_digest", "seed", "n_episodes", "max_steps",
+                     "stop_when", "confidence", "return_bounds")
 """Manifest fields a resumed run must share with the original: anything else (batch size,
 vectorization, device) may change, because results do not depend on it."""
 
@@ -209,10 +213,18 @@ def check_resumable(manifest: dict[str, Any], current: dict[str, Any], folder: P
     diffs = [
         f"{key}: the original run had {manifest.get(key)!r}, this one has {current.get(key)!r}"
         for key in RESUME_MUST_MATCH
-        if manifest.get(key) != current.get(key)
+        if manifest.get(key) != current.get(key) and not raises_the_cap(key, manifest, current)
     ]
     if diffs:
         raise UserInputError(
             f"refusing to resume {folder}: this is not the same evaluation ({'; '.join(diffs)}). "
             f"Resume with the original settings and weights, or start a new run with another --output-dir."
         )
+
+
+def raises_the_cap(key: str, manifest: dict[str, Any], current: dict[str, Any]) -> bool:
+    """A ``--stop-when`` run may resume with a larger ``-n`` (its cap): a run that stopped by its
+    rule stays stopped; one that reached its cap goes on to the new one."""
+    if key != "n_episodes" or not manifest.get("stop_when") or manifest.get("stop_when") != current.get("stop_when"):
+        return False
+    return int(current.get(key) or 0) >= int(manifest.get(key) or 0)

@@ -2,14 +2,23 @@
 
 ``with FakeCuda(mode) as fake:`` replaces the ``torch.cuda`` calls the capture uses (``device``,
 ``Stream``, ``current_stream``, ``set_stream``, ``stream``, ``graph``, ``CUDAGraph``,
-``graph_pool_handle``, ``get_rng_state``, ``set_rng_state``) with recording fakes, and lets a
+``graph_pool_handle``, ``get_rng_state``, ``set_rng_state``, ``synchronize``) with recording fakes, and lets a
 CPU policy device take the graph path. An engine built inside the block "captures" on its first
 policy call and "replays" afterwards; ``fake`` records what was used:
 
 * ``fake.captures``: one dict per capture: ``device`` (the device context active at capture),
   ``stream`` (the ``stream=`` argument), ``stream_device`` (the device the side stream was
   created on, and in which device context), ``pool``, ``capture_error_mode``;
-* ``fake.graphs``: every :class:`FakeGraph` made; ``fake.replays``: total replays.
+* ``fake.graphs``: every :class:`FakeGraph` made; ``fake.replays``: total replays;
+* ``fake.born_on``: the device factory calls were born on, per warm-up-and-capture
+  (:func:`fasteval.core.accel.factory_device`; the fake's tensors are born on the CPU).
+
+In every mode the capture body runs under CUDA's rule (:class:`fasteval.core.capture_body.HostCopyGuard`):
+a host-to-device copy of pageable memory (``torch.zeros(B, D).to(device)``, a host index tensor used on
+a device tensor...) or a sync (``.item()``, ``.cpu()``, ``if tensor:``, ``torch.cuda.synchronize()``,
+``stream.synchronize()``) raises ``RuntimeError("operation not permitted when stream is capturing ...")``,
+as a real capture does. The fake's tensors all live on the CPU, so host and device are told apart by
+birth (see :mod:`fasteval.core.capture_body`).
 
 ``mode`` plants the faults that :mod:`benchmarks.gpu_check` must catch:
 
@@ -31,6 +40,11 @@ from typing import Any
 import torch
 
 MODES = ("faithful", "stale", "frozen-noise", "fail")
+CAPTURING = "operation not permitted when stream is capturing"
+
+
+def _capture_error(what: str) -> RuntimeError:
+    return RuntimeError(f"{CAPTURING} (fake CUDA: {what})")
 
 
 class FakeStream:
@@ -43,7 +57,7 @@ class FakeStream:
         self.waited.append(other.name)
 
     def synchronize(self) -> None:
-        pass
+        self.fake.synchronize()
 
     def __repr__(self) -> str:
         return f"FakeStream({self.name}, device={self.device})"
@@ -88,6 +102,8 @@ class FakeCuda:
         self.graphs: list[FakeGraph] = []
         self.replays = 0
         self.pools = 0
+        self.born_on: list[Any] = []
+        self.capturing = False
         self._stack = contextlib.ExitStack()
 
     # -- the fakes ---------------------------------------------------------------------------
@@ -125,17 +141,32 @@ class FakeCuda:
 
     @contextlib.contextmanager
     def graph(self, graph: FakeGraph, pool: Any = None, stream: Any = None, capture_error_mode: str = "global"):
+        from fasteval.core.capture_body import HostCopyGuard
+
         self.captures.append({
             "device": self.device_stack[-1] if self.device_stack else None, "stream": stream,
             "stream_device": getattr(stream, "device", None), "stream_created_in": getattr(stream, "created_in", None),
             "pool": pool, "capture_error_mode": capture_error_mode,
         })
         previous, self.current = self.current, stream
-        yield
+        self.capturing = True
+        try:  # CUDA's rule for the body: no pageable host-to-device copy, no sync
+            with HostCopyGuard("cpu", pageable_only=True, syncs=True, error=_capture_error):
+                yield
+        finally:
+            self.capturing = False
         if self.mode == "fail":  # like capture_end raising: the current stream is NOT restored here
             torch.rand(3)
-            raise RuntimeError("operation not permitted when stream is capturing (fake)")
+            raise _capture_error("planted: the capture fails")
         self.current = previous
+
+    def synchronize(self, device: Any = None) -> None:
+        if self.capturing:
+            raise _capture_error("a sync: synchronize()")
+
+    def factory_device(self, device: Any) -> torch.device:
+        self.born_on.append(device)
+        return torch.device("cpu")
 
     def get_rng_state(self, device: Any = None) -> torch.Tensor:
         return torch.zeros(1, dtype=torch.uint8)
@@ -149,9 +180,10 @@ class FakeCuda:
 
         patch = self._stack.enter_context
         for name in ("device", "Stream", "current_stream", "set_stream", "stream", "CUDAGraph", "graph_pool_handle",
-                     "graph", "get_rng_state", "set_rng_state"):
+                     "graph", "get_rng_state", "set_rng_state", "synchronize"):
             patch(_setattr(torch.cuda, name, getattr(self, name)))
         patch(_setattr(accel, "graph_unsupported", lambda device: None))
+        patch(_setattr(accel, "factory_device", self.factory_device))
         original = accel.CudaGraphCall._warm_up_and_capture
 
         def warm_up_and_capture(call: Any, obs: Any, previous: Any) -> tuple:
@@ -179,3 +211,47 @@ def _setattr(obj: Any, name: str, value: Any):
             delattr(obj, name)
         else:
             setattr(obj, name, old)
+
+
+class FakeHostRegistry:
+    """CUDA's registry of page-locked host ranges, faked (``with FakeHostRegistry() as cudart:``).
+
+    Installed as the worker pool's CUDA runtime (:func:`fasteval.core.shared_buffers._cudart`), it
+    answers ``cudaHostRegister`` / ``cudaHostUnregister`` as CUDA does: 0 on success, 712
+    (``cudaErrorHostMemoryAlreadyRegistered``) for a range that overlaps a registered one, 713
+    (``cudaErrorHostMemoryNotRegistered``) for an address that is not registered. ``is_pinned(address)``
+    is what ``tensor.is_pinned()`` reads on a GPU: whether CUDA still lists the address.
+    ``calls`` logs ``(name, address, code)``.
+    """
+
+    ALREADY_REGISTERED, NOT_REGISTERED = 712, 713
+
+    def __init__(self) -> None:
+        self.ranges: dict[int, int] = {}
+        self.calls: list[tuple[str, int, int]] = []
+        self._stack = contextlib.ExitStack()
+
+    def cudaHostRegister(self, address: int, size: int, flags: int) -> int:  # noqa: N802 (CUDA's name)
+        overlaps = any(a < address + size and address < a + n for a, n in self.ranges.items())
+        code = self.ALREADY_REGISTERED if overlaps else 0
+        if not overlaps:
+            self.ranges[address] = size
+        self.calls.append(("cudaHostRegister", address, code))
+        return code
+
+    def cudaHostUnregister(self, address: int) -> int:  # noqa: N802
+        code = 0 if self.ranges.pop(address, None) is not None else self.NOT_REGISTERED
+        self.calls.append(("cudaHostUnregister", address, code))
+        return code
+
+    def is_pinned(self, address: int) -> bool:
+        return any(a <= address < a + n for a, n in self.ranges.items())
+
+    def __enter__(self) -> "FakeHostRegistry":
+        from fasteval.core import shared_buffers
+
+        self._stack.enter_context(_setattr(shared_buffers, "_cudart", lambda: self))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stack.close()

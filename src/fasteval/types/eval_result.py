@@ -169,7 +169,7 @@ class EvalResult:
     def eval_info_document(self) -> dict[str, Any]:
         """The ``eval_info.json`` document with the per-episode table and ``per_task``'s lists left
         columnar (an :class:`EpisodeTable` and arrays): pass it to :func:`write_json_atomic`."""
-        return {
+        doc = {
             "per_episode": self.per_episode,
             "per_task": self._per_task_columns(),
             "per_group": self.per_group(),
@@ -178,6 +178,7 @@ class EvalResult:
             "errors": self.errors,
             "meta": self.meta,
         }
+        return _with_stopping(doc) if "stopping" in self.meta else doc
 
     def to_dict(self, prefix: str = "") -> dict[str, float]:
         """Flat scalars (``{prefix}avg_sum_reward`` ...), ready for TensorBoard or W&B."""
@@ -206,6 +207,18 @@ def task_folder(group: Any, task_id: Any) -> str:
         return "".join(c if c.isalnum() or c in "-." else "_" for c in str(value)) or "_"
 
     return f"{safe(group)}_{safe(task_id)}"
+
+
+def _with_stopping(doc: dict[str, Any]) -> dict[str, Any]:
+    """``--stop-when`` runs: the overall ``stopping`` block at the top, each task's in its ``per_task``
+    entry (both out of ``meta``, where the engine keeps them). See docs/how-many-episodes.md."""
+    meta = {k: v for k, v in doc["meta"].items() if k not in ("stopping", "stopping_per_task")}
+    blocks = {(b.get("task_group"), b.get("task_id")): b for b in doc["meta"].get("stopping_per_task", [])}
+    for task in doc["per_task"]:
+        block = blocks.get((task["task_group"], task["task_id"]))
+        if block is not None:
+            task["stopping"] = {k: v for k, v in block.items() if k not in ("task_group", "task_id", "task")}
+    return {**doc, "meta": meta, "stopping": doc["meta"]["stopping"]}
 
 
 def _plain_task(task: dict[str, Any]) -> dict[str, Any]:

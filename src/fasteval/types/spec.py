@@ -79,6 +79,11 @@ class EvalSpec:
     """Seconds an async env may take for one step or reset before it is killed and handled
     like a crash. ``None`` waits forever. (In-process sync envs cannot be interrupted.)"""
 
+    policy_timeout_s: float | None = None
+    """Seconds a policy call may take (``--policy-timeout``). For a served policy (``--policy ws://...``): how
+    long a reply may take, and how long a dropped connection is retried with backoff before the run stops
+    (finished episodes kept). ``None``: 30 s for served policies."""
+
     observation_format: str = "raw"
     """What the policy receives: ``raw`` (the env's observation: a Tensor, or a TensorDict of the
     env's Dict keys) or ``lerobot`` (a TensorDict with LeRobot keys: ``observation.image`` /
@@ -145,6 +150,20 @@ class EvalSpec:
     small policies beside env stepping: a second thread stalls whenever the other core is busy
     (40x slower seen on a loaded 2-core box). ``None`` keeps torch's setting (big CNNs)."""
 
+    stop_when: str | None = None
+    """Stop as soon as a rule holds (``--stop-when``; ``n_episodes`` is then the cap): ``ci<=EPS``,
+    ``above=T``, ``below=T`` for the success rate, ``return:ci<=E`` / ``return:above=T`` /
+    ``return:below=T`` for the mean return (needs ``return_bounds``). Checked on prefixes of episode
+    indices with an anytime-valid confidence sequence: a stopped run reports exactly episodes
+    ``0..k-1`` whatever the batch size or mode. See docs/how-many-episodes.md."""
+
+    confidence: float = 0.95
+    """Level of ``stop_when``'s anytime-valid confidence sequence (``--confidence``), in (0, 1)."""
+
+    return_bounds: tuple[float, float] | None = None
+    """``(LO, HI)``: the smallest and largest possible episode return (``--return-bounds LO,HI``),
+    needed by ``return:`` rules; a return outside them stops the run with an error."""
+
     def __post_init__(self) -> None:
         _require(isinstance(self.env, str) and self.env.strip() != "", "env", "a non-empty env id or module:callable", self.env)
         _require(_is_int(self.n_episodes) and self.n_episodes >= 1, "n_episodes", "an integer >= 1", self.n_episodes)
@@ -168,6 +187,11 @@ class EvalSpec:
             self.step_timeout is None or (isinstance(self.step_timeout, (int, float)) and not isinstance(self.step_timeout, bool)
                                           and self.step_timeout > 0),
             "step_timeout", "None or a number of seconds > 0", self.step_timeout,
+        )
+        _require(
+            self.policy_timeout_s is None or (isinstance(self.policy_timeout_s, (int, float))
+                                              and not isinstance(self.policy_timeout_s, bool) and self.policy_timeout_s > 0),
+            "policy_timeout_s", "None or a number of seconds > 0", self.policy_timeout_s,
         )
         _require(self.cpu_threads is None or (_is_int(self.cpu_threads) and self.cpu_threads >= 1),
                  "cpu_threads", "None or an integer >= 1", self.cpu_threads)
@@ -196,6 +220,21 @@ class EvalSpec:
         _require(self.noise != "global" or self.reset_mode == "wave", "reset_mode",
                  "wave (or auto) with noise='global': LeRobot's global-RNG draws follow its waves", self.reset_mode)
         _require(isinstance(self.return_episode_data, bool), "return_episode_data", "True or False", self.return_episode_data)
+        self._check_stop_fields()
+
+    def _check_stop_fields(self) -> None:
+        """``stop_when``, ``confidence`` and ``return_bounds`` parse and fit together (bounds stored as a tuple)."""
+        from fasteval.types.sequential.betting import check_confidence
+        from fasteval.types.sequential.rules import check_rule_setup, parse_return_bounds, parse_stop_rule
+
+        try:
+            check_confidence(self.confidence)
+            bounds = parse_return_bounds(self.return_bounds)
+            object.__setattr__(self, "return_bounds", bounds)
+            if self.stop_when is not None:
+                check_rule_setup(parse_stop_rule(self.stop_when), bounds)
+        except ValueError as exc:
+            raise UserInputError(str(exc)) from None
 
     @property
     def n_slots(self) -> int:

@@ -6,7 +6,12 @@ Exit codes of ``fasteval sweep``:
   2  bad input: unreadable or invalid sweep file, unknown policy reference, missing Ray,
      a store made with other settings, or a folder another sweep is writing to.
 
-``fasteval report`` exits 0, or 2 when the folder holds no store.
+``fasteval report DIR`` rebuilds the report of a sweep folder (it holds ``results.sqlite``:
+``report.md``, ``report.json``, the PNG plots and ``report.html`` with a page per cell under
+``cells/``, from the store alone; ``--out`` moves them) or of a run folder (it holds
+``eval_info.json``: ``report.html``, and for a suite one page per task under ``tasks/``; the page
+links its videos and files by relative path, so it is written into the run folder itself). It
+exits 0, or 2 when the folder holds neither (or ``--out`` is given for a run folder).
 """
 
 from __future__ import annotations
@@ -63,31 +68,69 @@ def sweep(spec_file: Path, out_dir: Path | None, backend: str, workers: int | No
                             report=not no_report, progress=lambda line: click.echo(line, err=True))
     except UserInputError as exc:
         fail(str(exc), EXIT_BAD_INPUT)
-    click.echo(f"{plural(outcome.done, 'job')} ran, {outcome.skipped} {'was' if outcome.skipped == 1 else 'were'} "
-               f"complete, {len(outcome.failed)} failed; {plural(outcome.episodes_added, 'episode')} added, "
-               f"{plural(outcome.episodes_stored, 'episode')} now stored in {out / 'results.sqlite'}")
+    ran = outcome.done + len(outcome.failed)
+    click.echo(f"this run: {plural(ran, 'job')} ran ({outcome.done} finished, {len(outcome.failed)} failed); "
+               f"{outcome.skipped} {'was' if outcome.skipped == 1 else 'were'} already complete and skipped; "
+               f"{plural(outcome.episodes_added, 'episode')} added, {plural(outcome.episodes_stored, 'episode')} "
+               f"now stored in {out / 'results.sqlite'}")
     if outcome.report is not None:
-        click.echo(f"report: {outcome.report['paths']['md']}")
+        click.echo(f"report: {outcome.report['paths']['md']} and {outcome.report['paths']['html']}")
     if outcome.failed:
-        click.echo(f"Error: {len(outcome.failed)} job(s) failed; re-run the same command to retry them. First error:\n"
-                   f"  {outcome.failed[0][0]}: {outcome.failed[0][1]}", err=True)
+        click.echo(failure_advice(outcome.failed), err=True)
         sys.exit(EXIT_RUNTIME_ERROR)
     sys.exit(EXIT_OK)
 
 
+def failure_advice(failed: list[tuple[str, str]]) -> str:
+    """The error lines for failed jobs: whether re-running can help (bad input fails the same way
+    every time, see :mod:`fasteval.doors.sweep.retry`), and the first error."""
+    from fasteval.doors.sweep.retry import retry_verdict
+
+    hopeless = sum(1 for _, error in failed if retry_verdict(error)["helps"] is False)
+    n = len(failed)
+    if hopeless == n:
+        advice = (f"{plural(n, 'job')} failed with bad input: a retry cannot help. Fix the sweep file or the "
+                  "checkpoint, then re-run the same command.")
+    elif hopeless:
+        advice = (f"{plural(n, 'job')} failed: {hopeless} with bad input (a retry cannot help: fix it first); "
+                  f"re-run the same command to retry the other {n - hopeless}.")
+    else:
+        advice = f"{plural(n, 'job')} failed; re-run the same command to retry {'it' if n == 1 else 'them'}."
+    label, error = failed[0]
+    return f"Error: {advice} First error:\n  {label}: {error}"
+
+
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("sweep_dir", type=UsablePath("any", must_exist=True))
+@click.argument("folder", type=UsablePath("any", must_exist=True))
 @click.option("--out", "-o", "out_dir", type=UsablePath("dir", writable=True), default=None,
-              help="Where the report goes [default: SWEEP_DIR].")
-def report(sweep_dir: Path, out_dir: Path | None) -> None:
-    """Build report.md, report.json and plots from SWEEP_DIR's results store alone."""
+              help="Sweeps: where the report goes [default: FOLDER]. Run folders take their report.html in place.")
+def report(folder: Path, out_dir: Path | None) -> None:
+    """Write the report of FOLDER: a sweep folder (results.sqlite) or a run folder (eval_info.json)."""
+    from fasteval.doors.sweep.store import store_path
     from fasteval.types.errors import UserInputError
-    from fasteval.doors.sweep.report import write_report
 
     try:
-        doc = write_report(sweep_dir, out_dir)
+        if store_path(folder).is_file():
+            _sweep(folder, out_dir)
+        elif (Path(folder) / "eval_info.json").is_file():
+            if out_dir is not None:
+                raise UserInputError(f"--out is for sweep folders: a run's report.html links its videos and files by "
+                                     f"relative path, so it is written into {folder}. Drop --out.")
+            from fasteval.run.report_html import write_run_report
+
+            click.echo(f"wrote {write_run_report(folder)}")
+        else:
+            raise UserInputError(f"no results store at {str(store_path(folder))!r} and no eval_info.json in {str(folder)!r}; "
+                                 "expected the folder a `fasteval sweep` wrote (it holds results.sqlite) or the output "
+                                 "folder of a `fasteval` run (it holds eval_info.json).")
     except UserInputError as exc:
         fail(str(exc), EXIT_BAD_INPUT)
+
+
+def _sweep(folder: Path, out_dir: Path | None) -> None:
+    from fasteval.doors.sweep.report import write_report
+
+    doc = write_report(folder, out_dir)
     for path in doc["paths"].values():
         click.echo(f"wrote {path}")
     if not isinstance(doc["plots"], list):

@@ -95,9 +95,12 @@ def run_job(job: Job, episodes: Sequence[int], emit: Callable[[Message], None], 
             )
         torch.set_num_threads(job.options.torch_threads)
         with Engine(job.eval_spec()) as engine:
-            batcher = _Batcher(engine, job.job_id, emit, flush_s)
-            result = engine.run(episodes=list(episodes), on_finished=batcher)
-            batcher.flush()
+            if job.options.stop_when is not None:  # the whole seed block; only episodes 0..k-1 are returned
+                result = engine.run()
+            else:
+                batcher = _Batcher(engine, job.job_id, emit, flush_s)
+                result = engine.run(episodes=list(episodes), on_finished=batcher)
+                batcher.flush()
         if result.n_failed:  # the engine gave up on some episodes (env errors past `retries`)
             return {"ok": False, "records": result.per_episode, "eval_s": result.eval_s,
                     "error": _failed_episodes_text(result.n_failed, len(episodes), result.errors)}

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fasteval.robot.policies.remote import is_remote_ref
 from fasteval.types.errors import UserInputError
 from fasteval.robot.policies.builtin import BUILTIN_POLICIES
 from fasteval.robot.policies.checkpoint import WEIGHTS_NAME, is_checkpoint_dir
@@ -110,7 +111,7 @@ def resolve_policy(ref: str, base_dir: str | Path | None = None) -> tuple[str, s
 
     Relative folder paths are resolved against ``base_dir`` (the sweep file's folder).
     """
-    if ref in BUILTIN_POLICIES:
+    if ref in BUILTIN_POLICIES or is_remote_ref(ref):  # a served policy: its address (docs/serving.md)
         return ref, digest_bytes(ref.encode())
     path = Path(ref)
     if not path.is_absolute() and base_dir is not None:

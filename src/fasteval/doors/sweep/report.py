@@ -11,11 +11,15 @@ Writes into the folder:
   on the same episodes (McNemar for success, where the env has a success signal; paired bootstrap
   for return); totals (episodes, env steps, wall time, episodes/s).
   NaN is written as ``null``.
-* ``report.md``: the same as tables.
-* ``success.png`` (success rate per policy and env, Wilson error bars; envs with a success signal
-  only, and no file when none has one) and ``returns.png`` (the return distribution of each cell:
-  one column per env with a shared, labelled x-axis and shared bins; a cell whose returns are all
-  equal shows a marker line at that value), drawn with matplotlib's Agg canvas. Without matplotlib
+* ``report.md``: the same as tables, under a one-sentence summary (cells complete, partial and
+  failed, and whether a retry could help the failed ones: :mod:`fasteval.doors.sweep.retry`).
+* ``report.html``: the same as one self-contained page (sortable tables, per-env plots), with a
+  run page per cell under ``cells/`` (:mod:`fasteval.doors.sweep.report_html`).
+* ``success.png`` (success rate per policy and env, Wilson error bars, one colour per policy; cells
+  with episodes and a success signal only, and no file when there is none) and ``returns.png`` (the
+  return distribution of each cell in its policy's colour: one column per env with a shared,
+  labelled x-axis and shared bins; a cell whose returns are all equal shows a marker line at that
+  value; a cell without episodes says so instead of an empty chart), drawn with matplotlib's Agg canvas. Without matplotlib
   the plots are skipped and the report says so.
 
 Bootstrap intervals use ``seed=0``, so a report built twice from one store is identical apart
@@ -44,6 +48,7 @@ from fasteval.types.stats import (
     stratified_bootstrap_ci,
     wilson_interval,
 )
+from fasteval.doors.sweep.retry import cell_retry_verdict
 from fasteval.doors.sweep.store import Store
 
 PLOTS = ("success.png", "returns.png")
@@ -57,7 +62,12 @@ def _cell_key(row: dict[str, Any]) -> tuple[str, str, str]:
 
 def build_report(store: Store) -> dict[str, Any]:
     """The report document (plain data) from the store's jobs, episodes and runs."""
-    jobs, episodes, runs = store.jobs(), store.episodes(), store.runs()
+    return report_document(store.jobs(), store.episodes(), store.runs(), store.path)
+
+
+def report_document(jobs: list[dict[str, Any]], episodes: list[dict[str, Any]], runs: list[dict[str, Any]],
+                    store_file: Any) -> dict[str, Any]:
+    """:func:`build_report` from rows already read (the HTML pages reuse the same rows)."""
     policies: dict[str, str] = {}  # digest -> name, in first-seen (spec) order; later names win
     envs: dict[tuple[str, str], str] = {}
     for job in jobs:
@@ -84,7 +94,8 @@ def build_report(store: Store) -> dict[str, Any]:
     status_counts = {s: sum(1 for j in jobs if j["status"] == s) for s in ("pending", "running", "done", "failed")}
     return {
         "generated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "store": str(store.path),
+        "store": str(store_file),
+        "summary": summary_line(cells, status_counts),
         "cells": cells,
         "across_envs": _across_envs(policies, envs, episodes),
         "paired": _paired(policies, envs, by_cell),
@@ -99,6 +110,31 @@ def build_report(store: Store) -> dict[str, Any]:
             "jobs": status_counts,
         },
     }
+
+
+def summary_line(cells: list[dict[str, Any]], jobs: dict[str, int]) -> str:
+    """One sentence on the state of the sweep: cells complete, partial and failed (and whether a retry
+    could help the failed ones), episodes stored against planned, and the jobs by status."""
+    counts = {s: sum(1 for c in cells if c["status"] == s) for s in ("done", "partial", "failed")}
+    stored, planned = sum(c["episodes"] for c in cells), sum(c["expected_episodes"] for c in cells)
+    text = (f"{plural(len(cells), 'cell')} (policy x env): {counts['done']} complete, {counts['partial']} partial, "
+            f"{counts['failed']} with failed jobs; {stored} of {planned} planned episodes stored. "
+            f"Jobs: {jobs['done']} done, {jobs['failed']} failed, {jobs['pending'] + jobs['running']} not finished.")
+    verdicts = [c["retry"] for c in cells if c.get("retry")]
+    hopeless = sum(1 for v in verdicts if v["helps"] is False)
+    if verdicts and hopeless == len(verdicts):
+        text += (f" A retry cannot help the {plural(len(verdicts), 'failed cell')}: bad input, which fails the same way "
+                 "every time (fix the sweep file or the checkpoint first).")
+    elif hopeless:
+        text += (f" A retry cannot help {hopeless} of the {len(verdicts)} failed cells (bad input: fix it first); "
+                 "re-running the same command retries the others.")
+    elif verdicts:
+        text += " Re-running the same command retries the failed jobs."
+    return text
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def has_success_signal(eps: list[dict[str, Any]]) -> bool:
@@ -116,13 +152,16 @@ def _cell(policy: str, env: str, env_id: str, env_kwargs: str, eps: list[dict[st
     signal = has_success_signal(eps)
     if not signal:  # 0 of n by construction: not a measurement
         wins, lo, hi = None, math.nan, math.nan
+    expected = int(sum(j["n_episodes"] for j in jobs))
+    error_texts = [f"seeds {j['seed']}..{j['seed'] + j['n_episodes'] - 1}: {j['error']}" for j in failed]
     return {
         "policy": policy,
         "env": env,
         "env_id": env_id,
         "env_kwargs": env_kwargs,
         "episodes": n,
-        "expected_episodes": int(sum(j["n_episodes"] for j in jobs)),
+        "expected_episodes": expected,
+        "status": "failed" if failed else ("done" if n >= expected else "partial"),
         "success_signal": signal,
         "successes": None if wins is None else int(wins),
         "success_pct": 100.0 * wins / n if n and wins is not None else math.nan,
@@ -132,7 +171,8 @@ def _cell(policy: str, env: str, env_id: str, env_kwargs: str, eps: list[dict[st
         "nan_reward_episodes": int(sum(1 for ep in eps if ep["nan_rewards"] > 0)),
         "env_steps": int(sum(ep["length"] for ep in eps)),
         "errors": len(failed),
-        "error_texts": [f"seeds {j['seed']}..{j['seed'] + j['n_episodes'] - 1}: {j['error']}" for j in failed],
+        "error_texts": error_texts,
+        "retry": cell_retry_verdict(error_texts),
         "returns": returns.tolist(),
     }
 
@@ -205,88 +245,109 @@ def _interval(ci: list[float], digits: int = 1) -> str:
 
 
 def render_markdown(doc: dict[str, Any], plots_note: str | None = None) -> str:
-    t = doc["totals"]
-    lines = [
-        "# Sweep report",
-        "",
-        f"Built from `{doc['store']}` at {doc['generated_at']}.",
-        "",
-        "| policy | env | success % [95% CI] | mean return [95% CI] | episodes | NaN-reward eps | errors |",
-        "|---|---|---|---|---|---|---|",
+    """The Markdown report: the summary, the cells, totals, across-env aggregates, paired comparisons,
+    errors (with whether a retry could help) and the plots."""
+    parts = [
+        ["# Sweep report", "", f"Built from `{doc['store']}` at {doc['generated_at']}."],
+        [f"**{doc['summary']}**"] if doc.get("summary") else [],
+        _cells_markdown(doc["cells"]),
+        _totals_markdown(doc["totals"]),
+        _across_markdown(doc["across_envs"]),
+        _paired_markdown(doc["paired"]),
+        _errors_markdown(doc["cells"]),
+        _plots_markdown(doc, plots_note),
     ]
-    for c in doc["cells"]:
+    lines: list[str] = []
+    for part in parts:
+        if part:
+            lines += [*part, ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _cells_markdown(cells: list[dict[str, Any]]) -> list[str]:
+    lines = ["| policy | env | success % [95% CI] | mean return [95% CI] | episodes | NaN-reward eps | errors |",
+             "|---|---|---|---|---|---|---|"]
+    for c in cells:
         episodes = f"{c['episodes']}" + ("" if c["episodes"] == c["expected_episodes"] else f" of {c['expected_episodes']}")
-        success = (f"{_fmt(c['success_pct'])} {_interval(c['success_ci95'])}" if c.get("success_signal", True)
-                   else NO_SIGNAL)
-        lines.append(
-            f"| {c['policy']} | {c['env']} | {success} | "
-            f"{_fmt(c['mean_return'], 3)} {_interval(c['return_ci95'], 3)} | {episodes} | {c['nan_reward_episodes']} | {c['errors']} |"
-        )
-    lines += [
-        "",
-        "Success intervals: Wilson score, 95%. Return intervals: percentile bootstrap of the mean (2000 resamples, "
-        "seed 0). A NaN reward makes an episode's return NaN, and the cell's mean NaN.",
-    ]
-    if any(not c.get("success_signal", True) for c in doc["cells"]):
+        if not c["episodes"]:
+            success = ret = "no episodes" + (" (failed)" if c["errors"] else "")
+        else:
+            success = (f"{_fmt(c['success_pct'])} {_interval(c['success_ci95'])}" if c.get("success_signal", True)
+                       else NO_SIGNAL)
+            ret = f"{_fmt(c['mean_return'], 3)} {_interval(c['return_ci95'], 3)}"
+        lines.append(f"| {c['policy']} | {c['env']} | {success} | {ret} | {episodes} | {c['nan_reward_episodes']} | {c['errors']} |")
+    lines += ["", "Success intervals: Wilson score, 95%. Return intervals: percentile bootstrap of the mean (2000 resamples, "
+              "seed 0). A NaN reward makes an episode's return NaN, and the cell's mean NaN."]
+    if any(not c.get("success_signal", True) for c in cells if c["episodes"]):
         lines.append(f"{NO_SIGNAL}: no env of the cell ever reported `info[\"is_success\"]`, so there is no success "
                      "rate to show (it would read 0%); compare those cells by return. They are left out of the "
                      "success plot, the across-env success aggregates and the McNemar tests.")
-    lines += [
-        "",
-        "## Totals",
-        "",
-        f"- episodes: {t['episodes']}",
-        f"- env steps: {t['env_steps']}",
-        f"- wall time: {t['wall_s']:.2f} s over {t['runs']} sweep run(s); engine time {t['engine_s']:.2f} s",
-        f"- episodes/s: {_fmt(t['episodes_per_s'])}; env steps/s: {_fmt(t['steps_per_s'], 0)}",
-        "- jobs: " + ", ".join(f"{k} {v}" for k, v in t["jobs"].items()),
-    ]
-    if doc["across_envs"]:
-        lines += [
-            "",
-            "## Across envs",
-            "",
-            "Per policy: the per-seed-block success rate on each env, aggregated across envs (rliable's definitions); "
-            "intervals: stratified bootstrap (seed blocks resampled within each env), 95%.",
-            "",
-            "| policy | envs | mean success % [95% CI] | IQM success % [95% CI] |",
-            "|---|---|---|---|",
-        ]
-        for a in doc["across_envs"]:
-            lines.append(f"| {a['policy']} | {a['envs']} | {_fmt(a['mean_success_pct'])} {_interval(a['mean_success_ci95'])} | "
-                         f"{_fmt(a['iqm_success_pct'])} {_interval(a['iqm_success_ci95'])} |")
-    if doc["paired"]:
-        lines += [
-            "",
-            "## Paired comparisons",
-            "",
-            "Over the episodes both policies ran (same env, task and seed). Success: McNemar's test (exact binomial when "
-            "fewer than 25 discordant pairs, else chi-square with continuity correction; the method column says which). "
-            "Return: mean difference A - B with a paired bootstrap 95% interval.",
-            "",
-            "| env | A | B | episodes | only A / only B succeeded | McNemar p | method | return A - B [95% CI] |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
-        for p in doc["paired"]:
-            m, d = p["success_mcnemar"], p["return_diff"]
-            success = (f"{m['only_a']} / {m['only_b']} | {m['p_value']:.4g} | {m['method']}" if m is not None
-                       else f"{NO_SIGNAL} | - | -")
-            lines.append(f"| {p['env']} | {p['a']} | {p['b']} | {p['episodes']} | {success} | "
-                         f"{_fmt(d['mean_diff'], 3)} {_interval(d['ci'], 3)} |")
-    errors = [(c, e) for c in doc["cells"] for e in c["error_texts"]]
-    if errors:
-        lines += ["", "## Errors", ""]
-        for c, e in errors:
-            lines.append(f"- **{c['policy']} x {c['env']}**, {e.splitlines()[0] if e else ''}")
-    lines += ["", "## Plots", ""]
+    return lines
+
+
+def _totals_markdown(t: dict[str, Any]) -> list[str]:
+    return ["## Totals", "",
+            f"- episodes: {t['episodes']}",
+            f"- env steps: {t['env_steps']}",
+            f"- wall time: {t['wall_s']:.2f} s over {t['runs']} sweep run(s); engine time {t['engine_s']:.2f} s",
+            f"- episodes/s: {_fmt(t['episodes_per_s'])}; env steps/s: {_fmt(t['steps_per_s'], 0)}",
+            "- jobs: " + ", ".join(f"{k} {v}" for k, v in t["jobs"].items())]
+
+
+def _across_markdown(across: list[dict[str, Any]]) -> list[str]:
+    if not across:
+        return []
+    lines = ["## Across envs", "",
+             "Per policy: the per-seed-block success rate on each env, aggregated across envs (rliable's definitions); "
+             "intervals: stratified bootstrap (seed blocks resampled within each env), 95%.", "",
+             "| policy | envs | mean success % [95% CI] | IQM success % [95% CI] |", "|---|---|---|---|"]
+    for a in across:
+        lines.append(f"| {a['policy']} | {a['envs']} | {_fmt(a['mean_success_pct'])} {_interval(a['mean_success_ci95'])} | "
+                     f"{_fmt(a['iqm_success_pct'])} {_interval(a['iqm_success_ci95'])} |")
+    return lines
+
+
+def _paired_markdown(paired: list[dict[str, Any]]) -> list[str]:
+    if not paired:
+        return []
+    lines = ["## Paired comparisons", "",
+             "Over the episodes both policies ran (same env, task and seed). Success: McNemar's test (exact binomial when "
+             "fewer than 25 discordant pairs, else chi-square with continuity correction; the method column says which). "
+             "Return: mean difference A - B with a paired bootstrap 95% interval.", "",
+             "| env | A | B | episodes | only A / only B succeeded | McNemar p | method | return A - B [95% CI] |",
+             "|---|---|---|---|---|---|---|---|"]
+    for p in paired:
+        m, d = p["success_mcnemar"], p["return_diff"]
+        success = (f"{m['only_a']} / {m['only_b']} | {m['p_value']:.4g} | {m['method']}" if m is not None
+                   else f"{NO_SIGNAL} | - | -")
+        lines.append(f"| {p['env']} | {p['a']} | {p['b']} | {p['episodes']} | {success} | "
+                     f"{_fmt(d['mean_diff'], 3)} {_interval(d['ci'], 3)} |")
+    return lines
+
+
+def _errors_markdown(cells: list[dict[str, Any]]) -> list[str]:
+    """Each failed cell once: its failed jobs' first error lines, and whether a retry could help."""
+    failed = [c for c in cells if c["error_texts"]]
+    if not failed:
+        return []
+    lines = ["## Errors", ""]
+    for c in failed:
+        retry = c.get("retry") or {"helps": None, "why": ""}
+        verdict = {True: "a retry may help", False: "a retry cannot help", None: "a retry may or may not help"}[retry["helps"]]
+        lines.append(f"- **{c['policy']} x {c['env']}** ({verdict}: {retry['why']}):")
+        for e in c["error_texts"]:
+            lines.append(f"  - {e.splitlines()[0] if e else ''}")
+    return lines
+
+
+def _plots_markdown(doc: dict[str, Any], plots_note: str | None) -> list[str]:
+    lines = ["## Plots", ""]
     if plots_note:
-        lines.append(plots_note)
-    else:
-        plots = doc.get("plots") or list(PLOTS)
-        if "success.png" in plots:
-            lines += ["![success rate](success.png)", ""]
-        lines.append("![returns](returns.png)")
-    return "\n".join(lines) + "\n"
+        return [*lines, plots_note]
+    plots = doc.get("plots") or list(PLOTS)
+    if "success.png" in plots:
+        lines += ["![success rate](success.png)", ""]
+    return [*lines, "![returns](returns.png)"]
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
@@ -305,8 +366,11 @@ def write_report(store_dir: str | Path, out_dir: str | Path | None = None) -> di
 
     Returns the report document plus ``paths`` (the files written).
     """
+    from fasteval.doors.sweep.report_html import write_sweep_html
+
     with Store(store_dir, create=False) as store:
-        doc = build_report(store)
+        jobs, episodes = store.jobs(), store.episodes()
+        doc = report_document(jobs, episodes, store.runs(), store.path)
     out = Path(out_dir) if out_dir is not None else store.path.parent
     out.mkdir(parents=True, exist_ok=True)
     paths = {}
@@ -321,6 +385,7 @@ def write_report(store_dir: str | Path, out_dir: str | Path | None = None) -> di
     md = out / "report.md"
     _write_text_atomic(md, render_markdown(doc, note))
     paths["md"] = md
+    paths["html"] = write_sweep_html(doc, out, jobs, episodes)  # and one page per cell under cells/
     umask = os.umask(0)
     os.umask(umask)
     for path in paths.values():  # temp-file writes are private (0600); give them the usual mode
@@ -344,16 +409,23 @@ def plot_report(doc: dict[str, Any], out: Path) -> dict[str, Path]:
     return paths
 
 
+def policy_colours(doc: dict[str, Any]) -> dict[str, str]:
+    """One matplotlib colour per policy, in the report's policy order, the same in every plot."""
+    return {p: f"C{i % 10}" for i, p in enumerate(dict.fromkeys(c["policy"] for c in doc["cells"]))}
+
+
 def success_figure(doc: dict[str, Any]) -> Any:
-    """Bars of success % per env and policy (Wilson error bars), for envs where some cell has a
-    success signal; ``None`` when no env has one."""
+    """Bars of success % per env and policy (Wilson error bars), one colour per policy, for the
+    cells with episodes and a success signal; ``None`` when there is none. An env none of whose
+    cells has such episodes is not on the axis (the title names the envs without a signal)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    cells = [c for c in doc["cells"] if c.get("success_signal", True)]
+    cells = [c for c in doc["cells"] if c["episodes"] and c.get("success_signal", True)]
     if not cells:
         return None
-    policies = list(dict.fromkeys(c["policy"] for c in doc["cells"]))
+    colours = policy_colours(doc)
+    policies = [p for p in colours if any(c["policy"] == p for c in cells)]
     envs = list(dict.fromkeys(c["env"] for c in cells))
     lookup = {(c["policy"], c["env"]): c for c in cells}
     fig = Figure(figsize=(max(4.0, 1.2 + 1.1 * len(envs) * max(1, len(policies)) * 0.6), 3.6), dpi=100)
@@ -364,18 +436,19 @@ def success_figure(doc: dict[str, Any]) -> Any:
         xs, ys, lo, hi = [], [], [], []
         for j, env in enumerate(envs):
             c = lookup.get((policy, env))
-            if c is None or not c["episodes"]:
+            if c is None:
                 continue
             xs.append(j - 0.4 + width * (i + 0.5))
             ys.append(c["success_pct"])
             lo.append(c["success_pct"] - c["success_ci95"][0])
             hi.append(c["success_ci95"][1] - c["success_pct"])
-        ax.bar(xs, ys, width=width, yerr=[lo, hi], capsize=3, label=policy)
+        ax.bar(xs, ys, width=width, yerr=[lo, hi], capsize=3, label=policy, color=colours[policy])
     ax.set_xticks(range(len(envs)), envs, rotation=20, ha="right")
     ax.set_xlabel("env")
     ax.set_ylabel("success % (Wilson 95% CI)")
     ax.set_ylim(0, 105)
-    left_out = [e for e in dict.fromkeys(c["env"] for c in doc["cells"]) if e not in envs]
+    silent = [c["env"] for c in doc["cells"] if c["episodes"] and not c.get("success_signal", True)]
+    left_out = [e for e in dict.fromkeys(silent) if e not in envs]
     if left_out:
         ax.set_title(f"not shown ({NO_SIGNAL}): {', '.join(left_out)}", fontsize="small")
     ax.legend(fontsize="small")
@@ -391,17 +464,20 @@ def _bin_edges(values: np.ndarray) -> np.ndarray | None:
 
 
 def returns_figure(doc: dict[str, Any]) -> Any:
-    """A grid of return histograms: one row per policy, one column per env. Each column shares
-    its x-axis and its bins, so the policies of an env compare at a glance; the bottom row is
-    labelled "return", the left column "episodes". A cell whose finite returns are all equal
-    gets a vertical marker line (``gid="constant-return"``) and its value in the title, since a
-    one-value histogram would be a bar too thin to see."""
+    """A grid of return histograms: one row per policy that has episodes, one column per env, each
+    policy in its own colour (as in the success plot). Each column shares its x-axis and its bins,
+    so the policies of an env compare at a glance, and envs keep their own scales; the bottom row is
+    labelled "return", the left column "episodes". A cell whose finite returns are all equal gets a
+    vertical marker line (``gid="constant-return"``) and its value in the title, since a one-value
+    histogram would be a bar too thin to see. A cell without episodes (its jobs failed) is no empty
+    chart: its panel is switched off and says so (``gid="no-episodes"``)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     cells = doc["cells"]
-    policies = list(dict.fromkeys(c["policy"] for c in cells))
-    envs = list(dict.fromkeys(c["env"] for c in cells))
+    colours = policy_colours(doc)
+    policies = [p for p in colours if any(c["policy"] == p and c["episodes"] for c in cells)] or list(colours)[:1]
+    envs = list(dict.fromkeys(c["env"] for c in cells if c["episodes"])) or list(dict.fromkeys(c["env"] for c in cells))[:1]
     lookup = {(c["policy"], c["env"]): c for c in cells}
     rows, cols = max(1, len(policies)), max(1, len(envs))
     fig = Figure(figsize=(min(3.2 * cols, 30), min(2.6 * rows, 30)), dpi=100)
@@ -415,26 +491,36 @@ def returns_figure(doc: dict[str, Any]) -> Any:
             v = float(everything[0])
             axes[0][j].set_xlim(v - max(1.0, abs(v) * 0.05), v + max(1.0, abs(v) * 0.05))
         for i, policy in enumerate(policies):
-            ax = axes[i][j]
-            c = lookup.get((policy, env))
-            values, x = finite[policy], np.asarray(c["returns"] if c else [], dtype=np.float64)
-            notes = [f"{x.size} eps"] + ([f"{x.size - values.size} NaN"] if x.size != values.size else [])
-            if values.size and values.min() == values.max():
-                ax.axvline(values[0], color="C1", linewidth=2.5, gid="constant-return")
-                ax.plot([values[0]], [values.size], marker="v", color="C1", markersize=8, gid="constant-return")
-                ax.set_ylim(0, values.size * 1.15)
-                notes.append(f"all = {values[0]:.4g}")
-            elif values.size:
-                ax.hist(values, bins=edges if edges is not None else "auto")
-            ax.set_title(f"{policy} x {env}\n{', '.join(notes)}", fontsize="small")
-            ax.tick_params(labelsize="x-small")
-            ax.tick_params(labelbottom=True)
+            _returns_panel(axes[i][j], lookup.get((policy, env)), finite[policy], edges, colours[policy], f"{policy} x {env}")
             if i == rows - 1:
-                ax.set_xlabel("return", fontsize="small")
+                axes[i][j].set_xlabel("return", fontsize="small")
             if j == 0:
-                ax.set_ylabel("episodes", fontsize="small")
+                axes[i][j].set_ylabel("episodes", fontsize="small")
     fig.tight_layout()
     return fig
+
+
+def _returns_panel(ax: Any, cell: dict[str, Any] | None, values: np.ndarray, edges: np.ndarray | None, colour: str,
+                   title: str) -> None:
+    """One cell's histogram (or constant-return marker, or "no episodes" note) on ``ax``."""
+    x = np.asarray(cell["returns"] if cell else [], dtype=np.float64)
+    if x.size == 0:
+        why = "its jobs failed" if cell and cell.get("errors") else "not run"
+        ax.text(0.5, 0.5, f"{title}\nno episodes ({why})", ha="center", va="center", fontsize="small",
+                color="0.4", transform=ax.transAxes, gid="no-episodes")
+        ax.set_axis_off()
+        return
+    notes = [f"{x.size} eps"] + ([f"{x.size - values.size} NaN"] if x.size != values.size else [])
+    if values.size and values.min() == values.max():
+        ax.axvline(values[0], color=colour, linewidth=2.5, gid="constant-return")
+        ax.plot([values[0]], [values.size], marker="v", color=colour, markersize=8, gid="constant-return")
+        ax.set_ylim(0, values.size * 1.15)
+        notes.append(f"all = {values[0]:.4g}")
+    elif values.size:
+        ax.hist(values, bins=edges if edges is not None else "auto", color=colour)
+    ax.set_title(f"{title}\n{', '.join(notes)}", fontsize="small")
+    ax.tick_params(labelsize="x-small")
+    ax.tick_params(labelbottom=True)
 
 
 def _finite(cell: dict[str, Any] | None) -> np.ndarray:

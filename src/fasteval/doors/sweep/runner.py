@@ -100,8 +100,8 @@ def run_sweep(
     jobs = plan(spec, base_dir)
     outcome = SweepOutcome(out_dir=out_dir, n_jobs=len(jobs))
     with SweepLock(out_dir), Store(out_dir) as store:
-        store.check_settings({"max_steps": spec.options.max_steps})
-        missing = store.sync_jobs(jobs)
+        store.check_settings(spec.options.result_settings())
+        missing = store.sync_jobs(jobs, done_is_final=spec.options.stop_when is not None)
         items = [(job, missing[job.job_id]) for job in jobs if missing[job.job_id]]
         outcome.skipped = len(jobs) - len(items)
         if outcome.skipped:

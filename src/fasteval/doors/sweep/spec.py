@@ -175,6 +175,17 @@ class SweepOptions:
     """dtype of float observations for the policy: ``auto`` (the policy's parameter dtype),
     ``float32``, ``float64`` or ``keep`` (see :attr:`fasteval.types.spec.EvalSpec.obs_dtype`)."""
 
+    stop_when: str | None = None
+    """``--stop-when`` for every job (each job, one cell's seed block, stops on its own; ``episodes`` is
+    its cap). It changes results, so a store remembers it. A job's episodes are stored when it ends:
+    exactly its episodes ``0..k-1``."""
+
+    confidence: float = 0.95
+    """Level of ``stop_when``'s anytime-valid confidence sequence."""
+
+    return_bounds: tuple[float, float] | None = None
+    """``(LO, HI)`` bounds of an episode return, for ``return:`` rules."""
+
     torch_threads: int = 1
     """torch intra-op threads while a job runs, the same in every worker, so results never
     depend on where a job ran."""
@@ -189,6 +200,14 @@ class SweepOptions:
 
     def eval_fields(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "torch_threads"}
+
+    def result_settings(self) -> dict[str, Any]:
+        """The options that change an episode's numbers or the reported set (a store keeps them)."""
+        out: dict[str, Any] = {"max_steps": self.max_steps}
+        if self.stop_when is not None:
+            bounds = list(self.return_bounds) if self.return_bounds is not None else None
+            out.update(stop_when=self.stop_when, confidence=self.confidence, return_bounds=bounds)
+        return out
 
 
 OPTION_KEYS = tuple(f.name for f in fields(SweepOptions))

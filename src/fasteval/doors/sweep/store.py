@@ -166,12 +166,13 @@ class Store:
                 )
 
     # -- jobs ------------------------------------------------------------------------------------
-    def sync_jobs(self, jobs: Sequence[Job]) -> dict[str, list[int]]:
+    def sync_jobs(self, jobs: Sequence[Job], done_is_final: bool = False) -> dict[str, list[int]]:
         """Record ``jobs`` and return ``job_id -> missing episode indices`` (empty when complete).
 
         New jobs start ``pending``; a ``running`` job left by a killed sweep becomes ``pending``;
         a complete job becomes ``done``; a ``failed`` job keeps its status and error until it is
-        started again.
+        started again. ``done_is_final`` (``--stop-when`` sweeps): a ``done`` job is complete even
+        though its seeds past the stop are not stored.
         """
         missing: dict[str, list[int]] = {}
         now = time.time()
@@ -189,6 +190,8 @@ class Store:
                 )
                 done = self.done_seeds(job)
                 todo = [i for i, s in enumerate(job.seeds) if s not in done]
+                if done_is_final and todo and self._status(job.job_id) == "done":
+                    todo = []
                 missing[job.job_id] = todo
                 if not todo:
                     self.conn.execute("UPDATE jobs SET status = 'done', error = NULL WHERE job_id = ?", (job.job_id,))
@@ -197,6 +200,10 @@ class Store:
                         "UPDATE jobs SET status = 'pending' WHERE job_id = ? AND status IN ('running', 'done')", (job.job_id,)
                     )
         return missing
+
+    def _status(self, job_id: str) -> str | None:
+        row = self.conn.execute("SELECT status FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+        return row[0] if row else None
 
     def done_seeds(self, job: Job) -> set[int]:
         rows = self.conn.execute(

@@ -6,9 +6,14 @@ worker process for async envs). It builds ``lerobot.envs.factory.make_env_config
 wrappers, features and task lists), and returns that single env. Multi-task suites take one task
 per call: LIBERO's ``task_id`` (passed to LeRobot as ``task_ids=[task_id]``), Meta-World's task name.
 
-Nested ``pixels`` Dict observations (several cameras) are flattened to ``pixels/<camera>`` keys,
-which :func:`fasteval.robot.lerobot.policy.lerobot_batch` nests again before LeRobot's
-``preprocess_observation``.
+Nested Dict observations (several cameras: ``pixels``; LIBERO's ``robot_state``) are flattened to
+``pixels/<camera>`` (``robot_state/<...>``) keys, which :class:`fasteval.robot.lerobot.observations.LeRobotBatch`
+maps as LeRobot's ``preprocess_observation`` maps the nested dicts. The env's ``close`` closes the one-env
+vector env LeRobot built around it (:class:`ClosesVector`).
+
+MuJoCo: every function here that reaches LeRobot's env modules (which import MuJoCo: Meta-World, LIBERO,
+ALOHA) first sets ``MUJOCO_GL=egl`` on a machine without a display (:func:`fasteval.core.headless.ensure_headless_gl`),
+before MuJoCo is imported, since MuJoCo reads it at import.
 
 The policy loader rebuilds the same env config from the spec's env kwargs (:func:`config_for`), so
 that it pairs the env-side processors LeRobot pairs with that env type.
@@ -22,6 +27,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from fasteval.core.headless import ensure_headless_gl
 from fasteval.types.errors import UserInputError
 from fasteval.robot.lerobot.extra import require_lerobot
 
@@ -40,6 +46,7 @@ def config_for(env: str, env_kwargs: dict[str, Any]) -> Any:
 def env_config(type: str, task: str | None = None, task_id: int | None = None, **options: Any) -> Any:
     """LeRobot's ``EnvConfig`` for one task. Raises :class:`UserInputError` for an unknown type or option."""
     require_lerobot(f"--env.type={type}")
+    ensure_headless_gl()  # before LeRobot's env modules import MuJoCo
     from lerobot.envs.factory import make_env_config
 
     kwargs = dict(options)
@@ -56,7 +63,9 @@ def env_config(type: str, task: str | None = None, task_id: int | None = None, *
 
 
 def make_env(type: str, task: str | None = None, task_id: int | None = None, **options: Any) -> gym.Env:
-    """One env of ``type`` / ``task``, as LeRobot's factory builds it (see the module docstring)."""
+    """One env of ``type`` / ``task``, as LeRobot's factory builds it (see the module docstring).
+
+    The env is the single env of LeRobot's one-env vector env; closing it closes that vector env."""
     config = env_config(type, task, task_id, **options)
     suites = config.create_envs(n_envs=1, use_async_envs=False)
     vec_envs = [vec for tasks in suites.values() for vec in tasks.values()]
@@ -65,12 +74,28 @@ def make_env(type: str, task: str | None = None, task_id: int | None = None, **o
             vec.close()
         raise UserInputError(f"--env.type={type} --env.task={task}: LeRobot built {len(vec_envs)} task envs; "
                              f"fasteval builds one task per env (give one task, and task_id for suites).")
-    env = vec_envs[0].envs[0]
+    vector = vec_envs[0]
+    env: gym.Env = ClosesVector(vector.envs[0], vector)
     _attach_step_limit(env, type)
-    if isinstance(env.observation_space, gym.spaces.Dict) and isinstance(env.observation_space.spaces.get("pixels"),
-                                                                         gym.spaces.Dict):
-        env = FlattenPixels(env)
+    if isinstance(env.observation_space, gym.spaces.Dict) and any(
+            isinstance(sub, gym.spaces.Dict) for sub in env.observation_space.spaces.values()):
+        env = FlattenNested(env)
     return env
+
+
+class ClosesVector(gym.Wrapper):
+    """LeRobot's env, whose ``close`` also closes the one-env vector env LeRobot built around it."""
+
+    def __init__(self, env: gym.Env, vector: Any):
+        super().__init__(env)
+        self.vector = vector
+
+    def close(self) -> None:
+        vector, self.vector = self.vector, None
+        if vector is not None:
+            vector.close()  # closes the env inside it too
+        else:
+            super().close()
 
 
 def _attach_step_limit(env: gym.Env, type: str) -> None:
@@ -116,6 +141,7 @@ def suite_tasks(type: str, task: str | list[str] | None, task_id: int | None = N
 
 def _expand(type: str, group: str, ids: list[int] | None) -> list[tuple[int, str, dict[str, Any]]]:
     """``[(task_id, task name, make_env kwargs)]`` of one task group (see :func:`suite_tasks`)."""
+    ensure_headless_gl()  # lerobot.envs.metaworld and LIBERO import MuJoCo
     if type == "metaworld":
         from lerobot.envs.metaworld import DIFFICULTY_TO_TASKS
 
@@ -149,23 +175,28 @@ def libero_task_names(suite: str) -> list[str]:
     return list(suites[suite]().get_task_names())
 
 
-class FlattenPixels(gym.ObservationWrapper):
-    """``{"pixels": {cam: img}, ...}`` -> ``{"pixels/cam": img, ...}`` (fasteval's buffers are flat)."""
+class FlattenNested(gym.ObservationWrapper):
+    """``{"pixels": {cam: img}, "robot_state": {"eef": {...}}, ...}`` -> ``{"pixels/cam": img,
+    "robot_state/eef/...": ..., ...}`` (fasteval's buffers are flat; the LeRobot batch nests them again)."""
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
-        spaces: dict[str, gym.Space] = {}
-        for key, sub in env.observation_space.spaces.items():
-            if key == "pixels" and isinstance(sub, gym.spaces.Dict):
-                spaces.update({f"pixels/{cam}": s for cam, s in sub.spaces.items()})
-            else:
-                spaces[key] = sub
-        self.observation_space = gym.spaces.Dict(spaces)
+        self.observation_space = gym.spaces.Dict(_flat_spaces(env.observation_space.spaces))
 
     def observation(self, observation: dict[str, Any]) -> dict[str, Any]:
-        out = {k: v for k, v in observation.items() if k != "pixels"}
-        out.update({f"pixels/{cam}": img for cam, img in observation["pixels"].items()})
-        return out
+        from fasteval.robot.lerobot.observations import flatten
+
+        return flatten(observation)
+
+
+def _flat_spaces(spaces: Any, prefix: str = "") -> dict[str, gym.Space]:
+    out: dict[str, gym.Space] = {}
+    for key, sub in spaces.items():
+        if isinstance(sub, gym.spaces.Dict):
+            out.update(_flat_spaces(sub.spaces, f"{prefix}{key}/"))
+        else:
+            out[f"{prefix}{key}"] = sub
+    return out
 
 
 # -- LIBERO ----------------------------------------------------------------------------------------

@@ -18,24 +18,27 @@ batching) for the types whose ``select_action`` is a queue over ``predict_action
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import torch
 
 from fasteval.types.errors import PolicyLoadError
-from fasteval.types.spec import NOISE_MODES
+from fasteval.robot.lerobot import internals
 from fasteval.robot.lerobot.checkpoint import lerobot_policy_type
 from fasteval.robot.lerobot.extra import require_lerobot
-from fasteval.robot.lerobot.policy import LeRobotPolicy, LeRobotWavePolicy, _Pipelines, predict_takes_noise
+from fasteval.robot.lerobot.policy import EPISODE_NOISE, LeRobotPolicy, LeRobotWavePolicy, _Pipelines, check_noise_mode
 
 logger = logging.getLogger(__name__)
 
 PER_SLOT_TYPES = {"act", "diffusion"}
-
 """Checked against LeRobot 0.6's modeling code: ``select_action`` pops a queue filled with
 ``predict_action_chunk(batch)[:, :n_action_steps]`` (Diffusion: over an ``n_obs_steps`` history)."""
+
+PROCESSOR_FILES = ("policy_preprocessor.json", "policy_postprocessor.json")
+WEIGHTS_FILE = "model.safetensors"
 
 
 def resolve_lerobot_device(requested: str, config_device: str | None) -> torch.device:
@@ -49,41 +52,47 @@ def resolve_lerobot_device(requested: str, config_device: str | None) -> torch.d
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """``Type: first line of the message`` (whitespace folded, cut at ``limit``): LeRobot's errors span many lines."""
+    text = " ".join(str(exc).split("\n\n")[0].split())
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+@contextlib.contextmanager
+def reading(folder: Path, kind: str, what: str, hint: str = "") -> Iterator[None]:
+    """Any error LeRobot raises inside the block becomes one :class:`PolicyLoadError` line naming ``what``."""
+    try:
+        yield
+    except PolicyLoadError:
+        raise
+    except Exception as exc:  # LeRobot raises many types (draccus, safetensors, hub, its own): each becomes one line
+        raise PolicyLoadError(f"LeRobot checkpoint {folder} (type {kind!r}): {what}: {one_line(exc)}"
+                              f"{'. ' + hint if hint else ''}") from exc
+
+
 def load_lerobot_policy(folder: str | Path, n_slots: int, device: str = "auto",
                         rename_map: Mapping[str, str] | None = None, env_config: Any = None,
-                        cuda_graph: bool | None = None, noise: str = "episode") -> Any:
-    """The fasteval policy object for the LeRobot checkpoint in ``folder``. Raises PolicyLoadError.
+                        cuda_graph: bool | None = None, noise: str = EPISODE_NOISE) -> Any:
+    """The fasteval policy object for the LeRobot checkpoint in ``folder``. Raises PolicyLoadError (one line).
 
-    ``cuda_graph`` (the spec's ``--cuda-graph``): graph the chunk prediction of per-slot types on CUDA
-    (``None``: where CUDA exists; see :mod:`fasteval.robot.lerobot.policy`). ``noise`` (``--noise``):
-    ``episode`` draws each episode's noise from its own generator; ``global`` keeps LeRobot's global-RNG
-    draws, aligned with ``lerobot-eval``'s (its per-seed numbers in wave mode)."""
-    if noise not in NOISE_MODES:
-        raise PolicyLoadError(f"noise: expected one of {', '.join(NOISE_MODES)}, got {noise!r}.")
+    ``rename_map`` goes to LeRobot's own rename step, as ``lerobot-eval``'s does; ``cuda_graph`` (the spec's
+    ``--cuda-graph``): graph the chunk prediction of per-slot types on CUDA (``None``: where CUDA exists);
+    ``noise``: ``episode`` (per-episode generators) or ``global`` (LeRobot's global RNG, seeded as
+    ``lerobot-eval`` seeds it); see :mod:`fasteval.robot.lerobot.policy`."""
     folder = Path(folder)
     kind = lerobot_policy_type(folder)
     if kind is None:
         raise PolicyLoadError(f"{folder}: not a LeRobot checkpoint (config.json without a \"type\" field).")
+    check_noise_mode(noise)
     require_lerobot(f"the LeRobot checkpoint {folder} (type {kind!r})")
-    from lerobot.configs.policies import PreTrainedConfig
-    from lerobot.policies.factory import get_policy_class
-
-    try:
-        config = PreTrainedConfig.from_pretrained(str(folder))
-        target = resolve_lerobot_device(device, getattr(config, "device", None))
-        config.device = str(target)
-        config.pretrained_path = str(folder)
-        policy = get_policy_class(kind).from_pretrained(str(folder), config=config)
-    except (ImportError, ValueError, KeyError, OSError, RuntimeError) as exc:
-        raise PolicyLoadError(f"LeRobot checkpoint {folder} (type {kind!r}): loading failed: "
-                              f"{type(exc).__name__}: {exc}") from exc
-    policy.to(target).eval()
-    pipelines = _Pipelines(_pipeline_builder(config, folder, dict(rename_map or {}), env_config), target)
+    config, policy, target = _load_model(folder, kind, device)
+    pipelines = _Pipelines(_pipeline_builder(config, folder, kind, dict(rename_map or {}), env_config), target)
     if kind in PER_SLOT_TYPES and getattr(config, "temporal_ensemble_coeff", None) is None:
-        shape = _noise_shape(policy) if predict_takes_noise(policy) else None
-        scheduler = kind == "diffusion" and shape is not None
-        wrapped: Any = LeRobotPolicy(policy, pipelines, n_slots, shape, scheduler, cuda_graph=cuda_graph,
-                                     global_noise=noise == "global")
+        shape = internals.noise_shape(policy)
+        scheduler = shape is not None and internals.has_noise_scheduler(policy)
+        wrapped: Any = LeRobotPolicy(policy, pipelines, n_slots, shape, scheduler, cuda_graph=cuda_graph, noise=noise)
     else:
         logger.info("LeRobot %s: no per-slot queues for this type; it runs in wave mode, as LeRobot runs it.", kind)
         wrapped = LeRobotWavePolicy(policy, pipelines, n_slots)
@@ -93,33 +102,50 @@ def load_lerobot_policy(folder: str | Path, n_slots: int, device: str = "auto",
     return wrapped
 
 
-def _pipeline_builder(config: Any, folder: Path, rename_map: dict[str, str], env_config: Any):
-    from lerobot.policies.factory import make_pre_post_processors
-    from lerobot.processor import PolicyProcessorPipeline
+def _load_model(folder: Path, kind: str, device: str) -> tuple[Any, Any, torch.device]:
+    """LeRobot's config and policy (on the device, in eval mode); each failure is one line naming the file."""
+    with reading(folder, kind, "reading config.json failed"):
+        from lerobot.configs.policies import PreTrainedConfig
+        from lerobot.policies.factory import get_policy_class
 
+        config = PreTrainedConfig.from_pretrained(str(folder))
+    target = resolve_lerobot_device(device, getattr(config, "device", None))
+    config.device = str(target)
+    config.pretrained_path = str(folder)
+    with reading(folder, kind, f"the policy class for type {kind!r} could not be imported",
+                 hint="Install the LeRobot extra this policy type needs (pip install 'lerobot[...]')."):
+        policy_class = get_policy_class(kind)
+    if not (folder / WEIGHTS_FILE).is_file():
+        raise PolicyLoadError(f"LeRobot checkpoint {folder} (type {kind!r}): {WEIGHTS_FILE} is missing; a checkpoint "
+                              f"saved with save_pretrained has config.json, {WEIGHTS_FILE} and the processor files.")
+    with reading(folder, kind, f"loading {WEIGHTS_FILE} failed"):
+        policy = policy_class.from_pretrained(str(folder), config=config)
+        policy.to(target).eval()
+    return config, policy, target
+
+
+def _pipeline_builder(config: Any, folder: Path, kind: str, rename_map: dict[str, str], env_config: Any):
     def build(device: torch.device) -> tuple[Any, Any, Any, Any]:
+        from lerobot.policies.factory import make_pre_post_processors
+        from lerobot.processor import PolicyProcessorPipeline
+
+        missing = [name for name in PROCESSOR_FILES if not (folder / name).is_file()]
+        if missing:
+            raise PolicyLoadError(
+                f"LeRobot checkpoint {folder} (type {kind!r}): {' and '.join(missing)} missing; LeRobot >= 0.4 "
+                f"saves the normalization and device steps there; for an older checkpoint run "
+                f"`python -m lerobot.processor.migrate_policy_normalization --pretrained-path {folder}`.")
         overrides = {"device_processor": {"device": str(device)},
                      "rename_observations_processor": {"rename_map": rename_map}}
-        try:
+        with reading(folder, kind, f"its processor files ({', '.join(PROCESSOR_FILES)}) could not be loaded"):
             pre, post = make_pre_post_processors(config, pretrained_path=str(folder), preprocessor_overrides=overrides)
-        except (ImportError, ValueError, KeyError, OSError, RuntimeError) as exc:
-            raise PolicyLoadError(f"LeRobot checkpoint {folder}: its processor files (policy_preprocessor.json, "
-                                  f"policy_postprocessor.json) could not be loaded: {type(exc).__name__}: {exc}"
-                                  ) from exc
         if env_config is not None:
             from lerobot.envs.factory import make_env_pre_post_processors
 
-            env_pre, env_post = make_env_pre_post_processors(env_config, config)
+            with reading(folder, kind, f"LeRobot's env processors for --env.type={env_config.type} failed"):
+                env_pre, env_post = make_env_pre_post_processors(env_config, config)
         else:
             env_pre, env_post = PolicyProcessorPipeline(steps=[]), PolicyProcessorPipeline(steps=[])
         return pre, post, env_pre, env_post
 
     return build
-
-
-def _noise_shape(policy: Any) -> tuple[int, ...] | None:
-    """One row of the initial noise ``predict_action_chunk(noise=...)`` takes, for the types known here."""
-    config = policy.config
-    if config.type == "diffusion":
-        return (int(config.horizon), int(config.action_feature.shape[0]))
-    return None

@@ -12,16 +12,19 @@
 One call, in LeRobot's order (``lerobot_eval.rollout``):
 
 1. the observation becomes LeRobot's batch: raw env observations (``observation_format="raw"``)
-   go through LeRobot's own ``preprocess_observation``; observations fasteval already mapped to
-   LeRobot's keys (``observation_format="lerobot"``: ``observation.image`` float CHW in [0, 1],
-   ``observation.state`` float32, renamed with ``--rename``) are taken as they are: the two give the
-   same tensors for ``pixels`` / ``agent_pos`` / ``environment_state``;
-2. ``batch["task"]``, then the env preprocessor and the policy preprocessor (rename, batch dim,
-   device, normalization);
+   are mapped on the device by the rules of LeRobot's own ``preprocess_observation``, read from it once
+   (:class:`fasteval.robot.lerobot.observations.LeRobotBatch`: no host round trip); observations fasteval
+   already mapped to LeRobot's keys (``observation_format="lerobot"``, the same rules) are taken as they
+   are: the two give the same tensors;
+2. ``batch["task"]`` (LeRobot's rollout: ``task_description``, else ``task``, else ``""``, read every
+   step by :mod:`fasteval.robot.policies.task_descriptions`), then the env preprocessor and the policy
+   preprocessor (LeRobot's rename step with ``rename_map``, batch dim, device, normalization);
 3. ``n_obs_steps > 1`` (Diffusion): each slot's history gets the new observation; the first one of
    an episode fills the whole history (LeRobot's ``populate_queues``);
-4. slots whose queue is empty get a fresh chunk from ``policy.predict_action_chunk`` run on those
-   rows only (all rows when all need one, as in a wave), keeping the first ``n_action_steps``;
+4. slots whose queue is empty get a fresh chunk from ``policy.predict_action_chunk`` (its offline
+   branch: the policy's own queues stay empty), keeping the first ``n_action_steps``; the queues are
+   fasteval's one :class:`~fasteval.core.chunk_queue.ChunkQueue` (positions on the host, mirrored on the
+   device: no upload of positions or indices on steps without a refill);
 5. each slot pops its next action; the postprocessor (unnormalize, to CPU) and the env
    postprocessor run on the popped batch, as LeRobot runs them on ``select_action``'s output.
 
@@ -36,17 +39,14 @@ In wave mode all slots start together, so every slot needs a chunk on the same s
 policy sees exactly the batches LeRobot's ``select_action`` sees: the same numbers, per seed.
 
 **Noise.** Diffusion's ``predict_action_chunk`` takes the initial ``noise``; each row's is drawn
-from its slot's generator (seeded with the episode seed at reset), so an episode's noise does not
-depend on the batch or on the other slots. DDPM also draws noise in every denoising step from the
-global RNG: :class:`LeRobotPolicy` passes the slots' generators to the scheduler's ``step`` (as a
-per-row list, which diffusers' schedulers accept) for the duration of the call. Policies without
-a ``noise`` argument keep LeRobot's global-RNG draws; :attr:`batch_invariant` says which case holds.
-
-``noise="global"`` (``--noise global``) opts into LeRobot's own draws instead: no per-row noise nor
-scheduler generators, and at the first ``reset`` (after the engine's dry run) the global RNG is put
-where ``lerobot-eval``'s is when its rollout starts (:func:`align_with_lerobot_rng`). In wave mode the
-policy then draws the same numbers in the same order as LeRobot: its per-seed results, bit for bit on
-one thread (results depend on the batch size, as LeRobot's do).
+from its slot's generator (on the policy's device, seeded with the episode seed at reset), so an
+episode's noise does not depend on the batch or on the other slots. DDPM also draws noise in every
+denoising step from the global RNG: :class:`LeRobotPolicy` passes the slots' generators to the
+scheduler's ``step`` (as a per-row list, which diffusers' schedulers accept) for the duration of the
+call (:class:`fasteval.robot.lerobot.internals.scheduler_generators`, the one patch, with every other
+LeRobot internal named in :mod:`fasteval.robot.lerobot.internals`). Policies without a ``noise``
+argument keep LeRobot's global-RNG draws; :attr:`batch_invariant` says which case holds.
+``noise="global"`` asks for LeRobot's global-RNG draws on purpose, seeded as ``lerobot-eval`` seeds them.
 
 **CUDA graphs.** On a CUDA device, the full-batch chunk prediction (``predict_action_chunk`` on all
 ``n_slots`` rows: a static shape) runs in a CUDA graph, through fasteval's capture machinery
@@ -65,7 +65,6 @@ of capture time. ``run_meta()["lerobot_chunk_cuda_graph"]`` says what happened: 
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -73,11 +72,14 @@ import torch
 from torch import nn
 
 from fasteval.core import accel
+from fasteval.robot.lerobot import internals
+from fasteval.robot.lerobot.internals import ELEMENTWISE_STEPS, STATELESS_STEPS
+from fasteval.robot.lerobot.observations import LeRobotBatch
+from fasteval.core.chunk_queue import ChunkQueue, StagedUpload
 from fasteval.types.errors import UserInputError
 
 ACTION = "action"
 OBS_PREFIX = "observation."
-PIXEL_SEP = "/"
 
 
 class _Pipelines:
@@ -103,44 +105,33 @@ class _Pipelines:
             self._set(self.build(device))
 
 
-ELEMENTWISE_STEPS = {"UnnormalizerProcessorStep", "DeviceProcessorStep"}
-"""Postprocessor steps that map each action value on its own (an affine map per action dimension, a copy):
-running them on a chunk ``[B * n, action_dim]`` gives bit for bit what running them on each action gives."""
+NOISE_MODES = ("episode", "global")
+EPISODE_NOISE, GLOBAL_NOISE = NOISE_MODES
+"""``episode``: each slot's generator, seeded with its episode's seed (batch-invariant); ``global``: LeRobot's own
+draws from the global RNG, seeded as ``lerobot-eval`` seeds it (wave mode then matches ``lerobot-eval``)."""
 
-STATELESS_STEPS = {"RenameObservationsProcessorStep", "AddBatchDimensionProcessorStep", "DeviceProcessorStep",
-                   "NormalizerProcessorStep", "TokenizerProcessorStep"}
-"""Policy preprocessor steps that are pure functions of their input (LeRobot 0.6). A pipeline with any
-other step (relative actions cache the state for the postprocessor) runs on every step, as in LeRobot."""
+
+def check_noise_mode(noise: str) -> str:
+    if noise not in NOISE_MODES:
+        raise UserInputError(f"noise: expected one of {', '.join(NOISE_MODES)}, got {noise!r}.")
+    return noise
 
 
 def lerobot_batch(obs: Any) -> dict[str, Any]:
-    """fasteval's policy input -> LeRobot's observation batch (see step 1 of the module docstring)."""
-    if isinstance(obs, torch.Tensor):
-        raise UserInputError(
-            "a LeRobot policy needs Dict observations (pixels / agent_pos / ...), as LeRobot's envs give; this env "
-            f"gives one array of shape {tuple(obs.shape)}. Use a LeRobot env (--env.type) or a Dict-observation env."
-        )
-    keys = [k for k in obs.keys() if k != "task"]
-    if keys and all(k.startswith(OBS_PREFIX) for k in keys):
-        return {k: obs.get(k) for k in keys}
-    from lerobot.envs.utils import preprocess_observation
-
-    arrays: dict[str, Any] = {}
-    for key in keys:
-        value = obs.get(key).cpu().numpy()
-        head, sep, cam = key.partition(PIXEL_SEP)
-        if sep and head == "pixels":  # fasteval keeps Dict spaces flat: "pixels/<cam>" -> {"pixels": {cam: ...}}
-            arrays.setdefault("pixels", {})[cam] = value
-        else:
-            arrays[key] = value
-    return preprocess_observation(arrays)
+    """fasteval's policy input -> LeRobot's observation batch (one-off; the wrappers keep a
+    :class:`~fasteval.robot.lerobot.observations.LeRobotBatch`, whose buffers live across steps)."""
+    return LeRobotBatch()(obs)
 
 
-def _take_rows(batch: dict[str, Any], rows: torch.Tensor, index: np.ndarray, n: int) -> dict[str, Any]:
+def _take_rows(batch: dict[str, Any], upload: StagedUpload, index: np.ndarray, n: int) -> dict[str, Any]:
+    """The rows ``index`` of each per-slot entry (the index crosses to the device once, pinned)."""
     out: dict[str, Any] = {}
+    on: dict[torch.device, torch.Tensor] = {}
     for key, value in batch.items():
         if isinstance(value, torch.Tensor) and value.ndim >= 1 and value.shape[0] == n:
-            out[key] = value.index_select(0, rows.to(value.device))
+            if value.device not in on:
+                on[value.device] = upload(index).to(value.device)
+            out[key] = value.index_select(0, on[value.device])
         elif isinstance(value, (list, tuple)) and len(value) == n:
             out[key] = [value[i] for i in index]
         else:
@@ -153,6 +144,9 @@ class _FollowsDevice(nn.Module):
 
     policy: nn.Module
     pipelines: _Pipelines
+    renames_observations = True
+    """``--rename`` / ``rename_map`` is LeRobot's own rename step in the preprocessor (as in ``lerobot-eval``),
+    so fasteval's observation adapter renames nothing for these policies."""
 
     def _apply(self, fn: Any, recurse: bool = True) -> "_FollowsDevice":
         super()._apply(fn, recurse)
@@ -160,20 +154,19 @@ class _FollowsDevice(nn.Module):
         if param is not None and self.pipelines is not None:
             self.policy.config.device = str(param.device)
             self.pipelines.move(param.device)
+            self._moved_to(param.device)
         return self
+
+    def _moved_to(self, device: torch.device) -> None:
+        """Per-device state of a subclass follows the policy."""
 
 
 class LeRobotPolicy(_FollowsDevice):
     """Per-slot action queues (and observation histories) over a LeRobot policy; see the module docstring."""
 
     def __init__(self, policy: nn.Module, pipelines: _Pipelines, n_slots: int, noise_shape: tuple[int, ...] | None,
-                 scheduler_generators: bool, cuda_graph: bool | None = None, global_noise: bool = False):
+                 scheduler_generators: bool, cuda_graph: bool | None = None, noise: str = "episode"):
         super().__init__()
-        self.global_noise = bool(global_noise)
-        """LeRobot's global-RNG noise (``--noise global``): aligned with ``lerobot-eval`` at the first reset."""
-        self._align_pending = self.global_noise
-        if self.global_noise:
-            noise_shape, scheduler_generators = None, False
         self.cuda_graph = cuda_graph
         """Graph the full-batch chunk prediction: ``None`` (default) where the device is CUDA, ``False`` never,
         ``True`` asked for (off CUDA it is reported as ``eager (no CUDA device)``)."""
@@ -185,21 +178,22 @@ class LeRobotPolicy(_FollowsDevice):
         self.policy_type = str(config.type)
         self.n_action_steps = int(config.n_action_steps)
         self.n_obs_steps = int(getattr(config, "n_obs_steps", 1) or 1)
-        self.noise_shape = noise_shape
-        self.scheduler_generators = scheduler_generators
-        self.batch_invariant = noise_shape is not None or not _is_stochastic(config)
+        self.noise = check_noise_mode(noise)
+        self.noise_shape = noise_shape if noise == EPISODE_NOISE else None
+        self.scheduler_generators = scheduler_generators and noise == EPISODE_NOISE
+        self.batch_invariant = self.noise_shape is not None or not _is_stochastic(config)
         """True when an episode's actions depend only on its own observations and seed."""
+        self._global_seeded = False
         self.tasks: list[str] = [""] * self.n_slots
-        self.pos = np.full(self.n_slots, self.n_action_steps, dtype=np.int64)
-        """Next queue position per slot; ``n_action_steps`` means empty."""
+        self._batch = LeRobotBatch()
+        self.queue = ChunkQueue(None, None, self.n_action_steps, n_slots=self.n_slots)
+        """The per-slot action queues (:class:`fasteval.core.chunk_queue.ChunkQueue`, shared with
+        fasteval's own chunking policies), filled here on the rows that need a chunk."""
         self.fresh = np.ones(self.n_slots, dtype=bool)
         """Slots whose next observation is their episode's first (it fills the history)."""
-        self.chunks: torch.Tensor | None = None
         self._chunks_post_processed = False
         self.history: dict[str, torch.Tensor] = {}
-        self.generators = [torch.Generator() for _ in range(self.n_slots)]
-        self._scratch = torch.Generator()
-        self._rows = torch.arange(self.n_slots)
+        self._moved_to(_device_of(policy))
         self.chunk_rows = "all"
         """``"all"`` (default): when some slot needs a chunk, the policy runs on every row (a static
         batch of ``n_slots``; the rows that need none are discarded, and their noise generators are not
@@ -208,6 +202,18 @@ class LeRobotPolicy(_FollowsDevice):
         can differ with it)."""
         if hasattr(policy, "reset"):
             policy.reset()  # empty internal queues: predict_action_chunk then reads the batch it is given
+
+    def _moved_to(self, device: torch.device) -> None:
+        """Per-device state: one noise generator per slot (and a scratch one) on the policy's device, so noise
+        is drawn where it is used (on CPU the same numbers as before; re-seeded from the episode seed at each
+        reset), and the staging buffers of the small per-step uploads."""
+        if getattr(self, "_device", None) == device:
+            return
+        self._device = device
+        self.generators = [torch.Generator(device=device) for _ in range(self.n_slots)]
+        self._scratch = torch.Generator(device=device)
+        self._fresh_mask = StagedUpload(self.n_slots, torch.bool, device)
+        self._row_index = StagedUpload(self.n_slots, torch.int64, device)
 
     def run_meta(self) -> dict[str, Any]:
         """Facts for a run's metadata (``lerobot_*`` keys): type, queues, where the noise comes from."""
@@ -219,8 +225,7 @@ class LeRobotPolicy(_FollowsDevice):
         """``captured``, ``eager (reason)`` or ``off``: the chunk prediction's CUDA graph (module docstring)."""
         if self._graph is not None:
             return str(self._graph.facts["cuda_graph"])
-        param = next(self.policy.parameters(), None)
-        refused = self._graph_refusal(param.device if param is not None else torch.device("cpu"))
+        refused = self._graph_refusal(_device_of(self.policy))
         return refused if refused is not None else accel.eager("not called yet")
 
     def _graph_refusal(self, device: torch.device) -> str | None:
@@ -228,31 +233,44 @@ class LeRobotPolicy(_FollowsDevice):
         blockers = []
         if self.noise_shape is not None or self.scheduler_generators:
             blockers.append("per-episode noise generators: a graph would replay the noise of capture time")
+        elif self.noise == GLOBAL_NOISE and _is_stochastic(self.policy.config):
+            blockers.append("global-RNG noise: a graph would not draw it as LeRobot's eager calls do")
         if self.policy_type not in GRAPH_TYPES:
             blockers.append(f"{self.policy_type}: its chunk prediction may read non-tensor inputs")
         return accel.graph_decision(self.cuda_graph, device, blockers[:1]).status
 
     def _predict(self, batch: dict[str, Any]) -> torch.Tensor:
         """``predict_action_chunk`` on the full batch: replayed from a CUDA graph where it may be."""
-        param = next(self.policy.parameters())
-        if self._graph is None or self._graph.device != param.device:
-            self._graph = accel.CudaGraphCall(self.policy.predict_action_chunk, param.device, copy_inputs=True,
-                                              name="the chunk prediction", refused=self._graph_refusal(param.device))
+        device = _device_of(self.policy)
+        if self._graph is None or self._graph.device != device:
+            self._graph = accel.CudaGraphCall(self.policy.predict_action_chunk, device, copy_inputs=True,
+                                              name="the chunk prediction", refused=self._graph_refusal(device))
         return self._graph(batch)
 
     # -- protocol ---------------------------------------------------------------------------------
     def reset(self, env_ids: torch.Tensor, seeds: Sequence[int] | None = None) -> None:
-        if self._align_pending and seeds is not None and len(seeds):
-            self._align_pending = False
-            align_with_lerobot_rng(self.policy, int(min(seeds)))
         ids = np.asarray(torch.as_tensor(env_ids).cpu(), dtype=np.int64)
-        # LeRobot's global-RNG draws (wave mode only): every slot's queue restarts with the wave, idle ones too
-        # (a half-full last wave), so the whole batch needs its chunks on LeRobot's steps, and draws as it does.
-        self.pos[slice(None) if self.global_noise else ids] = self.n_action_steps
+        # global noise (wave mode): every slot's queue restarts with the wave, idle ones too (a half-full last
+        # wave), so the whole batch needs its chunks on LeRobot's steps and draws LeRobot's noise in its order
+        self.queue.drop(np.arange(self.n_slots) if self.noise == GLOBAL_NOISE else ids)
         self.fresh[ids] = True
-        if seeds is not None:
-            for slot, seed in zip(ids.tolist(), seeds):
-                self.generators[slot].manual_seed(int(seed))
+        if seeds is None:
+            return
+        if self.noise == GLOBAL_NOISE:
+            self._seed_global_rng(seeds)
+            return
+        for slot, seed in zip(ids.tolist(), seeds):
+            self.generators[slot].manual_seed(int(seed))
+
+    def _seed_global_rng(self, seeds: Sequence[int]) -> None:
+        """``noise="global"``: at the first reset with seeds, put the global RNG where ``lerobot-eval``'s is when
+        its rollout starts: LeRobot's ``set_seed(seed)``, then the draws of one policy construction
+        (``make_policy`` builds the policy after ``set_seed``, before ``from_pretrained`` loads the weights)."""
+        if self._global_seeded or len(seeds) == 0:
+            return
+        self._global_seeded = True
+        internals.seed_global_rng(min(int(s) for s in seeds))
+        type(self.policy)(self.policy.config)  # a throwaway: only its RNG draws matter
 
     def set_task(self, env_ids: torch.Tensor, descriptions: Sequence[str]) -> None:
         for slot, text in zip(torch.as_tensor(env_ids).tolist(), descriptions):
@@ -260,14 +278,11 @@ class LeRobotPolicy(_FollowsDevice):
 
     @torch.no_grad()
     def select_action(self, obs: Any) -> torch.Tensor:
-        need = np.flatnonzero(self.pos >= self.n_action_steps)
+        need = self.queue.needed()
         pipes = self.pipelines
-        if need.size or self.n_obs_steps > 1 or not pipes.stateless_inputs:
+        if need.any() or self.n_obs_steps > 1 or not pipes.stateless_inputs:
             self._refill_from(obs, need)
-        assert self.chunks is not None
-        take = torch.from_numpy(self.pos).to(self.chunks.device)
-        action = self.chunks[self._rows.to(self.chunks.device), take]
-        self.pos += 1
+        action = self.queue.pop()
         if self._chunks_post_processed:
             return action
         action = pipes.post(action)
@@ -278,7 +293,7 @@ class LeRobotPolicy(_FollowsDevice):
         """Steps 1-4 of the module docstring (skipped on steps where no slot needs a chunk, when the
         preprocessing is stateless and there is no observation history)."""
         n = self.n_slots
-        batch = lerobot_batch(obs)
+        batch = self._batch(obs)
         first = next(v for v in batch.values() if isinstance(v, torch.Tensor))
         if first.shape[0] != n:
             raise UserInputError(f"LeRobot policy: expected a batch of {n} observations (one per env slot), got "
@@ -288,25 +303,27 @@ class LeRobotPolicy(_FollowsDevice):
         batch = pipes.pre(pipes.env_pre(batch))
         if self.n_obs_steps > 1:
             batch = self._with_history(batch)
-        if need.size:
+        if need.any():
             self._refill(batch, need)
 
     def _with_history(self, batch: dict[str, Any]) -> dict[str, Any]:
-        fresh = np.flatnonzero(self.fresh)  # slots that just reset: found on the host, once per call
-        index = torch.from_numpy(fresh) if fresh.size else None
+        fresh = self.fresh.copy()  # slots that just reset: known on the host
         out = dict(batch)
+        masks: dict[torch.device, torch.Tensor] = {}
         for key, value in batch.items():
             if not (key.startswith(OBS_PREFIX) and isinstance(value, torch.Tensor)):
                 continue
             step = value.unsqueeze(1)
+            full = step.expand(-1, self.n_obs_steps, *value.shape[1:])
             old = self.history.get(key)
             if old is None or old.shape[2:] != value.shape[1:]:
-                hist = step.expand(-1, self.n_obs_steps, *value.shape[1:]).clone()
+                hist = full.clone()
             else:
                 hist = torch.cat([old[:, 1:], step], dim=1)
-                if index is not None:
-                    rows = index.to(value.device)
-                    hist[rows] = step[rows].expand(-1, self.n_obs_steps, *value.shape[1:])
+                if fresh.any():  # a fresh slot's history is its first observation, n_obs_steps times
+                    if value.device not in masks:  # the mask crosses once per call, pinned
+                        masks[value.device] = self._fresh_mask(fresh).to(value.device)
+                    hist = torch.where(masks[value.device].view(-1, *([1] * (hist.ndim - 1))), full, hist)
             self.history[key] = hist
             out[key] = hist
         self.fresh[:] = False
@@ -314,19 +331,17 @@ class LeRobotPolicy(_FollowsDevice):
 
     def _refill(self, batch: dict[str, Any], need: np.ndarray) -> None:
         n = self.n_slots
-        rows = need if self.chunk_rows == "needed" else np.arange(n)
-        sub = batch if rows.size == n else _take_rows(batch, torch.from_numpy(rows), rows, n)
+        rows = np.flatnonzero(need) if self.chunk_rows == "needed" else np.arange(n)
+        sub = batch if rows.size == n else _take_rows(batch, self._row_index, rows, n)
         kwargs: dict[str, Any] = {}
-        needed = np.zeros(n, dtype=bool)
-        needed[need] = True
         # Rows that need no chunk draw from a scratch generator: their slots' generators stay untouched.
-        gens = [self.generators[i] if needed[i] else self._scratch for i in rows.tolist()]
+        gens = [self.generators[i] if need[i] else self._scratch for i in rows.tolist()]
         if self.noise_shape is not None:
             param = next(self.policy.parameters())
-            noise = torch.stack([torch.randn(self.noise_shape, generator=g) for g in gens])
+            noise = torch.stack([torch.randn(self.noise_shape, generator=g, device=g.device) for g in gens])
             kwargs["noise"] = noise.to(device=param.device, dtype=param.dtype)
         if self.scheduler_generators:
-            with _scheduler_generators(self.policy, gens):
+            with internals.scheduler_generators(self.policy, gens):
                 chunk = self.policy.predict_action_chunk(sub, **kwargs)
         elif rows.size == n and not kwargs:  # the static shape: a CUDA graph where one may run
             chunk = self._predict(sub)
@@ -340,39 +355,16 @@ class LeRobotPolicy(_FollowsDevice):
         if self._chunks_post_processed:  # unnormalize + to CPU once per chunk instead of once per step
             flat = self.pipelines.post(chunk.reshape(-1, *chunk.shape[2:]))
             chunk = flat.reshape(*chunk.shape[:2], *flat.shape[1:])
-        if self.chunks is None or self.chunks.shape[2:] != chunk.shape[2:] or self.chunks.device != chunk.device:
-            self.chunks = chunk.new_zeros((n, *chunk.shape[1:]))
-        if rows.size == n:
-            chunk = chunk if need.size == n else chunk[torch.from_numpy(need).to(chunk.device)]
-        if need.size == n:
-            self.chunks.copy_(chunk)
-        else:
-            self.chunks[torch.from_numpy(need).to(chunk.device)] = chunk.to(self.chunks.dtype)
-        self.pos[need] = 0
+        self.queue.fill(chunk, need)
+
+
+def _device_of(policy: nn.Module) -> torch.device:
+    param = next(policy.parameters(), None)
+    return param.device if param is not None else torch.device("cpu")
 
 
 GRAPH_TYPES = {"act", "diffusion"}
 """Types whose ``predict_action_chunk`` reads only the batch's tensors (not ``task``), checked against LeRobot 0.6."""
-
-
-class _scheduler_generators:
-    """Within the block, the diffusion scheduler's ``step`` draws its noise from per-row generators."""
-
-    def __init__(self, policy: nn.Module, gens: list[torch.Generator]):
-        self.scheduler = policy.diffusion.noise_scheduler
-        self.gens = gens if len(gens) > 1 else gens[0]
-
-    def __enter__(self) -> None:
-        original = type(self.scheduler).step.__get__(self.scheduler)
-        gens = self.gens
-
-        def step(*args: Any, generator: Any = None, **kwargs: Any) -> Any:
-            return original(*args, generator=gens if generator is None else generator, **kwargs)
-
-        self.scheduler.step = step
-
-    def __exit__(self, *exc: Any) -> None:
-        del self.scheduler.step
 
 
 class LeRobotWavePolicy(_FollowsDevice):
@@ -384,6 +376,7 @@ class LeRobotWavePolicy(_FollowsDevice):
         self.pipelines = pipelines
         self.n_slots = int(n_slots)
         self.tasks: list[str] = [""] * self.n_slots
+        self._batch = LeRobotBatch()
         self.batch_invariant = not _is_stochastic(policy.config)
         """Deterministic types only: LeRobot's own select_action draws noise from the global RNG."""
 
@@ -398,23 +391,13 @@ class LeRobotWavePolicy(_FollowsDevice):
 
     @torch.no_grad()
     def select_action(self, obs: Any) -> torch.Tensor:
-        batch = lerobot_batch(obs)
+        # LeRobot's own select_action may keep the batch's tensors (Diffusion's observation queues), and fasteval's
+        # buffers are reused every step: it gets copies, as it gets fresh arrays from its envs.
+        batch = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in self._batch(obs).items()}
         batch["task"] = list(self.tasks)
         pipes = self.pipelines
         action = self.policy.select_action(pipes.pre(pipes.env_pre(batch)))
         return pipes.env_post({ACTION: pipes.post(action)})[ACTION]
-
-
-def align_with_lerobot_rng(policy: nn.Module, seed: int) -> None:
-    """Put the global RNGs where ``lerobot-eval``'s are when its rollout starts: ``eval_main`` calls
-    ``set_seed(seed)``, builds the env (no torch draws) and the policy, whose ``from_pretrained`` draws the
-    random init of a fresh instance before loading the weights. The same ``set_seed`` and one throwaway
-    instance of the same class and config make the same draws. Version-bound: LeRobot 0.6's ``eval_main``."""
-    from lerobot.utils.random_utils import set_seed
-
-    set_seed(int(seed))
-    with torch.device("cpu"):
-        type(policy)(policy.config)
 
 
 def _run_meta(wrapper: Any, queues: str) -> dict[str, Any]:
@@ -423,9 +406,6 @@ def _run_meta(wrapper: Any, queues: str) -> dict[str, Any]:
     config = wrapper.policy.config
     if not _is_stochastic(config):
         noise = "none (deterministic policy)"
-    elif getattr(wrapper, "global_noise", False):
-        noise = ("LeRobot's global torch RNG, aligned with lerobot-eval's at the first episode (--noise global): "
-                 "LeRobot's numbers in wave mode; results depend on the batch size")
     elif wrapper.batch_invariant:
         noise = "per-episode torch.Generator seeded with the episode seed (batch-invariant)"
     else:
@@ -440,10 +420,3 @@ def _is_stochastic(config: Any) -> bool:
 
 DETERMINISTIC_TYPES = {"act", "vqbet", "tdmpc"}
 """Policy types whose inference draws no random numbers (eval mode)."""
-
-
-def predict_takes_noise(policy: nn.Module) -> bool:
-    try:
-        return "noise" in inspect.signature(policy.predict_action_chunk).parameters
-    except (AttributeError, TypeError, ValueError):
-        return False

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from fasteval.core.headless import ensure_headless_gl
 from fasteval.robot.lerobot.extra import require_lerobot
 
 
@@ -32,6 +33,7 @@ def lerobot_eval(folder: str | Path, n_episodes: int, batch_size: int, seed: int
     for env types whose config has no ``episode_length`` that reaches the env (Meta-World: 500).
     """
     require_lerobot("the LeRobot reference evaluation")
+    ensure_headless_gl()  # before LeRobot's env modules import MuJoCo
     from lerobot.configs.policies import PreTrainedConfig
     from lerobot.envs.factory import make_env, make_env_config, make_env_pre_post_processors
     from lerobot.policies.factory import make_policy, make_pre_post_processors

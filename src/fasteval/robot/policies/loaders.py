@@ -8,6 +8,8 @@ References, tried in this order:
 * a checkpoint folder (``config.json`` + ``model.safetensors``) of a fasteval architecture;
 * ``hf://org/repo[@revision]``: a Hugging Face Hub snapshot, loaded like a checkpoint folder
   (see :mod:`fasteval.robot.policies.hub`);
+* ``ws://HOST:PORT`` / ``openpi+ws://HOST:PORT``: a policy served by ``fasteval serve`` or an openpi
+  server (:mod:`fasteval.robot.policies.remote`; the ``serve`` extra);
 * ``module:callable`` (or ``path/file.py:callable`` with ``trust_remote_code``): the callable
   is called with ``observation_space`` and/or ``action_space`` keyword arguments if it takes
   them, and must return an ``nn.Module`` or an object with ``select_action``;
@@ -27,6 +29,7 @@ from fasteval.robot.policies.builtin import BUILTIN_POLICIES
 from fasteval.robot.policies.checkpoint import WEIGHTS_NAME, check_observation_fit, is_checkpoint_dir, load_checkpoint
 from fasteval.robot.lerobot.checkpoint import is_lerobot_checkpoint
 from fasteval.robot.policies.hub import is_hf_ref, resolve_hf_ref
+from fasteval.robot.policies.remote import connect_remote, is_remote_ref
 from fasteval.types.refs import resolve_callable, split_callable_ref
 
 
@@ -41,18 +44,22 @@ def load_policy(
     env: str | None = None,
     env_kwargs: dict[str, Any] | None = None,
     cuda_graph: bool | None = None,
+    rename: dict[str, str] | None = None,
     noise: str = "episode",
 ) -> Any:
     """Return a policy object for ``ref`` (see the module docstring). Raises PolicyLoadError/UserInputError.
 
     ``device`` (the spec's) places a LeRobot policy as LeRobot's ``--policy.device`` does; ``env`` and
     ``env_kwargs`` (the spec's) tell which LeRobot env config, if any, pairs its env-side processors;
-    ``cuda_graph`` (the spec's) allows or forbids capturing its chunk prediction on a GPU; ``noise`` (the
-    spec's) says where a stochastic LeRobot policy draws its noise.
+    ``cuda_graph`` (the spec's) allows or forbids capturing its chunk prediction on a GPU; ``rename`` (the
+    spec's) goes to its own processors (LeRobot's ``rename_map``), ``noise`` picks where Diffusion's noise
+    comes from (``episode`` or ``global``; :func:`fasteval.robot.lerobot.loader.load_lerobot_policy`).
     """
-    lerobot_args = (n_slots, device, env, env_kwargs or {}, cuda_graph, noise)
+    lerobot_args = (n_slots, device, env, env_kwargs or {}, cuda_graph, dict(rename or {}), noise)
     if not isinstance(ref, str):
         return ref
+    if is_remote_ref(ref):  # ws://HOST:PORT, openpi+ws://HOST:PORT: a served policy (the serve extra)
+        return connect_remote(ref)
     if ref in BUILTIN_POLICIES:
         return BUILTIN_POLICIES[ref](action_space, n_slots)
     if is_hf_ref(ref):  # hf://org/repo[@revision]: a hub snapshot, loaded like a checkpoint folder
@@ -94,13 +101,13 @@ def load_policy(
 
 
 def _load_lerobot(folder: Path, n_slots: int, device: str, env: str | None, env_kwargs: dict[str, Any],
-                  cuda_graph: bool | None, noise: str) -> Any:
+                  cuda_graph: bool | None, rename: dict[str, str], noise: str) -> Any:
     from fasteval.robot.lerobot.envs import config_for
     from fasteval.robot.lerobot.loader import load_lerobot_policy
 
     env_config = config_for(env, env_kwargs) if env is not None else None
-    return load_lerobot_policy(folder, n_slots, device=device, env_config=env_config, cuda_graph=cuda_graph,
-                               noise=noise)
+    return load_lerobot_policy(folder, n_slots, device=device, rename_map=rename, env_config=env_config,
+                               cuda_graph=cuda_graph, noise=noise)
 
 
 def _space_kwargs(factory: Any, observation_space: gym.Space, action_space: gym.Space) -> dict[str, Any]:

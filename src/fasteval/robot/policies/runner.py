@@ -24,14 +24,16 @@ chunk (it still sees the whole batch; rows of slots that do not need one are dis
 chunk therefore depends only on its own observation at the step its queue ran out, so results do
 not depend on the batch size or on the other slots (for a policy whose rows are independent).
 
-**Task descriptions.** When the env has a ``task_description`` attribute (through its wrappers:
-``env.get_wrapper_attr``) it is read once per episode, right after the env reset, for the slots
-that start an episode (never per step; async envs answer over their worker pipes). The policy gets it:
+**Task descriptions** follow LeRobot's rollout (``lerobot_eval.rollout``): the env's ``task_description``
+attribute, else its ``task``, else ``""`` (through its wrappers: ``env.get_wrapper_attr``), read before
+every policy call for every slot that has started an episode (async envs send the value back with each
+step: no extra round trip). The policy gets it:
 
 * through ``policy.set_task(env_ids, descriptions)`` if it has that method (``env_ids`` an int64
-  tensor of slots, ``descriptions`` a list of strings), called after the policy's own reset;
+  tensor of slots, ``descriptions`` a list of strings), for the slots that start an episode (after the
+  policy's own reset) and for those whose task changed since the last call;
 * with ``observation_format="lerobot"``, as the ``"task"`` entry of the observation TensorDict
-  (a list of B strings, LeRobot's ``batch["task"]``), for ``select_action`` policies.
+  (a list of B strings, LeRobot's ``batch["task"]``; ``""`` for envs with neither attribute).
 
 The env's reset ``info["task"]`` is not read (the engine does not keep reset infos).
 """
@@ -45,10 +47,10 @@ import torch
 
 from fasteval.core.policy import NO_RESET, PER_ENV, WAVE, PolicyRunner
 from fasteval.types.errors import UserInputError
-from fasteval.robot.policies.chunk_queue import ChunkQueue, chunk_length
+from fasteval.core.chunk_queue import ChunkQueue, chunk_length
 from fasteval.robot.policies.normalization import NORMALIZATION_NAME, Normalizer, load_stats
 from fasteval.robot.policies.obs_mapping import LEROBOT, build_observation_adapter
-from fasteval.robot.policies.task_descriptions import TASK_ATTR, TaskDescriptions
+from fasteval.robot.policies.task_descriptions import TaskDescriptions, task_attribute
 
 
 class InputPipeline:
@@ -98,6 +100,8 @@ class RobotPolicyRunner(PolicyRunner):
             call = _then(call, unnormalize)
         if inputs is not None and inputs.stages:
             call = _before(call, inputs)
+        if tasks is not None and tasks.attribute is not None:
+            call = _after_refresh(call, tasks.refresh)
         self._call = call
         self.inputs, self.tasks = inputs, tasks
         self.chunks: ChunkQueue | None = None
@@ -125,6 +129,16 @@ class RobotPolicyRunner(PolicyRunner):
             self.reset_kind = PER_ENV  # the queues are per-slot state: no CUDA-graph capture, per-slot drops
         return super()._choose_postprocess(raw[:, 0])
 
+    def chunk_step(self, obs: Any) -> torch.Tensor:
+        """The whole chunk every row would queue, ``[B, n_action_steps, *action]`` after the action mapping,
+        without the queues (what ``fasteval serve`` answers an openpi request with). Only after a dry run
+        that found chunks (:attr:`chunks`)."""
+        chunks = self.chunks
+        raw = chunks.call(obs)[:, : chunks.n_exec]
+        rows, steps = raw.shape[:2]
+        out = self._postprocess(raw.reshape(rows * steps, *raw.shape[2:]))
+        return out.reshape(rows, steps, *out.shape[1:])
+
     # -- resets -----------------------------------------------------------------------------
     def reset_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:
         if self.policy_reset_kind == PER_ENV:
@@ -149,6 +163,14 @@ def _before(call: Callable[[Any], Any], prepare: Callable[[Any], Any]) -> Callab
     return lambda obs: call(prepare(obs))
 
 
+def _after_refresh(call: Callable[[Any], Any], refresh: Callable[[], None]) -> Callable[[Any], Any]:
+    def refreshed(obs: Any) -> Any:
+        refresh()
+        return call(obs)
+
+    return refreshed
+
+
 def _then(call: Callable[[Any], Any], finish: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return lambda obs: finish(call(obs))
 
@@ -161,10 +183,16 @@ def build_policy_runner(policy: Any, spec: Any, envs: Any, h2d: Any, n_slots: in
     """
     from fasteval.robot.policies.loaders import policy_folder
 
+    if getattr(policy, "builds_own_runner", False):  # a served policy (fasteval.robot.policies.remote)
+        from fasteval.robot.policies.remote_runner import build_remote_runner
+
+        return build_remote_runner(policy, spec, envs, h2d, n_slots)
     device = h2d.device
     stages: list[Any] = []
     example = h2d.policy_input
-    adapter = build_observation_adapter(envs.observation_space, spec.observation_format, spec.rename, device)
+    # A policy that renames inside its own processors (LeRobot's rename_map) gets the keys before renaming.
+    rename = {} if getattr(policy, "renames_observations", False) else spec.rename
+    adapter = build_observation_adapter(envs.observation_space, spec.observation_format, rename, device)
     if adapter is not None:
         stages.append(adapter)
         example = adapter.build(example)[0]
@@ -185,13 +213,15 @@ def build_policy_runner(policy: Any, spec: Any, envs: Any, h2d: Any, n_slots: in
     tasks = None
     pipelined = bool(getattr(spec, "pipeline", False))
     in_observation = spec.observation_format == LEROBOT and not pipelined  # group views: no per-row task lists
-    if (callable(getattr(policy, "set_task", None)) or in_observation) and envs.has_attr(TASK_ATTR):
-        if pipelined:  # set_task keeps a task per env row, and half-batch calls cannot tell the groups' rows apart
+    wants_task = callable(getattr(policy, "set_task", None)) or in_observation
+    attribute = task_attribute(envs) if wants_task else None
+    if attribute is not None or in_observation:
+        if pipelined and attribute is not None:  # set_task keeps a task per env row; half batches mix the groups' rows
             raise UserInputError(
                 f"--pipeline calls the policy with alternating half batches, so the per-env task descriptions that "
                 f"{type(policy).__name__}.set_task receives cannot be kept apart between the two groups. Drop --pipeline."
             )
-        tasks = TaskDescriptions(envs, policy, envs.n_slots, in_observation)
+        tasks = TaskDescriptions(envs, policy, envs.n_slots, in_observation, attribute)
     inputs = InputPipeline(stages, tasks)
     if stages and not pipelined:
         inputs.prepare(h2d.policy_input)  # the engine's buffer: allocated now, not on the first step

@@ -1,0 +1,243 @@
+"""The cost of serving a policy (``fasteval serve`` + ``--policy ws://``), and dynamic batching.
+
+1. **Served vs in-process**, per step, over loopback: env steps/s of the same evaluation run
+   in-process and against a ``fasteval serve`` process on 127.0.0.1 (fasteval's batched protocol:
+   one request per step). Rows: CartPole MLP (the demo checkpoint) at batch 16 and 256, and PushT
+   ACT (a random-init LeRobot checkpoint) at batch 10 where LeRobot is importable. Each run
+   checks that the served per-episode results equal the in-process ones.
+2. **Dynamic batching**: 1, 4 and 16 concurrent openpi clients (threads, one websocket each, one
+   request in flight each) against one server (``--max-batch 16``): requests/s and latency
+   percentiles, against one in-process policy call on the same total batch (16 rows). Two policies:
+   the CartPole MLP (a call costs microseconds: the round trip is everything), and
+   :class:`FixedCostPolicy`, whose call costs ``FIXED_COST_MS`` whatever its batch (the regime of a
+   large policy on a GPU, where batching pays).
+
+Rows are interleaved per repeat and reported as medians. Timings are machine-dependent: the header
+says where they were taken. On a GPU server start the server with ``--device cuda`` (CUDA graphs
+per padded batch are on by default there) and pass ``--server-device cuda``.
+
+    python benchmarks/bench_serve.py [--repeats 3] [--tiny] [--json out.json] [--server-device cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import command_line, format_machine, machine_info, markdown_table, write_json  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+MLP = str(ROOT / "src" / "fasteval" / "assets" / "cartpole_mlp")
+
+
+FIXED_COST_MS = 10.0
+
+
+class FixedCostPolicy:
+    """A call costs FIXED_COST_MS of wall time whatever its batch (a sleep: a large model on a GPU, where
+    one more row is nearly free); action 0. Served as ``benchmarks.bench_serve:FixedCostPolicy``."""
+
+    def __init__(self, action_space=None):
+        self.cost_s = FIXED_COST_MS / 1000.0
+
+    def select_action(self, obs):
+        import torch
+
+        time.sleep(self.cost_s)
+        return torch.zeros(obs.shape[0], dtype=torch.long)
+
+
+def start_server(policy: str, *args: str, device: str = "cpu") -> tuple[subprocess.Popen, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    proc = subprocess.Popen([sys.executable, "-m", "fasteval.doors.serve", policy, "--port", "0", "--device", device, *args],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    url = proc.stdout.readline().strip()
+    if not url.startswith("ws://"):
+        proc.kill()
+        raise RuntimeError(f"fasteval serve did not start ({url!r})")
+    return proc, url
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+# -- 1. served vs in-process ----------------------------------------------------------------------
+
+def serving_rows(cases: list[dict], repeats: int, server_device: str) -> tuple[list[list], list[str]]:
+    from fasteval import Evaluator
+    from fasteval.robot.policies.remote import connect_remote
+
+    rows, notes = [], []
+    for case in cases:
+        proc, url = start_server(case["policy"], device=server_device)
+        try:
+            spec = dict(env=case["env"], env_kwargs=case.get("env_kwargs", {}), n_episodes=case["n"],
+                        batch_size=case["batch"], max_steps=case["max_steps"], seed=1000, device="cpu",
+                        observation_format=case.get("observation_format", "raw"))
+            local, served = Evaluator(policy=case["policy"], **spec), Evaluator(policy=connect_remote(url), **spec)
+            local.evaluate(n_episodes=min(case["batch"], case["n"]))  # warm-up: dry run, first calls
+            served.evaluate(n_episodes=min(case["batch"], case["n"]))
+            rates: dict[str, list[float]] = {"in-process": [], "served": []}
+            same = True
+            for _ in range(repeats):
+                a, b = local.evaluate(), served.evaluate()
+                rates["in-process"].append(a.overall()["steps_per_s"])
+                rates["served"].append(b.overall()["steps_per_s"])
+                same &= [r["sum_reward"] for r in a.per_episode] == [r["sum_reward"] for r in b.per_episode]
+            local.close()
+            served.close()
+        finally:
+            stop(proc)
+        mid = {k: statistics.median(v) for k, v in rates.items()}
+        rows.append([case["name"], case["batch"], f"{mid['in-process']:.0f}", f"{mid['served']:.0f}",
+                     f"{mid['served'] / mid['in-process']:.2f}x"])
+        notes.append(f"- {case['name']} b{case['batch']}: served per-episode results equal in-process: {same}")
+    return rows, notes
+
+
+def act_case(tiny: bool) -> dict | None:
+    try:
+        import lerobot  # noqa: F401
+    except Exception:
+        return None
+    from fasteval.robot.lerobot.testing import write_act_checkpoint
+
+    folder = write_act_checkpoint(Path(tempfile.mkdtemp(prefix="bench_serve_act_")), seed=0)
+    return dict(name="PushT ACT", policy=str(folder), env="gym_pusht/PushT-v0",
+                env_kwargs={"obs_type": "pixels_agent_pos", "render_mode": "rgb_array"}, observation_format="lerobot",
+                batch=10, n=10, max_steps=10 if tiny else 100)
+
+
+# -- 2. dynamic batching --------------------------------------------------------------------------
+
+def client_loop(url: str, requests: int, latencies: list[float], start: threading.Event,
+                batch_sizes: list[int]) -> None:
+    from websockets.sync.client import connect
+
+    from fasteval.types.wire import pack, unpack
+
+    rng = np.random.default_rng(len(latencies))
+    with connect(url, compression=None) as ws:
+        unpack(ws.recv())
+        start.wait()
+        for _ in range(requests):
+            obs = rng.normal(size=4).astype(np.float32)
+            t = time.perf_counter()
+            ws.send(pack({"observation": obs}))
+            reply = unpack(ws.recv())
+            latencies.append(time.perf_counter() - t)
+            batch_sizes.append(int(reply["server_timing"]["batch_size"]))
+
+
+def local_rate(policy: str) -> float:
+    """Rows/s of one in-process policy call on 16 rows, called back to back."""
+    import torch
+
+    if policy == MLP:
+        from fasteval.robot.policies.checkpoint import load_checkpoint
+
+        call = load_checkpoint(MLP).eval()
+    else:
+        call = FixedCostPolicy().select_action
+    batch = torch.zeros(16, 4)
+    torch.set_num_threads(1)
+    with torch.inference_mode():
+        for _ in range(3):
+            call(batch)
+        t, calls = time.perf_counter(), 0
+        while time.perf_counter() - t < 0.5:
+            call(batch)
+            calls += 1
+    return 16 * calls / (time.perf_counter() - t)
+
+
+def batching_rows(policy: str, name: str, clients: list[int], requests: int, repeats: int,
+                  server_device: str, max_wait_ms: float) -> list[list]:
+    local_rows_s = local_rate(policy)
+    proc, url = start_server(policy, "--env", "CartPole-v1", "--max-batch", "16", "--max-wait-ms", f"{max_wait_ms:g}",
+                             device=server_device)
+    out = []
+    try:
+        for k in clients:
+            rates, lats, sizes = [], [], []
+            for _ in range(repeats):
+                latencies: list[list[float]] = [[] for _ in range(k)]
+                start = threading.Event()
+                threads = [threading.Thread(target=client_loop, args=(url, requests, latencies[i], start, sizes))
+                           for i in range(k)]
+                for th in threads:
+                    th.start()
+                time.sleep(0.2)  # every client connected
+                t = time.perf_counter()
+                start.set()
+                for th in threads:
+                    th.join()
+                rates.append(k * requests / (time.perf_counter() - t))
+                lats += [x for each in latencies for x in each]
+            ms = np.array(lats) * 1000.0
+            rate = statistics.median(rates)
+            out.append([name, max_wait_ms, k, f"{rate:.0f}", f"{np.mean(sizes):.1f}", f"{np.percentile(ms, 50):.2f}",
+                        f"{np.percentile(ms, 90):.2f}", f"{np.percentile(ms, 99):.2f}", f"{rate / local_rows_s:.3f}"])
+    finally:
+        stop(proc)
+    out.append([name, "", "in-process, 1 call on 16 rows", f"{local_rows_s:.0f}", "16", "", "", "", "1.000"])
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--tiny", action="store_true", help="smallest sizes (a smoke test)")
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--server-device", default="cpu")
+    parser.add_argument("--no-act", action="store_true", help="skip the PushT ACT row")
+    parser.add_argument("--only-batching", action="store_true", help="only the dynamic-batching table")
+    args = parser.parse_args()
+    repeats = 1 if args.tiny else args.repeats
+    cases = [dict(name="CartPole MLP", policy=MLP, env="CartPole-v1", batch=16, n=16, max_steps=20 if args.tiny else 200)]
+    if not args.tiny:
+        cases.append(dict(name="CartPole MLP", policy=MLP, env="CartPole-v1", batch=256, n=256, max_steps=100))
+    act = None if args.no_act or args.only_batching else act_case(args.tiny)
+    if act is not None:
+        cases.append(act)
+    info = machine_info()
+    print("# fasteval serve: served vs in-process, dynamic batching\n")
+    print(format_machine(info))
+    print(f"- command: `{command_line()}`; server device {args.server_device}; loopback (127.0.0.1)\n")
+    rows, notes = [], []
+    if not args.only_batching:
+        print("## Served vs in-process (env steps/s, sync envs, fasteval protocol)\n")
+        rows, notes = serving_rows(cases, repeats, args.server_device)
+        print(markdown_table(["workload", "batch", "in-process", "served", "served / in-process"], rows))
+        print("\n" + "\n".join(notes) + ("\n- PushT ACT: skipped (LeRobot not importable here)" if act is None else ""))
+    print("\n## Dynamic batching (openpi protocol, CartPole observations, --max-batch 16)\n")
+    clients = [1, 4] if args.tiny else [1, 4, 16]
+    brows = batching_rows(MLP, "CartPole MLP", clients, 20 if args.tiny else 400, repeats, args.server_device, 2.0)
+    for wait in ([2.0] if args.tiny else [2.0, 8.0]):
+        brows += batching_rows("benchmarks.bench_serve:FixedCostPolicy", f"fixed {FIXED_COST_MS:g} ms per call", clients,
+                               5 if args.tiny else 40, repeats, args.server_device, wait)
+    print(markdown_table(["policy", "max wait ms", "clients", "rows/s", "mean batch", "p50 ms", "p90 ms", "p99 ms",
+                          "vs in-process b16"], brows))
+    if args.json:
+        write_json(args.json, {"machine": info, "serving": rows, "batching": brows, "notes": notes})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""``--stop-when`` in a run: the rule checked on the prefix of episode indices, in ledger terms.
+
+:class:`StopWhen` is one task's stopping state for one run (or one resumed run): a
+:class:`~fasteval.types.sequential.PrefixGate` in front of the rule's monitor. The engine hands it
+every finished ledger row (``on_finished``); it feeds the gate the episode index and its outcome
+(success, or the return for ``return:`` rules; no outcome for an episode that failed for good).
+When the gate fires at k, it asks the ledger to stop: no new episode starts, and the loop cancels
+the episodes in flight (all of them have indices >= k, since 0..k-1 had to finish first).
+
+:func:`cut_at_stop` then keeps exactly the episodes ``0..k-1`` of a result table and builds the
+``stopping`` block: the finished episodes at or past k are listed there, not counted.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import numpy as np
+
+from fasteval.types.errors import FastevalError, UserInputError
+from fasteval.types.sequential import PrefixGate, StopMonitor
+from fasteval.types.sequential.rules import overall_stopping
+
+
+class StopRuleError(FastevalError, RuntimeError):
+    """The stop rule cannot go on: an episode's return lies outside ``--return-bounds`` (exit 1;
+    the episodes finished so far are kept)."""
+
+
+class StopWhen:
+    """The stop rule of one task's run. ``prime(records)`` feeds episodes recorded by an earlier
+    segment (a resumed run), in any order; ``on_finished(ledger, rows)`` the ones this run finishes."""
+
+    def __init__(self, rule: Any, confidence: float = 0.95, return_bounds: Any = None, cap: int | None = None,
+                 min_feed: int = 1):
+        try:
+            self.monitor = StopMonitor(rule, confidence, return_bounds, cap)
+        except ValueError as exc:
+            raise UserInputError(str(exc)) from None
+        self.gate = PrefixGate(self.monitor, min_feed=min_feed)
+        self._field = "success" if self.monitor.rule.metric == "success" else "sum_reward"
+        self.n_cancelled = 0
+
+    @property
+    def k(self) -> int | None:
+        """Episodes reported (0..k-1) once the rule fired, else None."""
+        return self.gate.k
+
+    @property
+    def fired(self) -> bool:
+        return self.gate.k is not None
+
+    def _add(self, ixs: Iterable[int], values: Iterable[Any], error: type = StopRuleError) -> int | None:
+        try:
+            return self.gate.add(ixs, values)
+        except ValueError as exc:  # a return outside --return-bounds
+            raise error(str(exc)) from None
+
+    def prime(self, table: Any) -> int | None:
+        """Feed the episodes recorded by earlier segments of a resumed run (an EpisodeTable, any order)."""
+        ixs = np.asarray(table.columns["episode_ix"]).tolist()
+        if not ixs:
+            return None
+        self._add(ixs, np.asarray(table.columns[self._field]).tolist(), UserInputError)
+        try:
+            return self.gate.flush()
+        except ValueError as exc:
+            raise UserInputError(str(exc)) from None
+
+    def on_finished(self, ledger: Any, rows: Any) -> int | None:
+        """Feed finished ledger rows (and rows that failed for good where they block the prefix);
+        on the first firing, ask the ledger to stop at k."""
+        if self.fired:
+            self.gate.add(ledger.episode_ids[rows].tolist(), [None] * len(rows))  # listed as computed past the stop
+            return None
+        values = getattr(ledger, self._field)[rows]
+        fired = self._add(ledger.episode_ids[rows].tolist(), values.tolist())
+        if fired is None:
+            fired = self._add_failed(ledger)
+        if fired is not None:
+            ledger.request_stop()
+        return fired
+
+    def _add_failed(self, ledger: Any) -> int | None:
+        """Rows that failed for good are finished without an outcome: feed the ones blocking the prefix."""
+        fired = None
+        ids = ledger.episode_ids
+        while fired is None and not self.fired:
+            row = int(np.searchsorted(ids, self.gate.next_index))
+            if row >= ids.size or ids[row] != self.gate.next_index or not ledger.failed[row]:
+                break
+            fired = self._add([self.gate.next_index], [None])
+        return fired
+
+    def finish(self, ledger: Any) -> None:
+        """At the end of the run: feed failed rows still blocking the prefix and the buffered prefix,
+        count the cancelled."""
+        if not self.fired:
+            self._add_failed(ledger)
+            try:
+                self.gate.flush()
+            except ValueError as exc:
+                raise StopRuleError(str(exc)) from None
+        self.n_cancelled += int(getattr(ledger, "n_cancelled", 0))
+
+    def summary(self) -> dict[str, Any]:
+        return self.gate.summary(self.n_cancelled)
+
+
+def stopping_meta(block: dict[str, Any], task: tuple[Any, Any, Any]) -> dict[str, Any]:
+    """``meta`` entries of a one-task run: ``stopping`` (the overall block, which for one task
+    repeats the task's numbers) and ``stopping_per_task`` (the task's block with its labels)."""
+    group, task_id, name = task
+    return {"stopping": {**block, **overall_stopping([block], [])},
+            "stopping_per_task": [{"task_group": group, "task_id": task_id, "task": name, **block}]}
+
+
+def cut_at_stop(table: Any, stop: StopWhen | None) -> tuple[Any, dict[str, Any] | None]:
+    """``table`` (an EpisodeTable in episode order) cut to episodes ``0..k-1`` when the rule fired,
+    and the stopping block (``None`` without a rule)."""
+    if stop is None:
+        return table, None
+    block = stop.summary()
+    if stop.k is None:
+        return table, block
+    ix = np.asarray(table.columns["episode_ix"])
+    keep = np.flatnonzero(ix < stop.k)
+    past = sorted(set(block["computed_past_stop"]) | set(ix[ix >= stop.k].tolist()))
+    block["computed_past_stop"], block["n_computed_past_stop"] = past, len(past)
+    return (table if keep.size == ix.size else table.take(keep)), block

@@ -1,0 +1,150 @@
+"""``fasteval compare --policy-a P --policy-b Q --env E [--stop-when decided]``: a live paired comparison.
+
+Both policies run on the same seeds (episode i of each has seed ``seed + i``), block by block of
+episode indices: A runs episodes ``[s, s + m)``, then B the same ones, and the pairs are fed to
+the paired e-process (:class:`~fasteval.types.sequential.PairedEProcess`) in index order. With
+``--stop-when decided`` the comparison stops at the first pair count k at which the e-process
+decides; the reported pairs are exactly ``0..k-1`` whatever the block size, batch size or
+finishing order (the decision reads only pairs in index order), and the pairs of the block past k
+are listed as computed past the stop. Without it, all ``-n`` pairs run and the fixed-n tests decide.
+
+The test bets on the discordant successes when the env reports success, else on the paired
+return differences mapped with ``--return-bounds`` (required then).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from fasteval.doors.compare.document import build_document
+from fasteval.doors.compare.inputs import Side
+from fasteval.types.errors import UserInputError
+from fasteval.types.sequential import PairedEProcess, parse_return_bounds, parse_stop_rule
+from fasteval.types.sequential.eprocess import discordant_outcomes, mapped_differences
+
+BLOCK_BATCHES = 4
+"""Episodes per block: this many batches (the block size changes only the work done past k)."""
+
+
+def _spec(policy: str, env: str, env_kwargs: dict[str, Any], n: int, seed: int, batch_size: int) -> Any:
+    from fasteval.types.spec import EvalSpec
+
+    return EvalSpec(env=env, policy=policy, env_kwargs=env_kwargs, n_episodes=n, seed=seed,
+                    batch_size=min(batch_size, n), device="auto")
+
+
+class LivePair:
+    """Two engines on the same env and seeds, run block by block; records kept per side."""
+
+    def __init__(self, policy_a: str, policy_b: str, env: str, env_kwargs: dict[str, Any], n: int, seed: int, batch_size: int):
+        from fasteval.run.engine import Engine
+
+        self.n, self.seed = n, seed
+        self.engines = []
+        try:
+            for policy in (policy_a, policy_b):
+                self.engines.append(Engine(_spec(policy, env, env_kwargs, n, seed, batch_size)))
+        except BaseException:
+            self.close()
+            raise
+        self.records: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], [])
+        self.has_success = True
+
+    def run_block(self, start: int, stop: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        out = []
+        for engine, kept in zip(self.engines, self.records):
+            result = engine.run(episodes=range(start, stop), seed=self.seed)
+            rows = sorted(result.per_episode.to_list(), key=lambda r: r["episode_ix"])
+            self.has_success = self.has_success and bool(result.meta.get("has_success_signal", True))
+            kept.extend(rows)
+            out.append(rows)
+        return out[0], out[1]
+
+    def close(self) -> None:
+        for engine in self.engines:
+            engine.close()
+
+
+def _paired_values(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]], start: int, stop: int, success: bool,
+                   bounds: Any) -> Any:
+    """Per index of ``start..stop-1``: the e-process's input (NaN for a concordant success pair, or
+    where a side has no record: an episode that failed for good carries no evidence)."""
+    import numpy as np
+
+    by_a = {r["episode_ix"]: r for r in a}
+    by_b = {r["episode_ix"]: r for r in b}
+    both = [i for i in range(start, stop) if i in by_a and i in by_b]
+    values = np.full(stop - start, np.nan)
+    if both:
+        ra, rb = [by_a[i] for i in both], [by_b[i] for i in both]
+        y = (discordant_outcomes([r["success"] for r in ra], [r["success"] for r in rb]) if success else
+             mapped_differences([r["sum_reward"] for r in ra], [r["sum_reward"] for r in rb], bounds))
+        values[np.asarray(both) - start] = y
+    return values
+
+
+def run_live(policy_a: str | None, policy_b: str | None, env: str | None, env_kwargs: Sequence[str], *, n_episodes: int,
+             seed: int, batch_size: int, stop_when: str | None, return_bounds: str | None, alpha: float,
+             margin: float | None, fail_if_worse: bool, confidence: float, n_boot: int) -> dict[str, Any]:
+    """Run the comparison; return the ``compare.json`` document (mode ``live``)."""
+    from fasteval.doors.cli import parse_env_kwargs
+
+    if not (policy_a and policy_b and env):
+        raise UserInputError("compare: a live comparison needs --policy-a, --policy-b and --env.")
+    try:
+        rule = parse_stop_rule(stop_when, allow_decided=True) if stop_when else None
+        bounds = parse_return_bounds(return_bounds)
+    except ValueError as exc:
+        raise UserInputError(str(exc)) from None
+    if rule is not None and rule.kind != "decided":
+        raise UserInputError(f"compare --stop-when {stop_when}: a comparison stops with 'decided' (the paired test decides); "
+                             f"rules such as {stop_when} are for one policy's run.")
+    kwargs = parse_env_kwargs(tuple(env_kwargs))
+    pair = LivePair(policy_a, policy_b, env, kwargs, n_episodes, seed, batch_size)
+    try:
+        sequential = _run_blocks(pair, rule, bounds, n_episodes, batch_size, 1.0 - alpha)  # the test is at --alpha
+    finally:
+        pair.close()
+    k = sequential["k"] if sequential else n_episodes
+    sides = []
+    for label, policy, kept in (("A", policy_a, pair.records[0]), ("B", policy_b, pair.records[1])):
+        sides.append(Side(label, f"live:{policy}", policy, env, kwargs, seed, [r for r in kept if r["episode_ix"] < k]))
+    task_key = (sides[0].records[0].get("task_group"), sides[0].records[0].get("task_id")) if sides[0].records else (env, 0)
+    return build_document(sides[0], sides[1], alpha=alpha, margin=margin, fail_if_worse=fail_if_worse,
+                          confidence=confidence, n_boot=n_boot, mode="live",
+                          sequential={task_key: sequential} if sequential else None)
+
+
+def _run_blocks(pair: LivePair, rule: Any, bounds: Any, n: int, batch_size: int, confidence: float) -> dict[str, Any] | None:
+    """Run blocks until the e-process decides (with a rule) or all ``n`` pairs ran."""
+    block = max(1, BLOCK_BATCHES * batch_size)
+    process = PairedEProcess(confidence) if rule is not None else None
+    k = None
+    past: list[int] = []
+    for start in range(0, n, block):
+        stop = min(n, start + block)
+        a, b = pair.run_block(start, stop)
+        if process is None:
+            continue
+        if not pair.has_success and bounds is None:
+            raise UserInputError("compare --stop-when decided: the env reports no success signal, so the test bets on "
+                                 "the paired returns; give their bounds with --return-bounds LO,HI.")
+        try:
+            hit = process.update(_paired_values(a, b, start, stop, pair.has_success, bounds))
+        except ValueError as exc:  # a return outside --return-bounds
+            raise UserInputError(str(exc)) from None
+        if hit is not None:  # pairs seen in all blocks so far: the global k
+            k = hit
+            past = sorted({r["episode_ix"] for r in a + b if r["episode_ix"] >= k})
+            break
+    if process is None:
+        return None
+    return {
+        "rule": rule.text, "confidence": confidence, "cap": n, "k": k if k is not None else n,
+        "reason": "rule" if k is not None else "cap", "decision": process.verdict,
+        "e_value_better": process.e_better, "e_value_worse": process.e_worse, "threshold": process.threshold,
+        "metric": "success" if pair.has_success else "return",
+        "method": "betting e-process (mixture of constant bets) on " + (
+            "discordant pairs" if pair.has_success else "paired return differences"),
+        "n_computed_past_stop": len(past), "computed_past_stop": past, "trajectory": process.trajectory(),
+    }

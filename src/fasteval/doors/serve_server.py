@@ -1,0 +1,287 @@
+"""The websocket server of ``fasteval serve``: connections, authentication, and one compute thread.
+
+Every connection first gets the server's metadata (openpi's handshake). Its first message decides
+how it talks:
+
+* a map with ``"__fasteval__"``: fasteval's batched protocol (:mod:`fasteval.doors.serve_sessions`);
+* any other map: openpi's protocol, one observation per request, batched with every other openpi
+  client's by :class:`~fasteval.doors.serve_batcher.DynamicBatcher`. openpi ``"__ctrl__"`` messages
+  are acknowledged as openpi's own server does.
+
+A connection may send its next requests before the replies of the earlier ones came back; replies
+go out in request order. All policy work runs on one compute thread (in arrival order), so sessions
+never run concurrently and each session's RNG swap is safe; the event loop only moves bytes.
+
+Safety:
+
+* with a token (``--token``, required for a non-local bind), the websocket handshake must carry
+  ``Authorization: Api-Key TOKEN`` (openpi-client's ``api_key``) or ``Bearer TOKEN``; anything else
+  is answered ``401`` before a websocket exists;
+* messages over ``max_message_bytes`` close that connection (websocket close code 1009); a message
+  that is not valid msgpack, names an unknown kind, or breaks the protocol gets an error reply and
+  the connection is closed (1008); nothing a client sends reaches pickle or runs code;
+* an exception of the policy is reported to the client that made the request, naming it; the
+  server and the other clients go on. A session whose connection drops is kept ``session_ttl_s``
+  seconds, so the client can reconnect and resume it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import http
+import logging
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from time import monotonic
+from typing import Any, Callable
+
+from fasteval.doors.serve_batcher import DynamicBatcher
+from fasteval.doors.serve_policy import RunnerOptions, ServedRunner
+from fasteval.doors.serve_sessions import Session
+from fasteval.types.wire import KIND, PROTOCOL, WireError, message_kind, pack, space_to_wire, unpack
+
+logger = logging.getLogger(__name__)
+LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    options: RunnerOptions
+    host: str = "127.0.0.1"
+    port: int = 8000
+    token: str | None = None
+    max_batch: int = 16
+    max_wait_ms: float = 2.0
+    max_message_bytes: int = 256 * 1024 * 1024
+    session_ttl_s: float = 300.0
+    openpi_spaces: tuple[Any, Any] | None = None
+    """(observation space, action space) for openpi requests (from ``--env``); None: openpi refused."""
+    threaded_compute: bool = False
+    """Run every step on the compute thread too (not only the slow work: loading, dry runs)."""
+
+
+def authorized(header: str | None, token: str | None) -> bool:
+    """Whether an ``Authorization`` header carries ``token`` (any header when there is no token)."""
+    if token is None:
+        return True
+    if not header:
+        return False
+    scheme, _, value = header.partition(" ")
+    return scheme in ("Api-Key", "Bearer") and hmac.compare_digest(value.strip().encode(), token.encode())
+
+
+def one_line(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+class PolicyServer:
+    def __init__(self, config: ServerConfig):
+        self.config = config
+        self.compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fasteval-serve-compute")
+        self.sessions: dict[str, Session] = {}
+        self.batcher: DynamicBatcher | None = None
+        self.port: int | None = None
+        self.lock = asyncio.Lock()
+
+    def metadata(self) -> dict[str, Any]:
+        from fasteval.version import __version__
+
+        meta: dict[str, Any] = {"fasteval_protocol": PROTOCOL, "server": "fasteval serve", "fasteval_version": __version__,
+                                "policy": self.config.options.policy, "max_batch": self.config.max_batch,
+                                "max_wait_ms": self.config.max_wait_ms, "openpi": self.config.openpi_spaces is not None}
+        if self.config.openpi_spaces is not None:
+            meta["observation_space"] = space_to_wire(self.config.openpi_spaces[0])
+            meta["action_space"] = space_to_wire(self.config.openpi_spaces[1])
+        return meta
+
+    async def on_compute(self, fn: Callable[..., Any], *args: Any, slow: bool = False) -> Any:
+        """Run policy work, one piece at a time (a lock). A step runs inline, on the event loop's thread
+        (a hop to a worker thread costs two thread switches per request); ``slow`` work (loading a
+        policy, a dry run, a first batch) runs on the compute thread, so that the loop keeps accepting
+        connections and reading requests meanwhile (``threaded_compute``: everything there)."""
+        async with self.lock:
+            if not (slow or self.config.threaded_compute):
+                return fn(*args)
+            return await asyncio.get_running_loop().run_in_executor(self.compute, fn, *args)
+
+    # -- the websocket server -----------------------------------------------------------------
+    def _process_request(self, connection: Any, request: Any) -> Any:
+        if request.path == "/healthz":
+            return connection.respond(http.HTTPStatus.OK, "OK\n")
+        if not authorized(request.headers.get("Authorization"), self.config.token):
+            return connection.respond(http.HTTPStatus.UNAUTHORIZED,
+                                      "fasteval serve: this server needs its token (Authorization: Api-Key TOKEN)\n")
+        return None
+
+    async def serve(self, ready: Callable[[int], None] | None = None, stop: asyncio.Future | None = None) -> None:
+        from websockets.asyncio.server import serve
+
+        if self.config.openpi_spaces is not None:
+            self.batcher = DynamicBatcher(self._make_openpi_runner, self.config.openpi_spaces[0], self.config.max_batch,
+                                          self.config.max_wait_ms / 1000.0, self.on_compute)
+            self.batcher.start()
+        reaper = asyncio.get_running_loop().create_task(self._reap_sessions())
+        async with serve(self._handle, self.config.host, self.config.port, compression=None,
+                         max_size=self.config.max_message_bytes, process_request=self._process_request,
+                         ping_interval=None) as server:
+            self.port = next(iter(server.sockets)).getsockname()[1]
+            if ready is not None:
+                ready(self.port)
+            await (stop if stop is not None else asyncio.get_running_loop().create_future())
+        reaper.cancel()
+        if self.batcher is not None:
+            await self.batcher.stop()
+        self.compute.shutdown(wait=False, cancel_futures=True)
+
+    def _make_openpi_runner(self, size: int) -> ServedRunner:
+        observation_space, action_space = self.config.openpi_spaces
+        return ServedRunner(self.config.options, observation_space, action_space, size)
+
+    async def _reap_sessions(self) -> None:
+        while True:
+            await asyncio.sleep(min(10.0, self.config.session_ttl_s))
+            now = monotonic()
+            for sid in [s for s, session in self.sessions.items()
+                        if session.detached_at is not None and now - session.detached_at > self.config.session_ttl_s]:
+                self.sessions.pop(sid, None)
+
+    async def _handle(self, ws: Any) -> None:
+        import websockets
+
+        if self.batcher is not None:
+            self.batcher.connections += 1
+        await ws.send(pack(self.metadata()))
+        replies: asyncio.Queue = asyncio.Queue()
+        writer = asyncio.get_running_loop().create_task(self._write(ws, replies))
+        state = _ConnectionState()
+        try:
+            async for raw in ws:
+                try:
+                    message = unpack(raw, self.config.max_message_bytes)
+                    kind = message_kind(message)
+                    if state.mode is None:
+                        state.mode = "openpi" if kind is None else "fasteval"
+                        if state.mode == "fasteval" and self.batcher is not None:
+                            self.batcher.connections -= 1  # counted as a possible openpi client until now
+                    elif (kind is None) != (state.mode == "openpi"):
+                        raise WireError(f"this connection speaks the {state.mode} protocol; one connection cannot mix both")
+                except WireError as exc:
+                    await replies.put(_done(_refusal(state, exc)))
+                    break
+                await replies.put(self._dispatch(state, kind, message))
+        except websockets.ConnectionClosed:
+            pass
+        finally:
+            if state.mode != "fasteval" and self.batcher is not None:
+                self.batcher.connections -= 1
+            await replies.put(None)
+            await writer
+            if state.session is not None:
+                state.session.detached_at = monotonic()
+
+    def _dispatch(self, state: "_ConnectionState", kind: str | None, message: dict) -> "asyncio.Future[Any]":
+        loop = asyncio.get_running_loop()
+        if kind is None:
+            if "__ctrl__" in message:
+                return _done(pack({"__ack__": str(message.get("__ctrl__"))}))
+            if self.batcher is None:
+                return _done(_refusal(state, WireError(
+                    "this server was started without --env, so it does not know the observation and action spaces "
+                    "openpi requests need; start it with --env ENV (or talk fasteval's protocol: --policy ws://...)")))
+            return loop.create_task(self._openpi(message))
+        return loop.create_task(self._fasteval(state, kind, message))
+
+    async def _openpi(self, message: dict) -> Any:
+        try:
+            return pack(await self.batcher.infer(message))
+        except WireError as exc:
+            return _Close(f"fasteval serve: bad request: {exc}", 1008)
+        except Exception as exc:  # the policy raised: openpi's convention is a text frame, then close
+            logger.warning("openpi request failed: %s", one_line(exc))
+            return _Close(f"fasteval serve: the policy raised on this request: {one_line(exc)}\n"
+                          f"{traceback.format_exc(limit=4)}", 1011)
+
+    async def _fasteval(self, state: "_ConnectionState", kind: str, message: dict) -> Any:
+        seq = message.get("seq")
+        try:
+            reply = await self.on_compute(self._fasteval_compute, state, kind, message, slow=kind != "step")
+        except WireError as exc:
+            return _Close(pack({KIND: "error", "seq": seq, "kind": "protocol", "error": str(exc)}), 1008)
+        except Exception as exc:  # the policy (or its loading) raised: reported to this client only
+            what = f"{kind} request" + (f" #{seq} (group {message.get('group')})" if kind == "step" else "")
+            logger.warning("%s failed: %s", what, one_line(exc))
+            return pack({KIND: "error", "seq": seq, "kind": "policy", "request": what,
+                         "user_input": isinstance(exc, ValueError), "error": one_line(exc)})
+        return pack(reply)
+
+    def _fasteval_compute(self, state: "_ConnectionState", kind: str, message: dict) -> dict:
+        if kind == "open":
+            resume = message.get("resume")
+            if resume is not None:
+                session = self.sessions.get(resume) if isinstance(resume, str) else None
+                if session is None:
+                    raise WireError(f"open: no session {resume!r} on this server (it restarted, or the session "
+                                    f"expired after {self.config.session_ttl_s:.0f} s)")
+                session.detached_at = None
+                state.session = session
+                return session.opened(resumed=True)
+            session = Session(self.config.options, message)
+            self.sessions[session.id] = state.session = session
+            return session.opened()
+        session = state.session
+        if session is None:
+            raise WireError(f"{kind}: open a session first")
+        if kind == "dry_run":
+            return session.dry_run(message)
+        if kind == "step":
+            return session.step(message)
+        self.sessions.pop(session.id, None)  # close
+        state.session = None
+        return {KIND: "closed"}
+
+    @staticmethod
+    async def _write(ws: Any, replies: asyncio.Queue) -> None:
+        import websockets
+
+        while True:
+            item = await replies.get()
+            if item is None:
+                return
+            try:
+                reply = await item
+                if isinstance(reply, _Close):
+                    await ws.send(reply.payload)
+                    await ws.close(reply.code, "fasteval serve: request refused")
+                    return
+                await ws.send(reply)
+            except websockets.ConnectionClosed:
+                return
+
+
+@dataclass
+class _ConnectionState:
+    mode: str | None = None
+    session: Session | None = None
+
+
+@dataclass
+class _Close:
+    """A last reply, after which the server closes the connection with ``code``."""
+
+    payload: Any
+    code: int
+
+
+def _refusal(state: _ConnectionState, exc: WireError) -> _Close:
+    if state.mode == "openpi":
+        return _Close(f"fasteval serve: bad request: {exc}", 1008)
+    return _Close(pack({KIND: "error", "kind": "protocol", "error": str(exc)}), 1008)
+
+
+def _done(value: Any) -> "asyncio.Future[Any]":
+    future = asyncio.get_running_loop().create_future()
+    future.set_result(value)
+    return future

@@ -1,0 +1,191 @@
+"""A comparison's page, from ``fasteval compare``'s document (``compare.json``, schema
+``fasteval.compare/1``): the overall verdict, one row per task with the paired differences and
+their intervals, McNemar and signed-rank p-values (raw and Holm-adjusted), the probability of
+improvement and the verdict; forest plots of the differences; and, for a live comparison, the
+sequential test (its e-values over episodes when the document carries a ``trajectory``).
+
+Differences are B - A (A = baseline, B = candidate): positive means B is better. Rates in the
+document are fractions; the page shows them in percent (differences in percentage points).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from html import escape
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from fasteval.run.report_html import page, svg
+
+VERDICT_KIND = {"better": "better", "worse": "worse", "no difference": "neutral"}
+
+
+def _pct(x: Any) -> Any:
+    return 100.0 * x if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def _pct_ci(ci: Sequence[Any] | None) -> list[Any] | None:
+    return [_pct(v) for v in ci] if ci else None
+
+
+def _task_label(t: Mapping[str, Any]) -> str:
+    if t.get("task_group") is None and t.get("task") is None:
+        return "all episodes"
+    name = t.get("task")
+    return f"{t.get('task_group')}/{t.get('task_id')}" + (f" {name}" if name is not None and str(name) != str(t.get("task_group")) else "")
+
+
+def glance(doc: Mapping[str, Any]) -> str:
+    o = doc.get("overall") or {}
+    a, b = doc.get("a") or {}, doc.get("b") or {}
+    verdict = o.get("verdict", "unknown")
+    gate = ""
+    if o.get("fail_if_worse"):
+        gate = f"gate --fail-if-worse: exit code {o.get('exit_code')}"
+    cards = [
+        f'<div class="card" id="glance-verdict" data-value="{escape(str(verdict))}"><div class="label">B against A</div>'
+        f'<div class="value">{page.badge(str(verdict), VERDICT_KIND.get(verdict))}</div><div class="detail">{escape(gate)}</div></div>',
+        page.card("tasks", page.fmt(o.get("n_tasks")), f"{page.fmt(o.get('n_better'))} better, {page.fmt(o.get('n_worse'))} worse",
+                  "glance-tasks"),
+        page.card("significance", f"α = {doc.get('alpha')}", f"{escape(str(doc.get('correction', '')))} correction across tasks; "
+                  f"two-sided tests"),
+    ]
+    if o.get("non_inferior") is not None:
+        cards.append(page.card("non-inferiority", "shown" if o["non_inferior"] else "not shown",
+                               f"margin {doc.get('margin')}", "glance-noninferior"))
+    who = page.kv([("A (baseline)", _side(a)), ("B (candidate)", _side(b)), ("mode", doc.get("mode"))])
+    return f'<div class="cards">{"".join(cards)}</div>{who}' + page.note(
+        "Differences are B - A: positive means B is better. The verdict of a task uses its primary metric's "
+        "Holm-adjusted p-value.")
+
+
+def _side(s: Mapping[str, Any]) -> str:
+    parts = [f"{k} {s[k]}" for k in ("label", "policy", "env", "source") if s.get(k) is not None]
+    if s.get("seed") is not None:
+        parts.append(f"seeds from {s['seed']}" + (f", {s['n_episodes']} episodes" if s.get("n_episodes") else ""))
+    return "; ".join(str(p) for p in parts)
+
+
+def _verdict_cell(v: str | None) -> page.Cell:
+    v = v or "—"
+    return page.Cell(page.badge(v, VERDICT_KIND.get(v)), v, html=True)
+
+
+def task_table(doc: Mapping[str, Any]) -> str:
+    """Three tables: the verdicts, the success rates, the returns (one row per task each)."""
+    tasks = doc.get("tasks") or []
+    with_margin = doc.get("margin") is not None
+    verdicts, success, returns = [], [], []
+    for t in tasks:
+        attrs = {"task-group": t.get("task_group"), "task-id": t.get("task_id")}
+        label = page.text(_task_label(t))
+        s, r = t.get("success"), t.get("return") or {}
+        ni = t.get("non_inferiority")
+        row = [label, page.num(t.get("n_pairs")), page.text(t.get("primary")), page.pnum(t.get("p_holm"))]
+        if with_margin:
+            row.append(page.text("non-inferior" if ni and ni.get("non_inferior") else ("not shown" if ni else "—")))
+        verdicts.append((attrs, row + [_verdict_cell(t.get("verdict"))]))
+        if s:
+            success.append((attrs, [label, page.num(s.get("a_successes")), page.num(s.get("b_successes")),
+                                    page.num(_pct(s.get("a_rate"))), page.num(_pct(s.get("b_rate"))), page.num(_pct(s.get("diff"))),
+                                    page.interval(_pct_ci(s.get("diff_ci"))), page.num(s.get("only_a")), page.num(s.get("only_b")),
+                                    page.pnum(s.get("p_value")), page.pnum(s.get("p_holm"))]))
+        returns.append((attrs, [label, page.num(r.get("a_mean"), 3), page.num(r.get("b_mean"), 3), page.num(r.get("diff"), 3),
+                                page.interval(r.get("diff_ci"), 3), page.pnum(r.get("p_value")), page.pnum(r.get("p_holm")),
+                                page.num(r.get("prob_improvement"), 3), page.interval(r.get("prob_improvement_ci"), 3)]))
+    out = [page.table("compare-tasks", ["task", "pairs", "primary metric", "p (Holm)"]
+                      + (["non-inferiority"] if with_margin else []) + ["verdict"], verdicts)]
+    out.append("<h3>Success</h3>")
+    if success:
+        out.append(page.table("compare-success", ["task", "A successes", "B successes", "A success %", "B success %",
+                                                  "diff (pp)", "diff 95% CI", "only A", "only B", "McNemar p", "p (Holm)"],
+                              success, caption=f"McNemar's exact test on the discordant pairs; the rate difference's "
+                                               f"interval is a paired bootstrap ({doc.get('n_boot', '')} resamples)."))
+    missing = [_task_label(t) for t in tasks if not t.get("success")]
+    if missing:
+        out.append(page.note(f"no success signal (compared by return): {', '.join(missing)}"))
+    out.append("<h3>Return</h3>")
+    out.append(page.table("compare-return", ["task", "A mean return", "B mean return", "diff", "diff 95% CI", "signed-rank p",
+                                             "p (Holm)", "P(B > A)", "P(B > A) 95% CI"], returns,
+                          caption="Paired bootstrap interval of the mean difference; Wilcoxon signed-rank test; "
+                                  "P(B > A): probability of improvement over paired episodes."))
+    return "".join(out)
+
+
+def plots(doc: Mapping[str, Any]) -> str:
+    tasks = doc.get("tasks") or []
+    out = []
+    success = [(_task_label(t), _pct(t["success"]["diff"]), *_pct_ci(t["success"]["diff_ci"]))
+               for t in tasks if t.get("success") and t["success"].get("diff_ci")]
+    if success:
+        out.append(svg.intervals(success, "success rate B - A (percentage points, 95% CI)", "success difference per task",
+                                 xrange=None, ref=0.0))
+    returns = [(_task_label(t), t["return"]["diff"], *t["return"]["diff_ci"]) for t in tasks
+               if t.get("return") and t["return"].get("diff_ci")]
+    if returns:
+        out.append(svg.intervals(returns, "mean return B - A (95% CI)", "return difference per task", xrange=None, ref=0.0))
+    return f'<div class="plots" id="plot-differences">{"".join(out)}</div>' if out else ""
+
+
+def sequential_section(doc: Mapping[str, Any]) -> str:
+    top = doc.get("sequential")
+    blocks = [("all tasks", top)] + [(_task_label(t), t.get("sequential")) for t in doc.get("tasks") or []
+                                     if t.get("sequential") != top]  # one task: the top block repeats it
+    blocks = [(name, b) for name, b in blocks if b]
+    if not blocks:
+        return ""
+    out = []
+    for name, b in blocks:
+        out.append(f"<h3>{escape(name)}</h3>")
+        out.append(page.kv([("rule", b.get("rule")), ("method", b.get("method")), ("confidence", b.get("confidence")),
+                            ("episodes (k) / cap", f"{b.get('k')} / {b.get('cap')}"), ("stopped by", b.get("reason")),
+                            ("decision", b.get("decision") or "none"), ("e-value, B better", page.fmt_sig(b.get("e_value_better"))),
+                            ("e-value, B worse", page.fmt_sig(b.get("e_value_worse"))), ("reject at e ≥", b.get("threshold")),
+                            ("computed past the stop (in no aggregate)", b.get("n_computed_past_stop"))]))
+        out.append(_trajectory_plot(name, b))
+    return "".join(out)
+
+
+def _trajectory_plot(name: str, b: Mapping[str, Any]) -> str:
+    """The sequence over episodes, when the document has it: e-values (log scale, with the
+    rejection threshold), and anytime-valid bounds on the difference."""
+    tr = b.get("trajectory")
+    if not isinstance(tr, Mapping) or not tr.get("k"):
+        return page.note("The document holds the sequence's values at the stop only (no trajectory).")
+    k = tr["k"]
+    out = []
+    lines = [(label, tr[key]) for key, label in (("e_value_better", "e-value: B better"), ("e_value_worse", "e-value: B worse"))
+             if tr.get(key)]
+    if lines:
+        refs = [("rejection threshold", float(b["threshold"]))] if isinstance(b.get("threshold"), (int, float)) else []
+        out.append(svg.band(k, lines, [], "paired episodes", "e-value", f"{name}: e-processes over episodes", hlines=refs, log_y=True))
+    if tr.get("diff_low") and tr.get("diff_high"):
+        out.append(svg.band(k, [], [("anytime-valid bounds on B - A", tr["diff_low"], tr["diff_high"])], "paired episodes",
+                            "B - A", f"{name}: confidence sequence over episodes", hlines=[("no difference", 0.0)]))
+    return f'<div class="plots trajectory">{"".join(out)}</div>'
+
+
+def render_compare_page(doc: Mapping[str, Any], page_dir: Path | None = None) -> str:
+    a, b = doc.get("a") or {}, doc.get("b") or {}
+    verdict = (doc.get("overall") or {}).get("verdict", "unknown")
+    title = f"fasteval compare: {b.get('label', 'B')} vs {a.get('label', 'A')}"
+    subtitle = f"{page.badge(str(verdict), VERDICT_KIND.get(verdict))} {escape(str(doc.get('mode', '')))} comparison"
+    raw = "<details><summary>compare.json</summary><pre>" + escape(json.dumps(doc, indent=2, default=_plain)) + "</pre></details>"
+    settings = page.kv([("schema", doc.get("schema")), ("alpha", doc.get("alpha")), ("margin", doc.get("margin") or "none"),
+                        ("correction", doc.get("correction")), ("bootstrap", f"{doc.get('n_boot')} resamples, seed {doc.get('boot_seed')}"),
+                        ("confidence", doc.get("confidence"))])
+    sections = [
+        ("glance", "At a glance", glance(doc)),
+        ("tasks", "Per task", task_table(doc)),
+        ("plots", "Paired differences", plots(doc)),
+        ("sequential", "Sequential test", sequential_section(doc)),
+        ("provenance", "Settings", settings + raw),
+    ]
+    return page.document(title, subtitle, sections, "compare")
+
+
+def _plain(x: Any) -> Any:
+    if isinstance(x, float) and math.isnan(x):
+        return None
+    return str(x)

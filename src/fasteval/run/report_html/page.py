@@ -1,0 +1,279 @@
+"""The shell every HTML report shares: one self-contained file (inline CSS, inline JS, inline
+SVG), no network access, and the pieces the pages are built from (cells, tables, sections).
+
+Number cells carry their exact value in ``data-value`` (``repr`` of the float, ``NaN`` for
+not-a-number, empty when there is no value) and a rounded text; the sort script orders by
+``data-value``, and the browser tests compare ``data-value`` with the JSON the page was made from.
+Tables with ``class="sortable"`` sort when a header is clicked (again: reverse); rows without a
+value sort last either way.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from html import escape
+from pathlib import Path
+from typing import Any, Sequence
+
+CSS = """
+:root{--fg:#1d2330;--muted:#5b6472;--line:#d9dee5;--bg:#fff;--panel:#f5f7fa;--ok:#2f7d32;--bad:#b3261e;--warn:#9a6700;--accent:#4e79a7}
+*{box-sizing:border-box}
+body{margin:0;font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:var(--fg);background:var(--bg)}
+header{padding:18px 28px 10px;border-bottom:1px solid var(--line);background:var(--panel)}
+header h1{margin:0 0 4px;font-size:21px}
+header .sub{color:var(--muted)}
+main{padding:8px 28px 40px;max-width:1280px}
+nav{margin:8px 0 0;font-size:13px}nav a{margin-right:14px;color:var(--accent);text-decoration:none}
+section{margin-top:26px}
+h2{font-size:17px;margin:0 0 10px;padding-bottom:4px;border-bottom:1px solid var(--line)}
+h3{font-size:14px;margin:14px 0 6px}
+.cards{display:flex;flex-wrap:wrap;gap:12px;margin-top:14px}
+.card{border:1px solid var(--line);border-radius:8px;padding:10px 14px;min-width:170px;background:var(--bg)}
+.card .label{color:var(--muted);font-size:12px;text-transform:uppercase;letter-spacing:.04em}
+.card .value{font-size:24px;font-weight:600;margin:2px 0}
+.card .detail{color:var(--muted);font-size:12.5px}
+.badge{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;font-weight:600;color:#fff;background:var(--muted)}
+.badge.complete,.badge.better,.badge.done,.badge.ok{background:var(--ok)}
+.badge.failed,.badge.worse,.badge.interrupted{background:var(--bad)}
+.badge.running,.badge.partial,.badge.mixed,.badge.cap{background:var(--warn)}
+table{border-collapse:collapse;font-size:13px;margin:6px 0 4px}
+caption{text-align:left;caption-side:bottom;padding-top:4px}
+.scroll{max-width:100%;overflow-x:auto}
+.stack{display:flex;flex-direction:column;gap:4px}.stack .ptitle{font-weight:600;font-size:13px}
+th,td{border-bottom:1px solid var(--line);padding:4px 9px;text-align:left;vertical-align:top}
+th{background:var(--panel);font-weight:600;white-space:nowrap}
+table.sortable th{cursor:pointer;user-select:none}
+table.sortable th:after{content:" \\2195";color:#aab}
+table.sortable th[aria-sort=ascending]:after{content:" \\2191";color:var(--fg)}
+table.sortable th[aria-sort=descending]:after{content:" \\2193";color:var(--fg)}
+td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+td.none{color:var(--muted);font-style:italic}
+tbody tr:nth-child(even){background:#fafbfc}
+.note{color:var(--muted);font-size:12.5px;margin:4px 0}
+.plots{display:flex;flex-wrap:wrap;gap:10px}
+.plot-blocks{display:flex;flex-wrap:wrap;gap:6px 24px;align-items:flex-start}.plot-block{max-width:100%}
+svg.plot{max-width:100%;height:auto;background:#fff;border:1px solid var(--line);border-radius:6px}
+svg .axis{stroke:#333;stroke-width:1}svg .tick{stroke:#333}svg .grid{stroke:#eceff3}
+svg .ticklabel{font-size:10px;fill:#444}svg .xlabel,svg .ylabel{font-size:11.5px;fill:#222}
+svg .ptitle{font-size:12px;font-weight:600;fill:#222}svg .ci{stroke-width:1.6}svg .ref{stroke:#888;stroke-dasharray:4 3}
+svg .empty{font-size:12px;fill:var(--muted)}
+.legend{font-size:12px;color:var(--muted);margin:2px 0 6px}.legend .key{margin-right:12px;white-space:nowrap}
+.legend i{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:4px;vertical-align:-1px}
+.gallery{display:flex;flex-wrap:wrap;gap:12px}
+figure{margin:0;border:1px solid var(--line);border-radius:6px;padding:6px;background:var(--panel)}
+figure video{display:block;width:256px;max-height:256px;background:#000}
+figcaption{font-size:12px;margin-top:4px}
+dl.kv{display:grid;grid-template-columns:max-content 1fr;gap:3px 16px;margin:4px 0}
+dl.kv dt{color:var(--muted)}dl.kv dd{margin:0;word-break:break-all}
+pre{background:var(--panel);border:1px solid var(--line);border-radius:6px;padding:8px 10px;overflow:auto;max-height:360px;font-size:12px}
+code{font-size:12.5px}
+details summary{cursor:pointer;color:var(--accent)}
+.bad{color:var(--bad)}.ok{color:var(--ok)}
+"""
+
+SORT_JS = """
+(function(){
+  function key(td){var v=td?td.getAttribute('data-value'):null;if(v===null)return {n:false,s:(td?td.textContent:'').trim().toLowerCase()};
+    if(v===''||v==='NaN')return {none:true};var f=Number(v);return isNaN(f)?{n:false,s:v.toLowerCase()}:{n:true,f:f};}
+  function sortBy(th){var table=th.closest('table'),body=table.tBodies[0],idx=Array.prototype.indexOf.call(th.parentNode.children,th);
+    var dir=th.getAttribute('aria-sort')==='ascending'?-1:1;
+    Array.prototype.forEach.call(th.parentNode.children,function(h){h.removeAttribute('aria-sort');});
+    th.setAttribute('aria-sort',dir===1?'ascending':'descending');
+    var rows=Array.prototype.slice.call(body.rows).map(function(r,i){return {r:r,i:i,k:key(r.cells[idx])};});
+    rows.sort(function(a,b){if(a.k.none||b.k.none){return a.k.none&&b.k.none?a.i-b.i:(a.k.none?1:-1);}
+      var c=(a.k.n&&b.k.n)?(a.k.f-b.k.f):String(a.k.n?a.k.f:a.k.s).localeCompare(String(b.k.n?b.k.f:b.k.s));return c?dir*c:a.i-b.i;});
+    rows.forEach(function(x){body.appendChild(x.r);});}
+  document.querySelectorAll('table.sortable th').forEach(function(th){th.tabIndex=0;
+    th.addEventListener('click',function(){sortBy(th);});
+    th.addEventListener('keydown',function(e){if(e.key==='Enter'||e.key===' '){e.preventDefault();sortBy(th);}});});
+})();
+"""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One table cell: the text shown, and the exact value behind it (``None``: not a number)."""
+
+    text: str
+    value: Any = None
+    css: str = ""
+    html: bool = False
+    """``text`` is HTML already (a link, a badge); otherwise it is escaped."""
+
+    def render(self) -> str:
+        attrs = ""
+        if self.value is not None:
+            attrs = f' data-value="{escape(value_attr(self.value))}"'
+        cls = self.css or ("num" if isinstance(self.value, (int, float)) and not isinstance(self.value, bool) else "")
+        cls_attr = f' class="{cls}"' if cls else ""
+        return f"<td{cls_attr}{attrs}>{self.text if self.html else escape(self.text)}</td>"
+
+
+def value_attr(value: Any) -> str:
+    """The exact value as the page stores it: ``repr`` of a float (round-trips), ``NaN``, or text."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float):
+        return "NaN" if math.isnan(value) else repr(value)
+    return str(value)
+
+
+def is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def fmt(x: Any, digits: int = 1) -> str:
+    """A number rounded for reading; ``—`` for none, ``NaN`` for not-a-number."""
+    if x is None:
+        return "—"
+    if isinstance(x, float) and math.isnan(x):
+        return "NaN"
+    if isinstance(x, int) and not isinstance(x, bool):
+        return f"{x:,}"
+    return f"{x:,.{digits}f}"
+
+
+def fmt_sig(x: Any, digits: int = 4) -> str:
+    """A number to ``digits`` significant digits (e-values, p-values); ``—`` for none."""
+    if not isinstance(x, (int, float)) or isinstance(x, bool):
+        return "—" if x is None else str(x)
+    return "NaN" if math.isnan(x) else f"{x:.{digits}g}"
+
+
+def pnum(x: Any) -> Cell:
+    """A p-value cell: 3 significant digits (``1.2e-06``, ``0.0113``), exact ``data-value``."""
+    if x is None:
+        return Cell("—", "", "num none")
+    return Cell(fmt_sig(x, 3), float(x))
+
+
+def fmt_interval(ci: Sequence[Any] | None, digits: int = 1) -> str:
+    if not ci or len(ci) != 2 or ci[0] is None:
+        return "—"
+    return f"[{fmt(ci[0], digits)}, {fmt(ci[1], digits)}]"
+
+
+def num(x: Any, digits: int = 1) -> Cell:
+    """A number cell: rounded text, exact ``data-value``."""
+    if x is None:
+        return Cell("—", "", "num none")
+    return Cell(fmt(x, digits), float(x) if isinstance(x, float) else x)
+
+
+def interval(ci: Sequence[Any] | None, digits: int = 1) -> Cell:
+    """An interval cell, sorted by its low end (exact bounds in ``data-low``/``data-high``)."""
+    if not ci or ci[0] is None or not all(isinstance(v, (int, float)) for v in ci):
+        return Cell("—", "", "num none")
+    lo, hi = float(ci[0]), float(ci[1])
+    return IntervalCell(fmt_interval(ci, digits), lo, "num", hi=hi)
+
+
+@dataclass(frozen=True)
+class IntervalCell(Cell):
+    hi: float = math.nan
+
+    def render(self) -> str:
+        return (f'<td class="num" data-value="{value_attr(self.value)}" data-low="{value_attr(self.value)}" '
+                f'data-high="{value_attr(self.hi)}">{escape(self.text)}</td>')
+
+
+def none(text: str) -> Cell:
+    """A cell that says why there is no number (e.g. "no success signal"); sorts last."""
+    return Cell(text, "", "none")
+
+
+def text(value: Any) -> Cell:
+    return Cell("" if value is None else str(value), None)
+
+
+def link(label: str, href: str) -> Cell:
+    return Cell(f'<a href="{escape(href)}">{escape(label)}</a>', label, html=True)
+
+
+def badge(label: str, kind: str | None = None) -> str:
+    return f'<span class="badge {escape((kind or label).replace(" ", "-"))}">{escape(label)}</span>'
+
+
+def table(table_id: str, headers: Sequence[str], rows: Sequence[tuple[dict[str, Any], Sequence[Cell]]],
+          sortable: bool = True, caption: str | None = None) -> str:
+    """A table; each row is ``(attributes of the <tr>, cells)``. Attributes become ``data-*``."""
+    head = "".join(f'<th scope="col">{escape(h)}</th>' for h in headers)
+    body = []
+    for attrs, cells in rows:
+        a = "".join(f' data-{escape(k)}="{escape(value_attr(v))}"' for k, v in attrs.items())
+        body.append(f"<tr{a}>" + "".join(c.render() for c in cells) + "</tr>")
+    cls = ' class="sortable"' if sortable else ""
+    cap = f"<caption class=\"note\">{escape(caption)}</caption>" if caption else ""
+    return (f'<div class="scroll"><table id="{escape(table_id)}"{cls}>{cap}<thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(body)}</tbody></table></div>')
+
+
+def kv(pairs: Sequence[tuple[str, Any]], html_values: bool = False) -> str:
+    """A definition list of ``(key, value)``; ``None`` values read "not recorded"."""
+    items = []
+    for k, v in pairs:
+        if v is None or v == "":
+            shown = '<span class="note">not recorded</span>'
+        else:
+            shown = str(v) if html_values else escape(str(v))
+        items.append(f"<dt>{escape(k)}</dt><dd>{shown}</dd>")
+    return f'<dl class="kv">{"".join(items)}</dl>'
+
+
+def card(label: str, value: str, detail: str = "", card_id: str | None = None, data: dict[str, Any] | None = None) -> str:
+    ident = f' id="{escape(card_id)}"' if card_id else ""
+    attrs = "".join(f' data-{escape(k)}="{escape(value_attr(v))}"' for k, v in (data or {}).items())
+    return (f'<div class="card"{ident}{attrs}><div class="label">{escape(label)}</div><div class="value">{escape(value)}</div>'
+            f'<div class="detail">{detail}</div></div>')
+
+
+def section(section_id: str, title: str, body: str) -> str:
+    return f'<section id="{escape(section_id)}"><h2>{escape(title)}</h2>{body}</section>'
+
+
+def note(text_: str) -> str:
+    return f'<p class="note">{escape(text_)}</p>'
+
+
+def document(title: str, subtitle: str, sections: Sequence[tuple[str, str, str]], kind: str) -> str:
+    """The whole page: ``sections`` are ``(id, title, body html)``; empty bodies are left out."""
+    shown = [(sid, t, b) for sid, t, b in sections if b]
+    nav = "".join(f'<a href="#{escape(sid)}">{escape(t)}</a>' for sid, t, _ in shown)
+    body = "".join(section(sid, t, b) for sid, t, b in shown)
+    return ("<!DOCTYPE html>\n"
+            f'<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">'
+            f'<meta name="generator" content="fasteval report ({escape(kind)})">'
+            # no request leaves the page: not even a favicon
+            '<link rel="icon" href="data:,">'
+            f"<title>{escape(title)}</title><style>{CSS}</style></head>"
+            f'<body data-report="{escape(kind)}"><header><h1>{escape(title)}</h1><div class="sub">{subtitle}</div>'
+            f"<nav>{nav}</nav></header><main>{body}</main><script>{SORT_JS}</script></body></html>\n")
+
+
+def write_text_atomic(path: str | os.PathLike, text_: str) -> Path:
+    """Write ``text_`` to ``path`` through a temp file in the same folder and a rename; usual mode."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text_)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def relative_href(target: str | os.PathLike, page_dir: str | os.PathLike) -> str:
+    """A link from a page in ``page_dir`` to ``target`` (relative, forward slashes, URL-quoted)."""
+    from urllib.parse import quote
+
+    rel = os.path.relpath(os.path.abspath(target), os.path.abspath(page_dir))
+    return quote(rel.replace(os.sep, "/"))

@@ -1,0 +1,260 @@
+"""A run's page: the answer at a glance, per-task and per-group tables, plots, videos, where the
+time went, errors and provenance, from the run's ``eval_info.json`` document (plain JSON or the
+columnar document :meth:`~fasteval.types.results.EvalResult.eval_info_document` gives in memory).
+
+The page aggregates and never lists every episode (a 100,000-episode run's page is the size of
+a 100-episode one); it links ``episodes.jsonl`` for the per-episode records.
+
+Numbers shown: success rates with their Wilson 95% interval as ``eval_info.json`` has them (and
+the anytime-valid bounds of a ``--stop-when`` run's ``"stopping"`` block when present); mean
+returns with the interval of :func:`~fasteval.run.report_html.run_input.mean_interval`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from html import escape
+from typing import Any, Mapping
+
+import numpy as np
+
+from fasteval.run.report_html import page, svg
+from fasteval.run.report_html.run_facts import errors_section, provenance_section, time_section
+from fasteval.run.report_html.run_input import (
+    BOOTSTRAP_UP_TO,
+    MAX_TASK_PLOTS,
+    NO_SIGNAL,
+    RunPageInput,
+    all_returns,
+    failed_by_task,
+    metric,
+    overall,
+    short_name,
+    status_of,
+    task_label,
+    tasks_of,
+)
+from fasteval.run.report_html.run_videos import find_videos, videos_section
+
+__all__ = ["RunPageInput", "render_run_page"]
+
+
+def glance(inp: RunPageInput) -> str:
+    doc, o = inp.doc, overall(inp.doc)
+    stopping = doc.get("stopping")
+    cards = []
+    if not o.get("n_episodes"):
+        cards.append(page.card("success rate", "no episodes", "no episode finished", "glance-success", {"value": ""}))
+    elif o.get("has_success_signal", True):
+        lo, hi = o.get("pc_success_ci95") or [math.nan, math.nan]
+        detail = f"Wilson 95% [{page.fmt(lo)}, {page.fmt(hi)}]; {page.fmt(o.get('n_success'))} of {page.fmt(o.get('n_episodes'))}"
+        if stopping and stopping.get("metric", "success") == "success":
+            detail += (f"<br>anytime-valid {int(round(100 * stopping.get('confidence', 0.95)))}%: "
+                       f"[{page.fmt(100 * stopping['cs_low'])}, {page.fmt(100 * stopping['cs_high'])}]")
+        cards.append(page.card("success rate", f"{page.fmt(o.get('pc_success'))}%", detail, "glance-success",
+                               {"value": o.get("pc_success")}))
+    else:
+        cards.append(page.card("success rate", NO_SIGNAL, "the env never reported info[\"is_success\"]; compare by return",
+                               "glance-success", {"value": ""}))
+    returns = all_returns(doc)
+    tasks = tasks_of(doc)
+    key = 0 if len(tasks) == 1 else "all"  # one task: the same episodes, the same interval
+    lo, hi, method = inp.return_interval(key, returns) if returns.size else (None, None, "")
+    detail = f"95% {method} [{page.fmt(lo, 3)}, {page.fmt(hi, 3)}]" if returns.size else "no episode finished"
+    if stopping and stopping.get("metric") == "return":
+        detail += f"<br>anytime-valid: [{page.fmt(stopping['cs_low'], 3)}, {page.fmt(stopping['cs_high'], 3)}]"
+    cards.append(page.card("mean return", page.fmt(o.get("avg_sum_reward"), 3) if returns.size else "—", detail, "glance-return",
+                           {"value": o.get("avg_sum_reward")}))
+    requested = (inp.manifest or {}).get("n_episodes") or (doc.get("meta") or {}).get("n_episodes")
+    n = o.get("n_episodes")
+    n_detail = f"of {page.fmt(requested)} requested" if requested not in (None, n) else "every requested episode"
+    if o.get("n_failed_episodes"):
+        n_detail += f"; {page.fmt(o['n_failed_episodes'])} failed for good"
+    cards.append(page.card("episodes", page.fmt(n), n_detail, "glance-n", {"value": n}))
+    status = status_of(inp)
+    status_detail = ""
+    if status == "interrupted":
+        status_detail = "resume with <code>fasteval --resume DIR</code>"
+    elif o.get("n_failed_episodes"):
+        status_detail = f"{page.fmt(o['n_failed_episodes'])} episodes failed (see Errors)"
+    if stopping:
+        status_detail += f"{'<br>' if status_detail else ''}stopped by {escape(str(stopping.get('reason')))} at k={page.fmt(stopping.get('k'))}"
+    cards.append(f'<div class="card" id="glance-status"><div class="label">status</div><div class="value">'
+                 f'{page.badge(status)}</div><div class="detail">{status_detail}</div></div>')
+    if n:
+        cards.append(page.card("speed", f"{page.fmt(o.get('episodes_per_s'))} ep/s",
+                               f"{page.fmt(o.get('steps_per_s'), 0)} env steps/s; {page.fmt(o.get('eval_s'), 2)} s", "glance-speed"))
+    return f'<div class="cards">{"".join(cards)}</div>' + _stopping_note(stopping)
+
+
+def _stopping_note(stopping: Mapping[str, Any] | None) -> str:
+    if not stopping:
+        return ""
+    past = stopping.get("n_computed_past_stop") or 0
+    text = (f"Early stopping: rule {stopping.get('rule')!s}, {stopping.get('method') or 'anytime-valid confidence sequence'}; "
+            f"the reported episodes are exactly the first k of each task.")
+    if past:
+        text += f" {past} episodes finished past the stop and are in no aggregate."
+    return page.note(text)
+
+
+def task_table(inp: RunPageInput) -> str:
+    doc = inp.doc
+    tasks = tasks_of(doc)
+    if not tasks:
+        return page.note("No episode finished, so there is nothing to tabulate.")
+    failed = failed_by_task(doc)
+    single = len(tasks) == 1
+    with_stop = any(t.get("stopping") for t in tasks)
+    headers = ["task", "n", "successes", "success %", "success 95% CI", "mean return", "return 95% CI", "mean length",
+               "failed episodes", "NaN-return episodes"]
+    if with_stop:
+        headers += ["stop rule", "k", "stopped by", "anytime-valid bounds"]
+    rows = []
+    for i, t in enumerate(tasks):
+        a = t.get("aggregated") or {}
+        key = (str(t.get("task_group")), str(t.get("task_id")))
+        href = inp.task_pages.get((t.get("task_group"), t.get("task_id")))
+        label = task_label(t)
+        cells = [page.link(label, href) if href else page.text(label), page.num(a.get("n_episodes"))]
+        if a.get("has_success_signal", True):
+            cells += [page.num(a.get("n_success")), page.num(a.get("pc_success")), page.interval(a.get("pc_success_ci95"))]
+        else:
+            cells += [page.none(NO_SIGNAL), page.none(NO_SIGNAL), page.none("—")]
+        lo, hi, _ = inp.return_interval(i, metric(t, "sum_rewards"))
+        n_failed = failed.get(key, 0) + (failed.get(("", ""), 0) if single else 0)
+        cells += [page.num(a.get("avg_sum_reward"), 3), page.interval([lo, hi], 3), page.num(a.get("avg_length")),
+                  page.num(n_failed), page.num(a.get("n_nan_reward_episodes"))]
+        if with_stop:
+            cells += _stop_cells(t.get("stopping"))
+        rows.append(({"task-group": t.get("task_group"), "task-id": t.get("task_id")}, cells))
+    methods = {inp.return_interval(i, metric(t, "sum_rewards"))[2] for i, t in enumerate(tasks)}
+    caption = ("Success: Wilson score 95% interval. Return: " + " / ".join(
+        {"bootstrap": "percentile bootstrap of the mean (2000 resamples, seed 0)",
+         "normal": f"normal approximation (above {BOOTSTRAP_UP_TO} episodes)"}[m] for m in sorted(methods))
+        + ". Click a header to sort.")
+    return page.table("per-task", headers, rows, caption=caption) + (
+        page.note(f"{NO_SIGNAL}: the env never reported info[\"is_success\"], so a rate would read 0% by construction.")
+        if any(not (t.get("aggregated") or {}).get("has_success_signal", True) for t in tasks) else "")
+
+
+def _stop_cells(stopping: Mapping[str, Any] | None) -> list[page.Cell]:
+    if not stopping:
+        return [page.none("—")] * 4
+    scale = 100.0 if stopping.get("metric", "success") == "success" else 1.0
+    bounds = [stopping.get("cs_low"), stopping.get("cs_high")]
+    bounds = [b * scale if isinstance(b, (int, float)) else None for b in bounds]
+    return [page.text(stopping.get("rule")), page.num(stopping.get("k")), page.text(stopping.get("reason")),
+            page.interval(bounds, 1 if scale == 100.0 else 3)]
+
+
+def group_table(inp: RunPageInput) -> str:
+    """One row per task group (shown when some group holds several tasks), with the same columns as
+    the task table; a group's return interval is over all its episodes."""
+    groups = inp.doc.get("per_group") or {}
+    tasks = tasks_of(inp.doc)
+    if not groups or len(groups) >= len(tasks):
+        return ""  # one task per group: the task table says it all
+    failed = failed_by_task(inp.doc)
+    members: dict[str, list[int]] = {}
+    for i, t in enumerate(tasks):
+        members.setdefault(str(t.get("task_group")), []).append(i)
+    rows = []
+    for name, a in groups.items():
+        ix = members.get(str(name), [])
+        returns = np.concatenate([metric(tasks[i], "sum_rewards") for i in ix]) if ix else np.zeros(0)
+        lo, hi, _ = inp.return_interval(("group", str(name)), returns) if returns.size else (None, None, "")
+        n_failed = sum(n for (group, _), n in failed.items() if group == str(name))
+        cells = [page.text(name), page.num(len(ix)), page.num(a.get("n_episodes"))]
+        cells += ([page.num(a.get("n_success")), page.num(a.get("pc_success")), page.interval(a.get("pc_success_ci95"))]
+                  if a.get("has_success_signal", True) else [page.none(NO_SIGNAL), page.none(NO_SIGNAL), page.none("—")])
+        cells += [page.num(a.get("avg_sum_reward"), 3), page.interval([lo, hi], 3), page.num(a.get("avg_length")),
+                  page.num(n_failed)]
+        rows.append(({"group": name}, cells))
+    return page.table("per-group", ["group", "tasks", "n", "successes", "success %", "success 95% CI", "mean return",
+                                    "return 95% CI", "mean length", "failed episodes"], rows)
+
+
+def plots(inp: RunPageInput) -> str:
+    """Three blocks side by side where the width allows: the return distribution of each task (its
+    own axes), the success rate of each task with its interval, and episode length against return."""
+    tasks = tasks_of(inp.doc)
+    if not tasks:
+        return ""
+    hists = [svg.histogram(metric(t, "sum_rewards"), "return (sum of rewards)", task_label(t), colour_=svg.colour(i))
+             for i, t in enumerate(tasks[:MAX_TASK_PLOTS])]
+    more = page.note(f"{len(tasks) - MAX_TASK_PLOTS} more tasks not drawn; they are in the table above.") if len(tasks) > MAX_TASK_PLOTS else ""
+    blocks = [_block("Return per task", f'<div class="plots" id="plot-returns">{"".join(hists)}</div>{more}')]
+    has_signal = [bool((t.get("aggregated") or {}).get("has_success_signal", True)) for t in tasks]
+    success = ""
+    if any(has_signal):
+        rows = [(task_label(t), *_rate_and_ci(t)) for t, ok in zip(tasks, has_signal) if ok]
+        success = f'<div class="plots" id="plot-success">{svg.intervals(rows, "success % (Wilson 95% CI)", "success rate per task", width=520)}</div>'
+    left_out = [task_label(t) for t, ok in zip(tasks, has_signal) if not ok]
+    if left_out:
+        success += page.note(f"not drawn ({NO_SIGNAL}): {', '.join(left_out[:20])}" + (" ..." if len(left_out) > 20 else ""))
+    blocks.append(_block("Success rate per task", success))
+    lengths = np.concatenate([metric(t, "lengths") for t in tasks])
+    groups = np.concatenate([np.full(metric(t, "lengths").size, i if len(tasks) <= len(svg.PALETTE) else 0) for i, t in enumerate(tasks)])
+    names = [task_label(t) for t in tasks] if 1 < len(tasks) <= len(svg.PALETTE) else []
+    scatter = svg.scatter(lengths, all_returns(inp.doc), "episode length (steps)", "return", "length against return", groups, names, width=520)
+    blocks.append(_block("Episode length against return", f'<div id="plot-length-return">{scatter}</div>'))
+    return f'<div class="plot-blocks">{"".join(blocks)}</div>' + stopping_plots(tasks)
+
+
+def _block(title: str, body: str) -> str:
+    return f'<div class="plot-block"><h3>{escape(title)}</h3>{body}</div>'
+
+
+def stopping_plots(tasks: list[Mapping[str, Any]]) -> str:
+    """Each early-stopped task's anytime-valid confidence sequence over its episodes (the
+    ``trajectory`` of its ``stopping`` block), with the rule's threshold as a dashed line."""
+    drawn = []
+    for t in tasks[:MAX_TASK_PLOTS]:
+        block = t.get("stopping") or {}
+        tr = block.get("trajectory") or {}
+        if not (tr.get("k") and tr.get("cs_low") and tr.get("cs_high")):
+            continue
+        scale = 100.0 if block.get("metric", "success") == "success" else 1.0
+        unit = "success %" if scale == 100.0 else "mean return"
+        lo, hi = (np.asarray(tr[key], dtype=np.float64) * scale for key in ("cs_low", "cs_high"))
+        refs = [(f"threshold {block['threshold']}", float(block["threshold"]) * scale)] if isinstance(block.get("threshold"), (int, float)) else []
+        conf = int(round(100 * float(block.get("confidence") or 0.95)))
+        drawn.append(svg.band(tr["k"], [], [(f"anytime-valid {conf}% bounds", lo, hi)], "episodes (index prefix)", unit,
+                              f"{task_label(t)}: stopped by {block.get('reason')} at k={block.get('k')}", hlines=refs))
+    if not drawn:
+        return ""
+    return ('<h3>Confidence sequence over episodes (--stop-when)</h3><div class="plots" id="plot-stopping">'
+            + "".join(drawn) + "</div>")
+
+
+def _rate_and_ci(task: Mapping[str, Any]) -> tuple[float, float, float]:
+    a = task.get("aggregated") or {}
+    lo, hi = a.get("pc_success_ci95") or [math.nan, math.nan]
+    return float(a.get("pc_success", math.nan)), float(lo), float(hi)
+
+
+def render_run_page(inp: RunPageInput) -> str:
+    """The whole page as one HTML string."""
+    meta = inp.doc.get("meta") or {}
+    o = overall(inp.doc)
+    policy = (inp.manifest or {}).get("policy", meta.get("policy"))
+    policy_text = policy if isinstance(policy, str) else json.dumps(policy, default=str)
+    env = meta.get("env") or (inp.manifest or {}).get("env")
+    title = inp.title or f"fasteval: {short_name(policy_text)} on {short_name(env)}"
+    date = (inp.provenance or {}).get("date")
+    subtitle = (f"{page.badge(status_of(inp))} {page.fmt(o.get('n_episodes'))} episodes"
+                + (f" · {escape(str(date))}" if date else ""))
+    videos = find_videos(inp)
+    sections = [
+        ("glance", "At a glance", glance(inp)),
+        ("tasks", "Per task", task_table(inp)),
+        ("groups", "Per group", group_table(inp)),
+        ("videos", f"Videos ({len(videos)})", videos_section(inp, videos)),
+        ("plots", "Plots", plots(inp)),
+        ("time", "Where the time went", time_section(inp)),
+        ("errors", "Errors", errors_section(inp)),
+        ("provenance", "Provenance", provenance_section(inp)),
+    ]
+    return page.document(title, subtitle, sections, "run")

@@ -1,0 +1,114 @@
+"""The videos of a run page: found on disk, matched to their episodes, shown grouped by outcome."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from html import escape
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from fasteval.run.report_html import page
+from fasteval.run.report_html.run_input import NO_SIGNAL, VIDEO_NAME, RunPageInput, overall, task_label
+
+
+@dataclass(frozen=True)
+class Video:
+    path: Path
+    episode: int
+    seed: int
+    outcome: str
+    """"success", "failure" or NO_SIGNAL."""
+    task: str
+    sum_reward: float | None
+    length: int | None
+
+
+def find_videos(inp: RunPageInput) -> list[Video]:
+    """The run's videos: the paths ``eval_info.json`` lists (absolute, or relative to the run's
+    working directory or to the folder) and any video file under ``<folder>/videos/``. Each is
+    matched to its episode record by episode index, seed and the task folder in its path."""
+    doc = inp.doc
+    listed = [Path(p) for p in (overall(doc).get("video_paths") or [])]
+    cwd = (inp.provenance or {}).get("cwd")
+    found: dict[Path, None] = {}
+    for p in listed:
+        for candidate in (p, Path(cwd) / p if cwd and not p.is_absolute() else None, inp.page_dir / p, inp.page_dir / "videos" / p.name):
+            if candidate is not None and candidate.is_file():
+                found[candidate.resolve()] = None
+                break
+    root = inp.page_dir / "videos"
+    if root.is_dir():
+        for p in sorted(root.rglob("*")):
+            if VIDEO_NAME.search(p.name):
+                found[p.resolve()] = None
+    records = _EpisodeLookup(doc.get("per_episode"))
+    videos = []
+    for path in found:
+        m = VIDEO_NAME.search(path.name)
+        if m is None:
+            continue
+        ep, seed = int(m["episode"]), int(m["seed"])
+        record = _match(records.get(ep, seed), path)
+        signal = record.get("has_success_signal", True) if record else overall(doc).get("has_success_signal", True)
+        task = task_label(record) if record else path.parent.name
+        videos.append(Video(path, ep, seed, m["outcome"] if signal else NO_SIGNAL, task,
+                            record.get("sum_reward") if record else None, record.get("length") if record else None))
+    return sorted(videos, key=lambda v: (v.task, v.episode))
+
+
+class _EpisodeLookup:
+    """Episode records by ``(episode_ix, seed)``: from a list of dicts (indexed once), or from an
+    :class:`~fasteval.types.results.EpisodeTable` (only the rows asked for are built)."""
+
+    def __init__(self, table: Any):
+        self.table = table
+        self.index: dict[tuple[int, int], list[Mapping[str, Any]]] | None = None
+        if table is not None and not hasattr(table, "columns"):
+            self.index = {}
+            for r in table:
+                self.index.setdefault((int(r["episode_ix"]), int(r["seed"])), []).append(r)
+
+    def get(self, episode: int, seed: int) -> list[Mapping[str, Any]]:
+        if self.index is not None:
+            return self.index.get((episode, seed), [])
+        if self.table is None:
+            return []
+        c = self.table.columns
+        rows = np.flatnonzero((c["episode_ix"] == episode) & (c["seed"] == seed))
+        return list(self.table.take(rows)) if rows.size else []
+
+
+def _match(candidates: list[Mapping[str, Any]], path: Path) -> Mapping[str, Any] | None:
+    if len(candidates) <= 1:
+        return candidates[0] if candidates else None
+    parts = set(path.parts)
+    for r in candidates:
+        if f"{r.get('task_group')}_{r.get('task_id')}" in parts or str(r.get("task")) in parts:
+            return r
+    return candidates[0]
+
+
+def videos_section(inp: RunPageInput, videos: list[Video]) -> str:
+    if not videos:
+        return ""
+    groups = [("failure", "Failures"), ("success", "Successes"), (NO_SIGNAL, f"Episodes ({NO_SIGNAL})")]
+    out = []
+    for key, title in groups:
+        members = [v for v in videos if v.outcome == key]
+        if not members:
+            continue
+        out.append(f'<h3>{escape(title)} ({len(members)})</h3><div class="gallery" data-outcome="{escape(key)}">')
+        for v in members:
+            href = page.relative_href(v.path, inp.page_dir)
+            facts = [f"episode {v.episode}", f"seed {v.seed}", v.outcome]
+            if v.sum_reward is not None:
+                facts.append(f"return {page.fmt(float(v.sum_reward), 3)}")
+            if v.length is not None:
+                facts.append(f"{v.length} steps")
+            out.append(f'<figure data-episode="{v.episode}" data-seed="{v.seed}" data-outcome="{escape(v.outcome)}">'
+                       f'<video controls muted preload="metadata" src="{escape(href)}"></video>'
+                       f'<figcaption><b>{escape(v.task)}</b><br>{escape(", ".join(facts))}</figcaption></figure>')
+        out.append("</div>")
+    return "".join(out)
