@@ -1,18 +1,4 @@
-"""The click command ``fasteval compare``: two policies on the same episodes, tested in pairs.
-
-Inputs: two run folders (``eval_info.json``, or ``episodes.jsonl`` + ``manifest.json`` of a run
-that did not finish), or two sweep cells written ``SWEEP_DIR::POLICY`` (``::ENV`` when the sweep
-has several envs). Both must share the env (id and kwargs) and the seeds: episode i of a task is
-paired with episode i of the same task in the other run (same reset seed). Anything else is
-refused before any test runs.
-
-Output: a table in the terminal, ``compare.json`` (schema ``fasteval.compare/1``, see
-docs/how-many-episodes.md) and ``compare.md`` (a Markdown section) in ``--output-dir``.
-
-Exit codes: 0 done (and the gate passed); 2 bad input (unreadable or unpaired runs, bad options);
-3 ``--fail-if-worse`` and B is significantly worse than A on some task (or, with ``--margin``,
-not shown non-inferior on some task).
-"""
+"""The click command ``fasteval compare`` (inputs, outputs and exit codes: see the package docstring)."""
 
 from __future__ import annotations
 
