@@ -89,6 +89,28 @@ def test_hanging_async_env_times_out_and_is_retried(tmp_path, workers):
     assert "timed out" in error["error"]
 
 
+PLAN_ENV = "fasteval.testing.fault_plan:make_fault_plan_env"
+PLANNED_POLICY = "fasteval.testing.fault_plan:make_planned_policy"
+
+
+@pytest.mark.parametrize("vectorization, workers", [("sync", None), ("async", 1), ("async", 2)])
+def test_a_retry_and_a_final_give_up_in_one_step_leave_the_other_episode_exact(tmp_path, vectorization, workers):
+    # Issue 20's repro, on the known-answer env: episode 1 (seed 2) raises at step 0 on its first
+    # two attempts, episode 0 (seed 1) at step 1 on its first. With one retry, seed 2's second
+    # failure is a final give-up with no episode left to take, in the same step as seed 1's retry:
+    # seed 1's stale reward of its failed attempt was folded into its restarted episode.
+    plan = {2: [["raise", 0], ["raise", 0]], 1: [["raise", 1]]}
+    from fasteval.testing.fault_plan import parity_action
+
+    result = evaluate(env=PLAN_ENV, env_kwargs=dict(plan=plan, state_dir=str(tmp_path)), policy=PLANNED_POLICY,
+                      n_episodes=2, seed=1, batch_size=2, retries=1, vectorization=vectorization, workers=workers)
+    (episode,) = result.per_episode
+    want = expected_episode(1, parity_action)
+    assert (episode["seed"], episode["length"], episode["sum_reward"]) == (1, want["length"], want["sum_reward"])
+    assert result.n_failed == 1
+    assert [(e["seed"], e["attempt"], e["final"]) for e in result.errors if e["final"]] == [(2, 2, True)]
+
+
 # -- policy faults ------------------------------------------------------------------------------
 
 class NanOnEpisode:

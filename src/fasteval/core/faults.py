@@ -41,6 +41,9 @@ class Faults:
         self.retries = retries
         self.on_nan_action = on_nan_action
         self.errors: list[dict[str, Any]] = []
+        self.reseated: set[int] = set()
+        """Slots seated here since the last :meth:`unpark`: restarted, or given up (idle, or on their next
+        episode). None of them stepped with the step in flight, whether or not they are parked now."""
         self.on_error = on_error or (lambda record: None)
 
     # -- recording ----------------------------------------------------------------------
@@ -66,6 +69,7 @@ class Faults:
     def _seat(self, slot: int, row: int, parked: dict[int, int]) -> None:
         """Start ``row`` in ``slot`` from its seed (env and policy reset); park the slot."""
         L = self.ledger
+        self.reseated.add(slot)
         L.clear_slot(slot)
         L.slot_episode[slot] = IDLE
         if row == IDLE:
@@ -123,10 +127,14 @@ class Faults:
             self._give_up(slot, row, parked)
         return parked
 
-    def unpark(self, parked: dict[int, int]) -> None:
+    def unpark(self, parked: dict[int, int]) -> set[int]:
+        """Put the parked slots back to their rows. Returns every slot re-seated since the last call
+        (parked or not: a slot given up with no episode left is idle, not parked)."""
         for slot, row in parked.items():
             self.ledger.slot_episode[slot] = row
         parked.clear()
+        reseated, self.reseated = self.reseated, set()
+        return reseated
 
 
 def make_action_check(action_dtype: np.dtype) -> Callable[[np.ndarray, list[int]], list[int]]:

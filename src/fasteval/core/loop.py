@@ -79,8 +79,9 @@ class StepContext:
         """
         parked = self.parked
         self.faults.handle_env_failures(parked)
-        restarted = set(parked)
-        self.faults.unpark(parked)
+        # Every re-seated slot, given-up ones included: a slot given up with no episode left is idle,
+        # and left in a group's step it made ``land`` think every active slot had stepped (issue 20).
+        restarted = self.faults.unpark(parked)
         for group in self.groups:
             if group.sent:
                 group.sent = [s for s in group.sent if s not in restarted]
