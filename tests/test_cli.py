@@ -208,3 +208,50 @@ def test_summary_says_no_success_signal_for_an_env_without_one(tmp_path):
     assert json.loads((tmp_path / "a" / "eval_info.json").read_text())["overall"]["has_success_signal"] is False
     loud = run(["--env", KA, "--policy", "zero", "-n", "4", "-b", "2", "-o", str(tmp_path / "b")])
     assert loud.exit_code == 0 and "no success signal" not in loud.output and "95% CI" in loud.output
+
+
+# -- trust (issue 20, docs/security.md) -----------------------------------------------------------
+
+EVIL = '''
+from pathlib import Path
+Path("PWNED").write_text("the file ran")
+from fasteval.testing.envs import KnownAnswerEnv
+def make(**kwargs) -> KnownAnswerEnv:
+    return KnownAnswerEnv(**kwargs)
+'''
+
+
+def test_an_env_from_a_file_path_needs_trust_remote_code_as_a_policy_does(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "evil.py").write_text(EVIL)
+    refused = CliRunner().invoke(main, ["--env", "./evil.py:make", "-n", "2", "-o", str(tmp_path / "a")])
+    assert refused.exit_code == 2 and "--trust-remote-code" in refused.output, refused.output
+    assert not (tmp_path / "PWNED").exists() and not (tmp_path / "a").exists()
+    trusted = run(["--env", "./evil.py:make", "-n", "2", "-o", str(tmp_path / "b"), "--trust-remote-code"])
+    assert trusted.exit_code == 0, trusted.output
+    assert (tmp_path / "PWNED").exists()
+
+
+@pytest.mark.parametrize("config, needle", [
+    ({"env": "os:system", "env_kwargs": {"command": "touch PWNED"}}, "names a Python callable"),
+    ({"env": KA, "policy": "fasteval.testing.policies:ParityPolicy"}, "names a Python callable"),
+    ({"env": "./evil.py:make"}, "loads Python code from a file"),
+    ({"env": KA, "trust_remote_code": True}, "can never grant trust"),
+    ({"env": "./evil.py:make", "trust_remote_code": True}, "can never grant trust"),
+])
+def test_a_config_file_is_data_code_it_names_needs_the_flag(tmp_path, monkeypatch, config, needle):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "evil.py").write_text(EVIL)
+    (tmp_path / "c.json").write_text(json.dumps({"n_episodes": 2, **config}))
+    result = CliRunner().invoke(main, ["--config", "c.json", "-o", str(tmp_path / "out")])
+    assert result.exit_code == 2 and needle in result.output and "--trust-remote-code" in result.output, result.output
+    assert not (tmp_path / "PWNED").exists() and not (tmp_path / "out").exists()
+
+
+def test_the_command_line_flag_lets_a_config_name_code_and_saved_configs_hold_no_trust(tmp_path):
+    (tmp_path / "c.json").write_text(json.dumps({"env": KA, "n_episodes": 2,
+                                                 "policy": "fasteval.testing.policies:ParityPolicy"}))
+    result = run(["--config", str(tmp_path / "c.json"), "-o", str(tmp_path / "out"), "--trust-remote-code"])
+    assert result.exit_code == 0, result.output
+    saved = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert "trust_remote_code" not in saved and saved["policy"] == "fasteval.testing.policies:ParityPolicy"

@@ -70,7 +70,7 @@ class CoreEngine:
         self.parts = parts
         self.pin_memory = pin_memory
         self.n_slots = n_slots or spec.n_slots
-        factory, probe, cap = make_factory(spec.env, spec.env_kwargs, spec.max_steps)
+        factory, probe, cap = make_factory(spec.env, spec.env_kwargs, spec.max_steps, spec.trust_remote_code)
         self.factory = factory
         self.max_steps = cap
         self.envs: SlotEnvs = build_slot_envs(spec.vectorization, factory, self.n_slots, probe, spec.step_timeout,

@@ -32,11 +32,14 @@ class EnvFactory:
     """Picklable recipe for one sub-env: ``env`` id or ``module:callable``, and kwargs.
 
     Calling it imports the env's plugin namespace first (``gym_pusht/PushT-v0``
-    imports ``gym_pusht``), so it also works inside async worker processes.
+    imports ``gym_pusht``), so it also works inside async worker processes. A callable from a
+    file path (``path/env.py:make``) runs that file: only with ``trust_remote_code``, as for
+    policies (see docs/security.md).
     """
 
     env: str
     kwargs: dict = field(default_factory=dict)
+    trust_remote_code: bool = False
 
     @property
     def is_callable_ref(self) -> bool:
@@ -44,7 +47,7 @@ class EnvFactory:
 
     def __call__(self) -> gym.Env:
         if self.is_callable_ref:
-            fn = resolve_callable(self.env, what="env", trust_remote_code=True)
+            fn = resolve_callable(self.env, what="env", trust_remote_code=self.trust_remote_code)
             env = fn(**self.kwargs)
             if not isinstance(env, gym.Env):
                 raise UserInputError(f"env {self.env!r} returned {type(env).__name__}; expected a gymnasium.Env.")
@@ -141,14 +144,17 @@ def namespace_hint(namespace: str) -> str:
     return f"The module {module!r} is installed but registers no {namespace!r} envs; check the env id."
 
 
-def make_factory(env: str, kwargs: dict, max_steps: int | None) -> tuple[EnvFactory, gym.Env, int | None]:
+def make_factory(env: str, kwargs: dict, max_steps: int | None,
+                 trust_remote_code: bool = False) -> tuple[EnvFactory, gym.Env, int | None]:
     """Validate ``env`` by building one instance. Returns (factory, probe env, step cap).
+
+    ``trust_remote_code`` (the spec's) allows a ``path/file.py:callable`` env (it runs that file).
 
     The step cap is ``max_steps`` if given, else the env spec's ``max_episode_steps``
     (``None`` if neither exists). Raises :class:`EnvNotFoundError` with gymnasium's
     suggestion and the package to install for unknown ids or missing plugins.
     """
-    factory = EnvFactory(env, dict(kwargs))
+    factory = EnvFactory(env, dict(kwargs), bool(trust_remote_code))
     try:
         probe = factory()
     except gym.error.NamespaceNotFound as exc:
