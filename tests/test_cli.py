@@ -255,3 +255,24 @@ def test_the_command_line_flag_lets_a_config_name_code_and_saved_configs_hold_no
     assert result.exit_code == 0, result.output
     saved = json.loads((tmp_path / "out" / "config.json").read_text())
     assert "trust_remote_code" not in saved and saved["policy"] == "fasteval.testing.policies:ParityPolicy"
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--seed", str(2**64 - 1)], "at most 2**63 - 1"),  # was an OverflowError and a folder stuck `running`
+    (["--seed", str(2**63 - 1), "-n", "2"], "use seed <= 9223372036854775806"),
+    (["--vectorization", "async", "--step-timeout", "inf"], "finite number of seconds"),  # was an OverflowError
+    (["--vectorization", "async", "--step-timeout", "1e12"], "<= 1000000"),
+    (["-n", str(10**12)], "TiB of memory"),  # tried to allocate 7.28 TiB
+])
+def test_values_that_used_to_crash_mid_run_exit_2_before_it(tmp_path, args, needle):
+    result = CliRunner().invoke(main, ["--env", KA, *args, "-o", str(tmp_path / "out")])
+    assert result.exit_code == 2 and needle in result.output, result.output
+    assert "Traceback" not in result.output and not (tmp_path / "out").exists()
+
+
+def test_the_largest_seed_runs():
+    from fasteval import evaluate
+
+    result = evaluate(env=KA, n_episodes=2, seed=2**63 - 2)
+    assert [r["seed"] for r in result.per_episode] == [2**63 - 2, 2**63 - 1]
+    assert [r["sum_reward"] for r in result.per_episode] == [expected_episode(s)["sum_reward"] for s in (2**63 - 2, 2**63 - 1)]

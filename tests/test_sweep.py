@@ -669,3 +669,10 @@ def test_a_million_seed_blocks_are_refused_before_anything_is_built(tmp_path):
 
     spec = SweepSpec.from_dict(_with(seeds={"start": 0, "count": 30}, policies=[{"name": "z", "ref": "zero"}]), max_jobs=60)
     assert spec.n_jobs == 60
+
+
+def test_seed_blocks_past_int64_are_refused():
+    from fasteval.doors.sweep.spec import SweepSpecError
+
+    with pytest.raises(SweepSpecError, match="at most 2\\*\\*63 - 1"):
+        SweepSpec.from_dict(_with(seeds=[0, 2**64 - 1]))

@@ -25,7 +25,7 @@ from fasteval.core import accel
 from fasteval.core.accel import accelerate, changes_python_state, graph_blockers
 from fasteval.core.envs import SlotEnvs, build_slot_envs, make_factory
 from fasteval.core.faults import Faults, make_action_check
-from fasteval.core.ledger import Ledger
+from fasteval.core.ledger import Ledger, check_fits_in_memory
 from fasteval.core.loop import StepContext, run_episodes, start_wave
 from fasteval.core.pipeline import check_pipelinable, group_rows, policy_batch
 from fasteval.core.policy import NO_RESET
@@ -70,6 +70,7 @@ class CoreEngine:
         self.parts = parts
         self.pin_memory = pin_memory
         self.n_slots = n_slots or spec.n_slots
+        check_fits_in_memory(spec.n_episodes)  # before any env is built: exit 2 with the figures
         factory, probe, cap = make_factory(spec.env, spec.env_kwargs, spec.max_steps, spec.trust_remote_code)
         self.factory = factory
         self.max_steps = cap

@@ -30,7 +30,7 @@ from typing import Any, Mapping
 
 from fasteval.types.errors import UserInputError
 from fasteval.types.mapping_files import read_mapping_file
-from fasteval.types.spec import EvalSpec
+from fasteval.types.spec import MAX_SEED, EvalSpec
 
 
 
@@ -241,6 +241,9 @@ class SweepSpec:
         for env in self.envs:
             n = self.episodes_for(env)
             blocks = sorted(self.seeds)
+            if blocks[-1] + n - 1 > MAX_SEED:
+                _fail("seeds", f"blocks whose last seed (block + episodes - 1) is at most 2**63 - 1 (seeds are int64); "
+                      f"block {blocks[-1]} with {n} episodes ends at {blocks[-1] + n - 1}", list(self.seeds))
             for lo, hi in zip(blocks, blocks[1:]):
                 if lo + n > hi:
                     raise SweepSpecError(
