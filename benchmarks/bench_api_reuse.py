@@ -70,7 +70,7 @@ def main() -> int:
             repeat_wall.append(wall)
             repeat_eval.append(result.eval_s)
             overhead.append(wall / result.eval_s - 1.0)
-            steps.append(result.aggregated["env_steps"])
+            steps.append(result.overall()["env_steps"])
         ev.close()
 
     med = {

@@ -111,7 +111,7 @@ def test_evaluate_returns_result_with_aggregates_table_and_exports(tmp_path, kno
     assert isinstance(result, EvalResult)
     expected = known_answers(N, SEED, "parity")
     check_episodes(result.per_episode, expected)
-    agg = result.aggregated
+    agg = result.overall()
     assert agg["avg_sum_reward"] == math.fsum(e["sum_reward"] for e in expected) / N
     assert agg["pc_success"] == 100.0 * sum(e["success"] for e in expected) / N
     assert agg["n_episodes"] == N and agg["env_steps"] == sum(e["length"] for e in expected)

@@ -106,8 +106,8 @@ def test_demo_checkpoint_is_shipped_and_loads() -> None:
 
 def test_demo_checkpoint_balances_cartpole() -> None:
     result = evaluate(env="CartPole-v1", policy=str(DEMO), n_episodes=20, seed=0, batch_size=20, device="cpu")
-    assert result.aggregated["n_episodes"] == 20
-    assert result.aggregated["avg_sum_reward"] > 450
+    assert result.overall()["n_episodes"] == 20
+    assert result.overall()["avg_sum_reward"] > 450
 
 
 # -- failures: each one a PolicyLoadError that names the problem -------------------------------

@@ -151,6 +151,29 @@ def test_failed_episodes_are_named_in_the_terminal(tmp_path, seeds, shown, more)
     assert "errors.jsonl" in result.output
 
 
+def make_faulty_task_env(task: str, **kwargs):
+    """A faulty known-answer env named by a ``task`` kwarg, so that a list of tasks is a suite."""
+    from fasteval.testing.faulty import FaultyEnv
+
+    return FaultyEnv(**kwargs)
+
+
+def test_a_suite_ends_as_a_single_run_does_failed_episodes_and_how_to_resume(tmp_path):
+    out = tmp_path / "suite"
+    args = ["--env", "tests.test_cli:make_faulty_task_env", "--env-kwarg", 'task=["a", "b"]', "--env-kwarg", "fault=raise",
+            "--env-kwarg", "fault_seeds=[1]", "--env-kwarg", "fault_step=1", "-n", "3", "-b", "3", "--retries", "0",
+            "-o", str(out)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1, result.output
+    assert "1 episode failed for good" in result.output  # the failed-episode list, as a single run prints it
+    named = [line for line in result.output.splitlines() if line.startswith("  episode ")]
+    assert len(named) == 1 and "(seed 1, step)" in named[0] and "planted" in named[0]
+    assert str(out / "tasks" / "*" / "errors.jsonl") in result.output
+    assert "stopped after 2 of 6 episodes. Resume with:" in result.output  # the first task failed: the suite stopped
+    assert f"the same command with --output-dir {out}" in result.output
+    assert "1 of 2 tasks; status: failed" in result.output
+
+
 def test_plural():
     from fasteval.doors.cli import plural
 

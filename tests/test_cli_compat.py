@@ -136,7 +136,7 @@ def test_alias_resolves_to_the_native_option(args, want):
     (["--env.type=aloha"], {"env": "gym_aloha/AlohaInsertion-v0", "max_steps": 400,
                             "env_kwargs": {"obs_type": "pixels", "render_mode": "rgb_array"}}),
     (["--env.type=aloha", "--env.task=AlohaTransferCube-v0"], {"env": "gym_aloha/AlohaTransferCube-v0"}),
-    (["--env.type=metaworld", "--env.task=push-v3"], {"env": "fasteval.doors.suites:make_metaworld_env",
+    (["--env.type=metaworld", "--env.task=push-v3"], {"env": "fasteval.robot.metaworld:make_metaworld_env",
                                                        "env_kwargs": {"task": "push-v3"}}),
     (["--env.type=metaworld", "--env.task=metaworld-assembly-v3"], {"env_kwargs": {"task": "assembly-v3"}}),
     (["--env.type=metaworld", "--env.task=push-v3,metaworld-reach-v3"], {"env_kwargs": {"task": ["push-v3", "reach-v3"]}}),

@@ -404,7 +404,7 @@ def test_aggregates_match_expected_episodes(policy, batch, known_answers):
     assert overall["env_steps"] == sum(e["length"] for e in expected)
     assert overall["avg_length"] == sum(e["length"] for e in expected) / N
     assert overall["n_nan_reward_episodes"] == 0
-    assert result.aggregated["avg_sum_reward"] == overall["avg_sum_reward"]
+    assert result.to_dict()["avg_sum_reward"] == overall["avg_sum_reward"]
 
 
 def test_max_reward_of_all_negative_episode_is_negative():

@@ -26,6 +26,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from fasteval import kernels
 from fasteval.core.ledger import Ledger
+from fasteval.core.loop import kernel_outputs
 from fasteval.kernels import IDLE, reference
 
 # NumPy float64 scalars warn on inf - inf and on overflow; both are legitimate inputs here.
@@ -85,6 +86,7 @@ class LedgerMachine(RuleBasedStateMachine):
             ids = list(range(n))
             self.ledger = Ledger(n, n_slots, seed)
         self.episode_ids = ids
+        self.finished_out, self.reset_out = kernel_outputs(n_slots)  # the kernel's outputs, as a StepGroup holds them
         assert self.ledger.seeds.tolist() == [seed + e for e in ids]
         assert self.ledger.seeds_of(range(n)) == [seed + e for e in ids]
         self.limit = n  # rows >= limit never start (lowered by a graceful stop)
@@ -205,15 +207,15 @@ class LedgerMachine(RuleBasedStateMachine):
             np.asarray(truncated, dtype=bool), np.asarray(success, dtype=bool), L.slot_episode,
             L.acc_sum, L.acc_max, L.acc_len, L.acc_success, L.acc_nan, self.max_steps,
             L.sum_reward, L.max_reward, L.length, L.success, L.nan_rewards,
-            L.next_episode, L.limit, self.refill, L.finished_scratch, L.reset_scratch,
+            L.next_episode, L.limit, self.refill, self.finished_out, self.reset_out,
         )
-        done = L.finished_scratch[:n_finished].copy()
+        done = self.finished_out[:n_finished].copy()
         assert not already_finished[done].any(), f"episodes finished twice: {done[already_finished[done]].tolist()}"
         assert len(set(done.tolist())) == len(done), "an episode finished twice in one step"
         L.finished[done] = True
 
         assert done.tolist() == model_finished
-        assert L.reset_scratch[:n_reset].tolist() == model_reset
+        assert self.reset_out[:n_reset].tolist() == model_reset
         self._check_slots()
         for episode in model_finished:
             want = self.results[episode]

@@ -213,3 +213,13 @@ def test_an_env_that_always_reports_failure_has_a_success_signal(vectorization):
     result = evaluate(env="tests.helpers:never_succeeding_env", policy="zero", n_episodes=3, batch_size=2,
                       device="cpu", vectorization=vectorization)
     assert result.meta["has_success_signal"] is True and result.overall()["pc_success"] == 0.0
+
+
+def test_aggregated_is_a_deprecated_alias_of_overall():
+    """``EvalResult.aggregated`` (in earlier docs) still answers, warns, and equals ``overall()``."""
+    from fasteval import evaluate
+
+    result = evaluate(env="CartPole-v1", policy="zero", n_episodes=2)
+    with pytest.warns(DeprecationWarning, match="overall"):
+        old = result.aggregated
+    assert old == result.overall()

@@ -182,7 +182,8 @@ def test_suite_first_k_videos_count_over_the_whole_suite(tmp_path):
 @pytest.mark.skipif(importlib.util.find_spec("metaworld") is None,
                     reason="MetaWorld suites need metaworld: pip install 'fasteval[metaworld]'")
 def test_metaworld_suite_seeds_and_concurrency(check_same_results):
-    from fasteval.doors.suites import make_metaworld_env, metaworld_suite
+    from fasteval.doors.suites import metaworld_suite
+    from fasteval.robot.metaworld import make_metaworld_env
 
     suite = metaworld_suite(["reach-v3", "push-v3"], group="MT-mini")
     common = dict(policy=lambda obs: torch.zeros(len(obs), 4), n_episodes=3, max_steps=6, seed=11)

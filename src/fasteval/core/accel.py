@@ -59,9 +59,11 @@ from __future__ import annotations
 import logging
 import threading
 import warnings
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
+
+from fasteval.core.policy import NO_RESET
 
 logger = logging.getLogger(__name__)
 
@@ -162,15 +164,20 @@ def own_generator(policy: Any) -> str | None:
     return None
 
 
+def per_slot_state(runner: Any) -> list[str]:
+    """The blocker of a runner with per-slot policy state (``reset()`` or chunk queues), or none."""
+    if getattr(runner, "reset_kind", NO_RESET) != NO_RESET:
+        return ["per-slot policy state: reset() or action-chunk queues"]
+    return []
+
+
 def graph_blockers(policy: Any, runner: Any, state_changed: bool) -> list[str]:
     """Why the policy step must not be graphed (empty: it may be). Decided once, on the dry run.
 
     ``runner`` is the engine's policy runner (its ``reset_kind`` and ``tasks``); ``state_changed``
     says whether a policy call changed :func:`python_state` (:func:`changes_python_state`).
     """
-    reasons = []
-    if getattr(runner, "reset_kind", "none") != "none":
-        reasons.append("per-slot policy state: reset() or action-chunk queues")
+    reasons = per_slot_state(runner)
     if callable(getattr(policy, "set_task", None)) or getattr(runner, "tasks", None) is not None:
         reasons.append("task descriptions: set_task or a 'task' input")
     generator = own_generator(policy)
@@ -189,23 +196,43 @@ class CudaGraphCall:
     The first call with a given input object captures (see the module docstring); later calls
     replay. ``graphs`` maps ``id(input)`` to ``(graph, output, input)`` (the input is kept alive
     so that its id stays unique). ``captures`` counts successful captures. ``facts`` (the
-    engine's ``accel_facts``) gets ``cuda_graph`` = ``captured`` or ``eager (capture failed: ...)``.
+    engine's ``accel_facts``) gets ``cuda_graph`` = ``captured`` or ``eager (capture failed: ...)``;
+    ``refused`` (a :func:`graph_decision` status) makes it eager from the start.
+
+    ``copy_inputs=True`` (a dict input whose tensors are not static buffers, LeRobot's chunk batch):
+    the wrapper owns the static inputs, as tensordict's ``CudaGraphModule`` does (see :meth:`_into_static`);
+    ``name`` names the call in the reason given when the input layout changes.
     """
 
     def __init__(self, fn: Callable[[Any], torch.Tensor], device: torch.device, warmup_calls: int = 2,
-                 facts: dict[str, Any] | None = None):
-        self.fn, self.device, self.warmup_calls = fn, device, warmup_calls
+                 facts: dict[str, Any] | None = None, copy_inputs: bool = False, name: str = "the policy step",
+                 refused: str | None = None):
+        self.eager_fn, self.device, self.warmup_calls, self.name = fn, device, warmup_calls, name
+        self.fn = self._with_others if copy_inputs else fn
+        """What is captured and replayed (with ``copy_inputs``: ``fn`` on the static inputs and the kept
+        non-tensor entries); ``eager_fn`` is ``fn`` itself, for calls that run eagerly."""
         self.graphs: dict[int, tuple[Any, torch.Tensor, Any]] = {}
-        self.eager = False
+        self.eager = refused is not None
         self.captures = 0
         self.facts = facts if facts is not None else {}
-        self.facts["cuda_graph"] = eager("not called yet")
+        self.facts["cuda_graph"] = eager("not called yet") if refused is None else refused
         self.stream: Any = None
         self.pool: Any = None
+        self.copy_inputs = copy_inputs
+        self.static: dict[str, torch.Tensor] | None = None
+        """With ``copy_inputs``: the graph's own input tensors (clones of the first call's), as in
+        tensordict's ``CudaGraphModule``; later calls are copied into them before each replay."""
+        self.others: dict[str, Any] = {}
+        self.layout: dict[str, tuple] = {}
 
     def __call__(self, obs: Any) -> torch.Tensor:
         if self.eager:
-            return self.fn(obs)
+            return self.eager_fn(obs)
+        if self.copy_inputs:
+            static = self._into_static(obs)
+            if static is None:
+                return self.eager_fn(obs)
+            obs = static
         entry = self.graphs.get(id(obs))
         if entry is None:
             entry = self._capture(obs)
@@ -214,6 +241,26 @@ class CudaGraphCall:
         graph, out, _keepalive = entry
         graph.replay()
         return out
+
+    def _with_others(self, static: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.eager_fn({**self.others, **static})
+
+    def _into_static(self, batch: dict[str, Any]) -> dict[str, torch.Tensor] | None:
+        """Copy the tensors of ``batch`` into the static inputs (made on the first call; its non-tensor
+        entries are kept). ``None`` (and eager from now on) when the tensor layout changed."""
+        tensors = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor)}
+        layout = {k: (tuple(v.shape), v.dtype, v.device) for k, v in tensors.items()}
+        if self.static is None:
+            self.static = {k: v.clone() for k, v in tensors.items()}
+            self.others = {k: v for k, v in batch.items() if k not in tensors}
+            self.layout = layout
+        elif layout != self.layout:
+            self.eager, self.facts["cuda_graph"] = True, eager(f"{self.name}'s input shapes changed")
+            return None
+        else:
+            for key, value in tensors.items():
+                self.static[key].copy_(value)
+        return self.static
 
     def _capture(self, obs: Any) -> tuple | None:
         with CAPTURE_LOCK, torch.cuda.device(self.device):
@@ -261,6 +308,35 @@ def graph_unsupported(device: torch.device) -> str | None:
     return None if device.type == "cuda" else "no CUDA device"
 
 
+class GraphDecision(NamedTuple):
+    """Whether a call may be captured in a CUDA graph: ``status`` ``None`` (it may), else its
+    ``policy_cuda_graph``-style status (``off`` or ``eager (reason)``); ``warning``: what to tell the user."""
+
+    status: str | None
+    warning: str | None = None
+
+
+def graph_decision(cuda_graph: bool | None, device: torch.device, blockers: Sequence[str] = ()) -> GraphDecision:
+    """The one "may this be captured in a CUDA graph" decision (the engine's policy step, LeRobot's chunk).
+
+    ``cuda_graph``: ``False`` (off), ``True`` (asked for) or ``None`` (where CUDA exists); ``blockers``:
+    reasons the call has state a graph would freeze (empty: none).
+    """
+    if cuda_graph is False:
+        return GraphDecision(OFF)
+    unsupported = graph_unsupported(device)
+    if unsupported is not None:
+        if cuda_graph is None:
+            return GraphDecision(OFF)
+        return GraphDecision(eager(unsupported), f"--cuda-graph needs a CUDA policy device; running the policy "
+                                                 f"eagerly on {device.type} (same results).")
+    if blockers:
+        reasons = "; ".join(blockers)
+        return GraphDecision(eager(reasons), f"the policy has state a CUDA graph would freeze ({reasons}); "
+                                             f"running it eagerly.")
+    return GraphDecision(None)
+
+
 def accelerate(fn: Callable[[Any], torch.Tensor], *, device: torch.device, amp: str, compile: bool,
                cuda_graph: bool | None,
                blockers: Sequence[str] = ()) -> tuple[Callable[[Any], torch.Tensor], dict[str, Any]]:
@@ -268,25 +344,17 @@ def accelerate(fn: Callable[[Any], torch.Tensor], *, device: torch.device, amp: 
     ``eager (reason)`` or ``off``, and stays live: a :class:`CudaGraphCall` updates it on capture.
 
     ``cuda_graph=None`` means "where CUDA exists". ``blockers`` are :func:`graph_blockers`' reasons
-    (per-slot state among them). Decided here, once; the loop just calls.
+    (per-slot state among them). Decided here, once (:func:`graph_decision`); the loop just calls.
     """
     facts: dict[str, Any] = {"amp": amp, "compile": compile, "cuda_graph": OFF}
     fn = with_autocast(fn, device, amp)
     if compile:
         fn = torch.compile(fn, dynamic=False)
-    unsupported = graph_unsupported(device)
-    if cuda_graph is False or (cuda_graph is None and unsupported is not None):
-        return fn, facts
-    if unsupported is not None:
-        warnings.warn(f"--cuda-graph needs a CUDA policy device; running the policy eagerly on {device.type} "
-                      f"(same results).", RuntimeWarning, stacklevel=2)
-        facts["cuda_graph"] = eager(unsupported)
-        return fn, facts
-    reasons = list(blockers)
-    if reasons:
-        warnings.warn(f"the policy has state a CUDA graph would freeze ({'; '.join(reasons)}); running it eagerly.",
-                      RuntimeWarning, stacklevel=2)
-        facts["cuda_graph"] = eager("; ".join(reasons))
+    decision = graph_decision(cuda_graph, device, blockers)
+    if decision.status is not None:
+        if decision.warning is not None:
+            warnings.warn(decision.warning, RuntimeWarning, stacklevel=2)
+        facts["cuda_graph"] = decision.status
         return fn, facts
     call = CudaGraphCall(fn, device, facts=facts)
     return call, facts

@@ -10,10 +10,11 @@ core itself imports none of them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 from time import perf_counter
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -21,19 +22,17 @@ import torch
 from torch import nn
 
 from fasteval import kernels
-from fasteval.core import accel
-from fasteval.core.accel import accelerate, changes_python_state, graph_blockers
+from fasteval.core.accel import accelerate, changes_python_state, graph_blockers, graph_decision, per_slot_state
 from fasteval.core.envs import SlotEnvs, build_slot_envs, make_factory
 from fasteval.core.faults import Faults, make_action_check
 from fasteval.core.ledger import Ledger, check_fits_in_memory
 from fasteval.core.loop import StepContext, run_episodes, start_wave
 from fasteval.core.pipeline import check_pipelinable, group_rows, policy_batch
-from fasteval.core.policy import NO_RESET
 from fasteval.core.protocols import EngineParts, StepObserver
 from fasteval.core.timing import make_stage_timers
 from fasteval.core.transfer import DeviceToHost, HostToDevice, host_allocator
 from fasteval.types.errors import EvaluationAborted, UserInputError
-from fasteval.types.results import EpisodeTable, EvalResult
+from fasteval.types.results import EarlierSegments, EpisodeTable, EvalResult, run_status
 from fasteval.types.spec import EvalSpec
 from fasteval.version import __version__
 
@@ -134,8 +133,7 @@ class CoreEngine:
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             self.runner.dry_run(policy_input)
             # A second call that changes the policy's Python attributes: state a CUDA graph would freeze.
-            may_graph = (self.spec.cuda_graph is not False and accel.graph_unsupported(self.device) is None
-                         and self.runner.reset_kind == NO_RESET)
+            may_graph = graph_decision(self.spec.cuda_graph, self.device, per_slot_state(self.runner)).status is None
             changed = may_graph and changes_python_state(self.policy, self.runner.plain_step, policy_input)
         step, self.accel_facts = accelerate(
             self.runner.plain_step, device=self.device, amp=self.spec.amp, compile=self.spec.compile,
@@ -153,6 +151,7 @@ class CoreEngine:
         episodes: Sequence[int] | None = None,
         on_error: Callable[[dict[str, Any]], None] | None = None,
         observer: StepObserver | None = None,
+        earlier: EarlierSegments | None = None,
     ) -> EvalResult:
         """Run episodes ``0..n-1`` with seeds ``seed + i``; return their exact results.
 
@@ -161,8 +160,39 @@ class CoreEngine:
         have in a full run. ``on_finished(ledger, rows)`` is called as episodes finish, with
         ledger rows (``ledger.episode_ids[rows]`` are the episode indices); rows are final.
         Global torch/numpy/python RNG states are restored afterwards; torch is seeded with
-        ``seed`` inside the run so stochastic policies are reproducible.
+        ``seed`` inside the run so stochastic policies are reproducible. ``earlier`` (a resumed run):
+        the records of its earlier segments, folded into the one result of the run.
         """
+        n, seed, episodes = self._plan(n_episodes, seed, episodes)
+        ledger = Ledger(n, self.n_slots, seed, episodes)
+        self.ledger = ledger
+        if n == 0:
+            return self._result(ledger, [], 0.0, seed, earlier)
+        observer = self.parts.attach_observers(self, ledger, observer)  # videos / episode data when the spec asks
+        callback = (lambda done: on_finished(ledger, done)) if on_finished is not None else (lambda done: None)
+        faults = Faults(self.envs, self.runner, ledger, self.spec.retries, self.spec.on_nan_action, on_error)
+        self.timers.reset()
+        self.dry_run_s = 0.0
+        start = perf_counter()
+        try:
+            with self._seeded(seed):
+                self._step_episodes(ledger, faults, callback, observer)
+        except UserInputError:
+            raise  # the dry run: nothing was evaluated
+        except BaseException as exc:
+            partial = self._result(ledger, faults.errors, perf_counter() - start - self.dry_run_s, seed, earlier, exc)
+            self.parts.finish_observers(observer, partial)
+            raise EvaluationAborted(
+                f"evaluation stopped early after {len(partial.per_episode)} finished episodes: "
+                f"{type(exc).__name__}: {exc}", partial) from exc
+        self.runs += 1
+        result = self._result(ledger, faults.errors, perf_counter() - start - self.dry_run_s, seed, earlier)
+        self.parts.finish_observers(observer, result)
+        return result
+
+    def _plan(self, n_episodes: int | None, seed: int | None,
+              episodes: Sequence[int] | None) -> tuple[int, int, list[int] | None]:
+        """``(n, seed, episodes)`` of a run, from its arguments and the spec; bad values raise :class:`UserInputError`."""
         n = self.spec.n_episodes if n_episodes is None else int(n_episodes)
         seed = self.spec.seed if seed is None else int(seed)
         if episodes is not None:
@@ -172,21 +202,17 @@ class CoreEngine:
             n = len(episodes)
         if seed < 0 or (n < 1 and episodes is None):
             raise UserInputError(f"n_episodes must be >= 1 and seed >= 0; got n_episodes={n}, seed={seed}.")
-        ledger = Ledger(n, self.n_slots, seed, episodes)
-        self.ledger = ledger
-        if n == 0:
-            return EvalResult([], 0.0, self.timers.as_dict(), self._meta(0, seed))
-        observer = self.parts.attach_observers(self, ledger, observer)  # videos / episode data when the spec asks
-        callback = (lambda done: on_finished(ledger, done)) if on_finished is not None else (lambda done: None)
-        faults = Faults(self.envs, self.runner, ledger, self.spec.retries, self.spec.on_nan_action, on_error)
-        self.timers.reset()
+        return n, seed, episodes
+
+    @contextlib.contextmanager
+    def _seeded(self, seed: int) -> Iterator[None]:
+        """The run's RNG and threads: torch seeded with ``seed`` inside a fork (restored after), numpy's and
+        Python's global states restored, the spec's CPU threads for a CPU policy; inference mode."""
         np_state, py_state = np.random.get_state(), random.getstate()
         devices = [self.device] if self.device.type == "cuda" else []
         threads = torch.get_num_threads()
         if self.device.type == "cpu" and self.spec.cpu_threads is not None:
             torch.set_num_threads(self.spec.cpu_threads)
-        self.dry_run_s = 0.0
-        start = perf_counter()
         try:
             with torch.random.fork_rng(devices=devices), torch.inference_mode():
                 # Seed only what fork_rng restores: torch.manual_seed would also reseed every CUDA device.
@@ -194,42 +220,40 @@ class CoreEngine:
                 if self.device.type == "cuda":
                     with torch.cuda.device(self.device):
                         torch.cuda.manual_seed(seed)
-                start_wave(self.envs, self.runner, ledger, self.timers,
-                           before_policy_reset=None if self._checked else self._dry_run)
-                ctx = StepContext(
-                    envs=self.envs, runner=self.runner, h2d=self.h2d, d2h=self.d2h, ledger=ledger, faults=faults,
-                    timers=self.timers, step_bookkeeping=kernels.step_bookkeeping, max_steps=self.max_steps or 0,
-                    check_actions=self.check_actions, on_finished=callback, observer=observer,
-                )
-                run_episodes(ctx, self.group_rows)
-        except UserInputError:
-            raise  # the dry run: nothing was evaluated
-        except BaseException as exc:
-            partial = self._result(ledger, faults, perf_counter() - start - self.dry_run_s, seed)
-            partial.meta["status"] = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-            self.parts.finish_observers(observer, partial)
-            raise EvaluationAborted(
-                f"evaluation stopped early after {len(partial.per_episode)} finished episodes: "
-                f"{type(exc).__name__}: {exc}", partial) from exc
+                yield
         finally:
             np.random.set_state(np_state)
             random.setstate(py_state)
             torch.set_num_threads(threads)
-        self.runs += 1
-        result = self._result(ledger, faults, perf_counter() - start - self.dry_run_s, seed)
-        result.meta["status"] = "interrupted" if ledger.limit < ledger.n_episodes else "complete"
-        self.parts.finish_observers(observer, result)
-        return result
+
+    def _step_episodes(self, ledger: Ledger, faults: Faults, callback: Callable[[np.ndarray], None],
+                       observer: StepObserver | None) -> None:
+        """The first wave of resets (with the dry run on the engine's first run), then the step sequence."""
+        start_wave(self.envs, self.runner, ledger, self.timers,
+                   before_policy_reset=None if self._checked else self._dry_run)
+        ctx = StepContext(
+            envs=self.envs, runner=self.runner, h2d=self.h2d, d2h=self.d2h, ledger=ledger, faults=faults,
+            timers=self.timers, step_bookkeeping=kernels.step_bookkeeping, max_steps=self.max_steps or 0,
+            check_actions=self.check_actions, on_finished=callback, observer=observer,
+        )
+        run_episodes(ctx, self.group_rows)
 
     def stop_starting(self) -> None:
         """Graceful stop: in-flight episodes finish, no new ones start (safe in a signal handler)."""
         if self.ledger is not None:
             self.ledger.stop_starting()
 
-    def _result(self, ledger: Ledger, faults: Faults, eval_s: float, seed: int) -> EvalResult:
-        result = EvalResult(self._records(ledger), eval_s, self.timers.as_dict(), self._meta(ledger.n_episodes, seed))
-        result.errors = list(faults.errors)
-        result.n_failed = int(ledger.failed.sum())
+    def _result(self, ledger: Ledger, errors: Sequence[dict[str, Any]], eval_s: float, seed: int,
+                earlier: EarlierSegments | None = None, error: BaseException | None = None) -> EvalResult:
+        """The one result of the run (with ``earlier``: of every segment of a resumed run)."""
+        records, n = self.records(ledger), ledger.n_episodes
+        meta = self._meta(n, seed)
+        if earlier is not None:
+            records, eval_s, n = earlier.merged(records), earlier.eval_s + eval_s, n + len(earlier.records)
+            meta.update(n_episodes=n, segments=earlier.segments + 1)
+        n_failed = int(ledger.failed.sum())
+        meta["status"] = run_status(len(records), n, n_failed, error, stopped=ledger.limit < ledger.n_episodes)
+        result = EvalResult(records, eval_s, self.timers.as_dict(), meta, errors=list(errors), n_failed=n_failed)
         result.meta["has_success_signal"] = self._success_signal()
         # the intra-op threads the run used (run() sets them for CPU policies, then restores them)
         cpu = self.device.type == "cpu" and self.spec.cpu_threads is not None
@@ -241,12 +265,17 @@ class CoreEngine:
         ``has_success_signal``; envs that do not track it count as reporting it)."""
         return bool(getattr(self.envs, "has_success_signal", True))
 
-    def _records(self, ledger: Ledger) -> EpisodeTable:
-        """The finished rows of ``ledger`` as a columnar table (views of the ledger's arrays when
-        every row finished: a later run builds a new ledger, so they never change)."""
+    def records(self, ledger: Ledger, rows: Any = None) -> EpisodeTable:
+        """The per-episode records of ledger rows ``rows`` (default: every finished row) as a columnar
+        table: the one place records are built (the result, the run log, the sweep batches). With every
+        row finished the columns are views of the ledger's arrays (a later run builds a new ledger)."""
         n = ledger.n_episodes
-        rows = np.flatnonzero(ledger.finished[:n])
-        pick = (lambda a: a[:n]) if rows.size == n else (lambda a: a[rows])
+        if rows is None:
+            rows = np.flatnonzero(ledger.finished[:n])
+            pick = (lambda a: a[:n]) if rows.size == n else (lambda a: a[rows])
+        else:
+            rows = np.asarray(rows, dtype=np.int64)
+            pick = lambda a: a[rows]  # noqa: E731
         ids = pick(ledger.episode_ids)
         columns = {
             "episode_ix": ids, "seed": ids + ledger.seed, "sum_reward": pick(ledger.sum_reward),
@@ -256,21 +285,6 @@ class CoreEngine:
         }
         task = self.spec.env
         return EpisodeTable(columns, np.zeros(1, np.int64), [(task, 0, task)])
-
-    def records(self, ledger: Ledger, rows: Any) -> list[dict[str, Any]]:
-        """The per-episode records of ledger rows ``rows`` (the episodes finished in one step), built
-        column by column: one ``tolist`` per field instead of a NumPy scalar conversion per value."""
-        rows = np.asarray(rows, dtype=np.int64)
-        ids = ledger.episode_ids[rows]
-        task, signal = self.spec.env, self._success_signal()
-        return [
-            {"episode_ix": e, "seed": s, "sum_reward": r, "max_reward": m, "length": n, "success": ok,
-             "nan_rewards": nan, "task_group": task, "task_id": 0, "task": task, "has_success_signal": signal}
-            for e, s, r, m, n, ok, nan in zip(
-                ids.tolist(), (ids + ledger.seed).tolist(), ledger.sum_reward[rows].tolist(),
-                ledger.max_reward[rows].tolist(), ledger.length[rows].tolist(), ledger.success[rows].tolist(),
-                ledger.nan_rewards[rows].tolist())
-        ]
 
     def _meta(self, n: int, seed: int) -> dict[str, Any]:
         return {

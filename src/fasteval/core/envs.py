@@ -22,8 +22,9 @@ import gymnasium as gym
 import numpy as np
 
 from fasteval.core.headless import ensure_headless_gl
+from fasteval.core.slot_block import SlotBlock, raise_call_errors
 from fasteval.core.slots import EnvFailure, SlotEnvs, _failure, _obs_writer, allocate_obs_buffer, call_env  # noqa: F401 (re-exported)
-from fasteval.types.errors import EnvNotFoundError, EnvStepError, UserInputError
+from fasteval.types.errors import EnvNotFoundError, UserInputError
 from fasteval.types.refs import resolve_callable, split_callable_ref
 
 
@@ -182,66 +183,35 @@ class SyncSlotEnvs(SlotEnvs):
             fns[0] = lambda: first_env
         self.vector_env = gym.vector.SyncVectorEnv(fns, autoreset_mode=gym.vector.AutoresetMode.DISABLED)
         super().__init__(n_slots, self.vector_env.single_observation_space, self.vector_env.single_action_space)
-        self.envs = self.vector_env.envs
         self.obs = allocate_obs_buffer(self.observation_space, n_slots, obs_allocate)
-        self._write_obs = _obs_writer(self.obs)
+        self.block = SlotBlock(factory, self.vector_env.envs, 0, self.obs, self.rewards, self.terminated,
+                               self.truncated, self.success)
+        """The per-slot env code (:mod:`fasteval.core.slot_block`), over every slot."""
+        self.envs = self.block.envs
         self.metadata = dict(getattr(self.vector_env, "metadata", None) or {})
 
+    @property
+    def has_success_signal(self) -> bool:  # type: ignore[override]
+        return self.block.has_success_signal
+
     def reset_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:
-        for slot, seed in zip(slots, seeds):
-            try:
-                obs, _info = self.envs[slot].reset(seed=int(seed))
-            except Exception as exc:  # recorded; the engine rebuilds the env and retries the episode
-                self.failures.append(_failure(slot, "reset", exc))
-                continue
-            self._write_obs(slot, obs)
+        self.block.reset(slots, seeds, self.failures)  # the engine rebuilds failed envs and retries the episode
 
     def rebuild(self, slot: int) -> list[int]:
-        try:
-            self.envs[slot].close()
-        except Exception:
-            pass
-        self.envs[slot] = self.factory()
+        self.block.rebuild(slot)
         return [slot]
 
     def step(self, slots: Sequence[int], actions: np.ndarray) -> None:
-        """Step ``slots`` with rows of ``actions``; write results into the host buffers.
-
-        The hottest Python loop in fasteval for cheap envs: one ``info`` lookup per step both stores
-        ``is_success`` and notices that the env reports it (``has_success_signal``).
-        """
-        envs, write, rewards, terminated, truncated, success = (
-            self.envs, self._write_obs, self.rewards, self.terminated, self.truncated, self.success)
-        seen = None  # not None once any info carried is_success (even False)
-        for slot in slots:
-            try:  # free when nothing is raised (Python >= 3.11)
-                obs, reward, term, trunc, info = envs[slot].step(actions[slot])
-            except Exception as exc:  # recorded; the engine rebuilds the env and retries the episode
-                self.failures.append(_failure(slot, "step", exc))
-                continue
-            write(slot, obs)
-            rewards[slot] = reward
-            terminated[slot] = term
-            truncated[slot] = trunc
-            flag = info.get("is_success")
-            if flag is None:
-                success[slot] = False
-            else:
-                success[slot] = seen = flag
-        if seen is not None:
-            self.has_success_signal = True
+        """Step ``slots`` with rows of ``actions``; write results into the host buffers."""
+        self.block.step(slots, actions, self.failures)
 
     def call(self, slots: Sequence[int], name: str) -> list[Any]:
-        out = []
-        for slot in slots:
-            try:
-                out.append(call_env(self.envs[slot], name))
-            except Exception as exc:
-                raise EnvStepError(f"env.{name} failed for slot {slot}: {type(exc).__name__}: {exc}") from exc
-        return out
+        values = self.block.call(slots, name)
+        raise_call_errors(name, slots, values)
+        return values
 
     def has_attr(self, name: str) -> bool:
-        return bool(self.envs[0].has_wrapper_attr(name))
+        return self.block.has_attr(name)
 
     def close(self) -> None:
         self.vector_env.close()

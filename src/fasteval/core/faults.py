@@ -28,8 +28,7 @@ from fasteval.core.ledger import Ledger
 from fasteval.core.policy import PolicyRunner
 from fasteval.types.errors import PolicyError
 from fasteval.kernels import IDLE
-
-ON_NAN_ACTIONS = ("error", "skip-episode")
+from fasteval.types.spec import ON_NAN_ACTIONS  # noqa: F401  (defined once, in types)
 
 
 class Faults:

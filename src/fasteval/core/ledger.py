@@ -72,7 +72,6 @@ class Ledger:
         acc_sum, acc_max: float64[B]; acc_len, acc_nan: int64[B]; acc_success: bool[B].
         sum_reward, max_reward: float64[N]; length, nan_rewards: int64[N]; success: bool[N].
         finished: bool[N], True once an episode's row is final.
-        finished_scratch, reset_scratch: int64[B], kernel outputs.
     """
 
     def __init__(self, n_episodes: int, n_slots: int, seed: int, episode_ids=None):
@@ -104,8 +103,6 @@ class Ledger:
         self.limit = n_episodes
         """Rows ``>= limit`` are never started. Lowered to ``next_episode`` to stop starting new
         episodes (graceful interruption); the kernel reads it as its ledger size."""
-        self.finished_scratch = np.zeros(n_slots, dtype=np.int64)
-        self.reset_scratch = np.zeros(n_slots, dtype=np.int64)
 
     def seeds_of(self, rows) -> list[int]:
         """Seeds of ledger rows ``rows``."""

@@ -89,6 +89,11 @@ class StepContext:
         return restarted
 
 
+def kernel_outputs(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The bookkeeping kernel's two outputs for ``size`` slots: ledger rows that finished, slots to reset (int64)."""
+    return np.zeros(size, dtype=np.int64), np.zeros(size, dtype=np.int64)
+
+
 class StepGroup:
     """One contiguous block of slots, with views of every buffer the kernel and the policy touch."""
 
@@ -105,8 +110,7 @@ class StepGroup:
         )
         self.results = (L.sum_reward, L.max_reward, L.length, L.success, L.nan_rewards)
         size = rows.stop - rows.start
-        self.finished = np.zeros(size, dtype=np.int64)
-        self.resets = np.zeros(size, dtype=np.int64)
+        self.finished, self.resets = kernel_outputs(size)
         self.slot_episode = L.slot_episode[rows]
         self.sent: list[int] = []
         """Slots whose actions were sent and whose step has not been folded in yet."""

@@ -16,6 +16,18 @@ import numpy as np
 from fasteval.types.errors import UserInputError
 
 
+def even_ranges(n: int, parts: int) -> list[range]:
+    """``parts`` contiguous ranges covering ``0..n``, ``numpy.array_split`` sizes (the first
+    ``n % parts`` have one more). The one slot split: pipeline groups and worker blocks."""
+    base, extra = divmod(n, parts)
+    out, start = [], 0
+    for i in range(parts):
+        stop = start + base + (1 if i < extra else 0)
+        out.append(range(start, stop))
+        start = stop
+    return out
+
+
 def call_env(env: gym.Env, name: str) -> Any:
     """``env.<name>()`` if that attribute (through the wrappers) is callable, else its value."""
     attr = env.get_wrapper_attr(name)
@@ -86,13 +98,7 @@ class SlotEnvs:
 
     def groups(self, n: int) -> list[slice]:
         """``n`` contiguous slot groups (the pipelined loop's), as even as possible."""
-        base, extra = divmod(self.n_slots, n)
-        out, start = [], 0
-        for g in range(n):
-            stop = start + base + (1 if g < extra else 0)
-            out.append(slice(start, stop))
-            start = stop
-        return out
+        return [slice(r.start, r.stop) for r in even_ranges(self.n_slots, n)]
 
     def step_send(self, slots: Sequence[int], actions: np.ndarray) -> list[int]:
         """Start the step of ``slots``; returns the slots to pass to :meth:`step_recv`. In-process

@@ -2,11 +2,13 @@
 
 ``W`` workers (``--workers``, default ``min(batch, usable cores)``) split the ``B`` slots into
 contiguous blocks (``numpy.array_split`` sizes: the first ``B % W`` blocks have one slot more).
-Each worker builds the envs of its block once and steps the active ones in a plain loop.
+Each worker (:mod:`fasteval.core.worker_process`) builds the envs of its block once and steps
+the active ones in a plain loop. This module is the parent's side: pure scheduling.
 
 **Shared memory.** The step buffers (observations, every Dict key; actions; rewards; terminated;
 truncated; success) live in one shared mapping allocated once (an anonymous ``memfd``, or an
-unlinked temp file where there is none). ``pool.obs`` *is* that memory: the engine's host
+unlinked temp file where there is none), owned by one :class:`~fasteval.core.shared_buffers.SharedBuffers`.
+``pool.obs`` *is* that memory: the engine's host
 observation buffer reads what the workers wrote, without a copy. A replaced worker maps the same
 memory, so the views the engine holds stay valid for the whole life of the pool.
 
@@ -48,27 +50,22 @@ For full overlap make the groups whole blocks (:meth:`WorkerPoolEnvs.groups`).
 from __future__ import annotations
 
 import bisect
-import mmap
 import multiprocessing
 import os
-import tempfile
 import time
-import traceback
 from collections import deque
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import gymnasium as gym
 import numpy as np
 
-from fasteval.core.slots import EnvFailure, SlotEnvs, _obs_writer, allocate_obs_buffer, call_env
-from fasteval.types.errors import EnvStepError, FastevalError, UserInputError
+from fasteval.core.shared_buffers import Layout, SharedBuffers
+from fasteval.core.slot_block import raise_call_errors
+from fasteval.core.slots import EnvFailure, SlotEnvs, even_ranges
+from fasteval.core.worker_process import SUCCESS_SIGNAL, worker_main
+from fasteval.types.errors import EnvStepError, UserInputError
 
-_ALIGN = 64
 DIED, TIMED_OUT = "died", "timed out"  # what _receive returns instead of a reply
-
-SUCCESS_SIGNAL = "__is_success_seen__"
-"""Key a worker adds to one step reply's values the first time an env's info carries ``is_success``."""
 
 
 def usable_cores() -> int:
@@ -86,272 +83,7 @@ def default_workers(n_slots: int) -> int:
 
 def split_blocks(n_slots: int, n_workers: int) -> list[range]:
     """Contiguous slot blocks, ``numpy.array_split`` sizes. ``n_workers`` is capped at ``n_slots``."""
-    n_workers = max(1, min(n_workers, n_slots))
-    base, extra = divmod(n_slots, n_workers)
-    blocks, start = [], 0
-    for w in range(n_workers):
-        size = base + (1 if w < extra else 0)
-        blocks.append(range(start, start + size))
-        start += size
-    return blocks
-
-
-# -- shared memory ----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Field:
-    name: str
-    shape: tuple
-    dtype: str
-    offset: int
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Where each step buffer lives in the shared mapping (picklable; rebuilt into views anywhere)."""
-
-    fields: tuple
-    size: int
-    obs_keys: tuple | None
-    """Dict observation keys (``obs.<key>`` fields), or ``None`` for an array observation (``obs``)."""
-
-    @classmethod
-    def plan(cls, observation_space: gym.Space, action_shape: tuple, action_dtype: np.dtype, n_slots: int,
-             n_workers: int) -> "Layout":
-        arrays: list[tuple[str, tuple, np.dtype]] = []
-        obs = allocate_obs_buffer(observation_space, 1)  # validates the space; shapes per slot
-        if isinstance(obs, dict):
-            keys = tuple(obs)
-            arrays += [(f"obs.{k}", (n_slots, *v.shape[1:]), v.dtype) for k, v in obs.items()]
-        else:
-            keys = None
-            arrays.append(("obs", (n_slots, *obs.shape[1:]), obs.dtype))
-        arrays += [
-            ("actions", (n_slots, *action_shape), np.dtype(action_dtype)),
-            ("rewards", (n_slots,), np.dtype(np.float64)),
-            ("terminated", (n_slots,), np.dtype(bool)),
-            ("truncated", (n_slots,), np.dtype(bool)),
-            ("success", (n_slots,), np.dtype(bool)),
-            ("progress", (n_workers, 3), np.dtype(np.int64)),  # per worker: seq, slot, stage being worked on
-        ]
-        fields, offset = [], 0
-        for name, shape, dtype in arrays:
-            fields.append(_Field(name, tuple(int(s) for s in shape), np.dtype(dtype).str, offset))
-            nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-            offset += -(-max(nbytes, 1) // _ALIGN) * _ALIGN
-        return cls(tuple(fields), max(offset, _ALIGN), keys)
-
-    def views(self, buffer: Any) -> dict[str, np.ndarray]:
-        out = {}
-        for f in self.fields:
-            dtype = np.dtype(f.dtype)
-            count = int(np.prod(f.shape, dtype=np.int64))
-            out[f.name] = np.frombuffer(buffer, dtype=dtype, count=count, offset=f.offset).reshape(f.shape)
-        return out
-
-    def obs(self, views: dict[str, np.ndarray]) -> Any:
-        if self.obs_keys is None:
-            return views["obs"]
-        return {k: views[f"obs.{k}"] for k in self.obs_keys}
-
-
-class SharedFd:
-    """A file descriptor of the shared mapping that crosses into spawned/forkserver workers.
-
-    Pickled with :class:`multiprocessing.reduction.DupFd`, as connections are, so the mapping needs
-    no name in the file system (nothing to leak if the parent is killed).
-    """
-
-    def __init__(self, fd: int):
-        self.fd = fd
-
-    def __reduce__(self):
-        from multiprocessing import reduction
-
-        return (_rebuild_fd, (reduction.DupFd(self.fd),))
-
-
-def _rebuild_fd(dup: Any) -> SharedFd:
-    return SharedFd(dup.detach())
-
-
-def _anonymous_fd(size: int) -> int:
-    if hasattr(os, "memfd_create"):
-        fd = os.memfd_create("fasteval-pool")
-    else:  # no memfd: an unlinked temp file (page cache backed)
-        fd, path = tempfile.mkstemp(prefix="fasteval-pool-")
-        os.unlink(path)
-    os.ftruncate(fd, size)
-    return fd
-
-
-# -- the worker process -----------------------------------------------------------------------
-class _CallError:
-    """A watched/called value whose call raised (pickled back in place of the value)."""
-
-    def __init__(self, message: str):
-        self.message = message
-
-
-def _worker_main(index: int, conn: Any, factory: Callable[[], gym.Env], shared: SharedFd, layout: Layout, block: range,
-                 environ: dict[str, str]) -> None:
-    """Worker ``index``: build the envs of ``block``, then answer commands until ``close``.
-
-    Commands ``(kind, seq, payload)`` and replies ``(seq, failures, values)``:
-
-    * ``step``  payload ``(slots, watched)``: step each slot with its row of the shared actions;
-    * ``reset`` payload ``(slots, seeds, watched)``;
-    * ``call``  payload ``(slots, name)``: ``values`` is the list of ``env.<name>()`` results;
-    * ``has``   payload ``name``: ``values`` is ``has_wrapper_attr(name)`` of the block's first env;
-    * ``restart`` payload ``slots``: rebuild those envs;
-    * ``close``.
-
-    ``environ`` is the parent's environment when the worker was started: a forkserver child would
-    otherwise keep the server's (variables such as ``MUJOCO_GL`` set later would not reach it).
-    ``failures`` lists ``(slot, stage, error, traceback)`` of envs that raised; each such env was
-    already rebuilt. ``watched`` maps a name to the slots whose value is sent back after the step
-    or reset, in ``values`` (``{name: {slot: value}}``).
-    """
-    if os.environ != environ:  # a forkserver child starts with the server's environment, not the parent's
-        os.environ.clear()
-        os.environ.update(environ)
-    mapping = mmap.mmap(shared.fd, layout.size)
-    views = layout.views(mapping)
-    obs_write = _obs_writer(layout.obs(views))
-    actions, rewards, terminated, truncated, success = (views[k] for k in ("actions", "rewards", "terminated", "truncated", "success"))
-    progress = views["progress"][index]
-    envs: dict[int, Any] = {}
-    try:
-        for slot in block:
-            envs[slot] = factory()
-    except BaseException as exc:  # reported to the parent, which raises it (fasteval's own errors as they are)
-        own = exc if isinstance(exc, FastevalError) and _picklable(exc) else None
-        conn.send((0, [(block.start, "start", f"{type(exc).__name__}: {exc}", traceback.format_exc())], own))
-        return
-    conn.send((0, None, None))
-
-    def restart(slot: int) -> None:
-        try:
-            envs[slot].close()
-        except Exception:
-            pass
-        try:
-            envs[slot] = factory()
-        except Exception as exc:  # the next use raises, and is reported again
-            envs[slot] = _Broken(f"{type(exc).__name__}: {exc}")
-
-    def watch_values(watched: dict, done: Sequence[int]) -> dict | None:
-        if not watched:
-            return None
-        out = {}
-        for name, wslots in watched.items():
-            got = {}
-            for slot in done:
-                if slot in wslots:
-                    try:
-                        got[slot] = call_env(envs[slot], name)
-                    except Exception as exc:
-                        got[slot] = _CallError(f"{type(exc).__name__}: {exc}")
-            out[name] = got
-        return out
-
-    seen_success = announce_success = False  # is_success seen in an info: told to the parent once
-    while True:
-        try:
-            kind, seq, payload = conn.recv()
-        except (EOFError, OSError, KeyboardInterrupt):
-            break
-        failures = []
-        if kind == "step":
-            slots, watched = payload
-            progress[0], progress[2] = seq, 0
-            done = []
-            for slot in slots:
-                progress[1] = slot
-                try:
-                    obs, reward, term, trunc, info = envs[slot].step(actions[slot])
-                except Exception as exc:
-                    failures.append((slot, "step", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
-                    restart(slot)
-                    continue
-                obs_write(slot, obs)
-                rewards[slot] = reward
-                terminated[slot] = term
-                truncated[slot] = trunc
-                flag = info.get("is_success")  # one lookup: the value, and whether the env reports it at all
-                if flag is None:
-                    success[slot] = False
-                else:
-                    success[slot] = flag
-                    if not seen_success:
-                        seen_success = announce_success = True
-                done.append(slot)
-            values = watch_values(watched, done)
-            if announce_success:
-                values, announce_success = {**(values or {}), SUCCESS_SIGNAL: True}, False
-            conn.send((seq, failures or None, values))
-        elif kind == "reset":
-            slots, seeds, watched = payload
-            progress[0], progress[2] = seq, 1
-            done = []
-            for slot, seed in zip(slots, seeds):
-                progress[1] = slot
-                try:
-                    obs, _info = envs[slot].reset(seed=int(seed))
-                except Exception as exc:
-                    failures.append((slot, "reset", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
-                    restart(slot)
-                    continue
-                obs_write(slot, obs)
-                done.append(slot)
-            conn.send((seq, failures or None, watch_values(watched, done)))
-        elif kind == "call":
-            slots, name = payload
-            progress[0], progress[2] = seq, 2
-            values = []
-            for slot in slots:
-                progress[1] = slot
-                try:
-                    values.append(call_env(envs[slot], name))
-                except Exception as exc:
-                    values.append(_CallError(f"{type(exc).__name__}: {exc}"))
-            conn.send((seq, None, values))
-        elif kind == "has":
-            try:
-                value = bool(envs[block.start].has_wrapper_attr(payload))
-            except Exception:
-                value = False
-            conn.send((seq, None, value))
-        elif kind == "restart":
-            for slot in payload:
-                restart(slot)
-            conn.send((seq, None, None))
-        elif kind == "close":
-            break
-    for env in envs.values():
-        try:
-            env.close()
-        except Exception:
-            pass
-
-
-def _picklable(obj: Any) -> bool:
-    import pickle
-
-    try:
-        pickle.loads(pickle.dumps(obj))
-    except Exception:
-        return False
-    return True
-
-
-class _Broken:
-    """Stands in for an env whose rebuild failed: every use raises with the rebuild's error."""
-
-    def __init__(self, error: str):
-        self.error = error
-
-    def __getattr__(self, name: str) -> Any:
-        raise RuntimeError(f"the env could not be rebuilt after a failure: {self.error}")
+    return even_ranges(n_slots, max(1, min(n_workers, n_slots)))
 
 
 # -- the parent side --------------------------------------------------------------------------
@@ -411,16 +143,13 @@ class WorkerPoolEnvs(SlotEnvs):
         action_shape = () if discrete else tuple(action_space.shape)
         action_dtype = np.dtype(np.int64) if discrete else np.dtype(action_space.dtype)
         self.layout = Layout.plan(observation_space, action_shape, action_dtype, n_slots, self.n_workers)
-        self._fd = _anonymous_fd(self.layout.size)
-        self._mapping = mmap.mmap(self._fd, self.layout.size)
-        views = self.layout.views(self._mapping)
-        self.obs = self.layout.obs(views)
-        self.actions = views["actions"]
+        self.buffers = SharedBuffers.allocate(self.layout)
+        """The one owner of the shared mapping (its descriptor, the views below, CUDA registration)."""
+        self.obs, self.actions = self.buffers.obs, self.buffers.actions
         self.rewards, self.terminated, self.truncated, self.success = (
-            views["rewards"], views["terminated"], views["truncated"], views["success"])
-        self._progress = views["progress"]
-        self._progress[:] = -1
-        self.pinned = pin and _pin(self._mapping)
+            self.buffers.rewards, self.buffers.terminated, self.buffers.truncated, self.buffers.success)
+        self._progress = self.buffers.progress
+        self.pinned = pin and self.buffers.register_pinned()
         """Whether the shared buffers are page-locked for CUDA (``pin`` asked, CUDA present, registration
         succeeded): host -> device copies of ``obs`` then go straight from the workers' memory."""
         self._workers = [_Worker(w, block) for w, block in enumerate(self.blocks)]
@@ -444,15 +173,15 @@ class WorkerPoolEnvs(SlotEnvs):
         so one group's ``step_send`` never queues behind another group's step. With fewer
         blocks than ``n``, falls back to even slot halves (correct, with less overlap)."""
         if self.n_workers < n:
-            return _even_slices(self.n_slots, n)
-        return [slice(b[0].start, b[-1].stop) for b in (self.blocks[g.start:g.stop] for g in _even_slices(self.n_workers, n))]
+            return super().groups(n)
+        return [slice(self.blocks[g.start].start, self.blocks[g.stop - 1].stop) for g in even_ranges(self.n_workers, n)]
 
     # -- processes --------------------------------------------------------------------------
     def _spawn(self, worker: _Worker) -> None:
         parent, child = self.context.Pipe(duplex=True)
         process = self.context.Process(
-            target=_worker_main, name=f"fasteval-env-worker-{worker.index}",
-            args=(worker.index, child, self.factory, SharedFd(self._fd), self.layout, worker.block, dict(os.environ)),
+            target=worker_main, name=f"fasteval-env-worker-{worker.index}",
+            args=(worker.index, child, self.factory, self.buffers.shared_fd(), self.layout, worker.block, dict(os.environ)),
             daemon=True,
         )
         process.start()
@@ -470,7 +199,7 @@ class WorkerPoolEnvs(SlotEnvs):
         if not isinstance(reply, str) and reply[2] is not None:  # a FastevalError (bad input): the user's to fix
             raise reply[2]
         if isinstance(reply, str) or reply[1]:
-            detail = "" if isinstance(reply, str) else f": {reply[1][0][2]}\n{reply[1][0][3]}"
+            detail = "" if isinstance(reply, str) else f": {reply[1][0].error}\n{reply[1][0].traceback}"
             how = f" ({reply}; {self._exit_text(worker)})" if isinstance(reply, str) else ""
             raise EnvStepError(f"env worker {worker.index} (slots {worker.block.start}..{worker.block.stop - 1}) failed "
                                f"to build its envs{how}{detail}")
@@ -545,11 +274,11 @@ class WorkerPoolEnvs(SlotEnvs):
             return None
         failures = reply[1]
         if failures:
-            for slot, fstage, error, trace in failures:
-                self.failures.append(EnvFailure(slot, fstage, error, trace))
-                self._restarted.add(slot)
+            for failure in failures:
+                self.failures.append(failure)
+                self._restarted.add(failure.slot)
                 for cache in self._cache.values():
-                    cache.pop(slot, None)
+                    cache.pop(failure.slot, None)
         return reply
 
     # -- watched calls ----------------------------------------------------------------------
@@ -600,10 +329,9 @@ class WorkerPoolEnvs(SlotEnvs):
                                        f"slots {worker.block.start}..{worker.block.stop - 1} were restarted.")
                 out.update(zip(wslots, reply[2]))
         self._watch.setdefault(name, set()).update(slots)
-        errors = [f"slot {s}: {v.message}" for s, v in out.items() if isinstance(v, _CallError)]
-        if errors:
-            raise EnvStepError(f"env.{name} failed in env workers: " + "; ".join(errors))
-        return [out[s] for s in slots]
+        values = [out[s] for s in slots]
+        raise_call_errors(name, slots, values, where=" in env workers")
+        return values
 
     def has_attr(self, name: str) -> bool:
         """Whether slot 0's env (through its wrappers) has attribute ``name``."""
@@ -736,10 +464,7 @@ class WorkerPoolEnvs(SlotEnvs):
                 worker.conn.close()
             except OSError:
                 pass
-        try:
-            os.close(self._fd)
-        except OSError:
-            pass
+        self.buffers.close()
 
     def __del__(self) -> None:
         try:
@@ -748,26 +473,9 @@ class WorkerPoolEnvs(SlotEnvs):
             pass
 
 
-def _pin(mapping: mmap.mmap) -> bool:
-    """Page-lock ``mapping`` for CUDA (``cudaHostRegister``); ``False`` without CUDA or on failure.
-    The registration lasts as long as the process (the engine's tensors may outlive the pool)."""
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            return False
-        base = np.frombuffer(mapping, dtype=np.uint8)
-        return int(torch.cuda.cudart().cudaHostRegister(base.ctypes.data, base.nbytes, 0)) == 0
-    except Exception:  # pinning is an optimization: fall back to the staged copy
-        return False
-
-
 def _drop_pending(worker: _Worker, seq: int) -> None:
     for i, entry in enumerate(worker.pending):
         if entry[0] == seq:
             del worker.pending[i]
             return
 
-
-def _even_slices(n: int, parts: int) -> list[slice]:
-    return [slice(b.start, b.stop) for b in split_blocks(n, parts)]

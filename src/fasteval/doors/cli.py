@@ -22,9 +22,10 @@ from typing import Any, Mapping
 
 import click
 
-from fasteval.doors.compat import CompatOptions, compat_options
+from fasteval.doors.file_options import FileOptions, file_options
 from fasteval.run.paths import UsablePath, path_problem
-from fasteval.types.spec import DEVICES, OBS_DTYPES, OBSERVATION_FORMATS, RESET_MODES, VECTORIZATIONS, VIDEO_SELECTIONS
+from fasteval.types.spec import (AMP_MODES, DEVICES, OBS_DTYPES, OBSERVATION_FORMATS, ON_NAN_ACTIONS, RESET_MODES,
+                                 VECTORIZATIONS, VIDEO_SELECTIONS, EvalSpec)
 
 EXIT_OK, EXIT_RUNTIME_ERROR, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -131,7 +132,7 @@ EVAL_OPTIONS = [
                  help="Double-buffer two slot groups (async envs step while the policy runs). Needs async, stateless policy."),
     click.option("--cuda-graph/--no-cuda-graph", "cuda_graph", default=None,
                  help="Capture the policy step in a CUDA graph [default: on where CUDA exists]."),
-    click.option("--amp", type=click.Choice(["none", "bf16", "fp16", "auto"]), default="none", show_default=True,
+    click.option("--amp", type=click.Choice(AMP_MODES), default="none", show_default=True,
                  help="Autocast the policy (faster on tensor-core GPUs; slightly different numbers). auto: the "
                       "device's default autocast dtype (fp16 on CUDA, bf16 on CPU), as LeRobot's --policy.use_amp."),
     click.option("--compile", "compile_policy", is_flag=True, help="torch.compile the policy step (large policies)."),
@@ -161,8 +162,6 @@ def eval_options(fn):
 
 def build_spec(policy, env, env_kwargs, n_episodes, batch_size, seed, vectorization, device, max_steps, reset_mode,
                trust_remote_code, pipeline=False, cuda_graph=None, amp="none", compile_policy=False, rename=(), **extra):
-    from fasteval.types.spec import EvalSpec
-
     return EvalSpec(
         env=env, policy=policy, env_kwargs=parse_env_kwargs(env_kwargs), n_episodes=n_episodes,
         batch_size=batch_size, seed=seed, vectorization=vectorization, device=device, max_steps=max_steps,
@@ -254,7 +253,7 @@ class LazyGroup(click.Group):
                    "with it: options equal to the run's are accepted, differing ones are refused.")
 @click.option("--retries", type=click.IntRange(min=0), default=1, show_default=True,
               help="Retries of an episode whose env raised, hung or died (from its seed, on a rebuilt env).")
-@click.option("--on-nan-action", type=click.Choice(["error", "skip-episode"]), default="error", show_default=True,
+@click.option("--on-nan-action", type=click.Choice(ON_NAN_ACTIONS), default="error", show_default=True,
               help="Non-finite policy actions (never sent to the env): stop the run, or record the episode as failed.")
 @click.option("--step-timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
               help="Seconds an async env step/reset may take before its worker is killed and the episode retried.")
@@ -262,7 +261,7 @@ class LazyGroup(click.Group):
 @click.option("--save-episodes", "save_episodes_dir", type=UsablePath("dir", writable=True), default=None,
               help="Write every step of the n episodes (observations, actions, rewards, flags) to DIR as a TensorDict "
                    "memory map (load it with fasteval.run.episode_files.load_episodes).")
-@compat_options
+@file_options
 @click.version_option(package_name="fasteval")
 @click.pass_context
 def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, retries: int, on_nan_action: str,
@@ -280,55 +279,88 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
     """
     if ctx.invoked_subcommand is not None:
         return
-    compat = CompatOptions(options)  # --config, --print-config, --log, --export
-    from fasteval.run.engine import Engine
-    from fasteval.run.durable import STATUS_COMPLETE, STATUS_INTERRUPTED, run_durable
-    from fasteval.types.errors import FastevalError, UserInputError
-    from fasteval.run.rundir import RunDirectory
+    files = FileOptions(options)  # --config, --print-config, --log, --export
+    from fasteval.doors.suites import suite_from_spec
+    from fasteval.types.errors import UserInputError
 
     try:
-        if resume_dir is not None:
-            spec = spec_from_manifest(ctx, RunDirectory(resume_dir), options, output_dir, compat.config_file)
-            compat.config_file = None  # compared with the manifest above; the manifest's values stand
-        else:
-            spec = build_spec(**options)
-        spec = spec.replace(retries=retries, on_nan_action=on_nan_action, step_timeout=step_timeout)
-        if save_episodes_dir is not None:
-            from fasteval.run.episode_files import check_episode_folder
-
-            if resume_dir is not None:
-                raise UserInputError("--save-episodes cannot be combined with --resume: the steps of the episodes "
-                                     "recorded before the interruption were not kept. Run again without --resume.")
-            check_episode_folder(save_episodes_dir)
-            spec = spec.replace(return_episode_data=True)
-        spec, output_dir = compat.resolve(ctx, spec, output_dir, resume=resume_dir is not None)
-        out_dir = resume_dir or output_dir or default_output_dir(spec.env)
-        check_output_paths(out_dir, spec)
-        if spec.max_episodes_rendered and spec.videos_dir is None:
-            spec = spec.replace(videos_dir=str(out_dir / "videos"))
-        if compat.print_config:
+        spec, out_dir = resolve_run(ctx, options, files, output_dir, resume_dir,
+                                    dict(retries=retries, on_nan_action=on_nan_action, step_timeout=step_timeout),
+                                    save_episodes_dir)
+        if files.print_config:
             from fasteval.run.config import dump_config
 
             click.echo(dump_config(spec, out_dir))
             return
-        from fasteval.doors.suites import suite_from_spec
-
         suite = suite_from_spec(spec)  # --env.task=a,b (a list of task names): one durable run per task
         if suite is not None:
             if save_episodes_dir is not None:
                 raise UserInputError("--save-episodes is not supported for a list of tasks yet; run one task at a time.")
-            sys.exit(suite_command(spec, suite, out_dir, compat, profile))
-        engine = Engine(spec)
-        if spec.max_episodes_rendered:
-            from fasteval.robot.recording import check_renderable
-
-            check_renderable(engine)  # a MuJoCo env without render_mode: exit 2 before the run starts
+            sys.exit(suite_command(spec, suite, out_dir, files, profile))
+        engine = build_engine(spec)
     except UserInputError as exc:
         fail(str(exc), EXIT_BAD_INPUT)
-    progress = _Progress(spec.n_episodes, enabled=sys.stderr.isatty())
+    outcome = run_one(engine, out_dir, resume=resume_dir is not None)
+    code = end_of_run(outcome, spec, out_dir, files, profile, wanted=spec.n_episodes, save_episodes_dir=save_episodes_dir)
+    if code != EXIT_OK:
+        sys.exit(code)
+
+
+def resolve_run(ctx: click.Context, options: dict[str, Any], files: FileOptions, output_dir: Path | None,
+                resume_dir: Path | None, fault_fields: dict[str, Any], save_episodes_dir: Path | None) -> tuple[Any, Path]:
+    """The spec of the run and its folder, from the options, ``--config`` or the manifest of ``--resume``;
+    raises UserInputError (exit 2) before anything runs."""
+    from fasteval.run.rundir import RunDirectory
+    from fasteval.types.errors import UserInputError
+
+    if resume_dir is not None:
+        spec = spec_from_manifest(ctx, RunDirectory(resume_dir), options, output_dir, files.config_file)
+        files.config_file = None  # compared with the manifest above; the manifest's values stand
+    else:
+        spec = build_spec(**options)
+    spec = spec.replace(**fault_fields)
+    if save_episodes_dir is not None:
+        from fasteval.run.episode_files import check_episode_folder
+
+        if resume_dir is not None:
+            raise UserInputError("--save-episodes cannot be combined with --resume: the steps of the episodes "
+                                 "recorded before the interruption were not kept. Run again without --resume.")
+        check_episode_folder(save_episodes_dir)
+        spec = spec.replace(return_episode_data=True)
+    spec, output_dir = files.resolve(ctx, spec, output_dir, resume=resume_dir is not None)
+    out_dir = Path(resume_dir or output_dir or default_output_dir(spec.env))
+    check_output_paths(out_dir, spec)
+    if spec.max_episodes_rendered and spec.videos_dir is None:
+        spec = spec.replace(videos_dir=str(out_dir / "videos"))
+    return spec, out_dir
+
+
+def build_engine(spec: Any) -> Any:
+    """The engine of a one-task run; a spec that renders videos must have a renderable env (exit 2 before the run)."""
+    from fasteval.run.engine import Engine
+
+    engine = Engine(spec)
+    if spec.max_episodes_rendered:
+        from fasteval.robot.recording import check_renderable
+
+        try:
+            check_renderable(engine)  # a MuJoCo env without render_mode
+        except BaseException:
+            engine.close()
+            raise
+    return engine
+
+
+def run_one(engine: Any, out_dir: Path, resume: bool) -> Any:
+    """Run ``engine`` durably into ``out_dir`` with a progress bar; errors before the run exit 2, errors in it 1."""
+    from fasteval.run.durable import run_durable
+    from fasteval.run.rundir import RunDirectory
+    from fasteval.types.errors import FastevalError, UserInputError
+
+    progress = _Progress(engine.spec.n_episodes, enabled=sys.stderr.isatty())
     try:
-        outcome = run_durable(engine, RunDirectory(out_dir), resume=resume_dir is not None, on_finished=progress,
-                              announce=lambda m: click.echo(m, err=True))
+        return run_durable(engine, RunDirectory(out_dir), resume=resume, on_finished=progress,
+                           announce=lambda m: click.echo(m, err=True))
     except UserInputError as exc:
         fail(str(exc), EXIT_BAD_INPUT)
     except FastevalError as exc:
@@ -336,32 +368,49 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
     finally:
         progress.close()
         engine.close()
+
+
+def end_of_run(outcome: Any, spec: Any, out_dir: Path, files: FileOptions, profile: bool, *, wanted: int,
+               suite: bool = False, wrote: str = "", save_episodes_dir: Path | None = None) -> int:
+    """The end of every ``fasteval`` run (one task or a suite): the summary, the files written, the failed
+    episodes and how to resume; returns the exit code. ``wanted``: the episodes the command asked for;
+    ``wrote``: said before the status on the ``wrote eval_info.json`` line."""
+    from fasteval.run.durable import STATUS_COMPLETE, STATUS_INTERRUPTED
+
     result = outcome.result
-    if outcome.resumed_episodes:
-        n = outcome.resumed_episodes
-        click.echo(f"resumed: {plural(n, 'episode')} {'was' if n == 1 else 'were'} already recorded in {out_dir}")
+    resumed = getattr(outcome, "resumed_episodes", 0)
+    if resumed:
+        click.echo(f"resumed: {plural(resumed, 'episode')} {'was' if resumed == 1 else 'were'} already recorded in {out_dir}")
     click.echo(format_summary(result, profile))
-    click.echo(f"wrote {out_dir / 'eval_info.json'} (status: {outcome.status})")
+    click.echo(f"wrote {out_dir / 'eval_info.json'} ({wrote}status: {outcome.status})")
     if save_episodes_dir is not None and getattr(result, "episode_data", None) is not None:
         from fasteval.run.episode_files import save_episodes
 
         n_saved = save_episodes(result.episode_data, save_episodes_dir)
         click.echo(f"wrote {n_saved} episodes ({len(result.episode_data)} steps) to {save_episodes_dir}")
-    problems = compat.finish(spec, out_dir, result)  # config.json, --export, --log
+    problems = files.finish(spec, out_dir, result)  # config.json, --export, --log
     for problem in problems:
         click.echo(f"Error: {problem} (the results are in {out_dir})", err=True)
     if outcome.status == STATUS_COMPLETE and not problems:
-        return
+        return EXIT_OK
     if result.n_failed or result.errors:
-        click.echo("\n".join(describe_failures(result, out_dir)), err=True)
+        errors_at = out_dir / "tasks" / "*" / "errors.jsonl" if suite else out_dir / "errors.jsonl"
+        click.echo("\n".join(describe_failures(result, errors_at)), err=True)
+    if outcome.status != STATUS_COMPLETE:
+        click.echo(resume_hint(outcome.status, len(result.per_episode), wanted, out_dir, suite), err=True)
     if outcome.status == STATUS_INTERRUPTED:
-        click.echo(f"interrupted after {len(result.per_episode)} of {spec.n_episodes} episodes. Resume with:\n"
-                   f"  fasteval --resume {out_dir}", err=True)
-        signum = outcome.signal_number or 2
-        sys.exit(128 + signum)
+        return 128 + (outcome.signal_number or 2)
     if outcome.error is not None:
         click.echo(f"Error: {outcome.error}", err=True)
-    sys.exit(EXIT_RUNTIME_ERROR)
+    return EXIT_RUNTIME_ERROR
+
+
+def resume_hint(status: str, recorded: int, wanted: int, out_dir: Path, suite: bool) -> str:
+    """How to finish a run that stopped: ``--resume DIR`` (one task), or the same command into the same
+    folder (a suite resumes each task's run folder)."""
+    how = f"the same command with --output-dir {out_dir}" if suite else f"fasteval --resume {out_dir}"
+    what = "interrupted" if status == "interrupted" else "stopped"
+    return f"{what} after {recorded} of {wanted} episodes. Resume with:\n  {how}"
 
 
 def plural(n: int, word: str) -> str:
@@ -373,15 +422,15 @@ FAILURES_SHOWN = 5
 """Failed episodes named in the terminal; the rest are counted (all are in errors.jsonl)."""
 
 
-def describe_failures(result: Any, out_dir: Path, limit: int = FAILURES_SHOWN) -> list[str]:
+def describe_failures(result: Any, errors_file: Path, limit: int = FAILURES_SHOWN) -> list[str]:
     """Lines for stderr: how many episodes failed for good, and the first ``limit`` of them by
-    index, seed, stage and the first line of their error."""
+    index, seed, stage and the first line of their error; ``errors_file``: where all of them are."""
     final = sorted((e for e in result.errors if e.get("final")), key=lambda e: e.get("episode_ix", 0))
     retried = len(result.errors) - len(final)
     head = f"{plural(result.n_failed, 'episode')} failed for good"
     if retried:
         head += f"; {plural(retried, 'env/policy error')} {'was' if retried == 1 else 'were'} retried"
-    lines = [f"{head} (details in {out_dir / 'errors.jsonl'})" + (":" if final else ".")]
+    lines = [f"{head} (details in {errors_file})" + (":" if final else ".")]
     for error in final[:limit]:
         text = str(error.get("error") or "").strip()
         first = text.splitlines()[0] if text else "(no message)"
@@ -409,8 +458,6 @@ def check_output_paths(out_dir: Path, spec: Any) -> None:
 HOW_IT_RUNS = ("batch_size", "vectorization", "workers", "device", "pipeline", "cuda_graph", "max_episodes_rendered", "video_select")
 """Spec fields a resumed run may change: they change how the episodes run (or what is rendered),
 never their results."""
-FIELD_OF_PARAM = {"compile_policy": "compile"}
-"""CLI parameter names that differ from the EvalSpec field they set."""
 
 
 def _same_value(field: str, a: Any, b: Any) -> bool:
@@ -435,17 +482,15 @@ def spec_from_manifest(ctx: click.Context, run_dir: Any, options: dict[str, Any]
     compared with the manifest; equal values are accepted, options in :data:`HOW_IT_RUNS` take
     the new value, and any other difference is refused with a UserInputError naming each one.
     """
-    from click.core import ParameterSource
-
+    from fasteval.run.config import PARAM_FOR_FIELD, given_on_command_line
     from fasteval.types.errors import UserInputError
-    from fasteval.types.spec import EvalSpec
 
     manifest = run_dir.read_manifest()
     saved = dict(manifest["spec"])
     long_name = {p.name: next((o for o in p.opts if o.startswith("--")), p.opts[0])
                  for p in ctx.command.params if isinstance(p, click.Option)}
-    given = {FIELD_OF_PARAM.get(name, name): long_name.get(name, name) for name in options
-             if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE}
+    given = {f: long_name.get(PARAM_FOR_FIELD.get(f, f), f) for f in given_on_command_line(ctx)
+             if PARAM_FOR_FIELD.get(f, f) in options}  # the options that build the spec (not -o, --retries, ...)
     differ: list[str] = []
     if given or config_file is not None:
         wanted = build_spec(**options)
@@ -472,7 +517,7 @@ def spec_from_manifest(ctx: click.Context, run_dir: Any, options: dict[str, Any]
         raise UserInputError(
             f"--resume {run_dir.path}: this command differs from the run in {run_dir.path / 'manifest.json'}: "
             + "; ".join(differ) + ". Drop those options (the run's values are used), or start a new run with "
-            "another --output-dir. Only " + ", ".join(long_name.get(FIELD_OF_PARAM.get(f, f), "--" + f.replace("_", "-"))
+            "another --output-dir. Only " + ", ".join(long_name.get(PARAM_FOR_FIELD.get(f, f), "--" + f.replace("_", "-"))
                                                        for f in HOW_IT_RUNS)
             + " may change on resume."
         )
@@ -480,31 +525,21 @@ def spec_from_manifest(ctx: click.Context, run_dir: Any, options: dict[str, Any]
     return EvalSpec(**{k: v for k, v in saved.items() if k in known})
 
 
-def suite_command(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], out_dir: str | Path, compat: Any,
+def suite_command(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], out_dir: str | Path, files: FileOptions,
                   profile: bool = False) -> int:
     """The ``fasteval`` command for a suite spec (see :func:`fasteval.doors.suites.run_suite_durable`): run, print, return the exit code."""
-    from fasteval.run.durable import STATUS_COMPLETE, STATUS_INTERRUPTED
     from fasteval.doors.suites import flatten_suite, run_suite_durable
 
+    out_dir = Path(out_dir)
     outcome = run_suite_durable(spec, suite, out_dir, announce=lambda m: click.echo(m, err=True))
-    result = outcome.result
-    for row in result.per_task():
+    for row in outcome.result.per_task():
         agg = row["aggregated"]
         click.echo(f"{row['task_group']}/{row['task_id']} {row['task']}: {agg['n_episodes']} episodes, "
                    f"avg_sum_reward {agg['avg_sum_reward']:.4f}, pc_success {agg['pc_success']:.1f}%")
-    click.echo(format_summary(result, profile))
-    click.echo(f"wrote {Path(out_dir) / 'eval_info.json'} ({len(outcome.folders)} of {len(flatten_suite(suite))} tasks; "
-               f"status: {outcome.status})")
-    problems = compat.finish(spec, out_dir, result)
-    for problem in problems:
-        click.echo(f"Error: {problem} (the results are in {out_dir})", err=True)
-    if outcome.status == STATUS_COMPLETE and not problems:
-        return 0
-    if outcome.status == STATUS_INTERRUPTED:
-        return 128 + (outcome.signal_number or 2)
-    if outcome.error is not None:
-        click.echo(f"Error: {outcome.error}", err=True)
-    return EXIT_RUNTIME_ERROR
+    n_tasks = len(flatten_suite(suite))
+    return end_of_run(outcome, spec, out_dir, files, profile, wanted=spec.n_episodes * n_tasks, suite=True,
+                      wrote=f"{len(outcome.folders)} of {n_tasks} tasks; ")
+
 
 if __name__ == "__main__":
     main()

@@ -3,8 +3,8 @@
 A suite maps task groups to tasks::
 
     suite = {
-        "MT10": {0: Task("fasteval.doors.suites:make_metaworld_env", {"task": "reach-v3"}, name="reach-v3"),
-                 1: Task("fasteval.doors.suites:make_metaworld_env", {"task": "push-v3"}, name="push-v3")},
+        "MT10": {0: Task("fasteval.robot.metaworld:make_metaworld_env", {"task": "reach-v3"}, name="reach-v3"),
+                 1: Task("fasteval.robot.metaworld:make_metaworld_env", {"task": "push-v3"}, name="push-v3")},
         "toy": {0: "CartPole-v1"},
     }
     result = run_suite(suite, policy="path/to/checkpoint", n_episodes=50, seed=1000, concurrency=2)
@@ -39,16 +39,14 @@ string there).
   as a sequential run only with ``concurrency=1``; deterministic policies give identical results
   at any concurrency.
 
-MetaWorld (``pip install 'fasteval[metaworld]'``): :func:`make_metaworld_env` builds one MetaWorld v3
-task as a gymnasium env whose reset seed fixes the task variant (goal and object positions), and
-:func:`metaworld_suite` builds MT10 / MT50 (or any list of tasks) as a suite.
+MetaWorld (``pip install 'fasteval[metaworld]'``): :func:`metaworld_suite` builds MT10 / MT50 (or any
+list of tasks) as a suite of :func:`fasteval.robot.metaworld.make_metaworld_env` tasks.
 """
 
 from __future__ import annotations
 
 import copy
 import itertools
-import pickle
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -57,12 +55,13 @@ from time import perf_counter
 from typing import Any, Callable, Mapping, Sequence
 
 import gymnasium as gym
-import numpy as np
 
 from fasteval.core.envs import EnvFactory
-from fasteval.core.headless import ensure_headless_gl
 from fasteval.types.errors import UserInputError
 from fasteval.robot.lerobot.envs import ENV_REF as LEROBOT_ENV_REF
+from fasteval.robot.metaworld import (  # noqa: F401  (re-exported: "fasteval.doors.suites:make_metaworld_env" keeps working)
+    METAWORLD_BENCHMARKS, METAWORLD_ENV_REF, METAWORLD_ENV_REFS, MetaWorldEnv, import_metaworld, make_metaworld_env,
+    metaworld_task_description)
 from fasteval.types.results import EpisodeTable, EvalResult
 from fasteval.types.spec import EvalSpec
 
@@ -277,7 +276,7 @@ def _merge(tasks: list[tuple[str, Any, Task]], results: list[EvalResult], eval_s
 # -- several tasks from one command line --------------------------------------------------------------
 def suite_group(env: str) -> str:
     """The task group of a command-line suite: ``metaworld`` for MetaWorld envs, else the env id."""
-    if env in (f"{__name__}:make_metaworld_env", "Meta-World/MT1"):
+    if env in (*METAWORLD_ENV_REFS, "Meta-World/MT1"):
         return "metaworld"
     return env
 
@@ -370,84 +369,12 @@ def run_suite_durable(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], ou
     return SuiteOutcome(merged, status, folders, error, signal_number)
 
 
-# -- MetaWorld -------------------------------------------------------------------------------------
-METAWORLD_BENCHMARKS = ("MT10", "MT25", "MT50")
-
-
-def _import_metaworld() -> Any:
-    try:
-        import metaworld  # noqa: F401
-        from metaworld import env_dict
-    except ImportError:
-        raise UserInputError("MetaWorld is not installed: pip install 'fasteval[metaworld]' (or pip install metaworld).") from None
-    return env_dict
-
-
-def metaworld_task_description(task: str) -> str:
-    """A plain description from the task name: ``pick-place-v3`` -> ``pick place``."""
-    base = task.rsplit("-v", 1)[0]
-    return base.replace("-", " ")
-
-
-class MetaWorldEnv(gym.Wrapper):
-    """One MetaWorld v3 task (``reach-v3``, ``pick-place-v3`` ...) as a seeded gymnasium env.
-
-    * ``reset(seed=s)`` seeds the task's own generator, which draws the task variant (goal and
-      object positions, MetaWorld's ``rand_vec``): the same seed gives the same episode, and
-      episode ``i`` of every task in a suite uses ``seed + i``. MetaWorld itself ignores reset
-      seeds; this wrapper makes them count.
-    * Observations: the 39-d state (goal visible, as in the MT benchmarks), float64.
-    * ``info["is_success"]`` mirrors MetaWorld's ``info["success"]``. Episodes are truncated by
-      MetaWorld at ``max_path_length`` (500) steps.
-    * ``task_description``: the task name in words (``pick place``), read once per episode.
-    * Rendering: ``render_mode="rgb_array"`` with ``camera_name`` / ``width`` / ``height``. On a
-      machine without a display, ``MUJOCO_GL=egl`` is set when it is unset (said once).
-    """
-
-    def __init__(self, task: str, render_mode: str | None = None, camera_name: str = "corner",
-                 width: int = 480, height: int = 480):
-        ensure_headless_gl()  # MUJOCO_GL=egl without a display, before MuJoCo renders (docs/robot.md)
-        env_dict = _import_metaworld()
-        from metaworld.types import Task as MWTask
-
-        if task not in env_dict.ALL_V3_ENVIRONMENTS:
-            raise UserInputError(f"MetaWorld task {task!r}: unknown; expected one of {sorted(env_dict.ALL_V3_ENVIRONMENTS)}.")
-        cls = env_dict.ALL_V3_ENVIRONMENTS[task]
-        env = cls(render_mode=render_mode, camera_name=camera_name, width=width, height=height)
-        kwargs = dict(env_dict.MT50_V3_ARGS_KWARGS[task]["kwargs"])
-        kwargs.pop("task_id", None)
-        space = env._random_reset_space
-        first = np.random.default_rng(0).uniform(space.low, space.high, size=space.low.size)
-        env.set_task(MWTask(env_name=task, data=pickle.dumps(
-            {"env_cls": cls, "rand_vec": first, "partially_observable": False, **kwargs})))
-        env._freeze_rand_vec = False  # the variant comes from the env's seeded generator at each reset
-        env.seeded_rand_vec = True
-        super().__init__(env)
-        self.task = task
-        self.task_description = metaworld_task_description(task)
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
-        if seed is not None:
-            self.env.unwrapped.seed(int(seed))
-        return self.env.reset(options=options)
-
-    def step(self, action: Any):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        info = dict(info)
-        info["is_success"] = bool(info.get("success", 0.0))
-        return obs, float(reward), bool(terminated), bool(truncated), info
-
-
-def make_metaworld_env(task: str, **kwargs: Any) -> MetaWorldEnv:
-    """``module:callable`` entry point: ``--env fasteval.doors.suites:make_metaworld_env --env-kwarg task=reach-v3``."""
-    return MetaWorldEnv(task, **kwargs)
-
-
+# -- MetaWorld suites -------------------------------------------------------------------------------
 def metaworld_suite(tasks: str | Sequence[str] = "MT10", group: str | None = None, **env_kwargs: Any) -> dict[str, dict[int, Task]]:
     """A MetaWorld suite: ``"MT10"`` / ``"MT25"`` / ``"MT50"`` (group named after it) or a list of task names
     (group ``"metaworld"`` unless ``group`` is given); task ids are positions in the list.
     ``env_kwargs`` go to every :class:`MetaWorldEnv` (``render_mode``, ``camera_name`` ...)."""
-    env_dict = _import_metaworld()
+    env_dict = import_metaworld()
     if isinstance(tasks, str):
         if tasks not in METAWORLD_BENCHMARKS:
             raise UserInputError(f"metaworld_suite: {tasks!r} is not one of {METAWORLD_BENCHMARKS}; pass a benchmark "
@@ -460,5 +387,5 @@ def metaworld_suite(tasks: str | Sequence[str] = "MT10", group: str | None = Non
         if not names or unknown:
             raise UserInputError(f"metaworld_suite: unknown tasks {unknown or names}; expected names like 'reach-v3'.")
         group = group or "metaworld"
-    return {group: {i: Task(f"{__name__}:make_metaworld_env", {"task": name, **env_kwargs}, name=name)
+    return {group: {i: Task(METAWORLD_ENV_REF, {"task": name, **env_kwargs}, name=name)
                     for i, name in enumerate(names)}}

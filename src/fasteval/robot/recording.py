@@ -70,7 +70,6 @@ from typing import Any
 import numpy as np
 
 from fasteval.core.protocols import StepObserver
-from fasteval.core.slot_calls import slot_getter
 from fasteval.types.errors import UserInputError
 from fasteval.kernels import IDLE
 from fasteval.robot.policies.obs_mapping import RAW, plan_keys
@@ -156,9 +155,9 @@ def check_renderable(engine: Any) -> None:
     run starts (see :func:`render_problem`). Sync envs are inspected in place; for async envs one env is
     built in this process from the engine's factory and closed again."""
     envs = engine.envs
-    local = getattr(envs, "envs", None)
+    local = getattr(envs, "envs", None)  # in-process envs only (the worker pool holds none in this process)
     own = None
-    if local and not hasattr(envs, "_pipes"):
+    if local:
         env = local[0]
     else:
         env = own = engine.factory()
@@ -243,8 +242,8 @@ class VideoRecorder(StepObserver):
     def __init__(self, envs: Any, ledger: Any, env: str, max_episodes: int, videos_dir: str | os.PathLike,
                  select: str = FIRST, task: str | None = None):
         self._imageio = load_video_writer()
-        local = getattr(envs, "envs", None)
-        problem = render_problem(local[0], env) if local and not hasattr(envs, "_pipes") else None
+        local = getattr(envs, "envs", None)  # in-process envs only (the worker pool holds none in this process)
+        problem = render_problem(local[0], env) if local else None
         if problem is not None:
             raise UserInputError(problem)
         self.envs, self.ledger, self.env = envs, ledger, env
@@ -252,7 +251,6 @@ class VideoRecorder(StepObserver):
         self.videos_dir = videos_dir
         self.folder = Path(videos_dir) / safe_name(self.task)
         self.selection = VideoSelection(select, max_episodes)
-        self.render = slot_getter(envs, "render")
         metadata = getattr(envs, "metadata", None) or {}  # the env's metadata (render_fps), for sync and async envs
         self.fps = int(metadata.get("render_fps") or DEFAULT_FPS)
         self.open: dict[int, tuple[int, FrameSpool]] = {}  # slot -> (ledger row, frames)
@@ -271,7 +269,7 @@ class VideoRecorder(StepObserver):
         slots = list(rows)
         if not slots:
             return
-        frames = self.render(slots)
+        frames = self.envs.call(slots, "render")
         for slot, frame in zip(slots, frames):
             frame = _check_frame(frame, self.env)  # before any file is created
             row = rows[slot]
@@ -335,7 +333,7 @@ class VideoRecorder(StepObserver):
             slots.append(slot)
         if slots:
             try:
-                for slot, frame in zip(slots, self.render(slots)):
+                for slot, frame in zip(slots, self.envs.call(slots, "render")):
                     self.open[slot][1].append(_check_frame(frame, self.env), self.env)
             except UserInputError:
                 for slot in list(self.open):  # no half-written files left behind

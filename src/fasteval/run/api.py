@@ -1,6 +1,6 @@
 """Library entry points: :func:`evaluate` (one shot) and :class:`Evaluator` (build once, call many times).
 
-Both are thin doors over :class:`~fasteval.core.engine.Engine`; the only things they add
+Both are thin doors over :class:`~fasteval.run.engine.Engine`; the only things they add
 are what a training loop needs around it:
 
 * **mode**: an ``nn.Module`` policy is put in ``eval()`` for the evaluation and every
@@ -48,7 +48,7 @@ def evaluate(spec: EvalSpec | None = None, **kwargs: Any) -> EvalResult:
     Builds an engine, runs it once, closes it. To evaluate the same policy again (as in a
     training loop), use :class:`Evaluator`, which keeps the envs and buffers.
 
-    >>> evaluate(env="CartPole-v1", policy="zero", n_episodes=10).aggregated["avg_sum_reward"]  # doctest: +SKIP
+    >>> evaluate(env="CartPole-v1", policy="zero", n_episodes=10).overall()["avg_sum_reward"]  # doctest: +SKIP
     """
     if spec is None:
         spec = EvalSpec(**kwargs)

@@ -156,7 +156,8 @@ def merge(spec: EvalSpec, config: Mapping[str, Any], given: set[str]) -> EvalSpe
 
 
 def given_on_command_line(ctx: Any) -> set[str]:
-    """EvalSpec fields (and ``output_dir``) whose CLI option was given on the command line."""
+    """EvalSpec fields (and ``output_dir``) whose CLI option was given on the command line (or by its
+    environment variable): the one such check (``--config`` merges under them, ``--resume`` compares them)."""
     from click.core import ParameterSource
 
     out = set()

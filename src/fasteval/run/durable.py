@@ -32,12 +32,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from fasteval.run.engine import Engine
-from fasteval.types.errors import EvaluationAborted
-from fasteval.types.results import EvalResult, merge_episodes
+from fasteval.types.errors import EvaluationAborted, UserInputError
+from fasteval.types.results import (STATUS_COMPLETE, STATUS_FAILED, STATUS_INTERRUPTED, STATUS_RUNNING,  # noqa: F401
+                                    EarlierSegments, EpisodeTable, EvalResult)
 from fasteval.run.rundir import RunDirectory, check_resumable, format_records, policy_digest
 from fasteval.types.spec import EvalSpec
 
-STATUS_RUNNING, STATUS_COMPLETE, STATUS_INTERRUPTED, STATUS_FAILED = "running", "complete", "interrupted", "failed"
 
 
 @dataclass
@@ -204,6 +204,74 @@ class _StopOnSignal:
             signal.signal(sig, handler)
 
 
+class _SegmentLog:
+    """This segment's writes to the run folder. Nothing is written before the first record (a finished
+    episode or an error: the dry run has passed); then the manifest (status ``running``), then the logs."""
+
+    def __init__(self, engine: Engine, run_dir: RunDirectory, fields: dict[str, Any], segments: list[dict[str, Any]],
+                 flush_policy: FlushPolicy, on_finished: Callable[[Any, Any], None] | None):
+        self.engine, self.run_dir, self.fields, self.segments = engine, run_dir, fields, segments
+        self.flush_policy, self.on_finished = flush_policy, on_finished
+        self.log: GroupCommitLog | None = None
+
+    def start(self) -> GroupCommitLog:
+        if self.log is None:
+            self.run_dir.open_logs()
+            self.write_manifest(STATUS_RUNNING)
+            # ledger rows are buffered; the engine's one record builder turns each group into records
+            self.log = GroupCommitLog(self.run_dir.append_episode_text, self.flush_policy,
+                                      render=lambda rows: self.engine.records(self.engine.ledger, rows).to_list())
+        return self.log
+
+    def finished(self, ledger: Any, rows: Any) -> None:
+        """The engine's ``on_finished``: buffer the rows (their records are built when written)."""
+        self.start().add(rows.tolist())
+        if self.on_finished is not None:
+            self.on_finished(ledger, rows)
+
+    def error(self, record: dict[str, Any]) -> None:
+        """The engine's ``on_error``."""
+        self.start()
+        self.run_dir.append_errors([record])
+
+    def write_manifest(self, status: str, error: BaseException | None = None) -> None:
+        self.run_dir.write_manifest({**self.fields, "spec": self.engine.spec.to_dict(), "status": status,
+                                     "segments": self.segments,
+                                     **({"error": f"{type(error).__name__}: {error}"} if error is not None else {})})
+
+    def close(self) -> None:
+        """Every buffered record reaches the file (safe to call twice)."""
+        if self.log is not None:
+            self.log.close()
+
+    def undo(self, original_manifest: dict[str, Any] | None, folder_existed: bool) -> None:
+        """The dry run failed: leave the folder as it was before this segment."""
+        if self.log is None:
+            return
+        self.log.close()
+        self.run_dir.close()
+        if original_manifest is not None:
+            self.run_dir.write_manifest(original_manifest)
+        else:
+            self.run_dir.remove_new_run(remove_folder=not folder_existed)
+
+
+def _earlier_segments(run_dir: RunDirectory, fields: dict[str, Any], n_episodes: int,
+                      resume: bool) -> tuple[dict[str, Any] | None, EarlierSegments, list[dict[str, Any]]]:
+    """``(original manifest, what earlier segments recorded, their segment list)``; for a new run,
+    checks that the folder holds no run yet. Raises :class:`UserInputError` with the fix."""
+    if not resume:
+        if run_dir.has_manifest():
+            raise UserInputError(f"{run_dir.path} already holds a fasteval run. Pass --resume {run_dir.path} to finish it, "
+                                 f"or choose another --output-dir.")
+        return None, EarlierSegments(EpisodeTable.empty()), []
+    manifest = run_dir.read_manifest()
+    check_resumable(manifest, fields, run_dir.path)
+    done = [r for r in run_dir.records() if 0 <= int(r["episode_ix"]) < n_episodes]
+    segments = list(manifest.get("segments", []))
+    return manifest, EarlierSegments(EpisodeTable.from_records(done), sum(s["eval_s"] for s in segments), len(segments)), segments
+
+
 def run_durable(
     engine: Engine,
     run_dir: RunDirectory,
@@ -217,85 +285,32 @@ def run_durable(
     Loses no finished episode on a normal exit, an error or a signal, and at most
     ``flush_policy``'s window on a kill. Raises :class:`~fasteval.types.errors.UserInputError` (the
     folder holds another run, the resume does not match, the dry run failed) with the folder
-    left as it was.
+    left as it was. The result is the engine's, built once: it folds in the earlier segments.
     """
-    from fasteval.types.errors import UserInputError
-
     spec = engine.spec
     fields = manifest_fields(spec, engine)
-    done: list[dict[str, Any]] = []
-    segments: list[dict[str, Any]] = []
-    original_manifest: dict[str, Any] | None = None
-    if resume:
-        original_manifest = run_dir.read_manifest()
-        check_resumable(original_manifest, fields, run_dir.path)
-        done = [r for r in run_dir.records() if 0 <= int(r["episode_ix"]) < spec.n_episodes]
-        segments = list(original_manifest.get("segments", []))
-    elif run_dir.has_manifest():
-        raise UserInputError(
-            f"{run_dir.path} already holds a fasteval run. Pass --resume {run_dir.path} to finish it, "
-            f"or choose another --output-dir."
-        )
-    done_ix = {int(r["episode_ix"]) for r in done}
-    missing = [i for i in range(spec.n_episodes) if i not in done_ix] if done else None  # None: all, no O(n) list
+    original_manifest, earlier, segments = _earlier_segments(run_dir, fields, spec.n_episodes, resume)
+    done_ix = set(earlier.records.column("episode_ix").tolist())
+    missing = [i for i in range(spec.n_episodes) if i not in done_ix] if done_ix else None  # None: all, no O(n) list
     folder_existed = run_dir.path.exists()
-    log: GroupCommitLog | None = None
-
-    def start() -> GroupCommitLog:
-        """First record of this segment (the dry run has passed): manifest, then the logs."""
-        nonlocal log
-        if log is None:
-            run_dir.open_logs()
-            run_dir.write_manifest({**fields, "spec": spec.to_dict(), "status": STATUS_RUNNING, "segments": segments})
-            log = GroupCommitLog(run_dir.append_episode_text, flush_policy,
-                                 render=lambda rows: engine.records(engine.ledger, rows))
-        return log
-
-    def log_finished(ledger: Any, rows: Any) -> None:
-        start().add(rows.tolist())  # ledger rows: their records are built when the group is written
-        if on_finished is not None:
-            on_finished(ledger, rows)
-
-    def log_error(record: dict[str, Any]) -> None:
-        start()
-        run_dir.append_errors([record])
-
+    log = _SegmentLog(engine, run_dir, fields, segments, flush_policy, on_finished)
     error: BaseException | None = None
     with _StopOnSignal(engine, announce) as stopper:
         try:
-            new = engine.run(episodes=missing, on_finished=log_finished, on_error=log_error)
+            result = engine.run(episodes=missing, on_finished=log.finished, on_error=log.error, earlier=earlier)
         except EvaluationAborted as exc:
-            new, error = exc.partial, exc.__cause__ or exc
-        except UserInputError:  # the dry run failed: nothing was evaluated, leave the folder as it was
-            if log is not None:
-                log.close()
-                run_dir.close()
-                if original_manifest is not None:
-                    run_dir.write_manifest(original_manifest)
-                else:
-                    run_dir.remove_new_run(remove_folder=not folder_existed)
+            result, error = exc.partial, exc.__cause__ or exc
+        except UserInputError:  # the dry run failed: nothing was evaluated
+            log.undo(original_manifest, folder_existed)
             raise
         finally:
-            if log is not None:
-                log.close()  # every buffered record reaches the file, whatever happened
-    start()
+            log.close()
+    log.start()
     log.close()
     run_dir.close()
-    records = merge_episodes(done, new.per_episode)  # columnar, in episode order
-    if len(records) == spec.n_episodes and error is None and not new.n_failed:
-        status = STATUS_COMPLETE  # a signal that came after the last episode changes nothing
-    elif stopper.received is not None or isinstance(error, KeyboardInterrupt):
-        status = STATUS_INTERRUPTED
-    elif error is not None or new.n_failed:
-        status = STATUS_FAILED
-    else:
-        status = STATUS_COMPLETE
-    segments.append({"episodes": len(new.per_episode), "eval_s": new.eval_s, "status": status})
-    merged = EvalResult(records, sum(s["eval_s"] for s in segments), new.timings, dict(new.meta),
-                        video_paths=list(new.video_paths), errors=new.errors, n_failed=new.n_failed,
-                        episode_data=new.episode_data)
-    merged.meta.update(status=status, segments=len(segments), n_episodes=spec.n_episodes)
-    run_dir.write_eval_info(merged.eval_info_document())  # streamed: no per-episode dicts in memory
-    run_dir.write_manifest({**fields, "spec": spec.to_dict(), "status": status, "segments": segments,
-                            **({"error": f"{type(error).__name__}: {error}"} if error is not None else {})})
-    return DurableOutcome(merged, status, stopper.received, error, resumed_episodes=len(done))
+    status = result.meta["status"]
+    segments.append({"episodes": len(result.per_episode) - len(earlier.records),
+                     "eval_s": result.eval_s - earlier.eval_s, "status": status})
+    run_dir.write_eval_info(result.eval_info_document())  # streamed: no per-episode dicts in memory
+    log.write_manifest(status, error)
+    return DurableOutcome(result, status, stopper.received, error, resumed_episodes=len(earlier.records))

@@ -1,6 +1,6 @@
 """``fasteval bench``: warm-up, repeated timed runs of the engine, a stage breakdown, a machine header.
 
-* :mod:`fasteval.doors.bench.harness`: runs a spec through :class:`~fasteval.core.engine.Engine`
+* :mod:`fasteval.doors.bench.harness`: runs a spec through :class:`~fasteval.run.engine.Engine`
   (the same engine as the CLI; no rollout code here), one cell or a grid of cells;
 * :mod:`fasteval.doors.bench.machine`: the machine header (CPU, cores, GPU, library versions);
 * :mod:`fasteval.doors.bench.report`: the stdout tables and the JSON document;

@@ -1,6 +1,6 @@
 """Timed, repeated runs of one spec through the engine, and grids of them.
 
-The harness has no rollout code: it builds one :class:`~fasteval.core.engine.Engine` per
+The harness has no rollout code: it builds one :class:`~fasteval.run.engine.Engine` per
 cell (the engine the CLI and the library use), warms it up, then calls ``engine.run()``
 ``repeats`` times and keeps what each run reports (``eval_s`` and the stage timers).
 

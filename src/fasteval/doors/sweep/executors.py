@@ -1,7 +1,7 @@
 """Executors: map the engine over jobs, here (one after another or a few processes) or on Ray.
 
 Every executor runs the same worker function, :func:`run_job`, which builds an
-:class:`~fasteval.core.engine.Engine` from the job's spec (policies travel as references, never
+:class:`~fasteval.run.engine.Engine` from the job's spec (policies travel as references, never
 as live objects), runs only the job's missing episodes, and sends messages to the driver:
 
 * ``("start", job_id)`` when the job starts (counted as an attempt);

@@ -45,8 +45,9 @@ a ``noise`` argument keep LeRobot's global-RNG draws; :attr:`batch_invariant` sa
 **CUDA graphs.** On a CUDA device, the full-batch chunk prediction (``predict_action_chunk`` on all
 ``n_slots`` rows: a static shape) runs in a CUDA graph, through fasteval's capture machinery
 (:class:`fasteval.core.accel.CudaGraphCall`: side stream, memory pool, capture lock, RNG restore, and
-eager fallback with a warning when the capture fails). The preprocessed tensors are copied into static
-input buffers before each replay; non-tensor entries (``task``) are those of the first call, which
+eager fallback with a warning when the capture fails; the one decision is :func:`fasteval.core.accel.graph_decision`).
+The graph wrapper owns its static inputs (``copy_inputs``): the preprocessed tensors are copied into
+them before each replay; non-tensor entries (``task``) are those of the first call, which
 ACT and Diffusion do not read (:data:`GRAPH_TYPES`). Calls on fewer rows (``chunk_rows = "needed"``)
 run eagerly. Diffusion with per-episode generators is never graphed: a replay would reuse the noise
 of capture time. ``run_meta()["lerobot_chunk_cuda_graph"]`` says what happened: ``captured``,
@@ -165,7 +166,7 @@ class LeRobotPolicy(_FollowsDevice):
         self.cuda_graph = cuda_graph
         """Graph the full-batch chunk prediction: ``None`` (default) where the device is CUDA, ``False`` never,
         ``True`` asked for (off CUDA it is reported as ``eager (no CUDA device)``)."""
-        self._graph: _ChunkGraph | None = None
+        self._graph: accel.CudaGraphCall | None = None
         config = policy.config
         self.policy = policy
         self.pipelines = pipelines
@@ -213,23 +214,19 @@ class LeRobotPolicy(_FollowsDevice):
 
     def _graph_refusal(self, device: torch.device) -> str | None:
         """Why the chunk prediction on ``device`` is not graphed (a status), or ``None`` when it may be."""
-        if self.cuda_graph is False:
-            return accel.OFF
-        unsupported = accel.graph_unsupported(device)
-        if unsupported is not None:
-            return accel.OFF if self.cuda_graph is None else accel.eager(unsupported)
+        blockers = []
         if self.noise_shape is not None or self.scheduler_generators:
-            return accel.eager("per-episode noise generators: a graph would replay the noise of capture time")
+            blockers.append("per-episode noise generators: a graph would replay the noise of capture time")
         if self.policy_type not in GRAPH_TYPES:
-            return accel.eager(f"{self.policy_type}: its chunk prediction may read non-tensor inputs")
-        return None
+            blockers.append(f"{self.policy_type}: its chunk prediction may read non-tensor inputs")
+        return accel.graph_decision(self.cuda_graph, device, blockers[:1]).status
 
     def _predict(self, batch: dict[str, Any]) -> torch.Tensor:
         """``predict_action_chunk`` on the full batch: replayed from a CUDA graph where it may be."""
         param = next(self.policy.parameters())
         if self._graph is None or self._graph.device != param.device:
-            refused = self._graph_refusal(param.device)
-            self._graph = _ChunkGraph(self.policy.predict_action_chunk, param.device, refused)
+            self._graph = accel.CudaGraphCall(self.policy.predict_action_chunk, param.device, copy_inputs=True,
+                                              name="the chunk prediction", refused=self._graph_refusal(param.device))
         return self._graph(batch)
 
     # -- protocol ---------------------------------------------------------------------------------
@@ -340,48 +337,6 @@ class LeRobotPolicy(_FollowsDevice):
 
 GRAPH_TYPES = {"act", "diffusion"}
 """Types whose ``predict_action_chunk`` reads only the batch's tensors (not ``task``), checked against LeRobot 0.6."""
-
-
-class _ChunkGraph:
-    """The full-batch chunk prediction through :class:`fasteval.core.accel.CudaGraphCall` (or eager, with a reason).
-
-    Each call copies the batch's tensors into static input buffers (allocated on the first call), so that
-    one graph serves the whole run; non-tensor entries are those of the first call. A batch whose tensor
-    layout (keys, shapes, dtypes) differs from the first one runs eagerly from then on, reported as such.
-    ``facts["cuda_graph"]`` is the status (updated by the capture).
-    """
-
-    def __init__(self, predict: Callable[[dict[str, Any]], torch.Tensor], device: torch.device, refused: str | None):
-        self.predict, self.device = predict, device
-        self.facts: dict[str, Any] = {}
-        self.inputs: dict[str, torch.Tensor] | None = None
-        self.others: dict[str, Any] = {}
-        self.layout: dict[str, tuple] = {}
-        self.call: accel.CudaGraphCall | None = None
-        if refused is None:
-            self.call = accel.CudaGraphCall(self._run, device, facts=self.facts)
-        else:
-            self.facts["cuda_graph"] = refused
-
-    def _run(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.predict({**self.others, **inputs})
-
-    def __call__(self, batch: dict[str, Any]) -> torch.Tensor:
-        if self.call is None:
-            return self.predict(batch)
-        tensors = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor)}
-        layout = {k: (tuple(v.shape), v.dtype, v.device) for k, v in tensors.items()}
-        if self.inputs is None:
-            self.inputs = {k: v.clone() for k, v in tensors.items()}
-            self.others = {k: v for k, v in batch.items() if k not in tensors}
-            self.layout = layout
-        elif layout != self.layout:
-            self.call, self.facts["cuda_graph"] = None, accel.eager("the chunk prediction's input shapes changed")
-            return self.predict(batch)
-        else:
-            for key, value in tensors.items():
-                self.inputs[key].copy_(value)
-        return self.call(self.inputs)
 
 
 class _scheduler_generators:

@@ -44,7 +44,6 @@ import gymnasium as gym
 import torch
 
 from fasteval.core.policy import NO_RESET, PER_ENV, WAVE, PolicyRunner
-from fasteval.core.slot_calls import env_has_attr
 from fasteval.types.errors import UserInputError
 from fasteval.robot.policies.chunk_queue import ChunkQueue, chunk_length
 from fasteval.robot.policies.normalization import NORMALIZATION_NAME, Normalizer, load_stats
@@ -186,7 +185,7 @@ def build_policy_runner(policy: Any, spec: Any, envs: Any, h2d: Any, n_slots: in
     tasks = None
     pipelined = bool(getattr(spec, "pipeline", False))
     in_observation = spec.observation_format == LEROBOT and not pipelined  # group views: no per-row task lists
-    if (callable(getattr(policy, "set_task", None)) or in_observation) and env_has_attr(envs, TASK_ATTR):
+    if (callable(getattr(policy, "set_task", None)) or in_observation) and envs.has_attr(TASK_ATTR):
         if pipelined:  # set_task keeps a task per env row, and half-batch calls cannot tell the groups' rows apart
             raise UserInputError(
                 f"--pipeline calls the policy with alternating half batches, so the per-env task descriptions that "

@@ -9,7 +9,6 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from fasteval.core.slot_calls import slot_getter
 
 TASK_ATTR = "task_description"
 
@@ -22,7 +21,6 @@ class TaskDescriptions:
 
     def __init__(self, envs: Any, policy: Any, n_slots: int, in_observation: bool):
         self.envs = envs
-        self.get = slot_getter(envs, TASK_ATTR)
         self.descriptions: list[str] = [""] * max(int(n_slots), int(getattr(envs, "n_slots", 0)))
         set_task = getattr(policy, "set_task", None)
         self.set_task: Callable[..., Any] | None = set_task if callable(set_task) else None
@@ -40,7 +38,7 @@ class TaskDescriptions:
         slots = [s for s in slots if s not in failing]
         if not slots:
             return
-        values = [str(v) for v in self.get(slots)]
+        values = [str(v) for v in self.envs.call(slots, TASK_ATTR)]
         for slot, value in zip(slots, values):
             self.descriptions[slot] = value
         for observation in self.observations:

@@ -1,0 +1,126 @@
+"""The one per-slot env code: step, reset, rebuild, call and ``has_attr`` over the envs of some slots.
+
+A :class:`SlotBlock` holds the envs of a set of slots and writes their results into host buffers
+indexed by slot. :class:`fasteval.core.envs.SyncSlotEnvs` drives one block of every slot in this
+process; each env worker (:mod:`fasteval.core.worker_process`) drives one block of its slots, with
+the buffers in shared memory. What differs between the two (when a failed env is rebuilt, how a
+failure crosses a process) is theirs; what is done to an env is written here once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from fasteval.core.slots import EnvFailure, _failure, _obs_writer, call_env
+from fasteval.types.errors import EnvStepError
+
+
+class CallError:
+    """The value of a call that raised, kept in place of the value (it crosses a process as its message)."""
+
+    def __init__(self, message: str, exc: BaseException | None = None):
+        self.message, self.exc = message, exc
+
+    def __reduce__(self):
+        return (CallError, (self.message,))
+
+
+def raise_call_errors(name: str, slots: Sequence[int], values: Sequence[Any], where: str = "") -> None:
+    """Raise :class:`EnvStepError` naming every slot whose ``env.<name>`` raised (a :class:`CallError`)."""
+    errors = [(s, v) for s, v in zip(slots, values) if isinstance(v, CallError)]
+    if errors:
+        text = "; ".join(f"slot {s}: {v.message}" for s, v in errors)
+        raise EnvStepError(f"env.{name} failed{where}: {text}") from errors[0][1].exc
+
+
+class SlotBlock:
+    """The envs of some slots, stepped and reset per slot into host buffers indexed by slot.
+
+    ``envs`` is indexed by slot (a list of every slot, or a dict of a worker's block); ``first``
+    is the slot whose env answers :meth:`has_attr`. ``progress`` receives the slot being worked on
+    (``progress[1]``) before each env call: a worker passes its row of the shared memory, so the
+    parent can name the culprit if the worker dies.
+    """
+
+    def __init__(self, factory: Callable[[], Any], envs: Any, first: int, obs: Any, rewards: np.ndarray,
+                 terminated: np.ndarray, truncated: np.ndarray, success: np.ndarray, progress: Any = None):
+        self.factory, self.envs, self.first = factory, envs, first
+        self.write_obs = _obs_writer(obs)
+        self.rewards, self.terminated, self.truncated, self.success = rewards, terminated, truncated, success
+        self.progress = [-1, -1, -1] if progress is None else progress
+        self.has_success_signal = False
+        """True once any env step's ``info`` carried ``is_success`` (even False)."""
+
+    def step(self, slots: Sequence[int], actions: np.ndarray, failures: list[EnvFailure]) -> None:
+        """Step ``slots`` with their rows of ``actions``; a slot whose env raises goes to ``failures``.
+
+        The hottest Python loop in fasteval for cheap envs: one ``info`` lookup per step both stores
+        ``is_success`` and notices that the env reports it (``has_success_signal``).
+        """
+        envs, write, rewards, terminated, truncated, success, progress = (
+            self.envs, self.write_obs, self.rewards, self.terminated, self.truncated, self.success, self.progress)
+        seen = None  # not None once any info carried is_success (even False)
+        for slot in slots:
+            progress[1] = slot
+            try:  # free when nothing is raised (Python >= 3.11)
+                obs, reward, term, trunc, info = envs[slot].step(actions[slot])
+            except Exception as exc:  # recorded; the owner rebuilds the env and the engine retries the episode
+                failures.append(_failure(slot, "step", exc))
+                continue
+            write(slot, obs)
+            rewards[slot] = reward
+            terminated[slot] = term
+            truncated[slot] = trunc
+            flag = info.get("is_success")
+            if flag is None:
+                success[slot] = False
+            else:
+                success[slot] = seen = flag
+        if seen is not None:
+            self.has_success_signal = True
+
+    def reset(self, slots: Sequence[int], seeds: Sequence[int], failures: list[EnvFailure]) -> None:
+        """Reset each slot with its seed; a slot whose env raises goes to ``failures``."""
+        envs, write, progress = self.envs, self.write_obs, self.progress
+        for slot, seed in zip(slots, seeds):
+            progress[1] = slot
+            try:
+                obs, _info = envs[slot].reset(seed=int(seed))
+            except Exception as exc:  # recorded; the owner rebuilds the env and the engine retries the episode
+                failures.append(_failure(slot, "reset", exc))
+                continue
+            write(slot, obs)
+
+    def rebuild(self, slot: int) -> None:
+        """Close the env of ``slot`` (errors ignored) and build a new one (its errors raise)."""
+        try:
+            self.envs[slot].close()
+        except Exception:
+            pass
+        self.envs[slot] = self.factory()
+
+    def call(self, slots: Sequence[int], name: str) -> list[Any]:
+        """``[env.<name>() or env.<name> for each slot]`` through the wrappers; a :class:`CallError`
+        in place of each value whose call raised."""
+        envs, progress, out = self.envs, self.progress, []
+        for slot in slots:
+            progress[1] = slot
+            try:
+                out.append(call_env(envs[slot], name))
+            except Exception as exc:
+                out.append(CallError(f"{type(exc).__name__}: {exc}", exc))
+        return out
+
+    def has_attr(self, name: str) -> bool:
+        """Whether the first slot's env (through its wrappers) has attribute ``name``."""
+        return bool(self.envs[self.first].has_wrapper_attr(name))
+
+    def close(self) -> None:
+        """Close every env (errors ignored)."""
+        for env in (self.envs.values() if isinstance(self.envs, dict) else self.envs):
+            try:
+                env.close()
+            except Exception:
+                pass

@@ -1,0 +1,213 @@
+"""The result of an evaluation: the per-episode table plus aggregates, in the classic layout.
+
+``eval_info.json`` keeps the keys LeRobot-style consumers read (``per_episode``,
+``per_task``, ``per_group``, ``overall`` with ``avg_sum_reward``, ``avg_max_reward``,
+``pc_success``, ``n_episodes``, ``eval_s``, ``eval_ep_s``) and adds ``env_steps``,
+``steps_per_s``, ``episodes_per_s``, NaN counts, a Wilson 95% interval for success and
+``has_success_signal`` (False when no env of the run ever reported ``info["is_success"]``:
+``pc_success`` is then 0 by construction, not a measured rate).
+
+NaN rewards are never dropped: averages over an episode with a NaN reward are NaN too (unlike
+``nanmean``, which would hide it). ``n_nan_reward_episodes`` says how many episodes are affected.
+:meth:`EvalResult.to_json` streams the document (:mod:`fasteval.types.json_writer`).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from fasteval.types.episode_table import EpisodeTable, merge_episodes
+from fasteval.types.json_writer import write_json_atomic
+from fasteval.types.stats import wilson_interval
+
+
+STATUS_RUNNING, STATUS_COMPLETE, STATUS_INTERRUPTED, STATUS_FAILED = "running", "complete", "interrupted", "failed"
+"""A run's status (``meta["status"]``, and the manifest's: ``running`` until the run has ended)."""
+
+
+def run_status(n_recorded: int, n_wanted: int, n_failed: int, error: BaseException | None, stopped: bool) -> str:
+    """The status of a run that ended: every wanted episode recorded (a stop request that came after
+    the last episode started changes nothing) -> ``complete``; stopped early (a stop request, a second
+    signal) -> ``interrupted``; an error or episodes that failed for good -> ``failed``."""
+    if n_recorded == n_wanted and error is None and not n_failed:
+        return STATUS_COMPLETE
+    if stopped or isinstance(error, KeyboardInterrupt):
+        return STATUS_INTERRUPTED
+    if error is not None or n_failed:
+        return STATUS_FAILED
+    return STATUS_COMPLETE
+
+
+@dataclass(frozen=True)
+class EarlierSegments:
+    """What earlier segments of a resumed run recorded: their episodes (in any order) and their
+    engine seconds. The engine folds them into the one result of the run."""
+
+    records: EpisodeTable
+    eval_s: float = 0.0
+    segments: int = 0
+    """How many segments ran before this one."""
+
+    def merged(self, new: EpisodeTable) -> EpisodeTable:
+        """The earlier records plus ``new``, in episode order."""
+        return merge_episodes(self.records, new)
+
+
+@dataclass
+class EvalResult:
+    """Per-episode results (``per_episode``, an :class:`EpisodeTable` in episode order) plus run facts.
+
+    Attributes:
+        per_episode: the per-episode table; a list of dicts with ``EPISODE_FIELDS`` is accepted and
+            converted. It reads like a list of dicts (see :class:`EpisodeTable`).
+        eval_s: engine wall time in seconds (env building and start-up excluded).
+        timings: seconds per stage (see ``fasteval.core.timing``).
+        meta: free-form run facts (spec, kernel backend, batch size, fasteval version).
+    """
+
+    per_episode: EpisodeTable
+    eval_s: float
+    timings: dict[str, float] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    video_paths: list[str] = field(default_factory=list)
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    """Fault records (env raised/hung/died, non-finite actions), retried ones included."""
+    n_failed: int = 0
+    """Episodes that failed for good; they are not in ``per_episode`` nor in any average."""
+    episode_data: Any = None
+    """With ``return_episode_data``: the rollouts of exactly these episodes, cut at their ends."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.per_episode, EpisodeTable):
+            self.per_episode = EpisodeTable.from_records(self.per_episode)
+
+    # -- aggregates ---------------------------------------------------------------------------
+    @property
+    def aggregated(self) -> dict[str, Any]:
+        """Deprecated name of :meth:`overall`, kept because earlier docs and scripts use it."""
+        warnings.warn("EvalResult.aggregated is deprecated: use EvalResult.overall()", DeprecationWarning, stacklevel=2)
+        return self.overall()
+
+    def overall(self) -> dict[str, Any]:
+        """What the CLI writes under ``overall``."""
+        out = aggregate(self.per_episode)
+        n = out["n_episodes"]
+        steps = out["env_steps"]
+        out.update(
+            eval_s=self.eval_s,
+            eval_ep_s=self.eval_s / n if n else math.nan,
+            steps_per_s=steps / self.eval_s if self.eval_s > 0 else math.nan,
+            episodes_per_s=n / self.eval_s if self.eval_s > 0 else math.nan,
+            n_failed_episodes=self.n_failed,
+            n_env_errors=len(self.errors),
+            video_paths=list(self.video_paths),
+        )
+        return out
+
+    def per_group(self) -> dict[str, dict[str, Any]]:
+        table = self.per_episode
+        out = {}
+        for (name,), part in table.groups("group"):
+            agg = aggregate(part)
+            agg["video_paths"] = [p for p in self.video_paths if f"/{name}_" in p or p.startswith(f"{name}_")]
+            out[name] = agg
+        return out
+
+    def per_task(self) -> list[dict[str, Any]]:
+        return [_plain_task(t) for t in self._per_task_columns()]
+
+    def _per_task_columns(self) -> list[dict[str, Any]]:
+        """``per_task`` with the long per-episode lists as arrays (streamed by the JSON writer)."""
+        table = self.per_episode
+        out = []
+        for (group, task_id), part in table.groups("task"):
+            out.append({
+                "task_group": group,
+                "task_id": task_id,
+                "task": part.tasks[int(part.task_codes[0])][2],
+                "metrics": {
+                    "sum_rewards": part.columns["sum_reward"],
+                    "max_rewards": part.columns["max_reward"],
+                    "successes": part.columns["success"],
+                    "lengths": part.columns["length"],
+                    "seeds": part.columns["seed"],
+                    "video_paths": [],
+                },
+                "aggregated": aggregate(part),
+            })
+        return out
+
+    # -- export --------------------------------------------------------------------------------
+    def to_eval_info(self) -> dict[str, Any]:
+        """The full ``eval_info.json`` document as plain data (lists of dicts; O(n) Python objects).
+        To write it, use :meth:`to_json`, which streams instead."""
+        doc = self.eval_info_document()
+        doc["per_episode"] = self.per_episode.to_list()
+        doc["per_task"] = [_plain_task(t) for t in doc["per_task"]]
+        return doc
+
+    def eval_info_document(self) -> dict[str, Any]:
+        """The ``eval_info.json`` document with the per-episode table and ``per_task``'s lists left
+        columnar (an :class:`EpisodeTable` and arrays): pass it to :func:`write_json_atomic`."""
+        return {
+            "per_episode": self.per_episode,
+            "per_task": self._per_task_columns(),
+            "per_group": self.per_group(),
+            "overall": self.overall(),
+            "timings": self.timings,
+            "errors": self.errors,
+            "meta": self.meta,
+        }
+
+    def to_dict(self, prefix: str = "") -> dict[str, float]:
+        """Flat scalars (``{prefix}avg_sum_reward`` ...), ready for TensorBoard or W&B."""
+        out = {}
+        for key, value in self.overall().items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            out[f"{prefix}{key}"] = float(value)
+        lo, hi = self.overall()["pc_success_ci95"]
+        out[f"{prefix}pc_success_ci95_low"], out[f"{prefix}pc_success_ci95_high"] = lo, hi
+        return out
+
+    def to_json(self, path: str | os.PathLike) -> Path:
+        """Write ``eval_info.json`` atomically (temp file + rename), streamed; return the path."""
+        return write_json_atomic(path, self.eval_info_document())
+
+    def column(self, name: str) -> np.ndarray:
+        """One per-episode field as an array, in episode order."""
+        return np.asarray(self.per_episode.column(name))
+
+
+def _plain_task(task: dict[str, Any]) -> dict[str, Any]:
+    metrics = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in task["metrics"].items()}
+    return {**task, "metrics": metrics}
+
+
+def aggregate(records: EpisodeTable | Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Aggregates over episodes (a table or records). Averages are plain means: a NaN episode makes
+    them NaN. ``has_success_signal`` is True when any episode's env reported ``is_success``."""
+    table = records if isinstance(records, EpisodeTable) else EpisodeTable.from_records(records)
+    c = table.columns
+    n = len(table)
+    successes = int(np.count_nonzero(c["success"]))
+    lo, hi = wilson_interval(successes, n)
+    return {
+        "avg_sum_reward": float(c["sum_reward"].mean()) if n else math.nan,
+        "avg_max_reward": float(c["max_reward"].mean()) if n else math.nan,
+        "pc_success": 100.0 * successes / n if n else math.nan,
+        "pc_success_ci95": [100.0 * lo, 100.0 * hi],
+        "n_success": successes,
+        "n_episodes": n,
+        "env_steps": int(c["length"].sum()),
+        "avg_length": float(c["length"].mean()) if n else math.nan,
+        "n_nan_reward_episodes": int(np.count_nonzero(c["nan_rewards"] > 0)),
+        "has_success_signal": bool(c["has_success_signal"].any()),
+    }
