@@ -6,7 +6,7 @@ A reference is *code* when it names a callable: ``module:callable`` (an installe
 
 The rules, for an env or a policy reference:
 
-* a file path runs arbitrary code: it needs ``--trust-remote-code`` (``trust_remote_code=True``),
+* a file path runs arbitrary code: it needs ``--trust-remote-code`` (the spec's ``trust_remote_code``),
   wherever it comes from (the engine checks this itself, for envs and policies alike);
 * a ``module:callable`` typed **on the command line** is the user's own choice of installed code. A
   policy callable is called with the spaces only; an env callable gets the ``--env-kwarg`` values

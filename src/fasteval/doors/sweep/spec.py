@@ -367,9 +367,7 @@ def trusted_sweep(data: Mapping[str, Any], source: str, trust_remote_code: bool,
             check_env_ref(env.id, source, trust_remote_code)
     except UserInputError as exc:
         raise SweepSpecError(str(exc)) from None
-    if trust_remote_code:
-        spec = dataclasses.replace(spec, options=dataclasses.replace(spec.options, trust_remote_code=True))
-    return spec
+    return dataclasses.replace(spec, options=dataclasses.replace(spec.options, trust_remote_code=bool(trust_remote_code)))
 
 
 def _parse_seeds(raw: Any, episodes: Any) -> tuple[int, ...]:
