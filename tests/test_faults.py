@@ -371,3 +371,29 @@ def test_unusable_paths_found_by_the_fuzzer_exit_2(tmp_path, monkeypatch, args):
     assert result.exit_code == 2, (args, result.output, result.exception)
     assert "not usable" in result.output or "empty" in result.output
     assert list(tmp_path.iterdir()) == []
+
+
+# -- the watchdog: hangs that nothing else catches (issue 20) -------------------------------------
+
+WATCHDOG_RUN = """
+import sys
+from fasteval import evaluate
+from fasteval.testing.fault_plan import PlannedPolicy
+kind, state = sys.argv[1], sys.argv[2]
+if kind == "policy":  # the policy hangs in episode 3 (seed 3), at its step 1
+    evaluate(env="fasteval.testing.fault_plan:make_fault_plan_env", policy=PlannedPolicy({3: ("hang", 1)}),
+             n_episodes=6, batch_size=2, policy_timeout_s=1.0)
+else:  # a sync env hangs in the step 2 of episode 4
+    evaluate(env="fasteval.testing.fault_plan:make_fault_plan_env",
+             env_kwargs={"plan": {4: [["hang", 2]]}, "state_dir": state}, n_episodes=6, batch_size=2, step_timeout=1.0)
+print("the run returned")
+"""
+
+
+@pytest.mark.parametrize("kind, needle", [("policy", "the policy did not return within 1 s (--policy-timeout)"),
+                                          ("env", "an env step did not return within 1 s (--step-timeout)")])
+def test_a_hung_policy_or_sync_env_ends_the_process_with_the_cause(tmp_path, kind, needle):
+    done = subprocess.run([sys.executable, "-c", WATCHDOG_RUN, kind, str(tmp_path)], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert needle in done.stderr and "the run returned" not in done.stdout, done.stderr

@@ -25,6 +25,7 @@ from fasteval import kernels
 from fasteval.core.accel import accelerate, changes_python_state, graph_blockers, graph_decision, per_slot_state
 from fasteval.core.envs import SlotEnvs, build_slot_envs, make_factory
 from fasteval.core.faults import Faults, make_action_check
+from fasteval.core.watchdog import POLICY, Watchdog
 from fasteval.core.ledger import Ledger, check_fits_in_memory
 from fasteval.core.loop import StepContext, run_episodes, start_wave
 from fasteval.core.pipeline import check_pipelinable, group_rows, policy_batch
@@ -70,11 +71,15 @@ class CoreEngine:
         self.pin_memory = pin_memory
         self.n_slots = n_slots or spec.n_slots
         check_fits_in_memory(spec.n_episodes)  # before any env is built: exit 2 with the figures
+        self.watchdog = Watchdog()
+        """Deadlines for the policy (``policy_timeout_s``) and sync envs (``step_timeout``); a door may set
+        ``watchdog.on_expire`` (the durable run flushes its records and marks its folder ``failed``)."""
         factory, probe, cap = make_factory(spec.env, spec.env_kwargs, spec.max_steps, spec.trust_remote_code)
         self.factory = factory
         self.max_steps = cap
         self.envs: SlotEnvs = build_slot_envs(spec.vectorization, factory, self.n_slots, probe, spec.step_timeout,
-                                              workers=spec.workers, obs_allocate=host_allocator(spec.device, pin_memory))
+                                              workers=spec.workers, obs_allocate=host_allocator(spec.device, pin_memory),
+                                              watchdog=self.watchdog)
         try:
             self._build_policy_side(spec)
         except BaseException:
@@ -131,7 +136,9 @@ class CoreEngine:
         # Own RNG fork: the dry run must not consume the run's torch draws, or a stochastic
         # policy's first run (which has the dry run) would differ from later runs with the same seed.
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            self.watchdog.arm(self.spec.policy_timeout_s, POLICY, "the policy's dry run")
             self.runner.dry_run(policy_input)
+            self.watchdog.disarm()
             # A second call that changes the policy's Python attributes: state a CUDA graph would freeze.
             may_graph = graph_decision(self.spec.cuda_graph, self.device, per_slot_state(self.runner)).status is None
             changed = may_graph and changes_python_state(self.policy, self.runner.plain_step, policy_input)
@@ -180,11 +187,14 @@ class CoreEngine:
         except UserInputError:
             raise  # the dry run: nothing was evaluated
         except BaseException as exc:
+            self.watchdog.disarm()  # a call that raised left its deadline armed
             partial = self._result(ledger, faults.errors, perf_counter() - start - self.dry_run_s, seed, earlier, exc)
             self.parts.finish_observers(observer, partial)
             raise EvaluationAborted(
                 f"evaluation stopped early after {len(partial.per_episode)} finished episodes: "
                 f"{type(exc).__name__}: {exc}", partial) from exc
+        finally:
+            self.watchdog.disarm()
         self.runs += 1
         result = self._result(ledger, faults.errors, perf_counter() - start - self.dry_run_s, seed, earlier)
         self.parts.finish_observers(observer, result)
@@ -235,6 +245,7 @@ class CoreEngine:
             envs=self.envs, runner=self.runner, h2d=self.h2d, d2h=self.d2h, ledger=ledger, faults=faults,
             timers=self.timers, step_bookkeeping=kernels.step_bookkeeping, max_steps=self.max_steps or 0,
             check_actions=self.check_actions, on_finished=callback, observer=observer,
+            watchdog=self.watchdog, policy_timeout=self.spec.policy_timeout_s,
         )
         run_episodes(ctx, self.group_rows)
 
@@ -313,6 +324,7 @@ class CoreEngine:
         return dict(run_meta()) if callable(run_meta) else {}
 
     def close(self) -> None:
+        self.watchdog.close()
         self.envs.close()
 
     def __enter__(self) -> "CoreEngine":

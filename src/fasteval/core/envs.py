@@ -24,6 +24,7 @@ import numpy as np
 from fasteval.core.headless import ensure_headless_gl
 from fasteval.core.slot_block import SlotBlock, raise_call_errors
 from fasteval.core.slots import EnvFailure, SlotEnvs, _failure, _obs_writer, allocate_obs_buffer, call_env  # noqa: F401 (re-exported)
+from fasteval.core.watchdog import ENV, Watchdog
 from fasteval.types.errors import EnvNotFoundError, UserInputError
 from fasteval.types.refs import resolve_callable, split_callable_ref
 
@@ -176,7 +177,11 @@ def make_factory(env: str, kwargs: dict, max_steps: int | None,
 class SyncSlotEnvs(SlotEnvs):
     """Sub-envs of a ``SyncVectorEnv`` (autoreset disabled), stepped in-process per active slot."""
 
-    def __init__(self, factory: EnvFactory, n_slots: int, first_env: gym.Env | None = None, obs_allocate=None):
+    def __init__(self, factory: EnvFactory, n_slots: int, first_env: gym.Env | None = None, obs_allocate=None,
+                 step_timeout: float | None = None, watchdog: Watchdog | None = None):
+        self.step_timeout = step_timeout
+        self.watchdog = watchdog or Watchdog()
+        """Deadlines for this process's env calls (``step_timeout``): a hung one cannot be interrupted."""
         fns: list[Callable[[], gym.Env]] = [factory] * n_slots
         self.factory = factory
         if first_env is not None:
@@ -195,15 +200,21 @@ class SyncSlotEnvs(SlotEnvs):
         return self.block.has_success_signal
 
     def reset_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:
+        self.watchdog.arm(self.step_timeout, ENV, "an env reset")
         self.block.reset(slots, seeds, self.failures)  # the engine rebuilds failed envs and retries the episode
+        self.watchdog.disarm()
 
     def rebuild(self, slot: int) -> list[int]:
+        self.watchdog.arm(self.step_timeout, ENV, "an env rebuild")
         self.block.rebuild(slot)
+        self.watchdog.disarm()
         return [slot]
 
     def step(self, slots: Sequence[int], actions: np.ndarray) -> None:
         """Step ``slots`` with rows of ``actions``; write results into the host buffers."""
+        self.watchdog.arm(self.step_timeout, ENV, "an env step")
         self.block.step(slots, actions, self.failures)
+        self.watchdog.disarm()
 
     def call(self, slots: Sequence[int], name: str) -> list[Any]:
         values = self.block.call(slots, name)
@@ -219,14 +230,16 @@ class SyncSlotEnvs(SlotEnvs):
 
 def build_slot_envs(vectorization: str, factory: EnvFactory, n_slots: int, probe: gym.Env | None,
                     step_timeout: float | None = None, workers: int | None = None,
-                    obs_allocate: Callable[[tuple, np.dtype], np.ndarray] | None = None) -> SlotEnvs:
+                    obs_allocate: Callable[[tuple, np.dtype], np.ndarray] | None = None,
+                    watchdog: Watchdog | None = None) -> SlotEnvs:
     """Build the slot envs for ``vectorization`` (``sync`` reuses ``probe`` as slot 0).
 
     ``async`` builds a :class:`~fasteval.core.workers.WorkerPoolEnvs` of ``workers`` processes
     (``None``: ``min(n_slots, usable cores)``); its spaces and metadata come from ``probe`` (then
     closed). ``step_timeout`` (seconds) applies to the workers: one that does not answer in time
     is killed and replaced, and handled like a crash. In-process (sync) envs cannot be interrupted
-    safely; use async for envs that may hang.
+    safely: for them ``step_timeout`` arms ``watchdog`` (:mod:`fasteval.core.watchdog`), which ends the
+    run; use async for envs that may hang and should be retried.
 
     ``obs_allocate(shape, dtype)`` allocates the sync envs' host observation buffers (the engine
     passes :func:`fasteval.core.transfer.pinned_zeros` for a CUDA policy, so observations cross in
@@ -234,7 +247,8 @@ def build_slot_envs(vectorization: str, factory: EnvFactory, n_slots: int, probe
     (pinning wanted), page-locks them for CUDA (``cudaHostRegister``).
     """
     if vectorization == "sync":
-        return SyncSlotEnvs(factory, n_slots, first_env=probe, obs_allocate=obs_allocate)
+        return SyncSlotEnvs(factory, n_slots, first_env=probe, obs_allocate=obs_allocate, step_timeout=step_timeout,
+                            watchdog=watchdog)
     from fasteval.core.workers import WorkerPoolEnvs
 
     probe = probe if probe is not None else factory()

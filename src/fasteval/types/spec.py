@@ -79,8 +79,16 @@ class EvalSpec:
     ``skip-episode`` records the episode as failed and goes on. Never sent to the env."""
 
     step_timeout: float | None = 300.0
-    """Seconds an async env may take for one step or reset before it is killed and handled
-    like a crash. ``None`` waits forever. (In-process sync envs cannot be interrupted.)"""
+    """Seconds an env may take for one step or reset. An async env's worker is then killed and replaced,
+    and the episode handled like a crash (retried). An in-process (sync) env cannot be interrupted, so
+    the watchdog (:mod:`fasteval.core.watchdog`) ends the run instead: the records are flushed, the run
+    folder's manifest says ``failed`` with the cause, and the process exits 1 (resume it with
+    ``--resume``). ``None`` waits forever."""
+
+    policy_timeout_s: float | None = None
+    """Seconds the policy may take for one step (or its dry run) before the watchdog ends the run as
+    ``step_timeout`` does for sync envs (``--policy-timeout``; a remote policy uses it as its request
+    timeout). ``None``: no limit."""
 
     observation_format: str = "raw"
     """What the policy receives: ``raw`` (the env's observation: a Tensor, or a TensorDict of the
@@ -162,6 +170,8 @@ class EvalSpec:
         _require(self.on_nan_action in ON_NAN_ACTIONS, "on_nan_action", " or ".join(ON_NAN_ACTIONS), self.on_nan_action)
         _require(_is_timeout(self.step_timeout), "step_timeout",
                  f"None (no timeout) or a finite number of seconds > 0 and <= {MAX_TIMEOUT_S:.0f}", self.step_timeout)
+        _require(_is_timeout(self.policy_timeout_s), "policy_timeout_s",
+                 f"None (no timeout) or a finite number of seconds > 0 and <= {MAX_TIMEOUT_S:.0f}", self.policy_timeout_s)
         _require(self.cpu_threads is None or (_is_int(self.cpu_threads) and self.cpu_threads >= 1),
                  "cpu_threads", "None or an integer >= 1", self.cpu_threads)
         _require(self.amp in AMP_MODES, "amp", " or ".join(AMP_MODES), self.amp)
