@@ -33,6 +33,8 @@ WORKLOADS = {
     "cartpole zero b16 sync": ["--env", "CartPole-v1", "--policy", "zero", "-b", "16", "-n", "2000"],
     "cartpole mlp b16 sync": ["--env", "CartPole-v1", "--policy", "{repo}/src/fasteval/assets/cartpole_mlp",
                               "-b", "16", "-n", "100"],
+    "cartpole zero b64 pool": ["--env", "CartPole-v1", "--policy", "zero", "-b", "64", "-n", "2000",
+                               "--vectorization", "async", "--workers", "2"],
     "busy env pipelined async": ["--env", "fasteval.testing.busy:make_busy_env", "--policy",
                                  "{bench}/bench_pipeline.py:ConvPolicy", "--trust-remote-code", "-b", "2", "-n", "30",
                                  "--vectorization", "async", "--pipeline"],
@@ -44,7 +46,11 @@ def bench_once(tree: Path, args: list[str], repeats: int) -> float:
     """Median eval_s of one ``fasteval bench`` call run from ``tree``'s sources."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "bench.json"
-        code = "import sys; sys.path.insert(0, sys.argv.pop(1)); from fasteval.doors.cli import main; main()"
+        code = ("import sys; sys.path.insert(0, sys.argv.pop(1))\n"
+                "try:\n    from fasteval.doors.cli import main\n"
+                "except ImportError:  # a tree from before the one-folder-per-layer move\n"
+                "    from fasteval.cli import main\n"
+                "main()")
         cmd = [sys.executable, "-c", code, str(tree / "src"), "bench", *args, "--repeats", str(repeats),
                "--json", str(out)]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=tmp)
