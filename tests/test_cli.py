@@ -8,6 +8,7 @@ from click.testing import CliRunner
 
 from fasteval.doors.cli import main, parse_env_kwargs
 from fasteval.testing import expected_episode
+from fasteval.testing.faulty import FaultyEnv
 
 KA = "fasteval/KnownAnswer-v0"
 
@@ -151,7 +152,7 @@ def test_failed_episodes_are_named_in_the_terminal(tmp_path, seeds, shown, more)
     assert "errors.jsonl" in result.output
 
 
-def make_faulty_task_env(task: str, **kwargs):
+def make_faulty_task_env(task: str, **kwargs) -> "FaultyEnv":
     """A faulty known-answer env named by a ``task`` kwarg, so that a list of tasks is a suite."""
     from fasteval.testing.faulty import FaultyEnv
 
@@ -271,13 +272,16 @@ def test_a_config_file_is_data_code_it_names_needs_the_flag(tmp_path, monkeypatc
     assert not (tmp_path / "PWNED").exists() and not (tmp_path / "out").exists()
 
 
-def test_the_command_line_flag_lets_a_config_name_code_and_saved_configs_hold_no_trust(tmp_path):
+def test_the_command_line_flag_lets_a_config_name_code_and_a_saved_config_grants_nothing(tmp_path):
     (tmp_path / "c.json").write_text(json.dumps({"env": KA, "n_episodes": 2,
                                                  "policy": "fasteval.testing.policies:ParityPolicy"}))
     result = run(["--config", str(tmp_path / "c.json"), "-o", str(tmp_path / "out"), "--trust-remote-code"])
     assert result.exit_code == 0, result.output
-    saved = json.loads((tmp_path / "out" / "config.json").read_text())
-    assert "trust_remote_code" not in saved and saved["policy"] == "fasteval.testing.policies:ParityPolicy"
+    saved = tmp_path / "out" / "config.json"
+    assert json.loads(saved.read_text())["trust_remote_code"] is True
+    refused = CliRunner().invoke(main, ["--config", str(saved), "-o", str(tmp_path / "again")])
+    assert refused.exit_code == 2 and "can never grant trust" in refused.output
+    assert run(["--config", str(saved), "-o", str(tmp_path / "again"), "--trust-remote-code"]).exit_code == 0
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -299,3 +303,50 @@ def test_the_largest_seed_runs():
     result = evaluate(env=KA, n_episodes=2, seed=2**63 - 2)
     assert [r["seed"] for r in result.per_episode] == [2**63 - 2, 2**63 - 1]
     assert [r["sum_reward"] for r in result.per_episode] == [expected_episode(s)["sum_reward"] for s in (2**63 - 2, 2**63 - 1)]
+
+
+def test_an_env_callable_on_the_command_line_must_be_an_env_constructor(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shell = CliRunner().invoke(main, ["--env", "os:system", "--env-kwarg", "command=touch PWNED", "-o", str(tmp_path / "a")])
+    assert shell.exit_code == 2 and "not an env constructor" in shell.output and "--trust-remote-code" in shell.output
+    assert not (tmp_path / "PWNED").exists() and not (tmp_path / "a").exists()
+    plain = CliRunner().invoke(main, ["--env", "tests.helpers:never_succeeding_env", "-n", "2", "-o", str(tmp_path / "b")])
+    assert plain.exit_code == 2 and "not an env constructor" in plain.output, plain.output
+    trusted = run(["--env", "tests.helpers:never_succeeding_env", "-n", "2", "-o", str(tmp_path / "c"), "--trust-remote-code"])
+    assert trusted.exit_code == 0, trusted.output
+
+
+def _as_if_killed(out):
+    manifest = json.loads((out / "manifest.json").read_text())
+    (out / "manifest.json").write_text(json.dumps({**manifest, "status": "running"}))
+    (out / "eval_info.json").unlink()
+
+
+def test_a_manifest_cannot_grant_trust_on_resume(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "evil.py").write_text(EVIL)
+    out = tmp_path / "run"
+    assert run(["--env", "./evil.py:make", "-n", "3", "-o", str(out), "--trust-remote-code"]).exit_code == 0
+    assert json.loads((out / "manifest.json").read_text())["spec"]["trust_remote_code"] is True
+    _as_if_killed(out)
+    (tmp_path / "PWNED").unlink()
+    refused = CliRunner().invoke(main, ["--resume", str(out)])
+    assert refused.exit_code == 2 and "manifest" in refused.output and "--trust-remote-code" in refused.output
+    assert not (tmp_path / "PWNED").exists()
+    assert run(["--resume", str(out), "--trust-remote-code"]).exit_code == 0
+
+
+def test_a_resume_keeps_the_runs_fault_handling(tmp_path):
+    plan = json.dumps({"2": [["raise", 0]]})
+    out, state = tmp_path / "run", tmp_path / "state"
+    args = ["--env", "fasteval.testing.fault_plan:make_fault_plan_env", "--env-kwarg", f"plan={plan}",
+            "--env-kwarg", f"state_dir={state}", "-n", "4", "--retries", "0", "-o", str(out)]
+    first = CliRunner().invoke(main, args)
+    assert first.exit_code == 1 and "1 episode failed for good" in first.output, first.output
+    _as_if_killed(out)
+    for marker in state.iterdir():  # a new process: the env's faults start again
+        marker.unlink()
+    again = CliRunner().invoke(main, ["--resume", str(out), "--trust-remote-code"])
+    # --retries 0 from the manifest (the command line's default of 1 would retry seed 2 and finish it)
+    assert again.exit_code == 1 and "1 episode failed for good" in again.output, again.output
+    assert json.loads((out / "manifest.json").read_text())["spec"]["retries"] == 0

@@ -55,7 +55,7 @@ PLANNED_POLICY = "fasteval.testing.fault_plan:make_planned_policy"
 MODES = ("sync", "pool", "pipeline", "wave")
 STEP_TIMEOUT_S = 3.0
 """Generous: a loaded 2-core box must never time out a step that was not planned to hang."""
-TORN_CUTS = False
+TORN_CUTS = True
 """Kill points may fall inside a line (a torn last line)."""
 EXAMPLES = int(os.environ.get("FAULT_MODEL_EXAMPLES", 0)) or (2000 if EXPLORING else 30)
 
@@ -240,6 +240,9 @@ def check_run(case: Case, out: Path, exit_code: int, output: str, context: str,
 
 # -- the kill -------------------------------------------------------------------------------------
 
+RECORD_FILES = ("episodes.jsonl", "errors.jsonl")
+
+
 def cut(path: Path, fraction: float) -> int:
     """Cut ``path`` back to a prefix (what a kill leaves), inside a line when TORN_CUTS. Returns its length."""
     if not path.exists():
@@ -252,23 +255,16 @@ def cut(path: Path, fraction: float) -> int:
     return size
 
 
-def kill(out: Path, state: Path, where: tuple[float, float]) -> int:
-    """Leave ``out`` as a kill at ``where`` would; returns how many bytes of errors.jsonl survive."""
+def kill(out: Path, state: Path, where: tuple[float, float]) -> None:
+    """Leave ``out`` as a kill at ``where`` would."""
     cut(out / "episodes.jsonl", where[0])
-    kept = cut(out / "errors.jsonl", where[1])
+    cut(out / "errors.jsonl", where[1])
     manifest = json.loads((out / "manifest.json").read_text())
     manifest["status"] = "running"
     manifest.pop("error", None)
     (out / "manifest.json").write_text(json.dumps(manifest))
     (out / "eval_info.json").unlink()
     shutil.rmtree(state, ignore_errors=True)  # a new process: the env's world starts again
-    return kept
-
-
-def RESUME_OPTIONS(case: Case) -> list[str]:
-    """Options a resume must repeat. TODO(h20, phase B): none: a resume takes its fault handling
-    from the manifest (today the command line's defaults replace it)."""
-    return ["--retries", str(case.retries), "--on-nan-action", "skip-episode", "--step-timeout", str(STEP_TIMEOUT_S)]
 
 
 def run_case(case: Case) -> None:
@@ -281,15 +277,21 @@ def run_case(case: Case) -> None:
         completed = check_run(case, out, done.exit_code, done.output, context)
         if case.kill is None:
             return
-        kept = kill(out, state, case.kill)
+        kill(out, state, case.kill)
         survived = {r["episode_ix"] for r in parseable_lines(out / "episodes.jsonl")}
-        before = (out / "errors.jsonl").read_bytes()[:kept] if (out / "errors.jsonl").exists() else b""
-        resumed = run_cli(["--resume", str(out), *RESUME_OPTIONS(case)])
-        after = (out / "errors.jsonl").read_bytes()
-        assert after.startswith(before), f"{context}: resume rewrote the errors recorded before the kill"
-        tail = after[len(before):]
-        if before and not before.endswith(b"\n"):  # the torn line was cut back before appending
-            tail = after[before.rfind(b"\n") + 1:]
+        before = {name: (out / name).read_bytes() if (out / name).exists() else b"" for name in RECORD_FILES}
+        # The run's fault handling comes from its manifest; the env and policy are code, which a
+        # manifest (a file) cannot allow: the command line trusts it.
+        resumed = run_cli(["--resume", str(out), "--trust-remote-code"])
+        for name, data in before.items():
+            intact = data[:data.rfind(b"\n") + 1]  # a torn last line is cut back, and the resume says so
+            if len(intact) < len(data):
+                assert f"{name} ended in a torn line (an interrupted write): cut {len(data) - len(intact)} bytes" in (
+                    resumed.output), f"{context}: {resumed.output[-2000:]}"
+            after = (out / name).read_bytes() if (out / name).exists() else b""
+            assert after.startswith(intact), f"{context}: resume rewrote the records of {name} from before the kill"
+            before[name] = intact
+        tail = (out / "errors.jsonl").read_bytes()[len(before["errors.jsonl"]):] if (out / "errors.jsonl").exists() else b""
         segment = [json.loads(line) for line in tail.decode().splitlines()]
         resumed_completed = check_run(case, out, resumed.exit_code, resumed.output, f"resumed {context}",
                                       segment_errors=segment, ran=set(range(case.n)) - survived)

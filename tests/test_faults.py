@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -238,6 +239,24 @@ def test_resume_with_a_torn_last_line_reruns_only_missing_episodes(tmp_path):
     assert comparable(cut / "eval_info.json") == comparable(full / "eval_info.json")
 
 
+@pytest.mark.parametrize("tear", ["half a line", "no final newline"])
+def test_a_torn_last_line_is_cut_back_before_resume_appends(tmp_path, tear):
+    # issue 20: the first record appended on resume was glued onto the torn line and lost, and
+    # episodes.jsonl disagreed with eval_info.json (exit 0)
+    out = tmp_path / "run"
+    assert CliRunner().invoke(main, ["--env", KA, "-n", "9", "-b", "2", "-o", str(out)]).exit_code == 0
+    lines = (out / "episodes.jsonl").read_text().splitlines()
+    torn = lines[4][: len(lines[4]) // 2] if tear == "half a line" else lines[4]
+    (out / "episodes.jsonl").write_text("\n".join(lines[:4]) + "\n" + torn)
+    resumed = CliRunner().invoke(main, ["--resume", str(out)])
+    assert resumed.exit_code == 0, resumed.output
+    assert f"episodes.jsonl ended in a torn line (an interrupted write): cut {len(torn)} bytes" in resumed.output
+    records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]  # every line parses
+    assert sorted(r["episode_ix"] for r in records) == list(range(9))  # each episode once
+    info = json.loads((out / "eval_info.json").read_text())
+    assert [r["sum_reward"] for r in info["per_episode"]] == [r["sum_reward"] for r in sorted(records, key=lambda r: r["episode_ix"])]
+
+
 def comparable(path: Path) -> dict:
     info = json.loads(path.read_text())
     overall = {k: v for k, v in info["overall"].items() if k not in ("eval_s", "eval_ep_s", "steps_per_s", "episodes_per_s")}
@@ -247,7 +266,7 @@ def comparable(path: Path) -> dict:
 SLOW_ENV = "tests.test_faults:slow_known_answer"
 
 
-def slow_known_answer(**kwargs):
+def slow_known_answer(**kwargs) -> "gym.Env":
     """KnownAnswerEnv with 20 ms steps, so that a signal lands mid-run."""
     from fasteval.testing.envs import KnownAnswerEnv
 
@@ -290,7 +309,7 @@ def test_sigterm_partway_then_resume_equals_an_uninterrupted_run(tmp_path, sig, 
     proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == code, stderr
-    assert "fasteval --resume" in stderr
+    assert f"fasteval --resume {out} --trust-remote-code" in stderr  # the run names code (a module:callable env)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "interrupted"
     recorded = [json.loads(line) for line in log.read_text().splitlines()]
@@ -298,8 +317,8 @@ def test_sigterm_partway_then_resume_equals_an_uninterrupted_run(tmp_path, sig, 
     info = json.loads((out / "eval_info.json").read_text())
     assert len(info["per_episode"]) == len(recorded)  # every finished episode is kept
 
-    resumed = subprocess.run([sys.executable, "-m", "fasteval.doors.cli", "--resume", str(out)], capture_output=True, text=True,
-                             env=env, timeout=120)
+    resumed = subprocess.run([sys.executable, "-m", "fasteval.doors.cli", "--resume", str(out), "--trust-remote-code"],
+                             capture_output=True, text=True, env=env, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
     assert comparable(out / "eval_info.json") == comparable(_uninterrupted(tmp_path, env))
     assert json.loads((out / "manifest.json").read_text())["status"] == "complete"

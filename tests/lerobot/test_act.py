@@ -253,7 +253,7 @@ def test_sweep_reaches_the_lerobot_loader(act_checkpoint: Path, tmp_path: Path) 
              "options": {"batch_size": 2, "device": "cpu"}}
     (tmp_path / "sweep.json").write_text(json.dumps(sweep))
     result = CliRunner().invoke(main, ["sweep", str(tmp_path / "sweep.json"), "--workers", "1",
-                                       "--out", str(tmp_path / "out")])
+                                       "--out", str(tmp_path / "out"), "--trust-remote-code"])  # the file names code
     assert result.exit_code == 0, result.output
     direct = evaluate(**varying_spec(act_checkpoint, n_episodes=3, batch_size=2, seed=5, observation_format="raw"))
     stores = list((tmp_path / "out").rglob("*.sqlite*")) + list((tmp_path / "out").rglob("*.db"))

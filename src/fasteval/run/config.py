@@ -24,7 +24,7 @@ The format is flat: the EvalSpec field names (``env``, ``policy``, ``env_kwargs`
 Loading does only the file reading and key checks; the values are validated by ``EvalSpec``.
 
 A config file is data (see docs/security.md): it cannot grant trust (``trust_remote_code: true`` in
-it is refused, and saved configs leave the key out), and an ``env`` or ``policy`` from the file that
+it is refused unless the command line passes the flag too), and an ``env`` or ``policy`` from the file that
 names code (``module:callable``, ``path/file.py:callable``) needs ``--trust-remote-code`` on the
 command line.
 """
@@ -120,7 +120,6 @@ def spec_from_config(data: Mapping[str, Any]) -> tuple[EvalSpec, str | None]:
 def config_document(spec: EvalSpec, output_dir: str | Path | None) -> dict[str, Any]:
     """The resolved config: every EvalSpec field, plus ``output_dir``. Loading it gives ``spec`` back."""
     doc = spec.to_dict()
-    doc.pop("trust_remote_code", None)  # a file can never grant trust: it comes from the command line only
     policy = doc.get("policy")
     if isinstance(policy, str) and not Path(policy).is_absolute() and Path(policy).is_dir():
         doc["policy"] = str(Path(policy).resolve())  # a saved config must not depend on where it is read
@@ -188,7 +187,7 @@ def check_config_trust(data: Mapping[str, Any], given: set[str], trust_remote_co
 
     where = f"config file {str(path)!r}"
     try:
-        refuse_trust_from_file(data, where)
+        refuse_trust_from_file(data, where, trust_remote_code)
         if "env" in data and "env" not in given:
             check_env_ref(data["env"], where, trust_remote_code)
         if "policy" in data and "policy" not in given:

@@ -16,8 +16,9 @@ The rules, for an env or a policy reference:
 * a ``module:callable`` that comes from a **file** (``--config``, a sweep spec, a run's manifest on
   ``--resume``) needs the flag on the command line, whatever it names: a shared file must be data.
   Only the entry point of a registered gymnasium id is allowed without it (it is that id);
-* a file can never grant trust: ``trust_remote_code: true`` in a config or sweep file is refused, and
-  a manifest's is ignored.
+* a file can never grant trust: ``trust_remote_code: true`` in a config or sweep file is refused unless
+  the command line passes the flag too (then the file grants nothing: it only repeats it), and a
+  manifest's is ignored.
 
 The library API (``fasteval.evaluate``) is called by Python code, which can run anything anyway: only
 the file-path rule applies there.
@@ -112,11 +113,18 @@ def check_policy_ref(ref: Any, source: str, trust_remote_code: bool) -> None:
         refuse("policy", ref, source, "names a Python callable, and a file cannot choose code to run")
 
 
-def refuse_trust_from_file(data: Mapping[str, Any], where: str, key: str = "trust_remote_code") -> None:
-    """A file may not grant trust: ``trust_remote_code: true`` in it is refused (``false`` is harmless)."""
-    if data.get(key):
+def needs_trust_from_file(env: Any, policy: Any) -> bool:
+    """Whether a file naming ``env`` and ``policy`` (a manifest on ``--resume``) needs ``--trust-remote-code``."""
+    env_code = is_code_ref(env) and (is_file_ref(env) or registered_entry_point(env) is None)
+    return env_code or is_code_ref(policy)
+
+
+def refuse_trust_from_file(data: Mapping[str, Any], where: str, trust_remote_code: bool,
+                           key: str = "trust_remote_code") -> None:
+    """A file may not grant trust: ``trust_remote_code: true`` in it is refused unless the command line
+    gives the flag (``trust_remote_code``) too; ``false`` is harmless."""
+    if data.get(key) and not trust_remote_code:
         raise UserInputError(
-            f"{where}: {key}: true is not allowed in a file: a file can never grant trust (a shared config or "
-            f"sweep file would run code on whoever uses it). Remove it, and pass {FLAG} on the command line if you "
-            "trust the code the file names."
+            f"{where}: {key}: true: a file can never grant trust (a shared config or sweep file would run code on "
+            f"whoever uses it). Pass {FLAG} on the command line if you trust the code the file names."
         )

@@ -159,9 +159,9 @@ class SweepOptions:
     """Stateful policies: ``per-env``, ``wave`` or ``auto``."""
 
     trust_remote_code: bool = False
-    """Allow code references (``module:callable``, ``path/file.py:callable``). Set only by
-    ``fasteval sweep --trust-remote-code``: a sweep file may not set it (a file can never grant
-    trust, see docs/security.md), so ``true`` in a file's ``options`` is refused."""
+    """Allow code references (``module:callable``, ``path/file.py:callable``). Set by
+    ``fasteval sweep --trust-remote-code``: a file can never grant trust (docs/security.md), so ``true``
+    in a file's ``options`` is refused without the flag."""
 
     retries: int = 1
     """Times an episode is retried from its seed after its env raised, hung or died. An episode
@@ -356,7 +356,7 @@ def trusted_sweep(data: Mapping[str, Any], source: str, trust_remote_code: bool,
     options = data.get("options") if isinstance(data, Mapping) else None
     if isinstance(options, Mapping):
         try:
-            refuse_trust_from_file(options, f"{source}: options")
+            refuse_trust_from_file(options, f"{source}: options", trust_remote_code)
         except UserInputError as exc:
             raise SweepSpecError(str(exc)) from None
     spec = SweepSpec.from_dict(data, max_jobs=max_jobs)
