@@ -254,7 +254,8 @@ def test_config_round_trip_same_spec_and_same_results(tmp_path):
                             env_kwargs={"nan_reward_seeds": [7]}, device="auto", retries=2)
     assert out == str(tmp_path / "first")
     # the file names code (a module:callable policy): the command line must trust it (docs/security.md)
-    assert resolved(["--config", tmp_path / "first" / "config.json", "--trust-remote-code"]) == printed
+    again = resolved(["--config", tmp_path / "first" / "config.json", "--trust-remote-code"])
+    assert {**again, "trust_remote_code": False} == printed  # the same, with the flag this command line gave
     # and the same numbers when run again from the saved file
     result = invoke(["--config", tmp_path / "first" / "config.json", "--output_dir", tmp_path / "again",
                      "--trust-remote-code"])

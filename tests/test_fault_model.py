@@ -189,6 +189,13 @@ def check_episode_records(case: Case, errors: list[dict[str, Any]], completed: s
             assert r["final"] == (r["attempt"] > case.retries), f"{where}: {r}"
         causes = [cause_of(r, case) for r in got]
         assert not any(c.startswith("?") for c in causes), f"{where}: unplanned cause in {causes}"
+        for record, cause in zip(got, causes):  # where it failed: the stage, and the 1-based step (0: reset)
+            at = (case.policy_faults[seed][1] if cause == "policy" else
+                  planned[int(cause[4:])][1] if cause[4:].isdigit() else None)
+            if at is not None:
+                want_stage = "policy" if cause == "policy" else "reset" if at == RESET else "step"
+                assert (record["stage"], record["step"]) == (want_stage, 0 if at == RESET else at + 1), (
+                    f"{where}: {record['stage']} step {record['step']} for {cause} at {at}")
         wanted = [c for c, _, _ in want]
         if not case.pooled or "env:crash-or-hang" not in causes:
             if _exact_expected(case, seed):

@@ -112,6 +112,32 @@ def test_a_retry_and_a_final_give_up_in_one_step_leave_the_other_episode_exact(t
     assert [(e["seed"], e["attempt"], e["final"]) for e in result.errors if e["final"]] == [(2, 2, True)]
 
 
+def shape_changing_env(**kwargs) -> "gym.Env":
+    """KnownAnswerEnv whose observation gets a 4th entry at step 2 of the episode with seed 3."""
+    from fasteval.testing.envs import KnownAnswerEnv
+
+    class ShapeChanging(KnownAnswerEnv):
+        def step(self, action):
+            obs, reward, terminated, truncated, info = super().step(action)
+            if self._seed == 3 and self._t == 2:
+                obs = np.append(obs, 0.0)
+            return obs, reward, terminated, truncated, info
+
+    return ShapeChanging(**kwargs)
+
+
+@pytest.mark.parametrize("vectorization", ["sync", "async"])
+def test_an_observation_that_changes_shape_is_that_episodes_failure_with_the_cause(vectorization):
+    # issue 20: sync stopped with a bare numpy message and nothing in errors.jsonl; the pool said
+    # "worker died (exit code 1)" and lost the cause
+    result = evaluate(env="tests.test_faults:shape_changing_env", n_episodes=6, batch_size=2, retries=1,
+                      vectorization=vectorization, workers=1 if vectorization == "async" else None)
+    assert_exact(result, expected(0, 6, skip={3}))
+    assert result.n_failed == 1
+    assert [(e["episode_ix"], e["attempt"], e["final"]) for e in result.errors] == [(3, 1, False), (3, 2, True)]
+    assert all("does not fit its observation space" in e["error"] and "(4,)" in e["error"] for e in result.errors)
+
+
 # -- policy faults ------------------------------------------------------------------------------
 
 class NanOnEpisode:
@@ -161,6 +187,16 @@ def test_nan_actions_skip_episode_records_it_and_goes_on():
                       batch_size=3, on_nan_action="skip-episode")
     assert_exact(result, expected(0, 12, skip={6}))
     assert result.n_failed == 1 and result.errors[0]["stage"] == "policy"
+
+
+def test_the_nan_action_step_is_the_same_in_errors_jsonl_and_in_the_message():
+    # issue 20: errors.jsonl said step 2 where the message said 3 (here: the first step, 1-based in both)
+    skipped = evaluate(env="tests.test_faults:continuous_known_answer", policy=NanOnEpisode(6), n_episodes=12,
+                       batch_size=3, on_nan_action="skip-episode")
+    (record,) = skipped.errors
+    with pytest.raises(EvaluationAborted) as info:
+        evaluate(env="tests.test_faults:continuous_known_answer", policy=NanOnEpisode(6), n_episodes=12, batch_size=3)
+    assert record["step"] == 1 and "(seed 6, step 1)" in str(info.value.__cause__)
 
 
 def test_policy_raising_mid_run_keeps_finished_episodes():

@@ -367,7 +367,7 @@ def test_failed_job_is_recorded_then_retried(tmp_path, spy_run_job):
     spec_file = tmp_path / "flaky.json"
     spec_file.write_text(json.dumps(data))
     out = tmp_path / "out"
-    args = ["sweep", str(spec_file), "-o", str(out), "-w", "1"]
+    args = ["sweep", str(spec_file), "-o", str(out), "-w", "1", "--trust-remote-code"]  # the file names an env callable
     first = CliRunner().invoke(main, args)
     assert first.exit_code == 1, first.output
     assert "re-run the same command" in first.output and "injected failure at seed 53" in first.output

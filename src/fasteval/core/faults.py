@@ -54,7 +54,8 @@ class Faults:
             "episode_ix": episode,
             "seed": L.seed + episode,
             "stage": stage,
-            "step": int(L.acc_len[slot]) + (1 if stage == "step" else 0),
+            # 1-based: the step that failed (an env step, or the step a non-finite action was for); 0: reset
+            "step": int(L.acc_len[slot]) + (0 if stage == "reset" else 1),
             "attempt": int(L.attempts[row]),
             "final": bool(final),
             "error": error,
