@@ -350,3 +350,43 @@ def test_a_resume_keeps_the_runs_fault_handling(tmp_path):
     # --retries 0 from the manifest (the command line's default of 1 would retry seed 2 and finish it)
     assert again.exit_code == 1 and "1 episode failed for good" in again.output, again.output
     assert json.loads((out / "manifest.json").read_text())["spec"]["retries"] == 0
+
+
+def silent_known_answer(**kwargs) -> "FaultyEnv":
+    """KnownAnswerEnv (renderable) whose info never carries is_success: no success signal."""
+
+    class Silent(FaultyEnv):
+        def step(self, action):
+            obs, reward, terminated, truncated, _info = super().step(action)
+            return obs, reward, terminated, truncated, {}
+
+    return Silent(**kwargs)
+
+
+def test_without_a_success_signal_pc_success_is_null_absent_from_the_sinks_and_videos_say_no_outcome(tmp_path):
+    # issue 20: pc_success read 0.0 (TensorBoard and W&B logged a false 0%), videos were named _failure
+    result = run(["--env", "tests.test_cli:silent_known_answer", "--env-kwarg", "render_mode=rgb_array", "-n", "3",
+                  "--videos", "2", "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert "no success signal" in result.output
+    info = json.loads((tmp_path / "out" / "eval_info.json").read_text())
+    overall = info["overall"]
+    assert overall["has_success_signal"] is False
+    assert overall["pc_success"] is None and overall["pc_success_ci95"] is None and overall["n_success"] is None
+    assert info["per_task"][0]["aggregated"]["pc_success"] is None
+    videos = sorted(p.name for p in (tmp_path / "out" / "videos").rglob("*.mp4"))
+    assert videos == ["ep000000_seed0.mp4", "ep000001_seed1.mp4"]
+    from fasteval import evaluate
+    from fasteval.run.sinks import metrics
+
+    silent = evaluate(env="tests.test_cli:silent_known_answer", n_episodes=3)
+    assert not any("success" in key for key in silent.to_dict())
+    assert not any("success" in key for key in metrics(silent))
+
+
+def test_videos_of_an_env_kwarg_task_go_into_the_task_folder(tmp_path):
+    result = run(["--env", "tests.test_cli:make_faulty_task_env", "--env-kwarg", "task=alpha", "--env-kwarg",
+                  "render_mode=rgb_array", "-n", "2", "--videos", "1", "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert [p.relative_to(tmp_path / "out").as_posix() for p in (tmp_path / "out").rglob("*.mp4")] == [
+        "videos/alpha/ep000000_seed0_success.mp4"]

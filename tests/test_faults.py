@@ -199,6 +199,27 @@ def test_the_nan_action_step_is_the_same_in_errors_jsonl_and_in_the_message():
     assert record["step"] == 1 and "(seed 6, step 1)" in str(info.value.__cause__)
 
 
+class TooLargeOnEpisode(NanOnEpisode):
+    """Continuous actions; 2.0 (outside Box(-1, 1)) for the slot whose observation says seed % 97 == target."""
+
+    def select_action(self, obs):
+        action = torch.zeros(obs.shape[0], 1)
+        action[(obs[:, 0] * 97).round().long() == self.target] = 2.0
+        return action
+
+
+def test_out_of_range_actions_are_warned_once_and_counted_in_the_meta():
+    # issue 20: they reached the env silently
+    with pytest.warns(RuntimeWarning, match="outside the action space") as caught:
+        result = evaluate(env="tests.test_faults:continuous_known_answer", policy=TooLargeOnEpisode(6), n_episodes=12,
+                          batch_size=3)
+    assert len([w for w in caught if "outside the action space" in str(w.message)]) == 1
+    assert result.meta["n_out_of_range_actions"] == expected_episode(6)["length"]  # every step of episode 6
+    assert_exact(result, expected(0, 12))  # sent as they are (the env maps every action to 0)
+    in_range = evaluate(env="tests.test_faults:continuous_known_answer", policy=NanOnEpisode(99), n_episodes=4)
+    assert in_range.meta["n_out_of_range_actions"] == 0
+
+
 def test_policy_raising_mid_run_keeps_finished_episodes():
     class RaisesLater:
         calls = 0

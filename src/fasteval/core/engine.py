@@ -110,7 +110,7 @@ class CoreEngine:
         self.runner = self.parts.build_runner(policy, spec, envs, self.h2d, self.policy_batch)
         self.d2h = DeviceToHost(self.n_slots, tuple(envs.action_space.shape or ()), action_host_dtype(envs.action_space),
                                 self.device, self.pin_memory)
-        self.check_actions = make_action_check(action_host_dtype(envs.action_space))
+        self.check_actions = make_action_check(action_host_dtype(envs.action_space), envs.action_space)
         if spec.pipeline:
             check_pipelinable(envs, self.runner, self.n_slots)
         self.accel_facts: dict[str, Any] = {}
@@ -178,6 +178,7 @@ class CoreEngine:
         observer = self.parts.attach_observers(self, ledger, observer)  # videos / episode data when the spec asks
         callback = (lambda done: on_finished(ledger, done)) if on_finished is not None else (lambda done: None)
         faults = Faults(self.envs, self.runner, ledger, self.spec.retries, self.spec.on_nan_action, on_error)
+        self.check_actions.new_run()
         self.timers.reset()
         self.dry_run_s = 0.0
         start = perf_counter()
@@ -266,6 +267,7 @@ class CoreEngine:
         meta["status"] = run_status(len(records), n, n_failed, error, stopped=ledger.limit < ledger.n_episodes)
         result = EvalResult(records, eval_s, self.timers.as_dict(), meta, errors=list(errors), n_failed=n_failed)
         result.meta["has_success_signal"] = self._success_signal()
+        result.meta["n_out_of_range_actions"] = self.check_actions.out_of_range
         # the intra-op threads the run used (run() sets them for CPU policies, then restores them)
         cpu = self.device.type == "cpu" and self.spec.cpu_threads is not None
         result.meta["torch_threads"] = int(self.spec.cpu_threads) if cpu else torch.get_num_threads()

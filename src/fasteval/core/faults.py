@@ -19,6 +19,7 @@ their rows in this step's buffers are meaningless.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable
 
 import numpy as np
@@ -137,23 +138,72 @@ class Faults:
         return reseated
 
 
-def make_action_check(action_dtype: np.dtype) -> Callable[[np.ndarray, list[int]], list[int]]:
-    """``check(actions, active) -> slots with non-finite actions``; bound once per engine.
+class ActionCheck:
+    """``check(actions, active) -> slots with non-finite actions``; bound once per engine (see
+    :func:`make_action_check`). With the action space's bounds it also counts, in
+    :attr:`out_of_range`, the active slots' actions outside the space: they are sent to the env as they
+    are (many envs clip), with one warning per run (:meth:`new_run`) and the count in the run's meta.
 
-    Integer actions cannot be NaN, so their check is a constant no-op.
+    One whole-array test per step on the fast path: ``isfinite`` for unbounded float actions, and
+    for bounded ones ``low <= min`` and ``max <= high`` (a NaN fails both, so it takes the slow path).
     """
-    if not np.issubdtype(action_dtype, np.floating):
-        return lambda actions, active: []
 
-    isfinite = np.isfinite
-    scratch: list[np.ndarray] = []  # one bool buffer, allocated on the first call (the shape is fixed per engine)
+    def __init__(self, action_dtype: np.dtype, space: Any = None):
+        self.floating = bool(np.issubdtype(action_dtype, np.floating))
+        self.low, self.high = _bounds(space)
+        self.space = space
+        self.out_of_range = 0
+        """Active slot-steps whose action was outside the action space, in this run."""
+        self.warned = False
+        self._scratch: np.ndarray | None = None
 
-    def check(actions: np.ndarray, active: list[int]) -> list[int]:
-        if not scratch or scratch[0].shape != actions.shape:
-            scratch[:] = [np.empty(actions.shape, dtype=bool)]
-        if isfinite(actions, out=scratch[0]).all():
-            return []
+    def new_run(self) -> None:
+        self.out_of_range, self.warned = 0, False
+
+    def __call__(self, actions: np.ndarray, active: list[int]) -> list[int]:
+        if self.low is not None and actions.size and self.low <= actions.min() and actions.max() <= self.high:
+            return []  # every value in range (and so finite)
+        if self.low is None:
+            if not self.floating:
+                return []  # integer actions without bounds cannot be wrong here
+            if self._scratch is None or self._scratch.shape != actions.shape:
+                self._scratch = np.empty(actions.shape, dtype=bool)
+            if np.isfinite(actions, out=self._scratch).all():
+                return []
         flat = actions.reshape(actions.shape[0], -1)
-        return [slot for slot in active if not np.isfinite(flat[slot]).all()]
+        bad = [slot for slot in active if self.floating and not np.isfinite(flat[slot]).all()]
+        if self.low is not None:
+            self._count_out_of_range(flat, [slot for slot in active if slot not in bad])
+        return bad
 
-    return check
+    def _count_out_of_range(self, flat: np.ndarray, slots: list[int]) -> None:
+        outside = [slot for slot in slots if not (self.low <= flat[slot].min() and flat[slot].max() <= self.high)]
+        if not outside:
+            return
+        self.out_of_range += len(outside)
+        if not self.warned:
+            self.warned = True
+            warnings.warn(
+                f"the policy returned actions outside the action space {self.space} (slot {outside[0]}: "
+                f"{flat[outside[0]].tolist()}); they are sent to the env as they are. Warned once per run; the run's "
+                f"meta counts them (n_out_of_range_actions).", RuntimeWarning, stacklevel=2)
+
+
+def _bounds(space: Any) -> tuple[Any, Any]:
+    """``(low, high)`` scalars every action value must lie within, or ``(None, None)`` (no finite bounds, or
+    bounds that differ per entry, which the whole-array test cannot use)."""
+    import gymnasium as gym
+
+    if isinstance(space, gym.spaces.Discrete):
+        return int(space.start), int(space.start + space.n - 1)
+    if isinstance(space, gym.spaces.Box):
+        low, high = np.unique(space.low), np.unique(space.high)
+        if low.size == 1 and high.size == 1 and np.isfinite(low[0]) and np.isfinite(high[0]):
+            return low[0].item(), high[0].item()
+    return None, None
+
+
+def make_action_check(action_dtype: np.dtype, space: Any = None) -> ActionCheck:
+    """The engine's action check for actions of ``action_dtype`` from ``space`` (optional: without it,
+    only non-finite values are checked, and integer actions never)."""
+    return ActionCheck(np.dtype(action_dtype), space)

@@ -75,17 +75,25 @@ class _Progress:
             self.bar.close()
 
 
+def format_success(agg: Mapping[str, Any], ci: bool = True) -> str:
+    """``pc_success`` of an aggregate for the terminal, or why there is none."""
+    if agg.get("pc_success") is None:
+        return "no success signal (the env never reported info['is_success'])"
+    if not ci:
+        return f"{agg['pc_success']:.1f}%"
+    lo, hi = agg["pc_success_ci95"]
+    return f"{agg['pc_success']:.1f}%  (95% CI {lo:.1f}-{hi:.1f}%)"
+
+
 def format_summary(result: Any, profile: bool) -> str:
     o = result.overall()
-    lo, hi = o["pc_success_ci95"]
     rows = [
         ("env", result.meta.get("env")),
         ("policy", result.meta.get("policy")),
         ("episodes", o["n_episodes"]),
         ("avg_sum_reward", f"{o['avg_sum_reward']:.4f}"),
         ("avg_max_reward", f"{o['avg_max_reward']:.4f}"),
-        ("pc_success", f"{o['pc_success']:.1f}%  (95% CI {lo:.1f}-{hi:.1f}%)" if o.get("has_success_signal", True)
-         else "no success signal (the env never reported info['is_success'])"),
+        ("pc_success", format_success(o)),
         ("avg_length", f"{o['avg_length']:.1f}"),
         ("env_steps", o["env_steps"]),
         ("eval_s", f"{o['eval_s']:.3f}"),
@@ -567,7 +575,7 @@ def suite_command(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], out_di
     for row in outcome.result.per_task():
         agg = row["aggregated"]
         click.echo(f"{row['task_group']}/{row['task_id']} {row['task']}: {agg['n_episodes']} episodes, "
-                   f"avg_sum_reward {agg['avg_sum_reward']:.4f}, pc_success {agg['pc_success']:.1f}%")
+                   f"avg_sum_reward {agg['avg_sum_reward']:.4f}, pc_success {format_success(agg, ci=False)}")
     n_tasks = len(flatten_suite(suite))
     return end_of_run(outcome, spec, out_dir, files, profile, wanted=spec.n_episodes * n_tasks, suite=True,
                       wrote=f"{len(outcome.folders)} of {n_tasks} tasks; ")
