@@ -274,7 +274,15 @@ def kill(out: Path, state: Path, where: tuple[float, float]) -> None:
     shutil.rmtree(state, ignore_errors=True)  # a new process: the env's world starts again
 
 
+TALLY = os.environ.get("FAULT_MODEL_TALLY")
+"""A file to append one line per case to (mode, workers, kill or not): the campaign's figures."""
+
+
 def run_case(case: Case) -> None:
+    if TALLY:
+        with open(TALLY, "a") as f:
+            f.write(f"{case.mode} workers={case.workers if case.pooled else 0} kill={case.kill is not None} "
+                    f"faults={sum(len(v) for v in case.plan.values())} nan={len(case.policy_faults)}\n")
     with tempfile.TemporaryDirectory(prefix="fault-model-") as tmp:
         root = Path(tmp)
         out, state = root / "run", root / "state"
