@@ -136,7 +136,7 @@ class CoreEngine:
         # Own RNG fork: the dry run must not consume the run's torch draws, or a stochastic
         # policy's first run (which has the dry run) would differ from later runs with the same seed.
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
-            self.watchdog.arm(self.spec.policy_timeout_s, POLICY, "the policy's dry run")
+            self.watchdog.arm(self.watchdog.guard(self.spec.policy_timeout_s, POLICY, "the policy's dry run"))
             self.runner.dry_run(policy_input)
             self.watchdog.disarm()
             # A second call that changes the policy's Python attributes: state a CUDA graph would freeze.
@@ -246,7 +246,7 @@ class CoreEngine:
             envs=self.envs, runner=self.runner, h2d=self.h2d, d2h=self.d2h, ledger=ledger, faults=faults,
             timers=self.timers, step_bookkeeping=kernels.step_bookkeeping, max_steps=self.max_steps or 0,
             check_actions=self.check_actions, on_finished=callback, observer=observer,
-            watchdog=self.watchdog, policy_timeout=self.spec.policy_timeout_s,
+            watchdog=self.watchdog, policy_guard=self.watchdog.guard(self.spec.policy_timeout_s, POLICY, "the policy"),
         )
         run_episodes(ctx, self.group_rows)
 

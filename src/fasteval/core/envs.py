@@ -179,9 +179,9 @@ class SyncSlotEnvs(SlotEnvs):
 
     def __init__(self, factory: EnvFactory, n_slots: int, first_env: gym.Env | None = None, obs_allocate=None,
                  step_timeout: float | None = None, watchdog: Watchdog | None = None):
-        self.step_timeout = step_timeout
         self.watchdog = watchdog or Watchdog()
         """Deadlines for this process's env calls (``step_timeout``): a hung one cannot be interrupted."""
+        self._guards = {what: self.watchdog.guard(step_timeout, ENV, f"an env {what}") for what in ("step", "reset", "rebuild")}
         fns: list[Callable[[], gym.Env]] = [factory] * n_slots
         self.factory = factory
         if first_env is not None:
@@ -200,19 +200,19 @@ class SyncSlotEnvs(SlotEnvs):
         return self.block.has_success_signal
 
     def reset_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:
-        self.watchdog.arm(self.step_timeout, ENV, "an env reset")
+        self.watchdog.arm(self._guards["reset"])
         self.block.reset(slots, seeds, self.failures)  # the engine rebuilds failed envs and retries the episode
         self.watchdog.disarm()
 
     def rebuild(self, slot: int) -> list[int]:
-        self.watchdog.arm(self.step_timeout, ENV, "an env rebuild")
+        self.watchdog.arm(self._guards["rebuild"])
         self.block.rebuild(slot)
         self.watchdog.disarm()
         return [slot]
 
     def step(self, slots: Sequence[int], actions: np.ndarray) -> None:
         """Step ``slots`` with rows of ``actions``; write results into the host buffers."""
-        self.watchdog.arm(self.step_timeout, ENV, "an env step")
+        self.watchdog.arm(self._guards["step"])
         self.block.step(slots, actions, self.failures)
         self.watchdog.disarm()
 

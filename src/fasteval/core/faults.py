@@ -165,7 +165,7 @@ class ActionCheck:
             return []  # every value in range (and so finite)
         if self.low is None:
             if not self.floating:
-                return []  # integer actions without bounds cannot be wrong here
+                return []  # integer actions: nothing to check (free)
             if self._scratch is None or self._scratch.shape != actions.shape:
                 self._scratch = np.empty(actions.shape, dtype=bool)
             if np.isfinite(actions, out=self._scratch).all():
@@ -190,13 +190,13 @@ class ActionCheck:
 
 
 def _bounds(space: Any) -> tuple[Any, Any]:
-    """``(low, high)`` scalars every action value must lie within, or ``(None, None)`` (no finite bounds, or
-    bounds that differ per entry, which the whole-array test cannot use)."""
+    """``(low, high)`` scalars every value of a float ``Box`` action must lie within, or ``(None, None)``:
+    no finite bounds, bounds that differ per entry (the whole-array test cannot use them), or integer
+    actions (an env refuses a Discrete action it does not have: that is an env failure, recorded; and the
+    integer check stays free)."""
     import gymnasium as gym
 
-    if isinstance(space, gym.spaces.Discrete):
-        return int(space.start), int(space.start + space.n - 1)
-    if isinstance(space, gym.spaces.Box):
+    if isinstance(space, gym.spaces.Box) and np.issubdtype(space.dtype, np.floating):
         low, high = np.unique(space.low), np.unique(space.high)
         if low.size == 1 and high.size == 1 and np.isfinite(low[0]) and np.isfinite(high[0]):
             return low[0].item(), high[0].item()

@@ -38,7 +38,7 @@ from fasteval.core.ledger import Ledger
 from fasteval.core.policy import PolicyRunner
 from fasteval.core.protocols import StepObserver
 from fasteval.core.timing import StageTimers
-from fasteval.core.watchdog import POLICY, Watchdog
+from fasteval.core.watchdog import Watchdog
 from fasteval.core.transfer import DeviceToHost, HostToDevice
 from fasteval.kernels import IDLE
 
@@ -63,8 +63,8 @@ class StepContext:
     """Called with the ledger rows that just finished (their numbers are final)."""
     observer: StepObserver | None = None
     watchdog: Watchdog = field(default_factory=Watchdog)
-    """Armed around each policy call with ``policy_timeout`` (see :mod:`fasteval.core.watchdog`)."""
-    policy_timeout: float | None = None
+    """Armed around each policy call with ``policy_guard`` (see :mod:`fasteval.core.watchdog`)."""
+    policy_guard: tuple[float, str, str] | None = None
     parked: dict[int, int] = field(default_factory=dict)
     """Scratch for fault handling: slot -> ledger row of episodes (re)seated mid-step."""
     groups: list["StepGroup"] = field(default_factory=list)
@@ -140,7 +140,7 @@ def launch(ctx: StepContext, group: StepGroup) -> None:
     add = ctx.timers.add
     group.copy_obs()
     t = add("h2d", t)
-    ctx.watchdog.arm(ctx.policy_timeout, POLICY, "the policy")
+    ctx.watchdog.arm(ctx.policy_guard)
     actions = ctx.runner(group.policy_input)
     t = add("policy", t)
     host = group.copy_actions(actions)  # on a GPU, where an asynchronous policy call is waited for
