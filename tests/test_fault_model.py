@@ -35,7 +35,7 @@ import math
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +73,6 @@ class Case:
     policy_faults: dict[int, tuple[str, int]]
     kill: tuple[float, float] | None = None
     """Where a kill cuts ``episodes.jsonl`` and ``errors.jsonl`` (fractions of their final sizes)."""
-    notes: list[str] = field(default_factory=list)
 
     @property
     def pooled(self) -> bool:
@@ -108,9 +107,10 @@ def cases(draw) -> Case:
     fault = st.tuples(st.sampled_from(kinds), st.integers(RESET, 13))
     seeds = list(range(seed0, seed0 + n))
     plan = draw(st.dictionaries(st.sampled_from(seeds), st.lists(fault, min_size=1, max_size=4), max_size=min(n, 6)))
-    hangs = sum(kind == "hang" for faults in plan.values() for kind, _ in faults)
-    if hangs > 1:  # each hang costs a step timeout: keep one per case
-        plan = {s: [f for f in faults if f[0] != "hang"] or [("raise", 0)] for s, faults in plan.items()}
+    hung = False  # each hang costs a step timeout: the first one stays, later ones become raises
+    for seed, faults in plan.items():
+        plan[seed] = [("raise", step) if kind == "hang" and hung else (kind, step) for kind, step in faults]
+        hung = hung or any(kind == "hang" for kind, _ in faults)
     policy_faults = draw(st.dictionaries(st.sampled_from(seeds), st.tuples(st.just("nan"), st.integers(0, 13)),
                                          max_size=min(n, 3)))
     kill = draw(st.none() | st.tuples(st.floats(0, 1), st.floats(0, 1)))
@@ -196,6 +196,8 @@ def check_episode_records(case: Case, errors: list[dict[str, Any]], completed: s
                 want_stage = "policy" if cause == "policy" else "reset" if at == RESET else "step"
                 assert (record["stage"], record["step"]) == (want_stage, 0 if at == RESET else at + 1), (
                     f"{where}: {record['stage']} step {record['step']} for {cause} at {at}")
+        indices = [int(c[4:]) for c in causes if c[4:].isdigit()]
+        assert indices == sorted(set(indices)), f"{where}: planned faults out of order or twice: {causes}"
         wanted = [c for c, _, _ in want]
         if not case.pooled or "env:crash-or-hang" not in causes:
             if _exact_expected(case, seed):
