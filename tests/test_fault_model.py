@@ -322,6 +322,10 @@ def run_case(case: Case) -> None:
 # episode, the other left idle (the stale reward of the idle slot's step went to episode 2)
 @example(case=Case(seed0=0, n=3, batch=2, retries=0, mode="sync", workers=1, max_steps=None,
                    plan={0: [("raise", 0)], 1: [("raise", 0)]}, policy_faults={}))
+# and the campaign's first find: a NaN give-up whose next episode's reset crashed a pool worker; the
+# worker's other slots were then stepped, fresh and never reset, in the same launch
+@example(case=Case(seed0=18, n=13, batch=7, retries=0, mode="pipeline", workers=3, max_steps=None,
+                   plan={28: [("crash", RESET)]}, policy_faults={27: ("nan", 0)}))
 def test_every_fault_plan_gives_the_known_answers(case):
     run_case(case)
 
@@ -353,3 +357,12 @@ def test_random_raises_in_a_long_run_as_in_the_issue():
             plan[seed] = faults
     run_case(Case(seed0=0, n=400, batch=8, retries=3, mode="sync", workers=1, max_steps=None, plan=plan,
                   policy_faults={}))
+
+
+def test_a_give_up_whose_next_reset_kills_a_worker_steps_no_fresh_env():
+    # found by the campaign (pipeline, 3 workers): seed 27's NaN action gives it up, its slot takes seed 28,
+    # whose reset crashes its worker; the replaced worker's other slots have fresh envs, which the same
+    # launch stepped ("KnownAnswerEnv stepped after its episode ended", and wrong sums after a resume)
+    run_case(Case(seed0=18, n=13, batch=7, retries=1, mode="pipeline", workers=3, max_steps=None,
+                  plan={27: [("raise", 12)], 24: [("crash", 5)], 30: [("raise", 0)], 28: [("crash", RESET)]},
+                  policy_faults={30: ("nan", 13), 18: ("nan", 7), 25: ("nan", 6)}, kill=(0.144, 0.689)))

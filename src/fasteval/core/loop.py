@@ -148,10 +148,11 @@ def launch(ctx: StepContext, group: StepGroup) -> None:
     bad = ctx.check_actions(host, active)
     if bad:  # those slots get their next episode now (or a raise, with --on-nan-action error)
         ctx.faults.handle_bad_actions(bad, ctx.parked)
-        ctx.faults.unpark(ctx.parked)
+        skip = ctx.faults.unpark(ctx.parked)  # the bad slots, re-seated
+        if ctx.envs.failures:  # a next episode's reset failed: recover before sending (a replaced pool worker
+            skip |= ctx.recover()  # took its whole block with it: those envs are fresh, none may step now)
         group.stale = True
-        bad_set = set(bad)
-        active = [s for s in active if s not in bad_set]
+        active = [s for s in active if s not in skip]
     t = add("d2h", t)
     group.actions = host
     group.sent = ctx.send(active, host) if active else []
