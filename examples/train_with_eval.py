@@ -88,7 +88,8 @@ def make_writer(logdir: str | None):
 def log_eval(result: EvalResult, update: int, writer) -> None:
     scalars = result.to_dict(prefix="eval/")
     shown = ("eval/avg_sum_reward", "eval/pc_success", "eval/avg_length", "eval/eval_s")
-    print(f"update {update:4d} | " + "  ".join(f"{k}={scalars[k]:.3g}" for k in shown), flush=True)
+    # CartPole reports no success signal: its eval/pc_success is absent (not a false 0%)
+    print(f"update {update:4d} | " + "  ".join(f"{k}={scalars[k]:.3g}" for k in shown if k in scalars), flush=True)
     if writer is not None:
         for key, value in scalars.items():
             writer.add_scalar(key, value, update)

@@ -26,16 +26,22 @@ from hypothesis import settings
 
 from fasteval.testing import StepCounterPolicy, expected_episode
 
-# Hypothesis profiles. "ci" (chosen when the CI environment variable is set, as CI runs do):
-# derandomized, so the same examples run every time and a fuzz test cannot fail CI by drawing a
-# new input; no example database, so nothing is written into the tree; failing examples are
-# printed as a reproduction blob. "dev" (everything else): randomized, with the default
-# database under .hypothesis/ (gitignored), so a failure found locally is replayed locally.
-# Override with HYPOTHESIS_PROFILE=ci|dev.
+# Hypothesis profiles. The default everywhere (a newcomer's first `pytest`, CI, a developer's run)
+# is "ci": derandomized, so the same examples run every time and a fuzz test cannot fail a run by
+# drawing a new input; no example database, so nothing is written into the tree; failing examples
+# are printed as a reproduction blob. Exploration is opt-in: HYPOTHESIS_PROFILE=explore draws new,
+# random examples (many more of them: EXPLORE_EXAMPLES for tests that do not set their own budget,
+# and the fault campaign of tests/test_fault_model.py reads it too) and keeps the examples database
+# under .hypothesis/ (gitignored), so a failure found is replayed next time. "dev" is an old name
+# of "explore".
+EXPLORE_EXAMPLES = 1000
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
-settings.register_profile("dev", derandomize=False)
-HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+settings.register_profile("explore", derandomize=False, max_examples=EXPLORE_EXAMPLES, print_blob=True)
+settings.register_profile("dev", parent=settings.get_profile("explore"))
+HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or "ci"
 settings.load_profile(HYPOTHESIS_PROFILE)
+EXPLORING = not settings.default.derandomize
+"""True under the explore profile: property tests may scale their budgets up."""
 
 EPISODE_NUMBERS = ("seed", "sum_reward", "max_reward", "length", "success", "nan_rewards")
 """The per-episode numbers that ``expected_episode`` predicts (``episode_ix`` is checked separately)."""

@@ -8,6 +8,7 @@ from click.testing import CliRunner
 
 from fasteval.doors.cli import main, parse_env_kwargs
 from fasteval.testing import expected_episode
+from fasteval.testing.faulty import FaultyEnv
 
 KA = "fasteval/KnownAnswer-v0"
 
@@ -151,7 +152,7 @@ def test_failed_episodes_are_named_in_the_terminal(tmp_path, seeds, shown, more)
     assert "errors.jsonl" in result.output
 
 
-def make_faulty_task_env(task: str, **kwargs):
+def make_faulty_task_env(task: str, **kwargs) -> "FaultyEnv":
     """A faulty known-answer env named by a ``task`` kwarg, so that a list of tasks is a suite."""
     from fasteval.testing.faulty import FaultyEnv
 
@@ -231,3 +232,161 @@ def test_summary_says_no_success_signal_for_an_env_without_one(tmp_path):
     assert json.loads((tmp_path / "a" / "eval_info.json").read_text())["overall"]["has_success_signal"] is False
     loud = run(["--env", KA, "--policy", "zero", "-n", "4", "-b", "2", "-o", str(tmp_path / "b")])
     assert loud.exit_code == 0 and "no success signal" not in loud.output and "95% CI" in loud.output
+
+
+# -- trust (issue 20, docs/security.md) -----------------------------------------------------------
+
+EVIL = '''
+from pathlib import Path
+Path("PWNED").write_text("the file ran")
+from fasteval.testing.envs import KnownAnswerEnv
+def make(**kwargs) -> KnownAnswerEnv:
+    return KnownAnswerEnv(**kwargs)
+'''
+
+
+def test_an_env_from_a_file_path_needs_trust_remote_code_as_a_policy_does(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "evil.py").write_text(EVIL)
+    refused = CliRunner().invoke(main, ["--env", "./evil.py:make", "-n", "2", "-o", str(tmp_path / "a")])
+    assert refused.exit_code == 2 and "--trust-remote-code" in refused.output, refused.output
+    assert not (tmp_path / "PWNED").exists() and not (tmp_path / "a").exists()
+    trusted = run(["--env", "./evil.py:make", "-n", "2", "-o", str(tmp_path / "b"), "--trust-remote-code"])
+    assert trusted.exit_code == 0, trusted.output
+    assert (tmp_path / "PWNED").exists()
+
+
+@pytest.mark.parametrize("config, needle", [
+    ({"env": "os:system", "env_kwargs": {"command": "touch PWNED"}}, "names a Python callable"),
+    ({"env": KA, "policy": "fasteval.testing.policies:ParityPolicy"}, "names a Python callable"),
+    ({"env": "./evil.py:make"}, "loads Python code from a file"),
+    ({"env": KA, "trust_remote_code": True}, "can never grant trust"),
+    ({"env": "./evil.py:make", "trust_remote_code": True}, "can never grant trust"),
+])
+def test_a_config_file_is_data_code_it_names_needs_the_flag(tmp_path, monkeypatch, config, needle):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "evil.py").write_text(EVIL)
+    (tmp_path / "c.json").write_text(json.dumps({"n_episodes": 2, **config}))
+    result = CliRunner().invoke(main, ["--config", "c.json", "-o", str(tmp_path / "out")])
+    assert result.exit_code == 2 and needle in result.output and "--trust-remote-code" in result.output, result.output
+    assert not (tmp_path / "PWNED").exists() and not (tmp_path / "out").exists()
+
+
+def test_the_command_line_flag_lets_a_config_name_code_and_a_saved_config_grants_nothing(tmp_path):
+    (tmp_path / "c.json").write_text(json.dumps({"env": KA, "n_episodes": 2,
+                                                 "policy": "fasteval.testing.policies:ParityPolicy"}))
+    result = run(["--config", str(tmp_path / "c.json"), "-o", str(tmp_path / "out"), "--trust-remote-code"])
+    assert result.exit_code == 0, result.output
+    saved = tmp_path / "out" / "config.json"
+    assert json.loads(saved.read_text())["trust_remote_code"] is True
+    refused = CliRunner().invoke(main, ["--config", str(saved), "-o", str(tmp_path / "again")])
+    assert refused.exit_code == 2 and "can never grant trust" in refused.output
+    assert run(["--config", str(saved), "-o", str(tmp_path / "again"), "--trust-remote-code"]).exit_code == 0
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--seed", str(2**64 - 1)], "at most 2**63 - 1"),  # was an OverflowError and a folder stuck `running`
+    (["--seed", str(2**63 - 1), "-n", "2"], "use seed <= 9223372036854775806"),
+    (["--vectorization", "async", "--step-timeout", "inf"], "finite number of seconds"),  # was an OverflowError
+    (["--vectorization", "async", "--step-timeout", "1e12"], "<= 1000000"),
+    (["-n", str(10**12)], "TiB of memory"),  # tried to allocate 7.28 TiB
+])
+def test_values_that_used_to_crash_mid_run_exit_2_before_it(tmp_path, args, needle):
+    result = CliRunner().invoke(main, ["--env", KA, *args, "-o", str(tmp_path / "out")])
+    assert result.exit_code == 2 and needle in result.output, result.output
+    assert "Traceback" not in result.output and not (tmp_path / "out").exists()
+
+
+def test_the_largest_seed_runs():
+    from fasteval import evaluate
+
+    result = evaluate(env=KA, n_episodes=2, seed=2**63 - 2)
+    assert [r["seed"] for r in result.per_episode] == [2**63 - 2, 2**63 - 1]
+    assert [r["sum_reward"] for r in result.per_episode] == [expected_episode(s)["sum_reward"] for s in (2**63 - 2, 2**63 - 1)]
+
+
+def test_an_env_callable_on_the_command_line_must_be_an_env_constructor(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shell = CliRunner().invoke(main, ["--env", "os:system", "--env-kwarg", "command=touch PWNED", "-o", str(tmp_path / "a")])
+    assert shell.exit_code == 2 and "not an env constructor" in shell.output and "--trust-remote-code" in shell.output
+    assert not (tmp_path / "PWNED").exists() and not (tmp_path / "a").exists()
+    plain = CliRunner().invoke(main, ["--env", "tests.helpers:never_succeeding_env", "-n", "2", "-o", str(tmp_path / "b")])
+    assert plain.exit_code == 2 and "not an env constructor" in plain.output, plain.output
+    trusted = run(["--env", "tests.helpers:never_succeeding_env", "-n", "2", "-o", str(tmp_path / "c"), "--trust-remote-code"])
+    assert trusted.exit_code == 0, trusted.output
+
+
+def _as_if_killed(out):
+    manifest = json.loads((out / "manifest.json").read_text())
+    (out / "manifest.json").write_text(json.dumps({**manifest, "status": "running"}))
+    (out / "eval_info.json").unlink()
+
+
+def test_a_manifest_cannot_grant_trust_on_resume(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "evil.py").write_text(EVIL)
+    out = tmp_path / "run"
+    assert run(["--env", "./evil.py:make", "-n", "3", "-o", str(out), "--trust-remote-code"]).exit_code == 0
+    assert json.loads((out / "manifest.json").read_text())["spec"]["trust_remote_code"] is True
+    _as_if_killed(out)
+    (tmp_path / "PWNED").unlink()
+    refused = CliRunner().invoke(main, ["--resume", str(out)])
+    assert refused.exit_code == 2 and "manifest" in refused.output and "--trust-remote-code" in refused.output
+    assert not (tmp_path / "PWNED").exists()
+    assert run(["--resume", str(out), "--trust-remote-code"]).exit_code == 0
+
+
+def test_a_resume_keeps_the_runs_fault_handling(tmp_path):
+    plan = json.dumps({"2": [["raise", 0]]})
+    out, state = tmp_path / "run", tmp_path / "state"
+    args = ["--env", "fasteval.testing.fault_plan:make_fault_plan_env", "--env-kwarg", f"plan={plan}",
+            "--env-kwarg", f"state_dir={state}", "-n", "4", "--retries", "0", "-o", str(out)]
+    first = CliRunner().invoke(main, args)
+    assert first.exit_code == 1 and "1 episode failed for good" in first.output, first.output
+    _as_if_killed(out)
+    for marker in state.iterdir():  # a new process: the env's faults start again
+        marker.unlink()
+    again = CliRunner().invoke(main, ["--resume", str(out), "--trust-remote-code"])
+    # --retries 0 from the manifest (the command line's default of 1 would retry seed 2 and finish it)
+    assert again.exit_code == 1 and "1 episode failed for good" in again.output, again.output
+    assert json.loads((out / "manifest.json").read_text())["spec"]["retries"] == 0
+
+
+def silent_known_answer(**kwargs) -> "FaultyEnv":
+    """KnownAnswerEnv (renderable) whose info never carries is_success: no success signal."""
+
+    class Silent(FaultyEnv):
+        def step(self, action):
+            obs, reward, terminated, truncated, _info = super().step(action)
+            return obs, reward, terminated, truncated, {}
+
+    return Silent(**kwargs)
+
+
+def test_without_a_success_signal_pc_success_is_null_absent_from_the_sinks_and_videos_say_no_outcome(tmp_path):
+    # issue 20: pc_success read 0.0 (TensorBoard and W&B logged a false 0%), videos were named _failure
+    result = run(["--env", "tests.test_cli:silent_known_answer", "--env-kwarg", "render_mode=rgb_array", "-n", "3",
+                  "--videos", "2", "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert "no success signal" in result.output
+    info = json.loads((tmp_path / "out" / "eval_info.json").read_text())
+    overall = info["overall"]
+    assert overall["has_success_signal"] is False
+    assert overall["pc_success"] is None and overall["pc_success_ci95"] is None and overall["n_success"] is None
+    assert info["per_task"][0]["aggregated"]["pc_success"] is None
+    videos = sorted(p.name for p in (tmp_path / "out" / "videos").rglob("*.mp4"))
+    assert videos == ["ep000000_seed0.mp4", "ep000001_seed1.mp4"]
+    from fasteval import evaluate
+    from fasteval.run.sinks import metrics
+
+    silent = evaluate(env="tests.test_cli:silent_known_answer", n_episodes=3)
+    assert not any("success" in key for key in silent.to_dict())
+    assert not any("success" in key for key in metrics(silent))
+
+
+def test_videos_of_an_env_kwarg_task_go_into_the_task_folder(tmp_path):
+    result = run(["--env", "tests.test_cli:make_faulty_task_env", "--env-kwarg", "task=alpha", "--env-kwarg",
+                  "render_mode=rgb_array", "-n", "2", "--videos", "1", "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert [p.relative_to(tmp_path / "out").as_posix() for p in (tmp_path / "out").rglob("*.mp4")] == [
+        "videos/alpha/ep000000_seed0_success.mp4"]

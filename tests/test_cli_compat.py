@@ -255,9 +255,12 @@ def test_config_round_trip_same_spec_and_same_results(tmp_path):
     assert spec == EvalSpec(env=KA, policy=PARITY, n_episodes=9, batch_size=2, seed=5,
                             env_kwargs={"nan_reward_seeds": [7]}, device="auto", retries=2, video_layout="lerobot")
     assert out == str(tmp_path / "first")
-    assert resolved(["--config", tmp_path / "first" / "config.json"]) == printed
+    # the file names code (a module:callable policy): the command line must trust it (docs/security.md)
+    again = resolved(["--config", tmp_path / "first" / "config.json", "--trust-remote-code"])
+    assert {**again, "trust_remote_code": False} == printed  # the same, with the flag this command line gave
     # and the same numbers when run again from the saved file
-    result = invoke(["--config", tmp_path / "first" / "config.json", "--output_dir", tmp_path / "again"])
+    result = invoke(["--config", tmp_path / "first" / "config.json", "--output_dir", tmp_path / "again",
+                     "--trust-remote-code"])
     assert result.exit_code == 0, result.output
     assert without_timings(eval_info(tmp_path / "again")) == without_timings(eval_info(tmp_path / "first"))
 

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -89,6 +90,54 @@ def test_hanging_async_env_times_out_and_is_retried(tmp_path, workers):
     assert "timed out" in error["error"]
 
 
+PLAN_ENV = "fasteval.testing.fault_plan:make_fault_plan_env"
+PLANNED_POLICY = "fasteval.testing.fault_plan:make_planned_policy"
+
+
+@pytest.mark.parametrize("vectorization, workers", [("sync", None), ("async", 1), ("async", 2)])
+def test_a_retry_and_a_final_give_up_in_one_step_leave_the_other_episode_exact(tmp_path, vectorization, workers):
+    # Issue 20's repro, on the known-answer env: episode 1 (seed 2) raises at step 0 on its first
+    # two attempts, episode 0 (seed 1) at step 1 on its first. With one retry, seed 2's second
+    # failure is a final give-up with no episode left to take, in the same step as seed 1's retry:
+    # seed 1's stale reward of its failed attempt was folded into its restarted episode.
+    plan = {2: [["raise", 0], ["raise", 0]], 1: [["raise", 1]]}
+    from fasteval.testing.fault_plan import parity_action
+
+    result = evaluate(env=PLAN_ENV, env_kwargs=dict(plan=plan, state_dir=str(tmp_path)), policy=PLANNED_POLICY,
+                      n_episodes=2, seed=1, batch_size=2, retries=1, vectorization=vectorization, workers=workers)
+    (episode,) = result.per_episode
+    want = expected_episode(1, parity_action)
+    assert (episode["seed"], episode["length"], episode["sum_reward"]) == (1, want["length"], want["sum_reward"])
+    assert result.n_failed == 1
+    assert [(e["seed"], e["attempt"], e["final"]) for e in result.errors if e["final"]] == [(2, 2, True)]
+
+
+def shape_changing_env(**kwargs) -> "gym.Env":
+    """KnownAnswerEnv whose observation gets a 4th entry at step 2 of the episode with seed 3."""
+    from fasteval.testing.envs import KnownAnswerEnv
+
+    class ShapeChanging(KnownAnswerEnv):
+        def step(self, action):
+            obs, reward, terminated, truncated, info = super().step(action)
+            if self._seed == 3 and self._t == 2:
+                obs = np.append(obs, 0.0)
+            return obs, reward, terminated, truncated, info
+
+    return ShapeChanging(**kwargs)
+
+
+@pytest.mark.parametrize("vectorization", ["sync", "async"])
+def test_an_observation_that_changes_shape_is_that_episodes_failure_with_the_cause(vectorization):
+    # issue 20: sync stopped with a bare numpy message and nothing in errors.jsonl; the pool said
+    # "worker died (exit code 1)" and lost the cause
+    result = evaluate(env="tests.test_faults:shape_changing_env", n_episodes=6, batch_size=2, retries=1,
+                      vectorization=vectorization, workers=1 if vectorization == "async" else None)
+    assert_exact(result, expected(0, 6, skip={3}))
+    assert result.n_failed == 1
+    assert [(e["episode_ix"], e["attempt"], e["final"]) for e in result.errors] == [(3, 1, False), (3, 2, True)]
+    assert all("does not fit its observation space" in e["error"] and "(4,)" in e["error"] for e in result.errors)
+
+
 # -- policy faults ------------------------------------------------------------------------------
 
 class NanOnEpisode:
@@ -138,6 +187,37 @@ def test_nan_actions_skip_episode_records_it_and_goes_on():
                       batch_size=3, on_nan_action="skip-episode")
     assert_exact(result, expected(0, 12, skip={6}))
     assert result.n_failed == 1 and result.errors[0]["stage"] == "policy"
+
+
+def test_the_nan_action_step_is_the_same_in_errors_jsonl_and_in_the_message():
+    # issue 20: errors.jsonl said step 2 where the message said 3 (here: the first step, 1-based in both)
+    skipped = evaluate(env="tests.test_faults:continuous_known_answer", policy=NanOnEpisode(6), n_episodes=12,
+                       batch_size=3, on_nan_action="skip-episode")
+    (record,) = skipped.errors
+    with pytest.raises(EvaluationAborted) as info:
+        evaluate(env="tests.test_faults:continuous_known_answer", policy=NanOnEpisode(6), n_episodes=12, batch_size=3)
+    assert record["step"] == 1 and "(seed 6, step 1)" in str(info.value.__cause__)
+
+
+class TooLargeOnEpisode(NanOnEpisode):
+    """Continuous actions; 2.0 (outside Box(-1, 1)) for the slot whose observation says seed % 97 == target."""
+
+    def select_action(self, obs):
+        action = torch.zeros(obs.shape[0], 1)
+        action[(obs[:, 0] * 97).round().long() == self.target] = 2.0
+        return action
+
+
+def test_out_of_range_actions_are_warned_once_and_counted_in_the_meta():
+    # issue 20: they reached the env silently
+    with pytest.warns(RuntimeWarning, match="outside the action space") as caught:
+        result = evaluate(env="tests.test_faults:continuous_known_answer", policy=TooLargeOnEpisode(6), n_episodes=12,
+                          batch_size=3)
+    assert len([w for w in caught if "outside the action space" in str(w.message)]) == 1
+    assert result.meta["n_out_of_range_actions"] == expected_episode(6)["length"]  # every step of episode 6
+    assert_exact(result, expected(0, 12))  # sent as they are (the env maps every action to 0)
+    in_range = evaluate(env="tests.test_faults:continuous_known_answer", policy=NanOnEpisode(99), n_episodes=4)
+    assert in_range.meta["n_out_of_range_actions"] == 0
 
 
 def test_policy_raising_mid_run_keeps_finished_episodes():
@@ -216,6 +296,24 @@ def test_resume_with_a_torn_last_line_reruns_only_missing_episodes(tmp_path):
     assert comparable(cut / "eval_info.json") == comparable(full / "eval_info.json")
 
 
+@pytest.mark.parametrize("tear", ["half a line", "no final newline"])
+def test_a_torn_last_line_is_cut_back_before_resume_appends(tmp_path, tear):
+    # issue 20: the first record appended on resume was glued onto the torn line and lost, and
+    # episodes.jsonl disagreed with eval_info.json (exit 0)
+    out = tmp_path / "run"
+    assert CliRunner().invoke(main, ["--env", KA, "-n", "9", "-b", "2", "-o", str(out)]).exit_code == 0
+    lines = (out / "episodes.jsonl").read_text().splitlines()
+    torn = lines[4][: len(lines[4]) // 2] if tear == "half a line" else lines[4]
+    (out / "episodes.jsonl").write_text("\n".join(lines[:4]) + "\n" + torn)
+    resumed = CliRunner().invoke(main, ["--resume", str(out)])
+    assert resumed.exit_code == 0, resumed.output
+    assert f"episodes.jsonl ended in a torn line (an interrupted write): cut {len(torn)} bytes" in resumed.output
+    records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]  # every line parses
+    assert sorted(r["episode_ix"] for r in records) == list(range(9))  # each episode once
+    info = json.loads((out / "eval_info.json").read_text())
+    assert [r["sum_reward"] for r in info["per_episode"]] == [r["sum_reward"] for r in sorted(records, key=lambda r: r["episode_ix"])]
+
+
 def comparable(path: Path) -> dict:
     info = json.loads(path.read_text())
     overall = {k: v for k, v in info["overall"].items() if k not in ("eval_s", "eval_ep_s", "steps_per_s", "episodes_per_s")}
@@ -225,7 +323,7 @@ def comparable(path: Path) -> dict:
 SLOW_ENV = "tests.test_faults:slow_known_answer"
 
 
-def slow_known_answer(**kwargs):
+def slow_known_answer(**kwargs) -> "gym.Env":
     """KnownAnswerEnv with 20 ms steps, so that a signal lands mid-run."""
     from fasteval.testing.envs import KnownAnswerEnv
 
@@ -268,7 +366,7 @@ def test_sigterm_partway_then_resume_equals_an_uninterrupted_run(tmp_path, sig, 
     proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == code, stderr
-    assert "fasteval --resume" in stderr
+    assert f"fasteval --resume {out} --trust-remote-code" in stderr  # the run names code (a module:callable env)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "interrupted"
     recorded = [json.loads(line) for line in log.read_text().splitlines()]
@@ -276,8 +374,8 @@ def test_sigterm_partway_then_resume_equals_an_uninterrupted_run(tmp_path, sig, 
     info = json.loads((out / "eval_info.json").read_text())
     assert len(info["per_episode"]) == len(recorded)  # every finished episode is kept
 
-    resumed = subprocess.run([sys.executable, "-m", "fasteval.doors.cli", "--resume", str(out)], capture_output=True, text=True,
-                             env=env, timeout=120)
+    resumed = subprocess.run([sys.executable, "-m", "fasteval.doors.cli", "--resume", str(out), "--trust-remote-code"],
+                             capture_output=True, text=True, env=env, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
     assert comparable(out / "eval_info.json") == comparable(_uninterrupted(tmp_path, env))
     assert json.loads((out / "manifest.json").read_text())["status"] == "complete"
@@ -349,3 +447,29 @@ def test_unusable_paths_found_by_the_fuzzer_exit_2(tmp_path, monkeypatch, args):
     assert result.exit_code == 2, (args, result.output, result.exception)
     assert "not usable" in result.output or "empty" in result.output
     assert list(tmp_path.iterdir()) == []
+
+
+# -- the watchdog: hangs that nothing else catches (issue 20) -------------------------------------
+
+WATCHDOG_RUN = """
+import sys
+from fasteval import evaluate
+from fasteval.testing.fault_plan import PlannedPolicy
+kind, state = sys.argv[1], sys.argv[2]
+if kind == "policy":  # the policy hangs in episode 3 (seed 3), at its step 1
+    evaluate(env="fasteval.testing.fault_plan:make_fault_plan_env", policy=PlannedPolicy({3: ("hang", 1)}),
+             n_episodes=6, batch_size=2, policy_timeout_s=1.0)
+else:  # a sync env hangs in the step 2 of episode 4
+    evaluate(env="fasteval.testing.fault_plan:make_fault_plan_env",
+             env_kwargs={"plan": {4: [["hang", 2]]}, "state_dir": state}, n_episodes=6, batch_size=2, step_timeout=1.0)
+print("the run returned")
+"""
+
+
+@pytest.mark.parametrize("kind, needle", [("policy", "the policy did not return within 1 s (--policy-timeout)"),
+                                          ("env", "an env step did not return within 1 s (--step-timeout)")])
+def test_a_hung_policy_or_sync_env_ends_the_process_with_the_cause(tmp_path, kind, needle):
+    done = subprocess.run([sys.executable, "-c", WATCHDOG_RUN, kind, str(tmp_path)], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert needle in done.stderr and "the run returned" not in done.stdout, done.stderr

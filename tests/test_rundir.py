@@ -213,3 +213,152 @@ def test_disk_full_mid_run_keeps_the_written_groups_and_resume_finishes_exactly(
         assert (record["sum_reward"], record["length"], record["success"]) == (
             want["sum_reward"], want["length"], want["success"])
     assert [r["episode_ix"] for r in outcome.result.per_episode] == list(range(30))
+
+
+# -- one run per folder (issue 20) -----------------------------------------------------------------
+
+def cli(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def as_if_killed(out: Path) -> None:
+    manifest = json.loads((out / "manifest.json").read_text())
+    (out / "manifest.json").write_text(json.dumps({**manifest, "status": "running"}))
+    (out / "eval_info.json").unlink()
+
+
+def test_every_record_carries_the_run_id_of_its_manifest(tmp_path):
+    out = tmp_path / "run"
+    plan = json.dumps({"1": [["raise", 0]]})
+    result = cli("--env", "fasteval.testing.fault_plan:make_fault_plan_env", "--env-kwarg", f"plan={plan}",
+                 "--env-kwarg", f"state_dir={tmp_path / 'state'}", "-n", "4", "-o", out)
+    assert result.exit_code == 0, result.output
+    run_id = json.loads((out / "manifest.json").read_text())["run_id"]
+    assert isinstance(run_id, str) and len(run_id) == 32
+    for name in ("episodes.jsonl", "errors.jsonl"):
+        records = [json.loads(line) for line in (out / name).read_text().splitlines()]
+        assert records and all(r["run_id"] == run_id for r in records), name
+    assert "run_id" not in json.loads((out / "eval_info.json").read_text())["per_episode"][0]
+
+
+def test_a_folder_with_records_but_no_manifest_is_refused(tmp_path):
+    # issue 20: delete manifest.json, start another run (another seed) into the folder: it appended
+    out = tmp_path / "run"
+    assert cli("--env", KA, "-n", "30", "-o", out).exit_code == 0
+    (out / "manifest.json").unlink()
+    before = (out / "episodes.jsonl").read_bytes()
+    again = cli("--env", KA, "-n", "30", "--seed", "1000", "-o", out)
+    assert again.exit_code == 2 and "no manifest.json" in again.output, again.output
+    assert (out / "episodes.jsonl").read_bytes() == before
+
+
+@pytest.mark.parametrize("tamper, needle", [
+    ("another run", "run_id"),
+    ("another seed", "has seed 100"),
+])
+def test_resume_refuses_records_that_are_not_this_runs(tmp_path, tamper, needle):
+    out, other = tmp_path / "run", tmp_path / "other"
+    assert cli("--env", KA, "-n", "10", "-o", out).exit_code == 0
+    assert cli("--env", KA, "-n", "10", "--seed", "1000", "-o", other).exit_code == 0
+    lines_ = (out / "episodes.jsonl").read_text().splitlines()[:5]
+    foreign = json.loads((other / "episodes.jsonl").read_text().splitlines()[3])
+    if tamper == "another seed":
+        foreign["run_id"] = json.loads(lines_[0])["run_id"]
+    (out / "episodes.jsonl").write_text("\n".join([*lines_, json.dumps(foreign)]) + "\n")
+    as_if_killed(out)
+    resumed = cli("--resume", out)
+    assert resumed.exit_code == 2 and "not this run's" in resumed.output and needle in resumed.output, resumed.output
+
+
+def test_a_second_process_on_a_folder_in_use_exits_2_naming_the_holder(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    out.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom fasteval.run.folder_lock import FolderLock\n"
+         "FolderLock(sys.argv[1]).acquire()\nprint('held', flush=True)\ntime.sleep(300)", str(out)],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        second = cli("--env", KA, "-n", "3", "-o", out)
+        assert second.exit_code == 2 and f"in use by another fasteval process (pid {holder.pid}" in second.output, (
+            second.output)
+        assert not (out / "manifest.json").exists()
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    assert cli("--env", KA, "-n", "3", "-o", out).exit_code == 0  # the kernel released it with the process
+
+
+@pytest.mark.parametrize("name", ["episodes.jsonl", "errors.jsonl"])
+def test_records_are_never_written_through_a_symlink(tmp_path, name):
+    out, outside = tmp_path / "run", tmp_path / "outside.txt"
+    out.mkdir()
+    outside.write_text("")
+    (out / name).symlink_to(outside)
+    result = cli("--env", KA, "-n", "3", "-o", out)
+    assert result.exit_code == 2 and "symbolic link" in result.output, result.output
+    assert outside.read_text() == ""
+
+
+def test_disk_full_names_the_file_keeps_complete_lines_and_marks_the_manifest_failed(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    from fasteval.run.record_file import RecordFile
+
+    calls = []
+
+    def fills_up(fd, data):
+        calls.append(len(data))
+        if len(calls) == 2:  # the first group fits, half of the second does, then the disk is full
+            return os.write(fd, bytes(data[: len(data) // 2]))
+        if len(calls) > 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return os.write(fd, data)
+
+    monkeypatch.setattr(RecordFile, "write", staticmethod(fills_up))
+    out = tmp_path / "run"
+    result = cli("--env", KA, "-n", "600", "-b", "8", "-o", out)
+    assert result.exit_code == 1, result.output
+    assert f"disk full while writing {out / 'episodes.jsonl'}" in result.output
+    text = (out / "episodes.jsonl").read_text()
+    assert text.endswith("\n") and all(json.loads(line) for line in text.splitlines())  # parseable
+    assert 0 < len(text.splitlines()) < 600  # the group that fitted; the torn one was cut back
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and "episodes.jsonl" in manifest["error"]
+    monkeypatch.undo()
+    resumed = cli("--resume", out)  # space was freed
+    assert resumed.exit_code == 0, resumed.output
+    assert sorted(json.loads(line)["episode_ix"] for line in (out / "episodes.jsonl").read_text().splitlines()) == list(range(600))
+
+
+def test_output_folder_as_save_episodes_folder_exits_2_before_the_run(tmp_path):
+    out = tmp_path / "x"
+    result = cli("--env", KA, "-n", "2", "-o", out, "--save-episodes", out)
+    assert result.exit_code == 2 and "is the output folder" in result.output, result.output
+    assert not (out / "manifest.json").exists()
+
+
+def test_a_hung_sync_env_ends_the_cli_run_with_the_manifest_failed_and_the_resume_command(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    out, plan = tmp_path / "run", json.dumps({"4": [["hang", 2]]})
+    args = ["--env", "fasteval.testing.fault_plan:make_fault_plan_env", "--env-kwarg", f"plan={plan}",
+            "--env-kwarg", f"state_dir={tmp_path / 'state'}", "-n", "8", "-b", "2", "--step-timeout", "1", "-o", str(out)]
+    done = subprocess.run([sys.executable, "-m", "fasteval.doors.cli", *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 1, done.stderr
+    assert "an env step did not return within 1 s (--step-timeout)" in done.stderr
+    assert f"fasteval --resume {out} --trust-remote-code" in done.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and "--step-timeout" in manifest["error"]
+    recorded = [json.loads(line)["episode_ix"] for line in (out / "episodes.jsonl").read_text().splitlines()]
+    assert 0 < len(recorded) < 8 and 4 not in recorded  # the finished episodes are kept
+    resumed = cli("--resume", out, "--trust-remote-code")  # the hang fired once (its marker is kept)
+    assert resumed.exit_code == 0, resumed.output

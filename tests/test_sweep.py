@@ -321,7 +321,7 @@ def test_kill_partway_then_resume_equals_clean_run(tmp_path, spy_run_job):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen(
         [sys.executable, "-c", "from fasteval.doors.cli import main; main()", "sweep", str(spec_file), "-o", str(out), "-w", "1",
-         "--no-report"],
+         "--no-report", "--trust-remote-code"],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     stored, deadline = 0, time.monotonic() + 90
@@ -367,7 +367,7 @@ def test_failed_job_is_recorded_then_retried(tmp_path, spy_run_job):
     spec_file = tmp_path / "flaky.json"
     spec_file.write_text(json.dumps(data))
     out = tmp_path / "out"
-    args = ["sweep", str(spec_file), "-o", str(out), "-w", "1"]
+    args = ["sweep", str(spec_file), "-o", str(out), "-w", "1", "--trust-remote-code"]  # the file names an env callable
     first = CliRunner().invoke(main, args)
     assert first.exit_code == 1, first.output
     assert "re-run the same command" in first.output and "injected failure at seed 53" in first.output
@@ -418,7 +418,8 @@ def test_ray_backend_matches_local(tmp_path, clean_sweep):
 def test_ray_missing_says_how_to_install(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
     (tmp_path / "s.json").write_text(json.dumps(SPEC))
-    result = CliRunner().invoke(main, ["sweep", str(tmp_path / "s.json"), "-o", str(tmp_path / "o"), "--backend", "ray"])
+    result = CliRunner().invoke(main, ["sweep", str(tmp_path / "s.json"), "-o", str(tmp_path / "o"), "--backend", "ray",
+                                         "--trust-remote-code"])
     assert result.exit_code == 2
     assert "pip install 'fasteval[ray]'" in result.output
 
@@ -428,7 +429,8 @@ def test_ray_missing_says_how_to_install(tmp_path, monkeypatch):
 def test_cli_sweep_then_report(tmp_path, clean_sweep):
     (tmp_path / "s.json").write_text(json.dumps(SPEC))
     out = tmp_path / "cli"
-    result = CliRunner().invoke(main, ["sweep", str(tmp_path / "s.json"), "-o", str(out), "-w", "1", "--no-report"])
+    result = CliRunner().invoke(main, ["sweep", str(tmp_path / "s.json"), "-o", str(out), "-w", "1", "--no-report",
+                                         "--trust-remote-code"])
     assert result.exit_code == 0, result.output
     assert stored_rows(out) == stored_rows(clean_sweep)
     assert not (out / "report.md").exists()
@@ -628,3 +630,49 @@ def test_returns_figure_all_constant_env_gets_a_visible_range():
     lo, hi = top.get_xlim()
     assert lo <= -1.0 and hi >= 1.0 and bottom.get_xlim() == (lo, hi)
     assert all([a for a in ax.get_children() if a.get_gid() == "constant-return"] for ax in (top, bottom))
+
+
+# -- trust and size (issue 20) ------------------------------------------------------------------
+
+def test_a_sweep_file_cannot_grant_trust(tmp_path):
+    spec_file = tmp_path / "s.json"
+    spec_file.write_text(json.dumps(_with(options={"trust_remote_code": True})))
+    result = CliRunner().invoke(main, ["sweep", str(spec_file), "-o", str(tmp_path / "o"), "-w", "1", "--no-report"])
+    assert result.exit_code == 2 and "can never grant trust" in result.output, result.output
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("entry", [
+    {"policies": [{"name": "p", "ref": PARITY}]},  # module:callable policy
+    {"envs": [{"name": "shell", "id": "os:system", "kwargs": {"command": "touch PWNED"}}]},
+    {"envs": [{"name": "file", "id": "./evil.py:make"}]},
+])
+def test_code_named_by_a_sweep_file_needs_the_flag(tmp_path, entry, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    spec_file = tmp_path / "s.json"
+    data = _with(**entry)
+    if "policies" not in entry:
+        data["policies"] = [{"name": "zero", "ref": "zero"}]
+    spec_file.write_text(json.dumps(data))
+    result = CliRunner().invoke(main, ["sweep", str(spec_file), "-o", str(tmp_path / "o"), "-w", "1", "--no-report"])
+    assert result.exit_code == 2 and "--trust-remote-code" in result.output, result.output
+    assert not (tmp_path / "PWNED").exists() and not (tmp_path / "o").exists()
+
+
+def test_a_million_seed_blocks_are_refused_before_anything_is_built(tmp_path):
+    spec_file = tmp_path / "s.json"
+    spec_file.write_text(json.dumps(_with(seeds={"start": 0, "count": 1_000_000}, policies=[{"name": "z", "ref": "zero"}])))
+    result = CliRunner().invoke(main, ["sweep", str(spec_file), "-o", str(tmp_path / "o"), "-w", "1", "--no-report"])
+    assert result.exit_code == 2 and "--max-jobs" in result.output and "2000000 jobs" in result.output, result.output
+    assert not (tmp_path / "o").exists()
+    from fasteval.doors.sweep.spec import SweepSpec
+
+    spec = SweepSpec.from_dict(_with(seeds={"start": 0, "count": 30}, policies=[{"name": "z", "ref": "zero"}]), max_jobs=60)
+    assert spec.n_jobs == 60
+
+
+def test_seed_blocks_past_int64_are_refused():
+    from fasteval.doors.sweep.spec import SweepSpecError
+
+    with pytest.raises(SweepSpecError, match="at most 2\\*\\*63 - 1"):
+        SweepSpec.from_dict(_with(seeds=[0, 2**64 - 1]))

@@ -17,11 +17,18 @@ SHOW_PROFILE = ("import tests.conftest as c\n"
                 "print(c.HYPOTHESIS_PROFILE, d.derandomize, d.database is None, d.print_blob)\n")
 
 
-@pytest.mark.parametrize("ci, expected", [("true", "ci True True True"), ("", "dev False False")])
-def test_ci_runs_hypothesis_derandomized_without_a_database(ci, expected):
+@pytest.mark.parametrize("ci, profile, expected", [
+    ("true", "", "ci True True True"),  # CI
+    ("", "", "ci True True True"),  # a newcomer's first run: the same examples as CI, every time
+    ("", "explore", "explore False False True"),  # opt-in exploration: random examples, a database
+    ("true", "explore", "explore False"),  # (hypothesis itself drops the database on CI machines)
+])
+def test_hypothesis_runs_derandomized_without_a_database_unless_asked_to_explore(ci, profile, expected):
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "HYPOTHESIS_PROFILE")}
     if ci:
         env["CI"] = ci
+    if profile:
+        env["HYPOTHESIS_PROFILE"] = profile
     done = subprocess.run([sys.executable, "-c", SHOW_PROFILE], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr

@@ -178,7 +178,8 @@ def test_config_file_reaches_the_lerobot_loader(act_checkpoint: Path, tmp_path: 
               "batch_size": 2, "seed": 5, "device": "cpu", "observation_format": "lerobot",
               "output_dir": str(tmp_path / "out")}
     (tmp_path / "eval.json").write_text(json.dumps(config))
-    result = CliRunner().invoke(main, ["--config", str(tmp_path / "eval.json")])
+    # the file names an env callable: code, which only the command line can trust (docs/security.md)
+    result = CliRunner().invoke(main, ["--config", str(tmp_path / "eval.json"), "--trust-remote-code"])
     assert result.exit_code == 0, result.output
     info = json.loads((tmp_path / "out" / "eval_info.json").read_text())
     direct = evaluate(**varying_spec(act_checkpoint, n_episodes=3, batch_size=2, seed=5))
@@ -252,7 +253,7 @@ def test_sweep_reaches_the_lerobot_loader(act_checkpoint: Path, tmp_path: Path) 
              "options": {"batch_size": 2, "device": "cpu"}}
     (tmp_path / "sweep.json").write_text(json.dumps(sweep))
     result = CliRunner().invoke(main, ["sweep", str(tmp_path / "sweep.json"), "--workers", "1",
-                                       "--out", str(tmp_path / "out")])
+                                       "--out", str(tmp_path / "out"), "--trust-remote-code"])  # the file names code
     assert result.exit_code == 0, result.output
     direct = evaluate(**varying_spec(act_checkpoint, n_episodes=3, batch_size=2, seed=5, observation_format="raw"))
     stores = list((tmp_path / "out").rglob("*.sqlite*")) + list((tmp_path / "out").rglob("*.db"))

@@ -26,7 +26,8 @@ from fasteval.core import accel
 from fasteval.core.accel import accelerate, changes_python_state, graph_blockers, graph_decision, per_slot_state
 from fasteval.core.envs import SlotEnvs, build_slot_envs, make_factory
 from fasteval.core.faults import Faults, make_action_check
-from fasteval.core.ledger import Ledger
+from fasteval.core.watchdog import POLICY, Watchdog
+from fasteval.core.ledger import Ledger, check_fits_in_memory
 from fasteval.core.loop import StepContext, run_episodes, start_wave
 from fasteval.core.stopping import StopWhen, cut_at_stop, stopping_meta
 from fasteval.core.pipeline import check_pipelinable, group_rows, policy_batch
@@ -71,11 +72,16 @@ class CoreEngine:
         self.parts = parts
         self.pin_memory = pin_memory
         self.n_slots = n_slots or spec.n_slots
-        factory, probe, cap = make_factory(spec.env, spec.env_kwargs, spec.max_steps)
+        check_fits_in_memory(spec.n_episodes)  # before any env is built: exit 2 with the figures
+        self.watchdog = Watchdog()
+        """Deadlines for the policy (``policy_timeout_s``) and sync envs (``step_timeout``); a door may set
+        ``watchdog.on_expire`` (the durable run flushes its records and marks its folder ``failed``)."""
+        factory, probe, cap = make_factory(spec.env, spec.env_kwargs, spec.max_steps, spec.trust_remote_code)
         self.factory = factory
         self.max_steps = cap
         self.envs: SlotEnvs = build_slot_envs(spec.vectorization, factory, self.n_slots, probe, spec.step_timeout,
-                                              workers=spec.workers)
+                                              workers=spec.workers,
+                                              watchdog=self.watchdog)
         try:
             self._build_policy_side(spec)
         except BaseException:
@@ -112,7 +118,7 @@ class CoreEngine:
         self.runner = self.parts.build_runner(policy, spec, envs, self.h2d, self.policy_batch)
         self.d2h = DeviceToHost(self.n_slots, tuple(envs.action_space.shape or ()), action_host_dtype(envs.action_space),
                                 self.device, self.pin_memory)
-        self.check_actions = make_action_check(action_host_dtype(envs.action_space))
+        self.check_actions = make_action_check(action_host_dtype(envs.action_space), envs.action_space)
         if spec.pipeline:
             check_pipelinable(envs, self.runner, self.n_slots)
         self.accel_facts: dict[str, Any] = {}
@@ -138,7 +144,9 @@ class CoreEngine:
         # Own RNG fork: the dry run must not consume the run's torch draws, or a stochastic
         # policy's first run (which has the dry run) would differ from later runs with the same seed.
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            self.watchdog.arm(self.watchdog.guard(self.spec.policy_timeout_s, POLICY, "the policy's dry run"))
             self.runner.dry_run(policy_input)
+            self.watchdog.disarm()
             # A second call that changes the policy's Python attributes: state a CUDA graph would freeze.
             may_graph = graph_decision(self.spec.cuda_graph, self.device, per_slot_state(self.runner)).status is None
             changed = may_graph and changes_python_state(self.policy, self.runner.plain_step, policy_input)
@@ -182,6 +190,7 @@ class CoreEngine:
         observer = self.parts.attach_observers(self, ledger, observer)  # videos / episode data when the spec asks
         callback = self._finished_callback(ledger, on_finished, stop)
         faults = Faults(self.envs, self.runner, ledger, self.spec.retries, self.spec.on_nan_action, on_error)
+        self.check_actions.new_run()
         self.timers.reset()
         self.dry_run_s = self.capture_s = 0.0
         start, captured = perf_counter(), accel.capture_clock.seconds
@@ -191,11 +200,14 @@ class CoreEngine:
         except UserInputError:
             raise  # the dry run: nothing was evaluated
         except BaseException as exc:
+            self.watchdog.disarm()  # a call that raised left its deadline armed
             partial = self._result(ledger, faults.errors, self._eval_seconds(start, captured), seed, earlier, exc, stop)
             self.parts.finish_observers(observer, partial)
             raise EvaluationAborted(
                 f"evaluation stopped early after {len(partial.per_episode)} finished episodes: "
                 f"{type(exc).__name__}: {exc}", partial) from exc
+        finally:
+            self.watchdog.disarm()
         self.runs += 1
         result = self._result(ledger, faults.errors, self._eval_seconds(start, captured), seed, earlier, stop=stop)
         self.parts.finish_observers(observer, result)
@@ -278,6 +290,7 @@ class CoreEngine:
             envs=self.envs, runner=self.runner, h2d=self.h2d, d2h=self.d2h, ledger=ledger, faults=faults,
             timers=self.timers, step_bookkeeping=kernels.step_bookkeeping, max_steps=self.max_steps or 0,
             check_actions=self.check_actions, on_finished=callback, observer=observer,
+            watchdog=self.watchdog, policy_guard=self.watchdog.guard(self.spec.policy_timeout_s, POLICY, "the policy"),
         )
         run_episodes(ctx, self.group_rows)
 
@@ -309,6 +322,7 @@ class CoreEngine:
         meta["status"] = run_status(len(records), n, n_failed, error, stopped=stopped)
         result = EvalResult(records, eval_s, self.timers.as_dict(), meta, errors=list(errors), n_failed=n_failed)
         result.meta["has_success_signal"] = self._success_signal()
+        result.meta["n_out_of_range_actions"] = self.check_actions.out_of_range
         # the intra-op threads the run used (run() sets them for CPU policies, then restores them)
         cpu = self.device.type == "cpu" and self.spec.cpu_threads is not None
         result.meta["torch_threads"] = int(self.spec.cpu_threads) if cpu else torch.get_num_threads()
@@ -375,6 +389,7 @@ class CoreEngine:
         return dict(run_meta()) if callable(run_meta) else {}
 
     def close(self) -> None:
+        self.watchdog.close()
         self.envs.close()
 
     def __enter__(self) -> "CoreEngine":

@@ -24,6 +24,7 @@ import numpy as np
 from fasteval.core.headless import ensure_headless_gl
 from fasteval.core.slot_block import SlotBlock, raise_call_errors
 from fasteval.core.slots import EnvFailure, SlotEnvs, _failure, _obs_writer, allocate_obs_buffer, call_env  # noqa: F401 (re-exported)
+from fasteval.core.watchdog import ENV, Watchdog
 from fasteval.types.errors import EnvNotFoundError, UserInputError
 from fasteval.types.refs import resolve_callable, split_callable_ref
 
@@ -33,11 +34,14 @@ class EnvFactory:
     """Picklable recipe for one sub-env: ``env`` id or ``module:callable``, and kwargs.
 
     Calling it imports the env's plugin namespace first (``gym_pusht/PushT-v0``
-    imports ``gym_pusht``), so it also works inside async worker processes.
+    imports ``gym_pusht``), so it also works inside async worker processes. A callable from a
+    file path (``path/env.py:make``) runs that file: only with ``trust_remote_code``, as for
+    policies (see docs/security.md).
     """
 
     env: str
     kwargs: dict = field(default_factory=dict)
+    trust_remote_code: bool = False
 
     @property
     def is_callable_ref(self) -> bool:
@@ -45,7 +49,7 @@ class EnvFactory:
 
     def __call__(self) -> gym.Env:
         if self.is_callable_ref:
-            fn = resolve_callable(self.env, what="env", trust_remote_code=True)
+            fn = resolve_callable(self.env, what="env", trust_remote_code=self.trust_remote_code)
             env = fn(**self.kwargs)
             if not isinstance(env, gym.Env):
                 raise UserInputError(f"env {self.env!r} returned {type(env).__name__}; expected a gymnasium.Env.")
@@ -142,14 +146,17 @@ def namespace_hint(namespace: str) -> str:
     return f"The module {module!r} is installed but registers no {namespace!r} envs; check the env id."
 
 
-def make_factory(env: str, kwargs: dict, max_steps: int | None) -> tuple[EnvFactory, gym.Env, int | None]:
+def make_factory(env: str, kwargs: dict, max_steps: int | None,
+                 trust_remote_code: bool = False) -> tuple[EnvFactory, gym.Env, int | None]:
     """Validate ``env`` by building one instance. Returns (factory, probe env, step cap).
+
+    ``trust_remote_code`` (the spec's) allows a ``path/file.py:callable`` env (it runs that file).
 
     The step cap is ``max_steps`` if given, else the env spec's ``max_episode_steps``
     (``None`` if neither exists). Raises :class:`EnvNotFoundError` with gymnasium's
     suggestion and the package to install for unknown ids or missing plugins.
     """
-    factory = EnvFactory(env, dict(kwargs))
+    factory = EnvFactory(env, dict(kwargs), bool(trust_remote_code))
     try:
         probe = factory()
     except gym.error.NamespaceNotFound as exc:
@@ -170,7 +177,11 @@ def make_factory(env: str, kwargs: dict, max_steps: int | None) -> tuple[EnvFact
 class SyncSlotEnvs(SlotEnvs):
     """Sub-envs of a ``SyncVectorEnv`` (autoreset disabled), stepped in-process per active slot."""
 
-    def __init__(self, factory: EnvFactory, n_slots: int, first_env: gym.Env | None = None):
+    def __init__(self, factory: EnvFactory, n_slots: int, first_env: gym.Env | None = None,
+                 step_timeout: float | None = None, watchdog: Watchdog | None = None):
+        self.watchdog = watchdog or Watchdog()
+        """Deadlines for this process's env calls (``step_timeout``): a hung one cannot be interrupted."""
+        self._guards = {what: self.watchdog.guard(step_timeout, ENV, f"an env {what}") for what in ("step", "reset", "rebuild")}
         fns: list[Callable[[], gym.Env]] = [factory] * n_slots
         self.factory = factory
         if first_env is not None:
@@ -204,15 +215,21 @@ class SyncSlotEnvs(SlotEnvs):
         return True
 
     def reset_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:
+        self.watchdog.arm(self._guards["reset"])
         self.block.reset(slots, seeds, self.failures)  # the engine rebuilds failed envs and retries the episode
+        self.watchdog.disarm()
 
     def rebuild(self, slot: int) -> list[int]:
+        self.watchdog.arm(self._guards["rebuild"])
         self.block.rebuild(slot)
+        self.watchdog.disarm()
         return [slot]
 
     def step(self, slots: Sequence[int], actions: np.ndarray) -> None:
         """Step ``slots`` with rows of ``actions``; write results into the host buffers."""
+        self.watchdog.arm(self._guards["step"])
         self.block.step(slots, actions, self.failures)
+        self.watchdog.disarm()
 
     def call(self, slots: Sequence[int], name: str) -> list[Any]:
         values = self.block.call(slots, name)
@@ -227,21 +244,23 @@ class SyncSlotEnvs(SlotEnvs):
 
 
 def build_slot_envs(vectorization: str, factory: EnvFactory, n_slots: int, probe: gym.Env | None,
-                    step_timeout: float | None = None, workers: int | None = None) -> SlotEnvs:
+                    step_timeout: float | None = None, workers: int | None = None,
+                    watchdog: Watchdog | None = None) -> SlotEnvs:
     """Build the slot envs for ``vectorization`` (``sync`` reuses ``probe`` as slot 0).
 
     ``async`` builds a :class:`~fasteval.core.workers.WorkerPoolEnvs` of ``workers`` processes
     (``None``: ``min(n_slots, usable cores)``); its spaces and metadata come from ``probe`` (then
     closed). ``step_timeout`` (seconds) applies to the workers: one that does not answer in time
     is killed and replaced, and handled like a crash. In-process (sync) envs cannot be interrupted
-    safely; use async for envs that may hang.
+    safely: for them ``step_timeout`` arms ``watchdog`` (:mod:`fasteval.core.watchdog`), which ends the
+    run; use async for envs that may hang and should be retried.
 
     Host buffers start pageable; for a GPU policy the engine then asks for them to be page-locked
     (:meth:`~fasteval.core.slots.SlotEnvs.pin_host_buffers`: pinned arrays for sync envs, the shared
     mapping registered with CUDA for the pool), so observations cross in one copy.
     """
     if vectorization == "sync":
-        return SyncSlotEnvs(factory, n_slots, first_env=probe)
+        return SyncSlotEnvs(factory, n_slots, first_env=probe, step_timeout=step_timeout, watchdog=watchdog)
     from fasteval.core.workers import WorkerPoolEnvs
 
     probe = probe if probe is not None else factory()

@@ -19,6 +19,7 @@ their rows in this step's buffers are meaningless.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable
 
 import numpy as np
@@ -40,6 +41,9 @@ class Faults:
         self.retries = retries
         self.on_nan_action = on_nan_action
         self.errors: list[dict[str, Any]] = []
+        self.reseated: set[int] = set()
+        """Slots seated here since the last :meth:`unpark`: restarted, or given up (idle, or on their next
+        episode). None of them stepped with the step in flight, whether or not they are parked now."""
         self.on_error = on_error or (lambda record: None)
 
     # -- recording ----------------------------------------------------------------------
@@ -51,7 +55,8 @@ class Faults:
             "episode_ix": episode,
             "seed": L.seed + episode,
             "stage": stage,
-            "step": int(L.acc_len[slot]) + (1 if stage == "step" else 0),
+            # 1-based: the step that failed (an env step, or the step a non-finite action was for); 0: reset
+            "step": int(L.acc_len[slot]) + (0 if stage == "reset" else 1),
             "attempt": int(L.attempts[row]),
             "final": bool(final),
             "error": error,
@@ -65,6 +70,7 @@ class Faults:
     def _seat(self, slot: int, row: int, parked: dict[int, int]) -> None:
         """Start ``row`` in ``slot`` from its seed (env and policy reset); park the slot."""
         L = self.ledger
+        self.reseated.add(slot)
         L.clear_slot(slot)
         L.slot_episode[slot] = IDLE
         if row == IDLE:
@@ -122,29 +128,82 @@ class Faults:
             self._give_up(slot, row, parked)
         return parked
 
-    def unpark(self, parked: dict[int, int]) -> None:
+    def unpark(self, parked: dict[int, int]) -> set[int]:
+        """Put the parked slots back to their rows. Returns every slot re-seated since the last call
+        (parked or not: a slot given up with no episode left is idle, not parked)."""
         for slot, row in parked.items():
             self.ledger.slot_episode[slot] = row
         parked.clear()
+        reseated, self.reseated = self.reseated, set()
+        return reseated
 
 
-def make_action_check(action_dtype: np.dtype) -> Callable[[np.ndarray, list[int]], list[int]]:
-    """``check(actions, active) -> slots with non-finite actions``; bound once per engine.
+class ActionCheck:
+    """``check(actions, active) -> slots with non-finite actions``; bound once per engine (see
+    :func:`make_action_check`). With the action space's bounds it also counts, in
+    :attr:`out_of_range`, the active slots' actions outside the space: they are sent to the env as they
+    are (many envs clip), with one warning per run (:meth:`new_run`) and the count in the run's meta.
 
-    Integer actions cannot be NaN, so their check is a constant no-op.
+    One whole-array test per step on the fast path: ``isfinite`` for unbounded float actions, and
+    for bounded ones ``low <= min`` and ``max <= high`` (a NaN fails both, so it takes the slow path).
     """
-    if not np.issubdtype(action_dtype, np.floating):
-        return lambda actions, active: []
 
-    isfinite = np.isfinite
-    scratch: list[np.ndarray] = []  # one bool buffer, allocated on the first call (the shape is fixed per engine)
+    def __init__(self, action_dtype: np.dtype, space: Any = None):
+        self.floating = bool(np.issubdtype(action_dtype, np.floating))
+        self.low, self.high = _bounds(space)
+        self.space = space
+        self.out_of_range = 0
+        """Active slot-steps whose action was outside the action space, in this run."""
+        self.warned = False
+        self._scratch: np.ndarray | None = None
 
-    def check(actions: np.ndarray, active: list[int]) -> list[int]:
-        if not scratch or scratch[0].shape != actions.shape:
-            scratch[:] = [np.empty(actions.shape, dtype=bool)]
-        if isfinite(actions, out=scratch[0]).all():
-            return []
+    def new_run(self) -> None:
+        self.out_of_range, self.warned = 0, False
+
+    def __call__(self, actions: np.ndarray, active: list[int]) -> list[int]:
+        if self.low is not None and actions.size and self.low <= actions.min() and actions.max() <= self.high:
+            return []  # every value in range (and so finite)
+        if self.low is None:
+            if not self.floating:
+                return []  # integer actions: nothing to check (free)
+            if self._scratch is None or self._scratch.shape != actions.shape:
+                self._scratch = np.empty(actions.shape, dtype=bool)
+            if np.isfinite(actions, out=self._scratch).all():
+                return []
         flat = actions.reshape(actions.shape[0], -1)
-        return [slot for slot in active if not np.isfinite(flat[slot]).all()]
+        bad = [slot for slot in active if self.floating and not np.isfinite(flat[slot]).all()]
+        if self.low is not None:
+            self._count_out_of_range(flat, [slot for slot in active if slot not in bad])
+        return bad
 
-    return check
+    def _count_out_of_range(self, flat: np.ndarray, slots: list[int]) -> None:
+        outside = [slot for slot in slots if not (self.low <= flat[slot].min() and flat[slot].max() <= self.high)]
+        if not outside:
+            return
+        self.out_of_range += len(outside)
+        if not self.warned:
+            self.warned = True
+            warnings.warn(
+                f"the policy returned actions outside the action space {self.space} (slot {outside[0]}: "
+                f"{flat[outside[0]].tolist()}); they are sent to the env as they are. Warned once per run; the run's "
+                f"meta counts them (n_out_of_range_actions).", RuntimeWarning, stacklevel=2)
+
+
+def _bounds(space: Any) -> tuple[Any, Any]:
+    """``(low, high)`` scalars every value of a float ``Box`` action must lie within, or ``(None, None)``:
+    no finite bounds, bounds that differ per entry (the whole-array test cannot use them), or integer
+    actions (an env refuses a Discrete action it does not have: that is an env failure, recorded; and the
+    integer check stays free)."""
+    import gymnasium as gym
+
+    if isinstance(space, gym.spaces.Box) and np.issubdtype(space.dtype, np.floating):
+        low, high = np.unique(space.low), np.unique(space.high)
+        if low.size == 1 and high.size == 1 and np.isfinite(low[0]) and np.isfinite(high[0]):
+            return low[0].item(), high[0].item()
+    return None, None
+
+
+def make_action_check(action_dtype: np.dtype, space: Any = None) -> ActionCheck:
+    """The engine's action check for actions of ``action_dtype`` from ``space`` (optional: without it,
+    only non-finite values are checked, and integer actions never)."""
+    return ActionCheck(np.dtype(action_dtype), space)

@@ -11,6 +11,57 @@ from __future__ import annotations
 import numpy as np
 
 from fasteval.kernels import IDLE
+from fasteval.types.errors import UserInputError
+
+EPISODE_COLUMNS = {"episode_ids": np.int64, "sum_reward": np.float64, "max_reward": np.float64, "length": np.int64,
+                   "nan_rewards": np.int64, "success": np.bool_, "finished": np.bool_, "failed": np.bool_,
+                   "attempts": np.int64}
+"""The ledger's per-episode arrays (their bytes decide how many episodes one run can hold)."""
+RESULT_COPIES = 2
+"""The ledger's columns, plus one copy of them for the results (a resumed run's merge, a partial run's table)."""
+
+
+def episode_memory_bytes(n_episodes: int) -> int:
+    """Bytes of memory the per-episode results of ``n_episodes`` episodes take (an estimate from above)."""
+    per_episode = sum(np.dtype(dtype).itemsize for dtype in EPISODE_COLUMNS.values())
+    return n_episodes * per_episode * RESULT_COPIES
+
+
+def available_memory_bytes() -> int | None:
+    """Memory this machine can still give (``MemAvailable``), or ``None`` where that is unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import os
+
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def check_fits_in_memory(n_episodes: int) -> None:
+    """Refuse (UserInputError, exit 2) a run whose per-episode results cannot fit in this machine's
+    memory, with the figures, before anything is allocated."""
+    needed, available = episode_memory_bytes(n_episodes), available_memory_bytes()
+    if available is not None and needed > available:
+        raise UserInputError(
+            f"n_episodes={n_episodes}: the per-episode results alone need about {_size(needed)} of memory "
+            f"({episode_memory_bytes(1)} bytes per episode), and this machine has {_size(available)} available. "
+            f"Run fewer episodes per run: split the seeds over several runs (--seed S -n N, then --seed S+N ...)."
+        )
+
+
+def _size(n_bytes: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n_bytes < 1024 or unit == "PiB":
+            return f"{n_bytes:.1f} {unit}" if unit != "B" else f"{int(n_bytes)} B"
+        n_bytes /= 1024
+    raise AssertionError
 
 
 class Ledger:
@@ -24,6 +75,7 @@ class Ledger:
     """
 
     def __init__(self, n_episodes: int, n_slots: int, seed: int, episode_ids=None):
+        check_fits_in_memory(n_episodes)
         self.n_episodes = n_episodes
         self.n_slots = n_slots
         self.seed = seed

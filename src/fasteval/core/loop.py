@@ -38,6 +38,7 @@ from fasteval.core.ledger import Ledger
 from fasteval.core.policy import PolicyRunner
 from fasteval.core.protocols import StepObserver
 from fasteval.core.timing import StageTimers
+from fasteval.core.watchdog import Watchdog
 from fasteval.core.transfer import DeviceToHost, HostToDevice
 from fasteval.kernels import IDLE
 
@@ -61,6 +62,9 @@ class StepContext:
     on_finished: Callable[[np.ndarray], None]
     """Called with the ledger rows that just finished (their numbers are final)."""
     observer: StepObserver | None = None
+    watchdog: Watchdog = field(default_factory=Watchdog)
+    """Armed around each policy call with ``policy_guard`` (see :mod:`fasteval.core.watchdog`)."""
+    policy_guard: tuple[float, str, str] | None = None
     parked: dict[int, int] = field(default_factory=dict)
     """Scratch for fault handling: slot -> ledger row of episodes (re)seated mid-step."""
     groups: list["StepGroup"] = field(default_factory=list)
@@ -79,8 +83,9 @@ class StepContext:
         """
         parked = self.parked
         self.faults.handle_env_failures(parked)
-        restarted = set(parked)
-        self.faults.unpark(parked)
+        # Every re-seated slot, given-up ones included: a slot given up with no episode left is idle,
+        # and left in a group's step it made ``land`` think every active slot had stepped (issue 20).
+        restarted = self.faults.unpark(parked)
         for group in self.groups:
             if group.sent:
                 group.sent = [s for s in group.sent if s not in restarted]
@@ -148,16 +153,19 @@ def launch(ctx: StepContext, group: StepGroup) -> None:
     ctx.timers.start_h2d()  # CUDA timers mark the stream here: the copy's GPU time counts as h2d
     group.copy_obs()
     t = add("h2d", t)
+    ctx.watchdog.arm(ctx.policy_guard)
     actions = ctx.runner(group.policy_input)
     t = add("policy", t)
-    host = group.copy_actions(actions)
+    host = group.copy_actions(actions)  # on a GPU, where an asynchronous policy call is waited for
+    ctx.watchdog.disarm()
     bad = ctx.check_actions(host, active)
     if bad:  # those slots get their next episode now (or a raise, with --on-nan-action error)
         ctx.faults.handle_bad_actions(bad, ctx.parked)
-        ctx.faults.unpark(ctx.parked)
+        skip = ctx.faults.unpark(ctx.parked)  # the bad slots, re-seated
+        if ctx.envs.failures:  # a next episode's reset failed: recover before sending (a replaced pool worker
+            skip |= ctx.recover()  # took its whole block with it: those envs are fresh, none may step now)
         group.stale = True
-        bad_set = set(bad)
-        active = [s for s in active if s not in bad_set]
+        active = [s for s in active if s not in skip]
     t = add("d2h", t)
     group.actions = host
     group.sent = ctx.send(active, host) if active else []

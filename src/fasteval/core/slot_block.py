@@ -66,10 +66,10 @@ class SlotBlock:
             progress[1] = slot
             try:  # free when nothing is raised (Python >= 3.11)
                 obs, reward, term, trunc, info = envs[slot].step(actions[slot])
+                write(slot, obs)  # an observation that does not fit is this episode's failure too
             except Exception as exc:  # recorded; the owner rebuilds the env and the engine retries the episode
                 failures.append(_failure(slot, "step", exc))
                 continue
-            write(slot, obs)
             rewards[slot] = reward
             terminated[slot] = term
             truncated[slot] = trunc
@@ -88,10 +88,9 @@ class SlotBlock:
             progress[1] = slot
             try:
                 obs, _info = envs[slot].reset(seed=int(seed))
+                write(slot, obs)
             except Exception as exc:  # recorded; the owner rebuilds the env and the engine retries the episode
                 failures.append(_failure(slot, "reset", exc))
-                continue
-            write(slot, obs)
 
     def rebuild(self, slot: int) -> None:
         """Close the env of ``slot`` (errors ignored) and build a new one (its errors raise)."""

@@ -129,18 +129,39 @@ class SlotEnvs:
         raise NotImplementedError
 
 
+class ObservationMismatch(ValueError):
+    """An env returned an observation that does not fit its observation space's buffer (shape or keys)."""
+
+
+def _mismatch(obs: Any, row: np.ndarray, key: str | None, exc: Exception) -> ObservationMismatch:
+    where = f" key {key!r}:" if key is not None else ""
+    return ObservationMismatch(
+        f"the env returned an observation that does not fit its observation space:{where} got shape "
+        f"{np.shape(obs)}, the space says {row.shape} ({type(exc).__name__}: {exc}). Its observation changed shape "
+        f"mid-episode, or its observation_space is wrong.")
+
+
 def _obs_writer(buffer: Any) -> Callable[[int, Any], None]:
+    """``write(slot, obs)`` into the buffers; an observation that does not fit raises :class:`ObservationMismatch`
+    (the env layer records it as that episode's failure, with the cause)."""
     if isinstance(buffer, dict):
         keys = list(buffer)
 
         def write(slot: int, obs: Any) -> None:
             for key in keys:
-                buffer[key][slot] = obs[key]
+                try:
+                    buffer[key][slot] = obs[key]
+                except (ValueError, TypeError, KeyError, IndexError) as exc:
+                    value = obs.get(key) if isinstance(obs, dict) else obs
+                    raise _mismatch(value, buffer[key][slot], key, exc) from None
 
         return write
 
     def write_array(slot: int, obs: Any) -> None:
-        buffer[slot] = obs
+        try:
+            buffer[slot] = obs
+        except (ValueError, TypeError) as exc:
+            raise _mismatch(obs, buffer[slot], None, exc) from None
 
     return write_array
 

@@ -78,17 +78,25 @@ class _Progress:
             self.bar.close()
 
 
+def format_success(agg: Mapping[str, Any], ci: bool = True) -> str:
+    """``pc_success`` of an aggregate for the terminal, or why there is none."""
+    if agg.get("pc_success") is None:
+        return "no success signal (the env never reported info['is_success'])"
+    if not ci:
+        return f"{agg['pc_success']:.1f}%"
+    lo, hi = agg["pc_success_ci95"]
+    return f"{agg['pc_success']:.1f}%  (95% CI {lo:.1f}-{hi:.1f}%)"
+
+
 def format_summary(result: Any, profile: bool) -> str:
     o = result.overall()
-    lo, hi = o["pc_success_ci95"]
     rows = [
         ("env", result.meta.get("env")),
         ("policy", result.meta.get("policy")),
         ("episodes", o["n_episodes"]),
         ("avg_sum_reward", f"{o['avg_sum_reward']:.4f}"),
         ("avg_max_reward", f"{o['avg_max_reward']:.4f}"),
-        ("pc_success", f"{o['pc_success']:.1f}%  (95% CI {lo:.1f}-{hi:.1f}%)" if o.get("has_success_signal", True)
-         else "no success signal (the env never reported info['is_success'])"),
+        ("pc_success", format_success(o)),
         ("avg_length", f"{o['avg_length']:.1f}"),
         ("env_steps", o["env_steps"]),
         ("eval_s", f"{o['eval_s']:.3f}"),
@@ -300,10 +308,12 @@ class LazyGroup(click.Group):
 @click.option("--on-nan-action", type=click.Choice(ON_NAN_ACTIONS), default="error", show_default=True,
               help="Non-finite policy actions (never sent to the env): stop the run, or record the episode as failed.")
 @click.option("--step-timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
-              help="Seconds an async env step/reset may take before its worker is killed and the episode retried.")
-@click.option("--policy-timeout", "policy_timeout", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Seconds a policy call may take; a served policy's dropped connection is retried for that long "
-                   "[default: 30 s for ws:// policies].")
+              help="Seconds an env step/reset may take: an async env's worker is killed and the episode retried; "
+                   "a sync env cannot be interrupted, so the run ends (records kept, exit 1, resume with --resume).")
+@click.option("--policy-timeout", "policy_timeout_s", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds the policy may take for one step: then the run ends (records kept, exit 1, resume "
+                   "with --resume); a served policy's dropped connection is retried for that long "
+                   "[default: no limit; 30 s for ws:// policies].")
 @click.option("--profile", is_flag=True, help="Show the per-stage time breakdown.")
 @click.option("--report/--no-report", "report", default=True, show_default=True,
               help="Write OUTPUT_DIR/report.html: one self-contained page with the results, plots, videos, errors "
@@ -315,7 +325,7 @@ class LazyGroup(click.Group):
 @click.version_option(package_name="fasteval")
 @click.pass_context
 def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, retries: int, on_nan_action: str,
-         step_timeout: float, policy_timeout: float | None, profile: bool, report: bool,
+         step_timeout: float, policy_timeout_s: float | None, profile: bool, report: bool,
          save_episodes_dir: Path | None, **options: Any) -> None:
     """Evaluate a policy on a gymnasium env: exactly N episodes, seeds SEED..SEED+N-1.
 
@@ -336,10 +346,14 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
     from fasteval.types.errors import UserInputError
 
     try:
-        spec, out_dir = resolve_run(ctx, options, files, output_dir, resume_dir,
-                                    dict(retries=retries, on_nan_action=on_nan_action, step_timeout=step_timeout,
-                                         policy_timeout_s=policy_timeout),
-                                    save_episodes_dir)
+        fault_fields = dict(retries=retries, on_nan_action=on_nan_action, step_timeout=step_timeout,
+                            policy_timeout_s=policy_timeout_s)
+        if resume_dir is not None:  # a resume keeps the run's fault handling, unless the command line changes it
+            from fasteval.run.config import given_on_command_line
+
+            on_command_line = given_on_command_line(ctx)
+            fault_fields = {k: v for k, v in fault_fields.items() if k in on_command_line}
+        spec, out_dir = resolve_run(ctx, options, files, output_dir, resume_dir, fault_fields, save_episodes_dir)
         if files.print_config:
             from fasteval.run.config import dump_config
 
@@ -368,12 +382,15 @@ def resolve_run(ctx: click.Context, options: dict[str, Any], files: FileOptions,
     raises UserInputError (exit 2) before anything runs."""
     from fasteval.run.rundir import RunDirectory
     from fasteval.types.errors import UserInputError
+    from fasteval.types.trust import COMMAND_LINE, check_env_ref, check_policy_ref
 
     if resume_dir is not None:
         spec = spec_from_manifest(ctx, RunDirectory(resume_dir), options, output_dir, files.config_file)
         files.config_file = None  # compared with the manifest above; the manifest's values stand
     else:
         spec = build_spec(**options)
+        check_env_ref(spec.env, COMMAND_LINE, spec.trust_remote_code)  # a --config's are checked by files.resolve
+        check_policy_ref(spec.policy, COMMAND_LINE, spec.trust_remote_code)
     spec = spec.replace(**fault_fields)
     if save_episodes_dir is not None:
         from fasteval.run.episode_files import check_episode_folder
@@ -385,6 +402,11 @@ def resolve_run(ctx: click.Context, options: dict[str, Any], files: FileOptions,
         spec = spec.replace(return_episode_data=True)
     spec, output_dir = files.resolve(ctx, spec, output_dir, resume=resume_dir is not None)
     out_dir = Path(resume_dir or output_dir or default_output_dir(spec.env))
+    check_output_paths(out_dir, spec)
+    if save_episodes_dir is not None and Path(save_episodes_dir).resolve() == out_dir.resolve():
+        raise UserInputError(f"--save-episodes {save_episodes_dir} is the output folder (-o): the episode data would be "
+                             f"written over the run's records. Give --save-episodes a folder of its own, e.g. "
+                             f"{out_dir / 'episodes'}.")
     if spec.max_episodes_rendered and spec.videos_dir is None:
         spec = spec.replace(videos_dir=str(default_videos_dir(spec, out_dir)))
     check_output_paths(out_dir, spec)
@@ -490,7 +512,7 @@ def end_of_run(outcome: Any, spec: Any, out_dir: Path, files: FileOptions, profi
         errors_at = out_dir / "tasks" / "*" / "errors.jsonl" if suite else out_dir / "errors.jsonl"
         click.echo("\n".join(describe_failures(result, errors_at)), err=True)
     if outcome.status != STATUS_COMPLETE:
-        click.echo(resume_hint(outcome.status, len(result.per_episode), wanted, out_dir, suite), err=True)
+        click.echo(resume_hint(outcome.status, len(result.per_episode), wanted, out_dir, suite, spec), err=True)
     if outcome.status == STATUS_INTERRUPTED:
         return 128 + (outcome.signal_number or 2)
     if outcome.error is not None:
@@ -511,10 +533,14 @@ def write_html_report(out_dir: Path) -> list[str]:
     return []
 
 
-def resume_hint(status: str, recorded: int, wanted: int, out_dir: Path, suite: bool) -> str:
-    """How to finish a run that stopped: ``--resume DIR`` (one task), or the same command into the same
-    folder (a suite resumes each task's run folder)."""
-    how = f"the same command with --output-dir {out_dir}" if suite else f"fasteval --resume {out_dir}"
+def resume_hint(status: str, recorded: int, wanted: int, out_dir: Path, suite: bool, spec: Any = None) -> str:
+    """How to finish a run that stopped: ``--resume DIR`` (one task; with ``--trust-remote-code`` when the
+    run names code, which a manifest cannot allow), or the same command into the same folder (a suite
+    resumes each task's run folder)."""
+    from fasteval.types.trust import needs_trust_from_file
+
+    flag = " --trust-remote-code" if spec is not None and needs_trust_from_file(spec.env, spec.policy) else ""
+    how = f"the same command with --output-dir {out_dir}" if suite else f"fasteval --resume {out_dir}{flag}"
     what = "interrupted" if status == "interrupted" else "stopped"
     return f"{what} after {recorded} of {wanted} episodes. Resume with:\n  {how}"
 
@@ -612,7 +638,7 @@ def spec_from_manifest(ctx: click.Context, run_dir: Any, options: dict[str, Any]
                 output_dir = Path(config_out)
         values = wanted.to_dict()
         for field_name, label in sorted(given.items()):
-            if field_name not in values:
+            if field_name not in values or field_name == "trust_remote_code":  # trust: the command line's, below
                 continue
             if field_name in HOW_IT_RUNS or raises_the_cap(field_name, saved, values):
                 saved[field_name] = values[field_name]
@@ -628,6 +654,17 @@ def spec_from_manifest(ctx: click.Context, run_dir: Any, options: dict[str, Any]
                                                        for f in HOW_IT_RUNS)
             + " may change on resume."
         )
+    # A manifest is a file: it cannot grant trust, and the code it names needs this command's flag.
+    from fasteval.types.trust import check_env_ref, check_policy_ref
+
+    # A reference repeated on this command line (equal to the manifest's, or refused above) is the command line's.
+    from fasteval.types.trust import COMMAND_LINE
+
+    saved["trust_remote_code"] = bool(options.get("trust_remote_code"))
+    manifest_source = f"the manifest {str(run_dir.path / 'manifest.json')!r}"
+    check_env_ref(saved.get("env"), COMMAND_LINE if "env" in given else manifest_source, saved["trust_remote_code"])
+    check_policy_ref(saved.get("policy"), COMMAND_LINE if "policy" in given else manifest_source,
+                     saved["trust_remote_code"])
     known = set(EvalSpec.__dataclass_fields__)
     return EvalSpec(**{k: v for k, v in saved.items() if k in known})
 
@@ -642,7 +679,7 @@ def suite_command(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], out_di
     for row in outcome.result.per_task():
         agg = row["aggregated"]
         click.echo(f"{row['task_group']}/{row['task_id']} {row['task']}: {agg['n_episodes']} episodes, "
-                   f"avg_sum_reward {agg['avg_sum_reward']:.4f}, pc_success {agg['pc_success']:.1f}%")
+                   f"avg_sum_reward {agg['avg_sum_reward']:.4f}, pc_success {format_success(agg, ci=False)}")
     n_tasks = len(flatten_suite(suite))
     return end_of_run(outcome, spec, out_dir, files, profile, wanted=spec.n_episodes * n_tasks, suite=True,
                       wrote=f"{len(outcome.folders)} of {n_tasks} tasks; ", report=report)

@@ -95,15 +95,16 @@ def task_label(env: str, env_kwargs: Any = None) -> str:
     return env
 
 
-def video_path(videos_dir: str | os.PathLike, task: str, episode_ix: int, seed: int, success: bool,
+def video_path(videos_dir: str | os.PathLike, task: str, episode_ix: int, seed: int, success: bool | None,
                layout: str = "fasteval") -> Path:
     """``<videos_dir>/<task>/ep<episode:06d>_seed<seed>_<success|failure>.mp4`` (the task made safe for a file
-    name); layout ``lerobot``: ``<videos_dir>/eval_episode_<episode>.mp4``, as ``lerobot-eval`` names them
-    (its ``videos_dir`` is the task's ``videos/<group>_<task_id>`` folder)."""
+    name); ``success=None`` (the env reports no success signal) leaves the outcome out: ``..._seed<seed>.mp4``.
+    Layout ``lerobot``: ``<videos_dir>/eval_episode_<episode>.mp4``, as ``lerobot-eval`` names them (its
+    ``videos_dir`` is the task's ``videos/<group>_<task_id>`` folder)."""
     if layout == "lerobot":
         return Path(videos_dir) / f"eval_episode_{int(episode_ix)}.mp4"
-    outcome = "success" if success else "failure"
-    return Path(videos_dir) / safe_name(task) / f"ep{int(episode_ix):06d}_seed{int(seed)}_{outcome}.mp4"
+    outcome = "" if success is None else "_success" if success else "_failure"
+    return Path(videos_dir) / safe_name(task) / f"ep{int(episode_ix):06d}_seed{int(seed)}{outcome}.mp4"
 
 
 class VideoSelection:
@@ -295,7 +296,9 @@ class VideoRecorder(StepObserver):
         if not keep:
             spool.discard()
             return
-        path = video_path(self.videos_dir, self.task, episode, L.seed + episode, success, self.layout)
+        signal = bool(getattr(self.envs, "has_success_signal", True))  # none: no outcome in the name
+        path = video_path(self.videos_dir, self.task, episode, L.seed + episode, success if signal else None,
+                          self.layout)
         spool.encode(self._imageio, self.fps, path)
         self.done[episode] = str(path)
         self.frames[episode] = spool.count

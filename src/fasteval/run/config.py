@@ -22,6 +22,11 @@ The format is flat: the EvalSpec field names (``env``, ``policy``, ``env_kwargs`
   the same key names under ``options``).
 
 Loading does only the file reading and key checks; the values are validated by ``EvalSpec``.
+
+A config file is data (see docs/security.md): it cannot grant trust (``trust_remote_code: true`` in
+it is refused unless the command line passes the flag too), and an ``env`` or ``policy`` from the file that
+names code (``module:callable``, ``path/file.py:callable``) needs ``--trust-remote-code`` on the
+command line.
 """
 
 from __future__ import annotations
@@ -175,7 +180,25 @@ def apply_config(ctx: Any, spec: EvalSpec, output_dir: Any, config_file: str | P
     """The CLI's ``--config``: load the file, merge it under the command line, return ``(spec, output_dir)``."""
     data = load_config(config_file)
     given = given_on_command_line(ctx)
+    check_config_trust(data, given, spec.trust_remote_code, config_file)
     spec = merge(spec, data, given)
     if "output_dir" not in given and data.get("output_dir") is not None:
         output_dir = Path(data["output_dir"])
     return spec, output_dir
+
+
+def check_config_trust(data: Mapping[str, Any], given: set[str], trust_remote_code: bool, path: str | Path) -> None:
+    """The trust rules for a config file (docs/security.md): it cannot grant trust, and the code it
+    names (an ``env`` or ``policy`` not overridden on the command line) needs the command line's
+    ``--trust-remote-code``. Raises :class:`ConfigError` (exit 2) before anything is imported or run."""
+    from fasteval.types.trust import check_env_ref, check_policy_ref, refuse_trust_from_file
+
+    where = f"config file {str(path)!r}"
+    try:
+        refuse_trust_from_file(data, where, trust_remote_code)
+        if "env" in data and "env" not in given:
+            check_env_ref(data["env"], where, trust_remote_code)
+        if "policy" in data and "policy" not in given:
+            check_policy_ref(data["policy"], where, trust_remote_code)
+    except UserInputError as exc:
+        raise ConfigError(str(exc)) from None

@@ -19,24 +19,36 @@ Used by the CLI. The sequence:
    a second one stops at once;
 4. at the end, ``eval_info.json`` is written atomically from *all* recorded episodes (earlier
    segments included), and the manifest gets its final status.
+
+Around all of it, the folder is locked (:mod:`fasteval.run.folder_lock`): a second process on it
+exits 2 naming the holder. Every record carries the run's ``run_id``; a resume refuses records of
+another run (or with a seed that is not ``seed0 + episode_ix``), and a new run refuses a folder that
+holds records but no manifest. A resume cuts a torn last line back before appending, and says so.
+A write that fails (disk full) names its file, leaves the record files in complete lines and the
+manifest ``failed`` (where it can still be written). A watchdog expiry (a hung policy or sync env,
+:mod:`fasteval.core.watchdog`) flushes the records, marks the manifest ``failed`` with the cause,
+prints the resume command and ends the process with exit code 1.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from fasteval.run.engine import Engine
+from fasteval.run.folder_lock import FolderLock
 from fasteval.run.provenance import collect_provenance
-from fasteval.types.errors import EvaluationAborted, UserInputError
+from fasteval.types.errors import EvaluationAborted, FastevalError, UserInputError
 from fasteval.types.results import (STATUS_COMPLETE, STATUS_FAILED, STATUS_INTERRUPTED, STATUS_RUNNING,  # noqa: F401
                                     EarlierSegments, EpisodeTable, EvalResult)
-from fasteval.run.rundir import RunDirectory, check_resumable, format_records, policy_digest
+from fasteval.run.rundir import RunDirectory, RunIdentity, check_resumable, format_records, policy_digest
 from fasteval.types.spec import EvalSpec
 
 
@@ -213,19 +225,29 @@ class _SegmentLog:
     episode or an error: the dry run has passed); then the manifest (status ``running``), then the logs."""
 
     def __init__(self, engine: Engine, run_dir: RunDirectory, fields: dict[str, Any], segments: list[dict[str, Any]],
-                 flush_policy: FlushPolicy, on_finished: Callable[[Any, Any], None] | None):
+                 flush_policy: FlushPolicy, on_finished: Callable[[Any, Any], None] | None,
+                 announce: Callable[[str], None] = lambda message: None):
         self.engine, self.run_dir, self.fields, self.segments = engine, run_dir, fields, segments
-        self.flush_policy, self.on_finished = flush_policy, on_finished
+        self.flush_policy, self.on_finished, self.announce = flush_policy, on_finished, announce
+        self.run_id = fields["run_id"]
         self.log: GroupCommitLog | None = None
 
     def start(self) -> GroupCommitLog:
         if self.log is None:
+            for name, n in self.run_dir.cut_torn_tails().items():
+                self.announce(f"{name} ended in a torn line (an interrupted write): cut {n} bytes back to its last "
+                              f"complete record before appending.")
             self.run_dir.open_logs()
             self.write_manifest(STATUS_RUNNING)
             # ledger rows are buffered; the engine's one record builder turns each group into records
-            self.log = GroupCommitLog(self.run_dir.append_episode_text, self.flush_policy,
-                                      render=lambda rows: self.engine.records(self.engine.ledger, rows).to_list())
+            self.log = GroupCommitLog(self.run_dir.append_episode_text, self.flush_policy, render=self._render)
         return self.log
+
+    def _render(self, rows: list[int]) -> list[dict[str, Any]]:
+        records = self.engine.records(self.engine.ledger, rows).to_list()
+        for record in records:
+            record["run_id"] = self.run_id
+        return records
 
     def finished(self, ledger: Any, rows: Any) -> None:
         """The engine's ``on_finished``: buffer the rows (their records are built when written)."""
@@ -234,9 +256,30 @@ class _SegmentLog:
             self.on_finished(ledger, rows)
 
     def error(self, record: dict[str, Any]) -> None:
-        """The engine's ``on_error``."""
+        """The engine's ``on_error``: the record (stamped with the run id, in the result's errors too) to errors.jsonl."""
         self.start()
+        record["run_id"] = self.run_id
         self.run_dir.append_errors([record])
+
+    def expire(self, cause: str) -> None:
+        """The watchdog's expiry (from its thread; the engine's thread is stuck in the hung call): flush the
+        records, mark the manifest ``failed`` with the cause, say how to resume, end the process (exit 1)."""
+        from fasteval.core.watchdog import EXIT_CODE
+        from fasteval.types.trust import needs_trust_from_file
+
+        try:
+            self.close()
+            self.run_dir.close()
+            self.write_manifest(STATUS_FAILED, TimeoutError(cause))
+            spec = self.engine.spec
+            flag = " --trust-remote-code" if needs_trust_from_file(spec.env, spec.policy) else ""
+            self.announce(f"Error: {cause}. A hung call cannot be interrupted in its thread, so the run ends here; "
+                          f"every finished episode is in {self.run_dir.path}. Resume with:\n"
+                          f"  fasteval --resume {self.run_dir.path}{flag}")
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(EXIT_CODE)
 
     def write_manifest(self, status: str, error: BaseException | None = None) -> None:
         self.run_dir.write_manifest({**self.fields, "spec": self.engine.spec.to_dict(), "status": status,
@@ -263,15 +306,23 @@ class _SegmentLog:
 def _earlier_segments(run_dir: RunDirectory, fields: dict[str, Any], n_episodes: int,
                       resume: bool) -> tuple[dict[str, Any] | None, EarlierSegments, list[dict[str, Any]]]:
     """``(original manifest, what earlier segments recorded, their segment list)``; for a new run,
-    checks that the folder holds no run yet. Raises :class:`UserInputError` with the fix."""
+    checks that the folder holds no run yet (no manifest, no records), and gives it a run id; a resume
+    takes the manifest's and refuses records of another run. Raises :class:`UserInputError` with the fix."""
     if not resume:
         if run_dir.has_manifest():
             raise UserInputError(f"{run_dir.path} already holds a fasteval run. Pass --resume {run_dir.path} to finish it, "
                                  f"or choose another --output-dir.")
+        if run_dir.has_records():
+            raise UserInputError(f"{run_dir.path} holds fasteval records (episodes.jsonl or errors.jsonl) but no "
+                                 f"manifest.json: they belong to some other run, and a new run would mix its records "
+                                 f"with theirs. Choose another --output-dir, or remove those files.")
+        fields["run_id"] = uuid.uuid4().hex
         return None, EarlierSegments(EpisodeTable.empty()), []
     manifest = run_dir.read_manifest()
     check_resumable(manifest, fields, run_dir.path)
-    done = [r for r in run_dir.records() if 0 <= int(r["episode_ix"]) < n_episodes]
+    fields["run_id"] = manifest.get("run_id")  # None: a run folder of an older fasteval, whose records carry none
+    identity = RunIdentity(fields["run_id"], manifest["seed"], n_episodes)
+    done = run_dir.records(identity)
     segments = list(manifest.get("segments", []))
     return manifest, EarlierSegments(EpisodeTable.from_records(done), sum(s["eval_s"] for s in segments), len(segments)), segments
 
@@ -291,6 +342,30 @@ def run_durable(
     folder holds another run, the resume does not match, the dry run failed) with the folder
     left as it was. The result is the engine's, built once: it folds in the earlier segments.
     """
+    folder_existed = run_dir.path.exists()
+    try:
+        run_dir.path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserInputError(f"cannot create the output folder {run_dir.path}: {exc.strerror or exc}. "
+                             f"Choose another --output-dir.") from None
+    lock = FolderLock(run_dir.path).acquire()  # held to the last write; a second process exits 2 naming us
+    try:
+        return _run_locked(engine, run_dir, resume, on_finished, announce, flush_policy, folder_existed)
+    except UserInputError:
+        if not folder_existed or not run_dir.has_manifest():
+            lock.remove()  # nothing of this run is there: leave the folder as it was
+            if not folder_existed:
+                try:
+                    run_dir.path.rmdir()
+                except OSError:
+                    pass
+        raise
+    finally:
+        lock.release()
+
+
+def _run_locked(engine: Engine, run_dir: RunDirectory, resume: bool, on_finished: Callable[[Any, Any], None] | None,
+                announce: Callable[[str], None], flush_policy: FlushPolicy, folder_existed: bool) -> DurableOutcome:
     spec = engine.spec
     fields = manifest_fields(spec, engine)
     original_manifest, earlier, segments = _earlier_segments(run_dir, fields, spec.n_episodes, resume)
@@ -298,8 +373,8 @@ def run_durable(
     fields["provenance"] = (original_manifest or {}).get("provenance") or this_segment  # the run's first segment
     done_ix = set(earlier.records.column("episode_ix").tolist())
     missing = [i for i in range(spec.n_episodes) if i not in done_ix] if done_ix else None  # None: all, no O(n) list
-    folder_existed = run_dir.path.exists()
-    log = _SegmentLog(engine, run_dir, fields, segments, flush_policy, on_finished)
+    log = _SegmentLog(engine, run_dir, fields, segments, flush_policy, on_finished, announce)
+    engine.watchdog.on_expire = log.expire
     error: BaseException | None = None
     with _StopOnSignal(engine, announce) as stopper:
         try:
@@ -310,14 +385,23 @@ def run_durable(
             log.undo(original_manifest, folder_existed)
             raise
         finally:
-            log.close()
-    log.start()
-    log.close()
+            error = _kept_first(error, log.close)
+    error = _kept_first(error, lambda: (log.start(), log.close()))
     run_dir.close()
-    status = result.meta["status"]
+    status = STATUS_FAILED if isinstance(error, FastevalError) else result.meta["status"]  # a write failed
     segments.append({"episodes": len(result.per_episode) - len(earlier.records),
                      "eval_s": result.eval_s - earlier.eval_s, "status": status,
                      "command": this_segment["command"], "started_at": this_segment["date"]})
-    run_dir.write_eval_info(result.eval_info_document())  # streamed: no per-episode dicts in memory
-    log.write_manifest(status, error)
+    wrote = _kept_first(None, lambda: run_dir.write_eval_info(result.eval_info_document()))  # streamed
+    error, status = (error or wrote, STATUS_FAILED) if wrote is not None else (error, status)
+    _kept_first(None, lambda: log.write_manifest(status, error))  # disk full: it may not be writable either
     return DurableOutcome(result, status, stopper.received, error, resumed_episodes=len(earlier.records))
+
+
+def _kept_first(error: BaseException | None, write: Callable[[], Any]) -> BaseException | None:
+    """Run ``write``; a write error (disk full...) becomes the run's error unless it already has one."""
+    try:
+        write()
+    except FastevalError as exc:
+        return error or exc
+    return error

@@ -11,21 +11,27 @@ Layout:
   eval_info.json   the final results (classic layout), written atomically at the end
   config.json      the resolved config (written by the CLI; loadable with --config)
   report.html      the run's page (written by the CLI unless --no-report; :mod:`fasteval.run.report_html`)
+  .fasteval.lock   the folder's lock (:mod:`fasteval.run.folder_lock`): one process at a time
 
-A crash leaves at worst one partial last line in a ``.jsonl`` file; :meth:`RunDirectory.records`
-ignores it. ``manifest.json`` and ``eval_info.json`` are replaced atomically (temp file +
-rename), so they are never half-written.
+Every record carries the ``run_id`` of its manifest, so a resume can tell this run's records from
+another's. The record files are appended by :class:`~fasteval.run.record_file.RecordFile`: never
+through a symbolic link, whole lines only (a failed write is cut back, and the error names the
+file). A kill leaves at worst one torn last line in a ``.jsonl`` file: :meth:`RunDirectory.records`
+ignores it, and a resume cuts it off before appending (:meth:`RunDirectory.cut_torn_tails`).
+``manifest.json`` and ``eval_info.json`` are replaced atomically (temp file + rename), so they are
+never half-written.
 """
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from fasteval.run.folder_lock import LOCK_NAME
+from fasteval.run.record_file import DiskFullError, RecordFile, cut_torn_tail, write_error  # noqa: F401 (re-exported)
 from fasteval.types.errors import FastevalError, UserInputError
 from fasteval.types.results import write_json_atomic
 
@@ -62,10 +68,6 @@ def format_records(records: Sequence[dict[str, Any]]) -> str:
     return "\n".join([_encode(record) for record in records]) + "\n"
 
 
-class DiskFullError(FastevalError, OSError):
-    """The disk filled up while writing results (records already written stay valid)."""
-
-
 def policy_digest(policy: Any, reference: Any) -> str:
     """sha256 of the policy's weights (state_dict tensors, in key order) or, for policies
     without weights, of its reference string. Changes whenever the weights change."""
@@ -82,17 +84,14 @@ def policy_digest(policy: Any, reference: Any) -> str:
 
 
 def _write_guard(path: Path):
+    """Turns an OSError while writing ``path`` into :func:`~fasteval.run.record_file.write_error`'s error."""
     class Guard:
         def __enter__(self):
             return self
 
         def __exit__(self, kind, exc, tb):
-            if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
-                raise DiskFullError(
-                    errno.ENOSPC,
-                    f"disk full while writing {path}. Records written before this point are complete and valid; "
-                    f"free some space and rerun with --resume {path.parent} to finish the remaining episodes.",
-                ) from None
+            if isinstance(exc, OSError) and not isinstance(exc, FastevalError):
+                raise write_error(path, exc, path.parent) from None
             return False
 
     return Guard()
@@ -142,48 +141,62 @@ class RunDirectory:
         except OSError as exc:
             raise UserInputError(f"cannot create the output folder {self.path}: {exc.strerror or exc}. "
                                  f"Choose another --output-dir.") from None
-        self._episodes = open(self.path / EPISODES, "a", encoding="utf-8")  # flushed per group by the caller
-        self._errors = open(self.path / ERRORS, "a", buffering=1, encoding="utf-8")
+        self._episodes, self._errors = RecordFile(self.path / EPISODES), RecordFile(self.path / ERRORS)
+        self._episodes.open()
+        self._errors.open()
+
+    def cut_torn_tails(self) -> dict[str, int]:
+        """Cut each record file back to its last complete line (a kill's torn line, a missing final
+        newline), so that the next record is not glued onto it. Returns ``{file name: bytes dropped}``
+        for the files that had one."""
+        dropped = {name: cut_torn_tail(self.path / name) for name in (EPISODES, ERRORS)}
+        return {name: n for name, n in dropped.items() if n}
+
+    def has_records(self) -> bool:
+        """Whether the folder holds record files with anything in them."""
+        return any((self.path / name).is_file() and (self.path / name).stat().st_size > 0 for name in (EPISODES, ERRORS))
 
     def append_episode_text(self, text: str) -> None:
-        """Append complete JSON lines to ``episodes.jsonl`` with one write, then flush to the OS."""
-        with _write_guard(self.path / EPISODES):
-            self._episodes.write(text)
-            self._episodes.flush()
+        """Append complete JSON lines to ``episodes.jsonl`` (all of them, or none on an error)."""
+        self._episodes.append(text)
 
     def append_errors(self, records: Iterable[dict[str, Any]]) -> None:
-        self._append(self._errors, self.path / ERRORS, records)
+        self._errors.append(format_records(list(records)))
 
-    @staticmethod
-    def _append(handle, path: Path, records: Iterable[dict[str, Any]]) -> None:
-        text = format_records(list(records))
-        with _write_guard(path):
-            handle.write(text)  # one write per batch of complete lines
-            handle.flush()
+    def records(self, run: RunIdentity | None = None) -> list[dict[str, Any]]:
+        """Finished-episode records in the log (a torn last line, even one that parses, is ignored), one per episode.
 
-    def records(self) -> list[dict[str, Any]]:
-        """Finished-episode records in the log (a torn last line is ignored), one per episode."""
+        With ``run``, every record must be that run's (:meth:`RunIdentity.problem`): a resume refuses
+        a folder whose log mixes runs, naming the first lines that do not belong."""
         path = self.path / EPISODES
         if not path.is_file():
             return []
         out: dict[int, dict[str, Any]] = {}
-        for line in path.read_text().splitlines():
+        foreign: list[str] = []
+        # only complete lines: a last line without its newline is torn (a resume cuts it off before appending)
+        for number, line in enumerate(path.read_text().split("\n")[:-1], start=1):
             try:
                 record = json.loads(line)
             except ValueError:
                 continue  # a line cut by a crash
-            if isinstance(record, dict) and "episode_ix" in record:
-                out[int(record["episode_ix"])] = record
+            if not (isinstance(record, dict) and "episode_ix" in record):
+                continue
+            problem = run.problem(record) if run is not None else None
+            if problem is not None:
+                foreign.append(f"line {number}: {problem}")
+                continue
+            record.pop("run_id", None)  # the folder's fact, not the episode's (results hold none)
+            out[int(record["episode_ix"])] = record
+        if foreign:
+            raise UserInputError(
+                f"refusing to resume {self.path}: {len(foreign)} record(s) of {path} are not this run's "
+                f"({'; '.join(foreign[:3])}{'; ...' if len(foreign) > 3 else ''}). The folder mixes runs; start a "
+                f"new run with another --output-dir.")
         return [out[k] for k in sorted(out)]
 
     def close(self) -> None:
         for handle in (self._episodes, self._errors):
             if handle is not None:
-                try:
-                    handle.flush()
-                    os.fsync(handle.fileno())
-                except OSError:
-                    pass
                 handle.close()
         self._episodes = self._errors = None
 
@@ -191,7 +204,7 @@ class RunDirectory:
         """Undo a new run that never got past its dry run: remove the files it wrote (and the
         folder, when this run created it and it is empty), so the folder is free again."""
         self.close()
-        for name in (MANIFEST, EPISODES, ERRORS):
+        for name in (MANIFEST, EPISODES, ERRORS, LOCK_NAME):
             try:
                 (self.path / name).unlink()
             except FileNotFoundError:
@@ -206,6 +219,24 @@ class RunDirectory:
         path = self.path / EVAL_INFO
         with _write_guard(path):
             return write_json_atomic(path, document)
+
+
+class RunIdentity:
+    """What every record of one run shares: its ``run_id`` (from the manifest) and ``seed = seed0 + episode_ix``."""
+
+    def __init__(self, run_id: str | None, seed: int, n_episodes: int):
+        self.run_id, self.seed, self.n_episodes = run_id, int(seed), int(n_episodes)
+
+    def problem(self, record: dict[str, Any]) -> str | None:
+        """Why ``record`` is not this run's, or ``None``."""
+        ix = record.get("episode_ix")
+        if record.get("run_id") != self.run_id:
+            return f"run_id {record.get('run_id')!r}, this run's is {self.run_id!r}"
+        if not isinstance(ix, int) or not 0 <= ix < self.n_episodes:
+            return f"episode_ix {ix!r} is not one of this run's 0..{self.n_episodes - 1}"
+        if record.get("seed") != self.seed + ix:
+            return f"episode {ix} has seed {record.get('seed')!r}, this run's is {self.seed + ix}"
+        return None
 
 
 def check_resumable(manifest: dict[str, Any], current: dict[str, Any], folder: Path) -> None:

@@ -2,18 +2,39 @@
 
 Every episode of :class:`KnownAnswerEnv` is a pure function of its reset seed (and,
 for the reward bonus, of the actions), so an evaluation's per-episode numbers can
-be checked exactly against :func:`expected_episode`.
+be checked exactly against :func:`expected_episode`. :class:`FaultPlanEnv` and
+:class:`PlannedPolicy` (:mod:`fasteval.testing.fault_plan`) add faults on a plan: raises,
+crashes and hangs per seed and attempt, NaN or hung actions.
+
+The names are imported on first use: an env worker that builds ``fasteval/KnownAnswer-v0``
+imports :mod:`fasteval.testing.envs` alone, not torch (which the policies need), so a worker
+pool starts in a fraction of the time.
 """
 
-from fasteval.testing.envs import KNOWN_ANSWER_ID, KnownAnswerEnv, expected_episode, make_known_answer_env
-from fasteval.testing.policies import ParityPolicy, StepCounterPolicy, WaveOnlyPolicy
+from __future__ import annotations
 
-__all__ = [
-    "KNOWN_ANSWER_ID",
-    "KnownAnswerEnv",
-    "ParityPolicy",
-    "StepCounterPolicy",
-    "WaveOnlyPolicy",
-    "expected_episode",
-    "make_known_answer_env",
-]
+import importlib
+from typing import Any
+
+_WHERE = {
+    "KNOWN_ANSWER_ID": "envs",
+    "KnownAnswerEnv": "envs",
+    "expected_episode": "envs",
+    "make_known_answer_env": "envs",
+    "FaultPlanEnv": "fault_plan",
+    "PlannedPolicy": "fault_plan",
+    "make_fault_plan_env": "fault_plan",
+    "make_planned_policy": "fault_plan",
+    "ParityPolicy": "policies",
+    "StepCounterPolicy": "policies",
+    "WaveOnlyPolicy": "policies",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fasteval.testing' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"fasteval.testing.{module}"), name)

@@ -4,8 +4,10 @@
 ``per_task``, ``per_group``, ``overall`` with ``avg_sum_reward``, ``avg_max_reward``,
 ``pc_success``, ``n_episodes``, ``eval_s``, ``eval_ep_s``) and adds ``env_steps``,
 ``steps_per_s``, ``episodes_per_s``, NaN counts, a Wilson 95% interval for success and
-``has_success_signal`` (False when no env of the run ever reported ``info["is_success"]``:
-``pc_success`` is then 0 by construction, not a measured rate).
+``has_success_signal`` (False when no env of the run ever reported ``info["is_success"]``: there is no
+success rate to measure, so ``pc_success``, ``pc_success_ci95`` and ``n_success`` are then ``None``,
+``null`` in ``eval_info.json``, and absent from :meth:`EvalResult.to_dict` and the sinks, rather than
+a false 0%).
 
 NaN rewards are never dropped: averages over an episode with a NaN reward are NaN too (unlike
 ``nanmean``, which would hide it). ``n_nan_reward_episodes`` says how many episodes are affected.
@@ -187,8 +189,9 @@ class EvalResult:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue
             out[f"{prefix}{key}"] = float(value)
-        lo, hi = self.overall()["pc_success_ci95"]
-        out[f"{prefix}pc_success_ci95_low"], out[f"{prefix}pc_success_ci95_high"] = lo, hi
+        ci = self.overall()["pc_success_ci95"]
+        if ci is not None:  # None: no success signal (and no pc_success either)
+            out[f"{prefix}pc_success_ci95_low"], out[f"{prefix}pc_success_ci95_high"] = ci
         return out
 
     def to_json(self, path: str | os.PathLike) -> Path:
@@ -228,21 +231,23 @@ def _plain_task(task: dict[str, Any]) -> dict[str, Any]:
 
 def aggregate(records: EpisodeTable | Iterable[dict[str, Any]]) -> dict[str, Any]:
     """Aggregates over episodes (a table or records). Averages are plain means: a NaN episode makes
-    them NaN. ``has_success_signal`` is True when any episode's env reported ``is_success``."""
+    them NaN. ``has_success_signal`` is True when any episode's env reported ``is_success``; without it
+    the success fields are ``None`` (no rate was measured)."""
     table = records if isinstance(records, EpisodeTable) else EpisodeTable.from_records(records)
     c = table.columns
     n = len(table)
     successes = int(np.count_nonzero(c["success"]))
     lo, hi = wilson_interval(successes, n)
+    signal = bool(c["has_success_signal"].any())
     return {
         "avg_sum_reward": float(c["sum_reward"].mean()) if n else math.nan,
         "avg_max_reward": float(c["max_reward"].mean()) if n else math.nan,
-        "pc_success": 100.0 * successes / n if n else math.nan,
-        "pc_success_ci95": [100.0 * lo, 100.0 * hi],
-        "n_success": successes,
+        "pc_success": (100.0 * successes / n if n else math.nan) if signal else None,
+        "pc_success_ci95": [100.0 * lo, 100.0 * hi] if signal else None,
+        "n_success": successes if signal else None,
         "n_episodes": n,
         "env_steps": int(c["length"].sum()),
         "avg_length": float(c["length"].mean()) if n else math.nan,
         "n_nan_reward_episodes": int(np.count_nonzero(c["nan_rewards"] > 0)),
-        "has_success_signal": bool(c["has_success_signal"].any()),
+        "has_success_signal": signal,
     }

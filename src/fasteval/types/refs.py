@@ -25,7 +25,7 @@ def is_path_ref(module: str) -> bool:
     return module.endswith(".py") or "/" in module or "\\" in module
 
 
-def resolve_callable(ref: str, *, what: str, trust_remote_code: bool = True) -> Any:
+def resolve_callable(ref: str, *, what: str, trust_remote_code: bool = False) -> Any:
     """Import ``module:attr`` (dotted attr allowed) and return the attribute.
 
     A module given as a file path (``path/to/file.py:fn``) runs arbitrary code, so it

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -23,6 +24,10 @@ OBS_DTYPES = ("auto", "keep", "float32", "float64")
 VIDEO_SELECTIONS = ("first", "failures", "successes", "per-task")
 VIDEO_LAYOUTS = ("fasteval", "lerobot")
 NOISE_MODES = ("episode", "global")
+MAX_SEED = 2**63 - 1
+"""The largest episode seed: the engine keeps seeds as int64 (``seed + n_episodes - 1`` must fit)."""
+MAX_TIMEOUT_S = 1_000_000.0
+"""The longest timeout in seconds (11.6 days): the OS's waits take at most about 2**31 ms."""
 
 
 @dataclass(frozen=True)
@@ -76,13 +81,17 @@ class EvalSpec:
     ``skip-episode`` records the episode as failed and goes on. Never sent to the env."""
 
     step_timeout: float | None = 300.0
-    """Seconds an async env may take for one step or reset before it is killed and handled
-    like a crash. ``None`` waits forever. (In-process sync envs cannot be interrupted.)"""
+    """Seconds an env may take for one step or reset. An async env's worker is then killed and replaced,
+    and the episode handled like a crash (retried). An in-process (sync) env cannot be interrupted, so
+    the watchdog (:mod:`fasteval.core.watchdog`) ends the run instead: the records are flushed, the run
+    folder's manifest says ``failed`` with the cause, and the process exits 1 (resume it with
+    ``--resume``). ``None`` waits forever."""
 
     policy_timeout_s: float | None = None
-    """Seconds a policy call may take (``--policy-timeout``). For a served policy (``--policy ws://...``): how
-    long a reply may take, and how long a dropped connection is retried with backoff before the run stops
-    (finished episodes kept). ``None``: 30 s for served policies."""
+    """Seconds the policy may take for one step (or its dry run) before the watchdog ends the run as
+    ``step_timeout`` does for sync envs (``--policy-timeout``). For a served policy (``--policy ws://...``):
+    also how long a reply may take, and how long a dropped connection is retried with backoff before the
+    run stops (finished episodes kept). ``None``: no limit in-process, 30 s for served policies."""
 
     observation_format: str = "raw"
     """What the policy receives: ``raw`` (the env's observation: a Tensor, or a TensorDict of the
@@ -169,6 +178,10 @@ class EvalSpec:
         _require(_is_int(self.n_episodes) and self.n_episodes >= 1, "n_episodes", "an integer >= 1", self.n_episodes)
         _require(_is_int(self.batch_size) and self.batch_size >= 1, "batch_size", "an integer >= 1", self.batch_size)
         _require(_is_int(self.seed) and self.seed >= 0, "seed", "an integer >= 0", self.seed)
+        _require(self.seed + self.n_episodes - 1 <= MAX_SEED, "seed",
+                 f"a seed whose last episode's seed (seed + n_episodes - 1) is at most 2**63 - 1 = {MAX_SEED} "
+                 f"(seeds are int64); with n_episodes={self.n_episodes} use seed <= {MAX_SEED - self.n_episodes + 1}",
+                 self.seed)
         _require(self.vectorization in VECTORIZATIONS, "vectorization", " or ".join(VECTORIZATIONS), self.vectorization)
         _require(self.workers is None or (_is_int(self.workers) and self.workers >= 1), "workers", "None or an integer >= 1",
                  self.workers)
@@ -183,16 +196,10 @@ class EvalSpec:
         _require(self.reset_mode in RESET_MODES, "reset_mode", " or ".join(RESET_MODES), self.reset_mode)
         _require(_is_int(self.retries) and self.retries >= 0, "retries", "an integer >= 0", self.retries)
         _require(self.on_nan_action in ON_NAN_ACTIONS, "on_nan_action", " or ".join(ON_NAN_ACTIONS), self.on_nan_action)
-        _require(
-            self.step_timeout is None or (isinstance(self.step_timeout, (int, float)) and not isinstance(self.step_timeout, bool)
-                                          and self.step_timeout > 0),
-            "step_timeout", "None or a number of seconds > 0", self.step_timeout,
-        )
-        _require(
-            self.policy_timeout_s is None or (isinstance(self.policy_timeout_s, (int, float))
-                                              and not isinstance(self.policy_timeout_s, bool) and self.policy_timeout_s > 0),
-            "policy_timeout_s", "None or a number of seconds > 0", self.policy_timeout_s,
-        )
+        _require(_is_timeout(self.step_timeout), "step_timeout",
+                 f"None (no timeout) or a finite number of seconds > 0 and <= {MAX_TIMEOUT_S:.0f}", self.step_timeout)
+        _require(_is_timeout(self.policy_timeout_s), "policy_timeout_s",
+                 f"None (no timeout) or a finite number of seconds > 0 and <= {MAX_TIMEOUT_S:.0f}", self.policy_timeout_s)
         _require(self.cpu_threads is None or (_is_int(self.cpu_threads) and self.cpu_threads >= 1),
                  "cpu_threads", "None or an integer >= 1", self.cpu_threads)
         _require(self.amp in AMP_MODES, "amp", " or ".join(AMP_MODES), self.amp)
@@ -253,6 +260,15 @@ class EvalSpec:
             if f.name == "policy" else copy.deepcopy(getattr(self, f.name))
             for f in dataclasses.fields(self)
         }
+
+
+def _is_timeout(value: Any) -> bool:
+    """``None``, or a finite number of seconds in ``(0, MAX_TIMEOUT_S]`` (``inf`` and NaN are refused: the
+    OS cannot wait that long, and Python raises OverflowError deep in the run)."""
+    if value is None:
+        return True
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and 0 < value <= MAX_TIMEOUT_S)
 
 
 def _is_int(value: Any) -> bool:

@@ -40,8 +40,14 @@ from fasteval.run.paths import UsablePath
 @click.option("--max-retries", type=click.IntRange(min=0), default=3, show_default=True,
               help="ray: retries of a job whose worker died.")
 @click.option("--no-report", is_flag=True, help="Skip the report at the end (build it later with `fasteval report`).")
+@click.option("--trust-remote-code", is_flag=True,
+              help="Allow the file's module:callable and path/file.py:callable policies and envs (they run code). "
+                   "A sweep file cannot allow them itself.")
+@click.option("--max-jobs", type=click.IntRange(min=1), default=None,
+              help="Most jobs (policies x envs x seed blocks) the file may ask for [default: 10000].")
 def sweep(spec_file: Path, out_dir: Path | None, backend: str, workers: int | None, address: str | None,
-          num_cpus: float, num_gpus: float, max_retries: int, no_report: bool) -> None:
+          num_cpus: float, num_gpus: float, max_retries: int, no_report: bool, trust_remote_code: bool,
+          max_jobs: int | None) -> None:
     """Run (or resume) the sweep in SPEC_FILE (.yaml, .toml or .json).
 
     \b
@@ -52,7 +58,7 @@ def sweep(spec_file: Path, out_dir: Path | None, backend: str, workers: int | No
     from fasteval.types.errors import UserInputError
     from fasteval.doors.sweep.executors import LocalExecutor, RayExecutor
     from fasteval.doors.sweep.runner import run_sweep
-    from fasteval.doors.sweep.spec import SweepSpec, load_sweep_file
+    from fasteval.doors.sweep.spec import load_sweep_file, trusted_sweep
 
     if backend == "local" and address is not None:
         raise click.BadParameter("--address is for --backend ray.", param_hint="--address")
@@ -60,7 +66,7 @@ def sweep(spec_file: Path, out_dir: Path | None, backend: str, workers: int | No
         raise click.BadParameter("--workers is for --backend local; with Ray, size jobs with --num-cpus/--num-gpus.",
                                  param_hint="--workers")
     try:
-        spec = SweepSpec.from_dict(load_sweep_file(spec_file))
+        spec = trusted_sweep(load_sweep_file(spec_file), f"sweep file {str(spec_file)!r}", trust_remote_code, max_jobs)
         executor = (RayExecutor(address, num_cpus, num_gpus, max_retries) if backend == "ray" else LocalExecutor(workers))
         out = out_dir or Path("outputs") / "sweeps" / spec.name
         click.echo(f"sweep {spec.name!r}: {spec.n_jobs} jobs -> {out}", err=True)

@@ -30,7 +30,7 @@ from typing import Any, Mapping
 
 from fasteval.types.errors import UserInputError
 from fasteval.types.mapping_files import read_mapping_file
-from fasteval.types.spec import EvalSpec
+from fasteval.types.spec import MAX_SEED, EvalSpec
 
 
 
@@ -159,7 +159,9 @@ class SweepOptions:
     """Stateful policies: ``per-env``, ``wave`` or ``auto``."""
 
     trust_remote_code: bool = False
-    """Allow ``path/file.py:callable`` policies (runs that file)."""
+    """Allow code references (``module:callable``, ``path/file.py:callable``). Set by
+    ``fasteval sweep --trust-remote-code``: a file can never grant trust (docs/security.md), so ``true``
+    in a file's ``options`` is refused without the flag."""
 
     retries: int = 1
     """Times an episode is retried from its seed after its env raised, hung or died. An episode
@@ -258,6 +260,9 @@ class SweepSpec:
         for env in self.envs:
             n = self.episodes_for(env)
             blocks = sorted(self.seeds)
+            if blocks[-1] + n - 1 > MAX_SEED:
+                _fail("seeds", f"blocks whose last seed (block + episodes - 1) is at most 2**63 - 1 (seeds are int64); "
+                      f"block {blocks[-1]} with {n} episodes ends at {blocks[-1] + n - 1}", list(self.seeds))
             for lo, hi in zip(blocks, blocks[1:]):
                 if lo + n > hi:
                     raise SweepSpecError(
@@ -274,8 +279,12 @@ class SweepSpec:
         return len(self.policies) * len(self.envs) * len(self.seeds)
 
     @classmethod
-    def from_dict(cls, data: Any) -> "SweepSpec":
-        """Validate plain data (a parsed sweep file) into a spec. Raises :class:`SweepSpecError`."""
+    def from_dict(cls, data: Any, max_jobs: int | None = None) -> "SweepSpec":
+        """Validate plain data (a parsed sweep file) into a spec. Raises :class:`SweepSpecError`.
+
+        ``max_jobs`` caps ``policies x envs x seed blocks`` (``None``: :data:`MAX_JOBS`), checked
+        before the seed blocks are built, so a five-line file cannot ask for a million jobs (and
+        hundreds of MB of store) by accident; ``fasteval sweep --max-jobs N`` raises the cap."""
         _check_keys("sweep spec", data, ("name", "episodes", "seeds", "policies", "envs", "options"),
                     required=("episodes", "policies", "envs"))
         policies = data["policies"]
@@ -299,6 +308,14 @@ class SweepSpec:
                                              kwargs=item.get("kwargs"), episodes=item.get("episodes")))
         options = data.get("options") or {}
         _check_keys("options", options, OPTION_KEYS)
+        n_blocks = _count_seed_blocks(data.get("seeds", [0]))
+        cap = MAX_JOBS if max_jobs is None else max_jobs
+        if n_blocks is not None and n_blocks * len(policy_entries) * len(env_entries) > cap:
+            raise SweepSpecError(
+                f"seeds: {n_blocks} seed blocks x {len(policy_entries)} policies x {len(env_entries)} envs = "
+                f"{n_blocks * len(policy_entries) * len(env_entries)} jobs, more than the cap of {cap} (each job is a row "
+                f"of the results store and a run). Use fewer blocks, or raise the cap with "
+                f"`fasteval sweep --max-jobs N` if you mean it.")
         return cls(
             name=data.get("name", "sweep"),
             episodes=data["episodes"],
@@ -330,6 +347,46 @@ def _unique(where: str, what: str, values: list[Any]) -> None:
             hint = " Give the entries distinct `name:` values." if what == "name" else " Remove the duplicate."
             raise SweepSpecError(f"{where}: expected each {what} once, got {v!r} twice.{hint}")
         seen.add(v)
+
+
+MAX_JOBS = 10_000
+"""Default cap on a sweep file's jobs (``fasteval sweep --max-jobs`` raises it)."""
+
+
+def _count_seed_blocks(raw: Any) -> int | None:
+    """The number of seed blocks ``raw`` asks for, without building them (``None``: malformed,
+    :func:`_parse_seeds` says why)."""
+    if _is_int(raw):
+        return 1
+    if isinstance(raw, list):
+        return len(raw)
+    if isinstance(raw, Mapping) and _is_int(raw.get("count")):
+        return raw["count"]
+    return None
+
+
+def trusted_sweep(data: Mapping[str, Any], source: str, trust_remote_code: bool, max_jobs: int | None = None) -> "SweepSpec":
+    """A sweep file's data -> :class:`SweepSpec`, with the trust rules of docs/security.md: the file
+    cannot grant trust (``options.trust_remote_code: true`` is refused), and a policy or env that names
+    code (``module:callable``, a file path) needs ``trust_remote_code`` from the command line (then
+    set in the spec's options, for the jobs)."""
+    from fasteval.types.trust import check_env_ref, check_policy_ref, refuse_trust_from_file
+
+    options = data.get("options") if isinstance(data, Mapping) else None
+    if isinstance(options, Mapping):
+        try:
+            refuse_trust_from_file(options, f"{source}: options", trust_remote_code)
+        except UserInputError as exc:
+            raise SweepSpecError(str(exc)) from None
+    spec = SweepSpec.from_dict(data, max_jobs=max_jobs)
+    try:
+        for policy in spec.policies:
+            check_policy_ref(policy.ref, source, trust_remote_code)
+        for env in spec.envs:
+            check_env_ref(env.id, source, trust_remote_code)
+    except UserInputError as exc:
+        raise SweepSpecError(str(exc)) from None
+    return dataclasses.replace(spec, options=dataclasses.replace(spec.options, trust_remote_code=bool(trust_remote_code)))
 
 
 def _parse_seeds(raw: Any, episodes: Any) -> tuple[int, ...]:

@@ -1,0 +1,130 @@
+"""Which code a run may call, by where its references came from (the threat model: docs/security.md).
+
+A reference is *code* when it names a callable: ``module:callable`` (an installed module) or
+``path/file.py:callable`` (a file, which runs when it is imported). A gymnasium id, ``zero``,
+``random`` and a checkpoint folder (weights, never pickles) are data.
+
+The rules, for an env or a policy reference:
+
+* a file path runs arbitrary code: it needs ``--trust-remote-code`` (the spec's ``trust_remote_code``),
+  wherever it comes from (the engine checks this itself, for envs and policies alike);
+* a ``module:callable`` typed **on the command line** is the user's own choice of installed code. A
+  policy callable is called with the spaces only; an env callable gets the ``--env-kwarg`` values
+  as its arguments, so it must be an env constructor: a ``gymnasium.Env`` subclass, the entry point
+  of a registered gymnasium id, or a function annotated to return a ``gymnasium.Env``. Any other
+  callable (``os:system``, ``subprocess:run``, ``builtins:exec``) needs the flag;
+* a ``module:callable`` that comes from a **file** (``--config``, a sweep spec, a run's manifest on
+  ``--resume``) needs the flag on the command line, whatever it names: a shared file must be data.
+  Only the entry point of a registered gymnasium id is allowed without it (it is that id);
+* a file can never grant trust: ``trust_remote_code: true`` in a config or sweep file is refused unless
+  the command line passes the flag too (then the file grants nothing: it only repeats it), and a
+  manifest's is ignored.
+
+The library API (``fasteval.evaluate``) is called by Python code, which can run anything anyway: only
+the file-path rule applies there.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import typing
+from typing import Any, Mapping
+
+from fasteval.types.errors import UserInputError
+from fasteval.types.refs import is_path_ref, split_callable_ref
+
+COMMAND_LINE = "the command line"
+FLAG = "--trust-remote-code"
+
+
+def is_code_ref(ref: Any) -> bool:
+    """Whether ``ref`` names a callable (``module:callable`` or ``path/file.py:callable``)."""
+    return isinstance(ref, str) and split_callable_ref(ref) is not None
+
+
+def is_file_ref(ref: Any) -> bool:
+    parts = split_callable_ref(ref) if isinstance(ref, str) else None
+    return parts is not None and is_path_ref(parts[0])
+
+
+def registered_entry_point(ref: str) -> str | None:
+    """The gymnasium id whose entry point is exactly ``ref`` (``module:callable``), or ``None``."""
+    import gymnasium as gym
+
+    for env_id, spec in gym.registry.items():
+        if isinstance(spec.entry_point, str) and spec.entry_point == ref:
+            return env_id
+    return None
+
+
+def is_env_constructor(ref: str) -> bool:
+    """Whether installed ``module:callable`` ``ref`` builds an env: a ``gymnasium.Env`` subclass, or a
+    function annotated to return one. Imports the module (installed code); calls nothing."""
+    import gymnasium as gym
+
+    module_name, attr = split_callable_ref(ref) or ("", "")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for name in attr.split("."):
+            obj = getattr(obj, name)
+    except Exception:
+        return False  # the engine reports the import error itself
+    if inspect.isclass(obj):
+        return issubclass(obj, gym.Env)
+    if not inspect.isfunction(obj):
+        return False
+    try:
+        returns = typing.get_type_hints(obj).get("return")
+    except Exception:
+        return False
+    return inspect.isclass(returns) and issubclass(returns, gym.Env)
+
+
+def refuse(what: str, ref: str, source: str, why: str) -> None:
+    raise UserInputError(
+        f"{what} {ref!r} (from {source}) {why}. That runs code: pass {FLAG} on the command line if you trust it."
+    )
+
+
+def check_env_ref(ref: Any, source: str, trust_remote_code: bool) -> None:
+    """Refuse an env reference from ``source`` that would run untrusted code (see the module docstring)."""
+    if trust_remote_code or not is_code_ref(ref):
+        return
+    if is_file_ref(ref):
+        refuse("env", ref, source, "loads Python code from a file")
+    if registered_entry_point(ref) is not None:
+        return
+    if source != COMMAND_LINE:
+        refuse("env", ref, source, "names a Python callable, and a file cannot choose code to run")
+    if not is_env_constructor(ref):
+        refuse("env", ref, source, "is not an env constructor (a gymnasium.Env subclass, the entry point of a registered "
+                                   "id, or a function annotated to return a gymnasium.Env), and it would be called "
+                                   "with the --env-kwarg values as its arguments")
+
+
+def check_policy_ref(ref: Any, source: str, trust_remote_code: bool) -> None:
+    """Refuse a policy reference from ``source`` that would run untrusted code."""
+    if trust_remote_code or not is_code_ref(ref):
+        return
+    if is_file_ref(ref):
+        refuse("policy", ref, source, "loads Python code from a file")
+    if source != COMMAND_LINE:
+        refuse("policy", ref, source, "names a Python callable, and a file cannot choose code to run")
+
+
+def needs_trust_from_file(env: Any, policy: Any) -> bool:
+    """Whether a file naming ``env`` and ``policy`` (a manifest on ``--resume``) needs ``--trust-remote-code``."""
+    env_code = is_code_ref(env) and (is_file_ref(env) or registered_entry_point(env) is None)
+    return env_code or is_code_ref(policy)
+
+
+def refuse_trust_from_file(data: Mapping[str, Any], where: str, trust_remote_code: bool,
+                           key: str = "trust_remote_code") -> None:
+    """A file may not grant trust: ``trust_remote_code: true`` in it is refused unless the command line
+    gives the flag (``trust_remote_code``) too; ``false`` is harmless."""
+    if data.get(key) and not trust_remote_code:
+        raise UserInputError(
+            f"{where}: {key}: true: a file can never grant trust (a shared config or sweep file would run code on "
+            f"whoever uses it). Pass {FLAG} on the command line if you trust the code the file names."
+        )
