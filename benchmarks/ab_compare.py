@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -53,7 +54,9 @@ def bench_once(tree: Path, args: list[str], repeats: int) -> float:
                 "main()")
         cmd = [sys.executable, "-c", code, str(tree / "src"), "bench", *args, "--repeats", str(repeats),
                "--json", str(out)]
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=tmp)
+        # PYTHONPATH as well: the pool's worker processes (forkserver) import fasteval from it, not from sys.path
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree / "src"), os.environ.get("PYTHONPATH", "")])}
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=tmp, env=env)
         data = json.loads(out.read_text())
     return float(data["cells"][0]["eval_s"]["median"])
 
