@@ -141,7 +141,7 @@ def write_diffusion_checkpoint(folder: str | Path, seed: int = 0, scheduler: str
 VARYING_ENV_REF = "fasteval.robot.lerobot.testing:make_varying_env"
 
 
-def make_varying_env(min_length: int = 7, spread: int = 13):
+def make_varying_env(min_length: int = 7, spread: int = 13) -> VaryingLengthEnv:
     """``VaryingLengthEnv``: PushT's observation layout, episodes of ``min_length + seed % spread`` steps.
 
     Slots of a batch then finish at different steps, so continuous batching refills them while the
