@@ -217,7 +217,9 @@ def test_config_file_sets_the_rule(tmp_path):
     config.write_text(json.dumps({"env": BERNOULLI_ENV, "env_kwargs": {"p": P}, "policy": "zero", "n_episodes": CAP,
                                   "batch_size": 16, "stop_when": "above=0.8", "confidence": 0.95}))
     out = tmp_path / "run"
-    res = cli("--config", config, "-o", out)
+    refused = cli("--config", config, "-o", out)  # a file cannot choose code to run (issue 20) ...
+    assert refused.exit_code == 2 and "--trust-remote-code" in refused.output
+    res = cli("--config", config, "-o", out, "--trust-remote-code")  # ... the command line can
     assert res.exit_code == 0, res.output
     assert json.loads((out / "eval_info.json").read_text())["stopping"]["k"] == expected_k("above=0.8")
     assert json.loads((out / "config.json").read_text())["stop_when"] == "above=0.8"

@@ -138,13 +138,17 @@ class CoreEngine:
         self._check_policy()
         self.dry_run_s = perf_counter() - started
 
+    def _policy_deadline(self) -> float | None:
+        """The watchdog's deadline for a policy call: ``policy_timeout_s``, unless the runner applies it itself."""
+        return None if getattr(self.runner, "enforces_policy_timeout", False) else self.spec.policy_timeout_s
+
     def _check_policy(self) -> None:
         policy_input, copy = self.h2d.group(slice(0, self.policy_batch))
         copy()
         # Own RNG fork: the dry run must not consume the run's torch draws, or a stochastic
         # policy's first run (which has the dry run) would differ from later runs with the same seed.
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
-            self.watchdog.arm(self.watchdog.guard(self.spec.policy_timeout_s, POLICY, "the policy's dry run"))
+            self.watchdog.arm(self.watchdog.guard(self._policy_deadline(), POLICY, "the policy's dry run"))
             self.runner.dry_run(policy_input)
             self.watchdog.disarm()
             # A second call that changes the policy's Python attributes: state a CUDA graph would freeze.
@@ -290,7 +294,7 @@ class CoreEngine:
             envs=self.envs, runner=self.runner, h2d=self.h2d, d2h=self.d2h, ledger=ledger, faults=faults,
             timers=self.timers, step_bookkeeping=kernels.step_bookkeeping, max_steps=self.max_steps or 0,
             check_actions=self.check_actions, on_finished=callback, observer=observer,
-            watchdog=self.watchdog, policy_guard=self.watchdog.guard(self.spec.policy_timeout_s, POLICY, "the policy"),
+            watchdog=self.watchdog, policy_guard=self.watchdog.guard(self._policy_deadline(), POLICY, "the policy"),
         )
         run_episodes(ctx, self.group_rows)
 

@@ -89,6 +89,9 @@ class PolicyRunner:
         self.reset_kind = kind
         self.continuous = kind != WAVE and reset_mode != "wave"
         """True: continuous batching (freed slots refill at once). False: wave mode."""
+        self.enforces_policy_timeout = False
+        """True for a runner that applies ``policy_timeout_s`` itself (a served policy: its requests time
+        out and a dropped connection is retried for that long); the engine's watchdog then leaves it be."""
         self._postprocess: Callable[[torch.Tensor], torch.Tensor] = lambda a: a
         self._step: Callable[[Any], torch.Tensor] = self._call
         reads = getattr(policy, "reads_observation", None)

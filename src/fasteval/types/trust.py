@@ -39,8 +39,10 @@ FLAG = "--trust-remote-code"
 
 
 def is_code_ref(ref: Any) -> bool:
-    """Whether ``ref`` names a callable (``module:callable`` or ``path/file.py:callable``)."""
-    return isinstance(ref, str) and split_callable_ref(ref) is not None
+    """Whether ``ref`` names a callable (``module:callable`` or ``path/file.py:callable``). A URL
+    (``ws://HOST:PORT``, ``openpi+ws://...``, ``hf://org/repo``) names a server or a hub checkpoint: no
+    local code, whatever its colons."""
+    return isinstance(ref, str) and "://" not in ref and split_callable_ref(ref) is not None
 
 
 def is_file_ref(ref: Any) -> bool:
