@@ -8,6 +8,12 @@ median ``eval_s`` per tree and after/before (below 1.0 means the change is faste
 
     python benchmarks/ab_compare.py --before ../before [--repeats 6] [--tiny]
 
+Every round also runs the *before* tree a second time (the A/A control, ``control``), in the same
+rotation, so the table shows the noise of this machine beside the change: ``control / before`` is
+what "no difference" looks like now. Besides the ratio of medians, each row gives the median of
+the per-round ratios (each round's after over the same round's before: slow drifts of the machine
+cancel) and the ratio of the fastest samples (noise only ever adds time).
+
 Workloads: CartPole with the zero policy at batch 16 (9-step episodes: bookkeeping-heavy), the
 bundled CartPole MLP at batch 16, and the pipelined busy-env workload of bench_pipeline.py
 (async envs, ``--pipeline``, conv policy).
@@ -66,14 +72,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", type=Path, required=True, help="the other checkout (the baseline)")
     parser.add_argument("--after", type=Path, default=REPO, help="this checkout by default")
     parser.add_argument("--repeats", type=int, default=6,
-                        help="interleaved rounds, each a 3-repeat bench call; keep it even, so that each tree goes "
-                             "first equally often (odd counts showed a 1-2%% order bias in an A/A run)")
+                        help="interleaved rounds, each a 3-repeat bench call per tree; a multiple of 6 puts each "
+                             "tree (before, after, control) in each place of the order equally often (unbalanced "
+                             "orders showed a 1-2%% order bias in an A/A run)")
     parser.add_argument("--tiny", action="store_true", help="a seconds-long smoke run (for the test suite)")
     args = parser.parse_args(argv)
-    trees = {"before": args.before.resolve(), "after": args.after.resolve()}
-    samples: dict[str, dict[str, list[float]]] = {w: {"before": [], "after": []} for w in WORKLOADS}
+    trees = {"before": args.before.resolve(), "after": args.after.resolve(), "control": args.before.resolve()}
+    samples: dict[str, dict[str, list[float]]] = {w: {"before": [], "after": [], "control": []} for w in WORKLOADS}
+    rotations = (["before", "after", "control"], ["after", "control", "before"], ["control", "before", "after"])
     for round_ in range(1 if args.tiny else args.repeats):
-        order = ["before", "after"] if round_ % 2 == 0 else ["after", "before"]
+        order = rotations[round_ % 3] if round_ % 2 == 0 else rotations[round_ % 3][::-1]
         for name, template in WORKLOADS.items():
             cmd = [a.format(repo=REPO, bench=HERE) for a in template]
             if args.tiny:
@@ -84,10 +92,22 @@ def main(argv: list[str] | None = None) -> int:
     print("command:", command_line())
     rows = []
     for name, by_tree in samples.items():
-        before, after = statistics.median(by_tree["before"]), statistics.median(by_tree["after"])
-        rows.append([name, f"{before * 1e3:.1f}", f"{after * 1e3:.1f}", f"{after / before:.3f}"])
-    print(markdown_table(["workload", "before eval_s (ms)", "after eval_s (ms)", "after / before"], rows))
+        rows.append(summary_row(name, by_tree))
+    print(markdown_table(["workload", "before eval_s (ms)", "after eval_s (ms)", "after / before",
+                          "paired after / before", "fastest after / before", "control / before (A/A)",
+                          "paired control / before"], rows))
     return 0
+
+
+def summary_row(name: str, by_tree: dict[str, list[float]]) -> list[str]:
+    """One table row: medians, the ratio of medians, the median per-round ratio, the ratio of the
+    fastest samples, and the same two ratios for the A/A control."""
+    before, after, control = (by_tree[k] for k in ("before", "after", "control"))
+    mb, ma, mc = (statistics.median(v) for v in (before, after, control))
+    paired = statistics.median(a / b for a, b in zip(after, before))
+    paired_control = statistics.median(c / b for c, b in zip(control, before))
+    return [name, f"{mb * 1e3:.1f}", f"{ma * 1e3:.1f}", f"{ma / mb:.3f}", f"{paired:.3f}",
+            f"{min(after) / min(before):.3f}", f"{mc / mb:.3f}", f"{paired_control:.3f}"]
 
 
 if __name__ == "__main__":

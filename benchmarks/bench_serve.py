@@ -5,8 +5,8 @@
    one request per step). Rows: CartPole MLP (the demo checkpoint) at batch 16 and 256, and PushT
    ACT (a random-init LeRobot checkpoint) at batch 10 where LeRobot is importable. Each run
    checks that the served per-episode results equal the in-process ones.
-2. **Dynamic batching**: 1, 4 and 16 concurrent openpi clients (threads, one websocket each, one
-   request in flight each) against one server (``--max-batch 16``): requests/s and latency
+2. **Dynamic batching**: 1, 4 and 16 concurrent openpi clients (each in a process of its own, one
+   websocket each, one request in flight each) against one server (``--max-batch 16``): requests/s and latency
    percentiles, against one in-process policy call on the same total batch (16 rows). Two policies:
    the CartPole MLP (a call costs microseconds: the round trip is everything), and
    :class:`FixedCostPolicy`, whose call costs ``FIXED_COST_MS`` whatever its batch (the regime of a
@@ -27,9 +27,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -126,15 +126,18 @@ def act_case(tiny: bool) -> dict | None:
 
 # -- 2. dynamic batching --------------------------------------------------------------------------
 
-def client_loop(url: str, requests: int, latencies: list[float], start: threading.Event,
-                batch_sizes: list[int]) -> None:
+def client_loop(url: str, requests: int, seed: int, ready: Any, start: Any, results: Any) -> None:
+    """One openpi client (in a process of its own): connect, wait for ``start``, send ``requests``
+    observations one at a time, put ``(latencies in s, batch sizes)`` on ``results``."""
     from websockets.sync.client import connect
 
     from fasteval.types.wire import pack, unpack
 
-    rng = np.random.default_rng(len(latencies))
+    rng = np.random.default_rng(seed)
+    latencies, sizes = [], []
     with connect(url, compression=None) as ws:
         unpack(ws.recv())
+        ready.release()
         start.wait()
         for _ in range(requests):
             obs = rng.normal(size=4).astype(np.float32)
@@ -142,7 +145,35 @@ def client_loop(url: str, requests: int, latencies: list[float], start: threadin
             ws.send(pack({"observation": obs}))
             reply = unpack(ws.recv())
             latencies.append(time.perf_counter() - t)
-            batch_sizes.append(int(reply["server_timing"]["batch_size"]))
+            sizes.append(int(reply["server_timing"]["batch_size"]))
+    results.put((latencies, sizes))
+
+
+def run_clients(url: str, k: int, requests: int) -> tuple[float, list[float], list[int]]:
+    """K client processes against ``url``, started together once all are connected: (rows/s, latencies, sizes).
+
+    Processes, not threads: in one process the clients' packing and websockets' reader threads share one
+    GIL, and the harness, not the server, sets the pace (a real deployment runs one evaluator per shard)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    ready, start, results = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=client_loop, args=(url, requests, i, ready, start, results), daemon=True)
+             for i in range(k)]
+    for proc in procs:
+        proc.start()
+    for _ in range(k):
+        if not ready.acquire(timeout=120):
+            raise RuntimeError("a benchmark client did not connect within 120 s")
+    t = time.perf_counter()
+    start.set()
+    gathered = [results.get(timeout=600) for _ in range(k)]
+    elapsed = time.perf_counter() - t
+    for proc in procs:
+        proc.join(30)
+    latencies = [x for lat, _ in gathered for x in lat]
+    sizes = [x for _, size in gathered for x in size]
+    return k * requests / elapsed, latencies, sizes
 
 
 def local_rate(policy: str) -> float:
@@ -177,19 +208,10 @@ def batching_rows(policy: str, name: str, clients: list[int], requests: int, rep
         for k in clients:
             rates, lats, sizes = [], [], []
             for _ in range(repeats):
-                latencies: list[list[float]] = [[] for _ in range(k)]
-                start = threading.Event()
-                threads = [threading.Thread(target=client_loop, args=(url, requests, latencies[i], start, sizes))
-                           for i in range(k)]
-                for th in threads:
-                    th.start()
-                time.sleep(0.2)  # every client connected
-                t = time.perf_counter()
-                start.set()
-                for th in threads:
-                    th.join()
-                rates.append(k * requests / (time.perf_counter() - t))
-                lats += [x for each in latencies for x in each]
+                rate, latencies, batch_sizes = run_clients(url, k, requests)
+                rates.append(rate)
+                lats += latencies
+                sizes += batch_sizes
             ms = np.array(lats) * 1000.0
             rate = statistics.median(rates)
             out.append([name, max_wait_ms, k, f"{rate:.0f}", f"{np.mean(sizes):.1f}", f"{np.percentile(ms, 50):.2f}",

@@ -47,10 +47,15 @@ class NoisyPolicy(nn.Module):
 
 
 class ActionLog(StepObserver):
-    """The action rows of every step of a run."""
+    """The action rows of every step of a run: every row, or (``active_only``) ``(slot, action)`` of the
+    slots that stepped (an idle slot's row is never used, and a served policy does not compute it)."""
 
-    def __init__(self):
+    def __init__(self, active_only: bool = False):
         self.steps = []
+        self.active_only = active_only
 
     def on_step(self, active, actions, parked):
-        self.steps.append(tuple(actions.tolist()))
+        if self.active_only:
+            self.steps.append(tuple((s, actions[s].tolist()) for s in active))
+        else:
+            self.steps.append(tuple(actions.tolist()))

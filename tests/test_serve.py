@@ -26,7 +26,7 @@ CHUNKS = "tests.serve_helpers:parity_chunks"
 def run(policy, **fields):
     """(per-episode rows, actions of every step) of one engine run."""
     spec = EvalSpec(**fields, policy=policy)
-    log = ActionLog()
+    log = ActionLog(active_only=True)
     with Engine(spec) as engine:
         result = engine.run(observer=log)
     rows = [(r["episode_ix"], r["seed"], r["sum_reward"], r["length"], r["success"]) for r in result.per_episode]
@@ -67,7 +67,7 @@ def test_remote_equals_in_process_per_seed(servers, policy, env, n, batch, vecto
     assert [r[1] for r in remote_rows] == list(range(11, 11 + n))
     assert remote_rows == local_rows
     if pipeline == local_pipeline:
-        assert remote_steps == local_steps  # the very same action rows, step by step
+        assert remote_steps == local_steps  # the very same action of every slot that stepped, step by step
     assert result.meta["policy_protocol"] == "fasteval" and result.meta["status"] == "complete"
 
 
@@ -129,3 +129,29 @@ def test_a_wave_policy_is_served_in_waves():
     local, _l, local_result = run(wave, env=KNOWN_ANSWER_ID, n_episodes=14, batch_size=4, seed=2, device="cpu")
     assert result.meta["batching"] == local_result.meta["batching"] == "wave"
     assert rows == local
+
+
+@pytest.mark.parametrize("pipeline", [False, True])
+def test_step_requests_carry_the_active_slots_only(servers, monkeypatch, pipeline):
+    """Each step request holds one observation per slot that runs an episode: over a run, the rows sent
+    are exactly the env steps taken (idle slots at the tail of the ledger send nothing), and the
+    numbers stay the in-process ones."""
+    from fasteval.robot.policies.remote_runner import RemoteRunner
+
+    sent: list[list[int]] = []
+    request = RemoteRunner._request
+
+    def spy(self, message, expect, what, error=None):
+        if message.get("__fasteval__") == "step":
+            sent.append(list(message["slots"]))
+            assert len(message["obs"]) == len(message["slots"])
+        return request(self, message, expect, what, **({} if error is None else {"error": error}))
+
+    monkeypatch.setattr(RemoteRunner, "_request", spy)
+    common = dict(env="CartPole-v1", n_episodes=7, batch_size=4, seed=3, device="cpu", max_steps=40)
+    extra = dict(vectorization="async", workers=2, pipeline=True) if pipeline else {}
+    rows, _steps, result = run(connect_remote(servers[MLP]), **common, **extra)
+    local, _l, _r = run(MLP, **common, **extra)
+    assert rows == local
+    assert sum(len(s) for s in sent) == sum(r[3] for r in rows)  # one row per env step, none for idle slots
+    assert any(len(s) < (2 if pipeline else 4) for s in sent)  # the tail's requests really were smaller

@@ -416,3 +416,38 @@ def accelerate(fn: Callable[[Any], torch.Tensor], *, device: torch.device, amp: 
         facts["cuda_graph"] = decision.status
         return (timed_first_calls(fn) if compile else fn), facts
     return CudaGraphCall(fn, device, facts=facts), facts  # compilation then happens in the warm-ups: capture time
+
+
+def dry_run_and_accelerate(runner: Any, policy: Any, policy_input: Any, device: torch.device, *, amp: str,
+                           compile: bool, cuda_graph: bool | None, chunks: bool = False,
+                           guard: Callable[[], Any] | None = None) -> tuple[Callable[[Any], torch.Tensor], dict[str, Any]]:
+    """The one dry run of a policy runner, and the choice of its accelerators: what an engine does
+    before its first episodes, and what ``fasteval serve`` does per served runner.
+
+    Runs ``runner.dry_run(policy_input)`` (which chooses the output mapping and finds action chunks),
+    then, where a CUDA graph may be captured, a second call that must not change the policy's Python
+    attributes; both in a fork of the torch RNG, so that the dry run draws nothing from the run's
+    noise. Returns :func:`accelerate`'s ``(step, facts)`` for the runner's plain step.
+
+    ``chunks``: the step returns each row's whole chunk (``runner.chunk_step``, openpi's reply), so the
+    chunk queue is not in it and is no reason to stay eager. ``guard``: a context manager factory
+    around the dry-run call (the engine's watchdog deadline). Raises what the dry run raises.
+    """
+    devices = [device] if device.type == "cuda" else []
+    plain_chunks = chunks and runner.policy_reset_kind == NO_RESET  # a queue only of fasteval's making
+    with torch.random.fork_rng(devices=devices):
+        if guard is None:
+            runner.dry_run(policy_input)
+        else:
+            with guard():
+                runner.dry_run(policy_input)
+        with_chunks = chunks and getattr(runner, "chunks", None) is not None
+        plain_chunks = plain_chunks and with_chunks
+        plain = runner.chunk_step if with_chunks else runner.plain_step
+        per_slot = [] if plain_chunks else per_slot_state(runner)
+        may_graph = graph_decision(cuda_graph, device, per_slot).status is None
+        changed = may_graph and changes_python_state(policy, plain, policy_input)
+    blockers = graph_blockers(policy, runner, changed)
+    if plain_chunks:
+        blockers = [b for b in blockers if b not in per_slot_state(runner)]
+    return accelerate(plain, device=device, amp=amp, compile=compile, cuda_graph=cuda_graph, blockers=blockers)

@@ -23,7 +23,7 @@ from torch import nn
 
 from fasteval import kernels
 from fasteval.core import accel
-from fasteval.core.accel import accelerate, changes_python_state, graph_blockers, graph_decision, per_slot_state
+from fasteval.core.accel import dry_run_and_accelerate
 from fasteval.core.envs import SlotEnvs, build_slot_envs, make_factory
 from fasteval.core.faults import Faults, make_action_check
 from fasteval.core.watchdog import POLICY, Watchdog
@@ -145,20 +145,10 @@ class CoreEngine:
     def _check_policy(self) -> None:
         policy_input, copy = self.h2d.group(slice(0, self.policy_batch))
         copy()
-        # Own RNG fork: the dry run must not consume the run's torch draws, or a stochastic
-        # policy's first run (which has the dry run) would differ from later runs with the same seed.
-        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
-            self.watchdog.arm(self.watchdog.guard(self._policy_deadline(), POLICY, "the policy's dry run"))
-            self.runner.dry_run(policy_input)
-            self.watchdog.disarm()
-            # A second call that changes the policy's Python attributes: state a CUDA graph would freeze.
-            may_graph = graph_decision(self.spec.cuda_graph, self.device, per_slot_state(self.runner)).status is None
-            changed = may_graph and changes_python_state(self.policy, self.runner.plain_step, policy_input)
-        step, self.accel_facts = accelerate(
-            self.runner.plain_step, device=self.device, amp=self.spec.amp, compile=self.spec.compile,
-            cuda_graph=self.spec.cuda_graph,
-            blockers=graph_blockers(self.policy, self.runner, changed),
-        )
+        guard = self.watchdog.guard(self._policy_deadline(), POLICY, "the policy's dry run")
+        step, self.accel_facts = dry_run_and_accelerate(
+            self.runner, self.policy, policy_input, self.device, amp=self.spec.amp, compile=self.spec.compile,
+            cuda_graph=self.spec.cuda_graph, guard=lambda: self.watchdog.armed(guard))
         self.runner.use_step(step)
         self._checked = True
 

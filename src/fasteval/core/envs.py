@@ -182,6 +182,7 @@ class SyncSlotEnvs(SlotEnvs):
         self.watchdog = watchdog or Watchdog()
         """Deadlines for this process's env calls (``step_timeout``): a hung one cannot be interrupted."""
         self._guards = {what: self.watchdog.guard(step_timeout, ENV, f"an env {what}") for what in ("step", "reset", "rebuild")}
+        self._step_guard = self._guards["step"]
         fns: list[Callable[[], gym.Env]] = [factory] * n_slots
         self.factory = factory
         if first_env is not None:
@@ -227,9 +228,15 @@ class SyncSlotEnvs(SlotEnvs):
 
     def step(self, slots: Sequence[int], actions: np.ndarray) -> None:
         """Step ``slots`` with rows of ``actions``; write results into the host buffers."""
-        self.watchdog.arm(self._guards["step"])
+        self.step_send(slots, actions)
+
+    def step_send(self, slots: Sequence[int], actions: np.ndarray) -> list[int]:
+        """In-process envs step right here, with the step guard armed (one frame less than ``step``)."""
+        watchdog = self.watchdog
+        watchdog.arm(self._step_guard)
         self.block.step(slots, actions, self.failures)
-        self.watchdog.disarm()
+        watchdog.disarm()
+        return slots  # type: ignore[return-value]
 
     def call(self, slots: Sequence[int], name: str) -> list[Any]:
         values = self.block.call(slots, name)

@@ -73,6 +73,10 @@ class StepContext:
         self.send: Callable[[list[int], np.ndarray], list[int]] = self.envs.step_send
         self.receive: Callable[[list[int]], None] = self.envs.step_recv
         self.refill = bool(self.runner.continuous)
+        self.marks_h2d = self.timers.marks_h2d
+        self.note_active = self.runner.note_active
+        """The runner's ``note_active`` (told each call's active slots), or None (the usual case)."""
+        """Whether the timers mark the device's stream before the observation copy (CUDA timers only)."""
 
     def recover(self) -> set[int]:
         """Handle ``envs.failures``: restart (or give up) their episodes. Returns the restarted slots.
@@ -150,14 +154,23 @@ def launch(ctx: StepContext, group: StepGroup) -> None:
         group.sent = []
         return
     add = ctx.timers.add
-    ctx.timers.start_h2d()  # CUDA timers mark the stream here: the copy's GPU time counts as h2d
+    if ctx.marks_h2d:  # CUDA timers mark the stream here: the copy's GPU time counts as h2d
+        ctx.timers.start_h2d()
     group.copy_obs()
     t = add("h2d", t)
-    ctx.watchdog.arm(ctx.policy_guard)
-    actions = ctx.runner(group.policy_input)
-    t = add("policy", t)
-    host = group.copy_actions(actions)  # on a GPU, where an asynchronous policy call is waited for
-    ctx.watchdog.disarm()
+    if ctx.note_active is not None:
+        ctx.note_active(active)
+    guard = ctx.policy_guard
+    if guard is None:  # no --policy-timeout (the default): nothing to arm
+        actions = ctx.runner(group.policy_input)
+        t = add("policy", t)
+        host = group.copy_actions(actions)  # on a GPU, where an asynchronous policy call is waited for
+    else:
+        ctx.watchdog.arm(guard)
+        actions = ctx.runner(group.policy_input)
+        t = add("policy", t)
+        host = group.copy_actions(actions)
+        ctx.watchdog.disarm()
     bad = ctx.check_actions(host, active)
     if bad:  # those slots get their next episode now (or a raise, with --on-nan-action error)
         ctx.faults.handle_bad_actions(bad, ctx.parked)

@@ -98,6 +98,9 @@ class PolicyRunner:
         self.reads_observation: Callable[[slice], bool] | None = reads if callable(reads) else None
         """Whether the next call for slots ``rows`` reads its observation (None: every call does); a runner
         whose chunk queue serves steps may set it too (see the module docstring)."""
+        self.note_active: Callable[[list[int]], None] | None = None
+        """Told, before each call, the slots of that call that run an episode (ascending), for a runner
+        that can skip the others (a served policy sends only their observations); None: not told."""
 
     # -- resets -------------------------------------------------------------------------
     def reset_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:

@@ -33,6 +33,9 @@ class StageTimers:
 
     __slots__ = ("seconds",)
 
+    marks_h2d = False
+    """Whether :meth:`start_h2d` does anything (the loop skips the call when it does not)."""
+
     def __init__(self) -> None:
         self.seconds = dict.fromkeys(STAGES, 0.0)
 
@@ -80,6 +83,8 @@ class CudaStageTimers(StageTimers):
     """
 
     __slots__ = ("device", "_before", "_start", "_end", "_h2d_wall", "_policy_wall", "_armed", "_marked")
+
+    marks_h2d = True
 
     def __init__(self, device: torch.device, event_factory: Any = None) -> None:
         super().__init__()

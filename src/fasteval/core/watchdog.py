@@ -20,7 +20,8 @@ import os
 import sys
 import threading
 import time
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 POLICY, ENV = "policy", "env"
 OPTION = {POLICY: "--policy-timeout", ENV: "--step-timeout"}
@@ -72,6 +73,15 @@ class Watchdog:
     def disarm(self) -> None:
         self._armed = None
         self._calls += 1
+
+    @contextmanager
+    def armed(self, guard: tuple[float, str, str] | None) -> Iterator[None]:
+        """:meth:`arm` for the duration of a ``with`` block (disarmed if it raises too)."""
+        self.arm(guard)
+        try:
+            yield
+        finally:
+            self.disarm()
 
     def _run(self) -> None:
         seen: tuple[int, object, float] | None = None  # (call count, guard, first seen) of the armed call

@@ -30,9 +30,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from fasteval.core.accel import CudaGraphCall, accelerate, changes_python_state, graph_blockers, graph_decision, per_slot_state
+from fasteval.core.accel import CudaGraphCall, dry_run_and_accelerate
 from fasteval.core.engine import resolve_device
-from fasteval.core.policy import NO_RESET
 from fasteval.core.slots import SlotEnvs, allocate_obs_buffer
 from fasteval.core.transfer import HostToDevice, pinned_zeros, pins_host
 from fasteval.robot.policies.loaders import load_policy
@@ -152,23 +151,13 @@ class ServedRunner:
         ``chunks``: the step returns the whole chunk of every row (:meth:`chunk_step`, openpi's
         reply) instead of one action per row. Raises what the engine's dry run raises.
         """
-        runner, options = self.runner, self.options
-        policy_input = self.h2d.policy_input
+        options, policy_input = self.options, self.h2d.policy_input
         self.h2d.copy()
-        plain_chunks = chunks and runner.policy_reset_kind == NO_RESET  # openpi: no queue in the step
         devices = [self.device] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices), torch.inference_mode():  # as the engine's dry run
-            runner.dry_run(policy_input)
-            plain_chunks = plain_chunks and runner.chunks is not None
-            plain = runner.chunk_step if chunks and runner.chunks is not None else runner.plain_step
-            per_slot = [] if plain_chunks else per_slot_state(runner)
-            may_graph = graph_decision(options.cuda_graph, self.device, per_slot).status is None
-            changed = may_graph and changes_python_state(self.policy, plain, policy_input)
-        blockers = graph_blockers(self.policy, runner, changed)
-        if plain_chunks:  # the chunk queue is not in this step, so it is not a reason to stay eager
-            blockers = [b for b in blockers if b not in per_slot_state(runner)]
-        self._step, self.facts = accelerate(plain, device=self.device, amp=options.amp, compile=options.compile,
-                                            cuda_graph=options.cuda_graph, blockers=blockers)
+        with torch.inference_mode():  # the engine's dry run, as the engine runs it
+            self._step, self.facts = dry_run_and_accelerate(
+                self.runner, self.policy, policy_input, self.device, amp=options.amp, compile=options.compile,
+                cuda_graph=options.cuda_graph, chunks=chunks)
         if isinstance(self._step, CudaGraphCall):  # capture now (RNG restored after it), so the facts are final
             with torch.random.fork_rng(devices=devices), torch.inference_mode():
                 self._step(policy_input)

@@ -9,12 +9,13 @@ built once). The client keeps no per-slot state of the policy (``reset_kind`` is
 server's, kept apart per group, so ``--pipeline`` works with stateful and chunking policies too.
 
 :class:`RemoteRunner` (fasteval's protocol, :mod:`fasteval.doors.serve_sessions` on the server): the
-engine is mirrored on the server, one served runner per group, and every request carries that group's
-observations and the resets (slots, seeds, task descriptions) since its last request. Results are the
-in-process ones, per seed.
+engine is mirrored on the server, one served runner per group, and every request carries the observations
+of that group's active slots (the loop tells the runner which: ``note_active``; idle slots send nothing)
+and the resets (slots, seeds, task descriptions) since its last request. Results are the in-process ones,
+per seed.
 
 :class:`OpenpiRunner` (openpi's protocol): each slot plays the chunk of its last answer; the slots whose
-chunk ran out (or that start an episode) send their observation, all requests at once on the one
+chunk ran out (or that start an episode) send their observation (active slots only), all requests at once on the one
 connection, and each answer's ``actions`` (``[H, *action]``, or one action) becomes that slot's chunk.
 """
 
@@ -48,7 +49,7 @@ def build_remote_runner(remote: RemotePolicy, spec: Any, envs: Any, h2d: Any, n_
     return cls(remote, spec, envs, h2d, n_slots)
 
 
-def _host_rows(obs: Any, rows: slice) -> Any:
+def _host_rows(obs: Any, rows: slice | np.ndarray) -> Any:
     return {k: v[rows] for k, v in obs.items()} if isinstance(obs, dict) else obs[rows]
 
 
@@ -64,6 +65,20 @@ class _RemoteBase(PolicyRunner):
         self.groups = group_rows(envs, bool(getattr(spec, "pipeline", False)))
         self._group_of = {id(h2d.group(rows)[0]): g for g, rows in enumerate(self.groups)}
         self.has_tasks = bool(envs.has_attr(TASK_ATTR))
+        self.note_active = self._note_active
+        self._noted: list[int] | None = None
+
+    def _note_active(self, active: list[int]) -> None:
+        self._noted = active
+
+    def _active_in(self, g: int) -> list[int] | None:
+        """The slots of group ``g`` that run an episode in this call (what the loop noted), or None for
+        every slot of the group (nothing noted: the dry run; or every slot active)."""
+        rows, noted = self.groups[g], self._noted
+        self._noted = None
+        if noted is None or len(noted) == rows.stop - rows.start or not all(rows.start <= s < rows.stop for s in noted):
+            return None
+        return noted
 
     def dry_run(self, obs: Any) -> None:
         self._check()
@@ -169,20 +184,31 @@ class RemoteRunner(_RemoteBase):
                                        [task_of[s] for s in group_slots] if tasks is not None else None])
 
     def _group_call(self, g: int) -> torch.Tensor:
+        """One step request for group ``g``: the observations of its active slots only (idle rows' actions
+        are never used: their rows of the output keep what they held)."""
         rows = self.groups[g]
+        active = self._active_in(g)
+        if active is None:
+            slots, obs = self._rows[g], _host_rows(self.envs.obs, rows)
+        else:
+            slots, obs = [s - rows.start for s in active], _host_rows(self.envs.obs, np.asarray(active))
         self.seq[g] += 1
-        message = {KIND: "step", "group": g, "seq": self.seq[g], "slots": self._rows[g],
-                   "obs": _host_rows(self.envs.obs, rows), "events": self.events[g], "rng_seed": torch.initial_seed()}
+        message = {KIND: "step", "group": g, "seq": self.seq[g], "slots": slots,
+                   "obs": obs, "events": self.events[g], "rng_seed": torch.initial_seed()}
         reply = self._request(message, "actions", what=f"step request #{self.seq[g]} (group {g})")
         self.events[g] = []
         actions = reply["actions"]
         out = self._out[g]
         if out is None or out.dtype != _torch_dtype(actions.dtype):
             out = self._out[g] = torch.zeros((rows.stop - rows.start, *actions.shape[1:]), dtype=_torch_dtype(actions.dtype))
-        if actions.shape != tuple(out.shape):
+        expected = (len(slots), *out.shape[1:])
+        if actions.shape != expected:
             raise RemotePolicyError(f"policy server {self.remote.ref}: step request #{self.seq[g]} returned actions of "
-                                    f"shape {actions.shape}, expected {tuple(out.shape)}")
-        out.numpy()[...] = actions
+                                    f"shape {actions.shape}, expected {expected}")
+        if active is None:
+            out.numpy()[...] = actions
+        else:
+            out.numpy()[slots] = actions
         return out
 
 
@@ -244,17 +270,21 @@ class OpenpiRunner(_RemoteBase):
             raise PolicyDryRunError(str(exc)) from None
 
     def _group_call(self, g: int) -> torch.Tensor:
+        """The next action of each active slot of group ``g``; a slot whose chunk ran out asks for a new one
+        (idle slots ask for nothing: their rows of the output keep what they held)."""
         rows = self.groups[g]
-        need = [s for s in range(rows.start, rows.stop) if self.chunks[s] is None or self.pos[s] >= len(self.chunks[s])]
+        active = self._active_in(g)
+        slots = range(rows.start, rows.stop) if active is None else active
+        chunks, pos = self.chunks, self.pos
+        need = [s for s in slots if chunks[s] is None or pos[s] >= len(chunks[s])]
         if need:
             for slot, chunk in zip(need, self._ask(need)):
-                self.chunks[slot], self.pos[slot] = chunk, 0
-        out = self._out[g]
-        view = out.numpy()
-        for s in range(rows.start, rows.stop):
-            view[s - rows.start] = self.chunks[s][self.pos[s]]
-        self.pos[rows] += 1
-        return out
+                chunks[slot], pos[slot] = chunk, 0
+        view = self._out[g].numpy()
+        for s in slots:
+            view[s - rows.start] = chunks[s][pos[s]]
+            pos[s] += 1
+        return self._out[g]
 
 
 def _decode(raw: Any, max_bytes: int) -> dict:
