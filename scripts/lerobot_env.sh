@@ -20,14 +20,8 @@ REQS=(
   "websockets>=12" "msgpack>=1.0"
 )
 VENV="${FASTEVAL_LEROBOT_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/fasteval/lerobot-py312}"
-STAMP="$VENV/.fasteval-stamp"
-want="$(printf '%s\n' "${REQS[@]}")"
-
-if [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
-  echo "reusing $VENV" >&2
-  echo "$VENV/bin/python"
-  exit 0
-fi
+source scripts/venv_lib.sh
+reuse_venv "$VENV" "${REQS[@]}" && exit 0
 
 py=""
 for cand in python3.12 "$(pyenv root 2>/dev/null || true)"/versions/3.12*/bin/python3.12; do
@@ -39,15 +33,5 @@ if [ -z "$py" ]; then
   echo "no Python 3.12 found (LeRobot 0.6 needs it; pyenv install 3.12 provides it)" >&2
   exit 3
 fi
-
-if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c 'import sys; assert sys.version_info[:2] >= (3, 12)' 2>/dev/null; then
-  echo "updating $VENV (the requirements changed)" >&2
-else
-  echo "building $VENV with $py (LeRobot pulls torch < 2.12, a few GB, once)" >&2
-  rm -rf "$VENV"
-  "$py" -m venv "$VENV"
-  "$VENV/bin/python" -m pip install -q --upgrade pip >&2
-fi
-"$VENV/bin/python" -m pip install -q "${REQS[@]}" >&2
-printf '%s' "$want" > "$STAMP"
-echo "$VENV/bin/python"
+echo "(LeRobot pulls torch < 2.12, a few GB, once)" >&2
+build_venv "$VENV" "$py" "${REQS[@]}"

@@ -10,16 +10,12 @@
 # its stamp matches the requirements below. Exit 3: no usable Python (the test then skips).
 set -euo pipefail
 
+cd "$(dirname "$0")/.."
+
 REQS=("openpi-client==0.1.2" "typing_extensions>=4" "websockets>=12,<18" "msgpack>=1.0")
 VENV="${FASTEVAL_OPENPI_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/fasteval/openpi-client}"
-STAMP="$VENV/.fasteval-stamp"
-want="$(printf '%s\n' "${REQS[@]}")"
-
-if [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
-  echo "reusing $VENV" >&2
-  echo "$VENV/bin/python"
-  exit 0
-fi
+source scripts/venv_lib.sh
+reuse_venv "$VENV" "${REQS[@]}" && exit 0
 
 py="${FASTEVAL_OPENPI_PYTHON:-}"
 if [ -z "$py" ]; then
@@ -33,10 +29,4 @@ if [ -z "$py" ]; then
   echo "no Python with venv found" >&2
   exit 3
 fi
-
-echo "building $VENV with $py" >&2
-rm -rf "$VENV"
-"$py" -m venv "$VENV"
-"$VENV/bin/python" -m pip install -q "${REQS[@]}" >&2
-printf '%s' "$want" > "$STAMP"
-echo "$VENV/bin/python"
+build_venv "$VENV" "$py" "${REQS[@]}"

@@ -102,7 +102,10 @@ class DynamicBatcher:
             batch = [await self.queue.get()]
             deadline = loop.time() + self.max_wait_s
             while len(batch) < self.max_batch:
-                if self.queue.empty() and len(batch) >= self.connections:
+                if not self.queue.empty():  # no task or timer per request when one is waiting already
+                    batch.append(self.queue.get_nowait())
+                    continue
+                if len(batch) >= self.connections:
                     break  # every connected client is in this batch already: waiting cannot add a request
                 left = deadline - loop.time()
                 if left <= 0:
