@@ -73,8 +73,8 @@ class StepContext:
         self.send: Callable[[list[int], np.ndarray], list[int]] = self.envs.step_send
         self.receive: Callable[[list[int]], None] = self.envs.step_recv
         self.refill = bool(self.runner.continuous)
-        self.marks_h2d = self.timers.marks_h2d
-        self.note_active = self.runner.note_active
+        self.marks_h2d = bool(getattr(self.timers, "marks_h2d", False))
+        self.note_active = getattr(self.runner, "note_active", None)
         """The runner's ``note_active`` (told each call's active slots), or None (the usual case)."""
         """Whether the timers mark the device's stream before the observation copy (CUDA timers only)."""
 
