@@ -155,3 +155,18 @@ def test_step_requests_carry_the_active_slots_only(servers, monkeypatch, pipelin
     assert rows == local
     assert sum(len(s) for s in sent) == sum(r[3] for r in rows)  # one row per env step, none for idle slots
     assert any(len(s) < (2 if pipeline else 4) for s in sent)  # the tail's requests really were smaller
+
+
+def test_accelerator_flags_travel_to_the_server_and_warn_nothing_here(servers):
+    """--cuda-graph on a ws:// run is the server's to apply: the client wraps nothing and warns nothing
+    (it used to warn "needs a CUDA policy device" about its own, network-bound step), and the numbers stay."""
+    import warnings
+
+    common = dict(env="CartPole-v1", n_episodes=5, batch_size=2, seed=8, device="cpu", max_steps=30)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rows, _steps, result = run(connect_remote(servers[MLP]), cuda_graph=True, **common)
+    assert not [w for w in caught if "cuda" in str(w.message).lower()]
+    assert result.meta["policy_cuda_graph"] == "off"  # nothing graphed on this side
+    local, _l, _r = run(MLP, **common)
+    assert rows == local

@@ -98,6 +98,9 @@ class PolicyRunner:
         self.reads_observation: Callable[[slice], bool] | None = reads if callable(reads) else None
         """Whether the next call for slots ``rows`` reads its observation (None: every call does); a runner
         whose chunk queue serves steps may set it too (see the module docstring)."""
+        self.accelerated_elsewhere = False
+        """True for a runner whose policy step is accelerated where it runs (a served policy: the server
+        applies ``--amp``, ``--compile`` and ``--cuda-graph``); the engine then wraps nothing on this side."""
         self.note_active: Callable[[list[int]], None] | None = None
         """Told, before each call, the slots of that call that run an episode (ascending), for a runner
         that can skip the others (a served policy sends only their observations); None: not told."""

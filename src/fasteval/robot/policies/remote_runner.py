@@ -59,6 +59,7 @@ class _RemoteBase(PolicyRunner):
     def __init__(self, remote: RemotePolicy, spec: Any, envs: Any, h2d: Any, n_slots: int):
         super().__init__(remote, envs.action_space, n_slots, "auto")
         self.enforces_policy_timeout = True  # requests time out and reconnects retry up to policy_timeout_s
+        self.accelerated_elsewhere = True  # --amp, --compile and --cuda-graph travel with the spec to the server
         self.remote, self.spec, self.envs = remote, spec, envs
         self.reset_kind = NO_RESET  # the per-slot state is the server's (kept apart per group there)
         self.tasks = None
