@@ -5,13 +5,13 @@
    one request per step). Rows: CartPole MLP (the demo checkpoint) at batch 16 and 256, and PushT
    ACT (a random-init LeRobot checkpoint) at batch 10 where LeRobot is importable. Each run
    checks that the served per-episode results equal the in-process ones.
-2. **Dynamic batching**: 1, 4 and 16 concurrent openpi clients (each in a process of its own, one
-   websocket each, one request in flight each) against one server (``--max-batch 16``): requests/s and latency
+2. **Dynamic batching**: 1, 4 and 16 concurrent openpi clients (asyncio, one websocket each, one
+   request in flight each, in two client processes of their own) against one server (``--max-batch 16``): requests/s and latency
    percentiles, against one in-process policy call on the same total batch (16 rows). Two policies:
    the CartPole MLP (a call costs microseconds: the round trip is everything), and
    :class:`FixedCostPolicy`, whose call costs ``FIXED_COST_MS`` whatever its batch (the regime of a
    large policy on a GPU, where batching pays), and :class:`VlaCostPolicy` at 40 ms a call (pi0 with CUDA
-   graphs). The clients run as asyncio websockets in two processes of their own (:func:`run_clients`).
+   graphs). See :func:`run_clients`.
 
 Rows are interleaved per repeat and reported as medians. Timings are machine-dependent: the header
 says where they were taken. On a GPU server start the server with ``--device cuda`` (CUDA graphs

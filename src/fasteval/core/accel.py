@@ -431,8 +431,12 @@ def dry_run_and_accelerate(runner: Any, policy: Any, policy_input: Any, device: 
 
     ``chunks``: the step returns each row's whole chunk (``runner.chunk_step``, openpi's reply), so the
     chunk queue is not in it and is no reason to stay eager. ``guard``: a context manager factory
-    around the dry-run call (the engine's watchdog deadline). Raises what the dry run raises.
+    around the dry-run call (the engine's watchdog deadline). A runner that is ``accelerated_elsewhere``
+    (a served policy: its server applies the flags) gets its plain step back, wrapped in nothing.
+    Raises what the dry run raises.
     """
+    if getattr(runner, "accelerated_elsewhere", False):
+        amp, compile, cuda_graph = "none", False, False
     devices = [device] if device.type == "cuda" else []
     plain_chunks = chunks and runner.policy_reset_kind == NO_RESET  # a queue only of fasteval's making
     with torch.random.fork_rng(devices=devices):

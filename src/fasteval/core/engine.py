@@ -146,11 +146,9 @@ class CoreEngine:
         policy_input, copy = self.h2d.group(slice(0, self.policy_batch))
         copy()
         guard = self.watchdog.guard(self._policy_deadline(), POLICY, "the policy's dry run")
-        here = not getattr(self.runner, "accelerated_elsewhere", False)  # a served policy: the server's business
         step, self.accel_facts = dry_run_and_accelerate(
-            self.runner, self.policy, policy_input, self.device, amp=self.spec.amp if here else "none",
-            compile=self.spec.compile and here, cuda_graph=self.spec.cuda_graph if here else False,
-            guard=lambda: self.watchdog.armed(guard))
+            self.runner, self.policy, policy_input, self.device, amp=self.spec.amp, compile=self.spec.compile,
+            cuda_graph=self.spec.cuda_graph, guard=lambda: self.watchdog.armed(guard))
         self.runner.use_step(step)
         self._checked = True
 

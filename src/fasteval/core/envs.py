@@ -236,7 +236,7 @@ class SyncSlotEnvs(SlotEnvs):
         watchdog.arm(self._step_guard)
         self.block.step(slots, actions, self.failures)
         watchdog.disarm()
-        return slots  # type: ignore[return-value]
+        return slots
 
     def call(self, slots: Sequence[int], name: str) -> list[Any]:
         values = self.block.call(slots, name)

@@ -74,9 +74,9 @@ class StepContext:
         self.receive: Callable[[list[int]], None] = self.envs.step_recv
         self.refill = bool(self.runner.continuous)
         self.marks_h2d = bool(getattr(self.timers, "marks_h2d", False))
+        """Whether the timers mark the device's stream before the observation copy (CUDA timers only)."""
         self.note_active = getattr(self.runner, "note_active", None)
         """The runner's ``note_active`` (told each call's active slots), or None (the usual case)."""
-        """Whether the timers mark the device's stream before the observation copy (CUDA timers only)."""
 
     def recover(self) -> set[int]:
         """Handle ``envs.failures``: restart (or give up) their episodes. Returns the restarted slots.
@@ -160,16 +160,13 @@ def launch(ctx: StepContext, group: StepGroup) -> None:
     t = add("h2d", t)
     if ctx.note_active is not None:
         ctx.note_active(active)
-    guard = ctx.policy_guard
-    if guard is None:  # no --policy-timeout (the default): nothing to arm
-        actions = ctx.runner(group.policy_input)
-        t = add("policy", t)
-        host = group.copy_actions(actions)  # on a GPU, where an asynchronous policy call is waited for
-    else:
+    guard = ctx.policy_guard  # None without --policy-timeout (the default): nothing to arm
+    if guard is not None:
         ctx.watchdog.arm(guard)
-        actions = ctx.runner(group.policy_input)
-        t = add("policy", t)
-        host = group.copy_actions(actions)
+    actions = ctx.runner(group.policy_input)
+    t = add("policy", t)
+    host = group.copy_actions(actions)  # on a GPU, where an asynchronous policy call is waited for
+    if guard is not None:
         ctx.watchdog.disarm()
     bad = ctx.check_actions(host, active)
     if bad:  # those slots get their next episode now (or a raise, with --on-nan-action error)

@@ -73,11 +73,12 @@ class _RemoteBase(PolicyRunner):
         self._noted = active
 
     def _active_in(self, g: int) -> list[int] | None:
-        """The slots of group ``g`` that run an episode in this call (what the loop noted), or None for
-        every slot of the group (nothing noted: the dry run; or every slot active)."""
+        """The slots of group ``g`` that run an episode in this call (what the loop noted, right before
+        calling for this group), or None for every slot of the group (nothing noted: the dry run; or
+        every slot active)."""
         rows, noted = self.groups[g], self._noted
         self._noted = None
-        if noted is None or len(noted) == rows.stop - rows.start or not all(rows.start <= s < rows.stop for s in noted):
+        if noted is None or len(noted) == rows.stop - rows.start:
             return None
         return noted
 
