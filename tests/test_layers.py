@@ -17,8 +17,8 @@ import fasteval
 PACKAGE_DIR = Path(fasteval.__file__).parent
 
 # Layers from the bottom up, one folder each: a module's layer is the folder it sits in
-# (``fasteval/<folder>/...``). The package root and the two files beside it are not in a layer:
-# ``__init__`` re-exports the API, ``version`` holds the version, ``moved`` keeps old paths working.
+# (``fasteval/<folder>/...``). The package root and the file beside it are not in a layer:
+# ``__init__`` re-exports the API, ``version`` holds the version.
 LAYER_NAMES = ["kernels", "types", "core", "robot steps", "API", "render", "doors"]
 FOLDERS: dict[str, int] = {
     "kernels": 0,   # pure functions over arrays (NumPy reference, Cython, Numba)
@@ -30,7 +30,7 @@ FOLDERS: dict[str, int] = {
     "render": 5,    # views of documents: HTML pages, Markdown, terminal tables, plots
     "doors": 6,     # CLI, LeRobot flags, sweeps, bench, suites
 }
-ROOT_MODULES = {"fasteval", "fasteval.version", "fasteval.moved"}
+ROOT_MODULES = {"fasteval", "fasteval.version"}
 # kept for the docs test: every folder as its dotted prefix
 LAYERS: dict[str, int] = {f"fasteval.{folder}": rank for folder, rank in FOLDERS.items()}
 
@@ -87,7 +87,7 @@ def test_every_module_has_a_layer():
 
 
 def test_root_modules_import_only_the_root_and_types():
-    """``version`` and ``moved`` import nothing of fasteval; the root re-exports types and the API lazily."""
+    """``version`` imports nothing of fasteval; the root re-exports types and the API lazily."""
     for path in SOURCES:
         here = module_name(path)
         if here not in ROOT_MODULES or here == "fasteval":
