@@ -176,7 +176,7 @@ def test_a_suite_ends_as_a_single_run_does_failed_episodes_and_how_to_resume(tmp
 
 
 def test_plural():
-    from fasteval.doors.cli import plural
+    from fasteval.render.words import plural
 
     assert [plural(n, "episode") for n in (0, 1, 2)] == ["0 episodes", "1 episode", "2 episodes"]
 

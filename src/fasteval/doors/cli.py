@@ -24,6 +24,7 @@ import click
 
 from fasteval.doors.file_options import FileOptions, file_options
 from fasteval.doors.lerobot_options import FASTEVAL, LEROBOT
+from fasteval.render.words import plural
 from fasteval.run.paths import UsablePath, path_problem
 from fasteval.types.spec import (AMP_MODES, DEVICES, NOISE_MODES, OBS_DTYPES, OBSERVATION_FORMATS, ON_NAN_ACTIONS,
                                  RESET_MODES, VECTORIZATIONS, VIDEO_LAYOUTS, VIDEO_SELECTIONS, EvalSpec)
@@ -49,8 +50,9 @@ def parse_env_kwargs(pairs: tuple[str, ...]) -> dict[str, Any]:
 
 
 def default_output_dir(env: str) -> Path:
-    safe_env = "".join(c if c.isalnum() or c in "-_." else "_" for c in env)
-    return Path("outputs") / "eval" / f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{safe_env}"
+    from fasteval.types.files import safe_filename
+
+    return Path("outputs") / "eval" / f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{safe_filename(env)}"
 
 
 class _Progress:
@@ -402,7 +404,6 @@ def resolve_run(ctx: click.Context, options: dict[str, Any], files: FileOptions,
         spec = spec.replace(return_episode_data=True)
     spec, output_dir = files.resolve(ctx, spec, output_dir, resume=resume_dir is not None)
     out_dir = Path(resume_dir or output_dir or default_output_dir(spec.env))
-    check_output_paths(out_dir, spec)
     if save_episodes_dir is not None and Path(save_episodes_dir).resolve() == out_dir.resolve():
         raise UserInputError(f"--save-episodes {save_episodes_dir} is the output folder (-o): the episode data would be "
                              f"written over the run's records. Give --save-episodes a folder of its own, e.g. "
@@ -537,17 +538,11 @@ def resume_hint(status: str, recorded: int, wanted: int, out_dir: Path, suite: b
     """How to finish a run that stopped: ``--resume DIR`` (one task; with ``--trust-remote-code`` when the
     run names code, which a manifest cannot allow), or the same command into the same folder (a suite
     resumes each task's run folder)."""
-    from fasteval.types.trust import needs_trust_from_file
+    from fasteval.run.rundir import resume_command
 
-    flag = " --trust-remote-code" if spec is not None and needs_trust_from_file(spec.env, spec.policy) else ""
-    how = f"the same command with --output-dir {out_dir}" if suite else f"fasteval --resume {out_dir}{flag}"
+    how = f"the same command with --output-dir {out_dir}" if suite else resume_command(out_dir, spec)
     what = "interrupted" if status == "interrupted" else "stopped"
     return f"{what} after {recorded} of {wanted} episodes. Resume with:\n  {how}"
-
-
-def plural(n: int, word: str) -> str:
-    """``plural(1, "episode")`` -> ``"1 episode"``; ``plural(2, "episode")`` -> ``"2 episodes"``."""
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 FAILURES_SHOWN = 5
