@@ -23,6 +23,7 @@ from typing import Any, Mapping
 import click
 
 from fasteval.doors.file_options import FileOptions, file_options
+from fasteval.doors.help_sections import Section, SectionedHelp
 from fasteval.doors.lerobot_options import FASTEVAL, LEROBOT
 from fasteval.render.words import plural
 from fasteval.run.paths import UsablePath, path_problem
@@ -249,8 +250,47 @@ SUBCOMMAND_HELP = {
 }
 
 
-class LazyGroup(click.Group):
-    """A group whose subcommands live in their own modules and are imported on first use."""
+def lerobot_name_rows() -> list[tuple[str, str]]:
+    """The ``--help`` rows of LeRobot's spellings (:mod:`fasteval.doors.compat` rewrites them into native options)."""
+    from fasteval.doors.compat import ALIASES, ENV_TASK_OPTION, ENV_TYPE_OPTION, JOB_NAME, POLICY_PATH, POLICY_REVISION
+
+    rows = [(f"{POLICY_PATH}=DIR|REPO_ID", "A LeRobot checkpoint: a local folder first, else a hub id (as --policy)."),
+            (f"{POLICY_REVISION}=REV", f"The hub revision of {POLICY_PATH}."),
+            (f"{ENV_TYPE_OPTION}=TYPE, {ENV_TASK_OPTION}=TASK", "LeRobot's env types and tasks (a comma-separated list of "
+             "tasks is a suite); --env.<field>=VALUE sets a field of the type."),
+            (f"{JOB_NAME}=NAME", "Names LeRobot's default output folder.")]
+    for name, alias in ALIASES.items():
+        values = f" ({', '.join(f'{k}: {v}' for k, v in alias.values.items())})" if alias.values else ""
+        rows.append((f"{name}=VALUE", f"= {alias.target}{values}" + (", one per entry" if alias.expand else "")))
+    rows.append(("KEY=VALUE", "After the options: the same names without the dashes (eval.batch_size=8, seed=3). "
+                              "Native options spelled with underscores work too (--n_episodes=5)."))
+    return rows
+
+
+HELP_SECTIONS = (
+    Section("What to evaluate", ("policy", "env", "env_kwargs", "n_episodes", "seed", "max_steps", "observation_format",
+                                 "rename", "obs_dtype", "trust_remote_code", "config_file", "resume_dir")),
+    Section("How it runs", ("batch_size", "vectorization", "workers", "device", "reset_mode", "pipeline", "cuda_graph",
+                            "amp", "compile_policy", "cpu_threads", "profile")),
+    Section("Outputs", ("output_dir", "report", "max_episodes_rendered", "video_select", "video_layout",
+                        "save_episodes_dir", "export_formats", "log_targets", "print_config")),
+    Section("Faults and limits", ("retries", "on_nan_action", "step_timeout", "policy_timeout_s")),
+    Section("Statistics", ("stop_when", "confidence", "return_bounds")),
+    Section("LeRobot names", ("noise", "no_fast_env"),
+            intro="LeRobot's own option names are accepted as they are, rewritten into the options above before "
+                  "parsing; with any of them LeRobot's defaults apply (seed 1000, 50 episodes, 10 videos). Every "
+                  "lerobot-eval option and what fasteval does with it: docs/lerobot.md.",
+            extra_rows=lerobot_name_rows),
+)
+"""``fasteval --help``: every option under the heading of its purpose (tests/test_cli.py checks that each is
+under exactly one)."""
+
+
+class LazyGroup(SectionedHelp, click.Group):
+    """A group whose subcommands live in their own modules and are imported on first use; its ``--help``
+    shows the options under :data:`HELP_SECTIONS`."""
+
+    help_sections = HELP_SECTIONS
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         from fasteval.doors.compat import rewrite  # LeRobot-style aliases and key=value -> native options, once
@@ -269,6 +309,10 @@ class LazyGroup(click.Group):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *SUBCOMMANDS})
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        self.format_option_sections(ctx, formatter)
+        self.format_commands(ctx, formatter)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The commands section of ``--help``, from :data:`SUBCOMMAND_HELP`: imports nothing."""
