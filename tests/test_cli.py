@@ -148,6 +148,29 @@ def test_help_puts_every_option_under_one_heading_by_purpose():
     assert "--version" in result.output.split("Other options:")[1]
 
 
+def test_compile_runs_once_on_cpu_with_the_known_answers(tmp_path):
+    """``--compile`` end to end on CPU: torch.compile's default backend (Inductor, C++ on the CPU) compiles the
+    policy step once, and the run gives the known-answer env's numbers. Tiny on purpose: one graph, 5 episodes."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    try:
+        result = run(["--env", KA, "--policy", "fasteval.testing.policies:ParityPolicy", "-n", "5", "-b", "2",
+                      "--device", "cpu", "--compile", "--no-report", "-o", str(tmp_path)])
+        assert result.exit_code == 0, result.output
+        graphs = counters["stats"]["unique_graphs"]
+    finally:
+        torch._dynamo.reset()
+    assert graphs >= 1  # compiled, not silently run eagerly
+    info = json.loads((tmp_path / "eval_info.json").read_text())
+    assert info["meta"]["policy_compile"] is True
+    want = [expected_episode(i, action_fn=lambda obs: int(obs[2])) for i in range(5)]
+    assert [(r["sum_reward"], r["length"], r["success"]) for r in info["per_episode"]] == \
+        [(e["sum_reward"], e["length"], e["success"]) for e in want]
+
+
 # -- resume with the original command line ----------------------------------------------------------
 
 def test_resume_accepts_the_original_command_line_and_refuses_only_what_differs(tmp_path):
