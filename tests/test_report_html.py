@@ -21,7 +21,8 @@ from fasteval.render.html import write_compare_report, write_run_report
 from fasteval.render.html import svg
 from fasteval.testing import expected_episode
 from fasteval.types.results import EpisodeTable, EvalResult
-from tests.report_fixtures import (FAULT_SEEDS, Tables, compare_document, load, make_faulty_run, make_run, make_sweep,
+from fasteval.testing import KNOWN_ANSWER_ID
+from tests.report_fixtures import (FAULT_SEEDS, PARITY, Tables, compare_document, load, make_faulty_run, make_run, make_sweep,
                                    value)
 
 
@@ -208,10 +209,32 @@ def test_the_stopping_block_shows_anytime_valid_bounds(run_dir, tmp_path):
     html = (tmp_path / "report.html").read_text()
     assert "anytime-valid 95%: [21.0, 79.0]" in html
     page = Tables(html)
-    cells = dict(zip(page.headers["per-task"], page.tables["per-task"][0]["cells"]))
+    cells = dict(zip(page.headers["stopping"], page.tables["stopping"][0]["cells"]))
     assert cells["stop rule"][0] == "above=0.3" and cells["anytime-valid bounds"][0] == "[21.0, 79.0]"
+    assert cells["decision"][0] == "undecided at the cap" and "stop rule" not in page.headers["per-task"]
+    assert re.search(r'id="glance-decision" data-value="undecided at the cap">.*?still contains 30.0%', html)
     [plot] = re.findall(r'<div class="plots" id="plot-stopping">(.*?)</div>', html, flags=re.S)
     assert 'class="band"' in plot and 'class="ref"' in plot and "stopped by cap at k=24" in plot
+    assert '>threshold 30%</text>' in plot  # the dashed line says what it is
+    assert 'class="estimate"' not in plot  # this trajectory carries no estimate: none is drawn
+
+
+def test_a_stop_when_page_states_the_decision_and_draws_the_estimate(tmp_path):
+    from tests.report_fixtures import cli
+
+    result = cli("--env", KNOWN_ANSWER_ID, "--policy", PARITY, "-n", "400", "-b", "8", "--stop-when", "above=0.3",
+                 "-o", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    info, html = load(tmp_path / "eval_info.json"), (tmp_path / "report.html").read_text()
+    stop = info["stopping"]
+    assert stop["decision"] == "above" and stop["reason"] == "rule"
+    [card] = re.findall(r'<div class="card decision ok" id="glance-decision" data-value="([^"]+)">(.*?)</div></div>', html)
+    assert card[0] == "above 30.0%" and f"lower bound {100 * stop['cs_low']:.1f}% &gt; 30.0%" in card[1]
+    assert html.index('id="glance-decision"') < html.index('id="glance-success"')  # the decision comes first
+    tr = info["per_task"][0]["stopping"]["trajectory"]
+    assert tr["estimate"][-1] == pytest.approx(stop["estimate"]) and len(tr["estimate"]) == len(tr["k"])
+    [plot] = re.findall(r'<div class="plots" id="plot-stopping">(.*?)</div>', html, flags=re.S)
+    assert 'class="estimate"' in plot and "estimate (mean of the first k)" in html
 
 
 @pytest.fixture(scope="module")
@@ -284,14 +307,47 @@ def test_the_compare_page_shows_verdicts_differences_and_the_sequence(tmp_path):
     assert [value(r["cells"][3]) for r in rows] == [2.4e-6, 0.51]
     [success] = page.tables["compare-success"]  # the second task has no success signal
     first = dict(zip(page.headers["compare-success"], success["cells"]))
-    assert value(first["diff (pp)"]) == 25.0 and first["diff 95% CI"][0] == "[14.0, 36.0]"
+    assert value(first["B - A (pp)"]) == 25.0 and first["B - A 95% CI"][0] == "[14.0, 36.0]"
     assert value(first["McNemar p"]) == 1.2e-6 and first["McNemar p"][0] == "1.2e-06"
     ret = [dict(zip(page.headers["compare-return"], r["cells"])) for r in page.tables["compare-return"]]
-    assert ret[0]["diff 95% CI"][0] == "[0.500, 2.000]" and value(ret[0]["p (Holm)"]) == 0.002
+    assert ret[0]["B - A 95% CI"][0] == "[0.500, 2.000]" and value(ret[0]["p (Holm)"]) == 0.002
     assert [value(r["P(B > A)"]) for r in ret] == [0.66, 0.48]
     assert "no success signal (compared by return): g/1 reach" in html
     assert "e-processes over episodes" in html and "(log scale)" in html
     assert 'id="glance-verdict" data-value="better"' in html
+
+
+def test_every_difference_says_its_direction_b_minus_a(tmp_path, sweep_dir):
+    """compare and sweep report the same direction, B - A (the later/candidate minus the baseline), and
+    every header of a difference says so."""
+    compare = Tables(write_compare_report(compare_document(), tmp_path).read_text())
+    for table_id in ("compare-success", "compare-return"):
+        diffs = [h for h in compare.headers[table_id] if "diff" in h or " - " in h]
+        assert diffs and all("B - A" in h for h in diffs), compare.headers[table_id]
+    with Store(sweep_dir, create=False) as store:
+        doc = build_report(store)
+    html = (sweep_dir / "report.html").read_text()
+    sweep = Tables(html)
+    assert [h for h in sweep.headers["paired"] if " - " in h] == ["return B - A", "B - A 95% CI"]
+    assert "A - B" not in html and "A - B" not in (sweep_dir / "report.md").read_text()
+    rows = {(r["attrs"]["a"], r["attrs"]["b"], r["attrs"]["env"]): dict(zip(sweep.headers["paired"], r["cells"]))
+            for r in sweep.tables["paired"]}
+    for p in doc["paired"]:
+        assert p["return_diff"]["direction"] == "B - A"
+        # parity (B, listed later) earns +0.5 per matching step that zero (A) does not: B - A > 0
+        assert p["return_diff"]["mean_diff"] > 0 and value(rows[(p["a"], p["b"], p["env"])]["return B - A"]) == p["return_diff"]["mean_diff"]
+    assert "| return B - A [95% CI] |" in (sweep_dir / "report.md").read_text()
+
+
+def test_a_compare_page_is_titled_with_the_policies_names(tmp_path):
+    doc = compare_document()
+    html = write_compare_report(doc, tmp_path).read_text()
+    assert "<title>fasteval compare: ParityPolicy (B) vs zero (A)</title>" in html
+    assert "B (ParityPolicy) against A (zero)" in html and "B vs A" not in html
+    same = dict(doc, a=dict(doc["a"], policy="ckpt.pt", source="runs/old"), b=dict(doc["b"], policy="ckpt.pt", source="runs/new"))
+    assert "<title>fasteval compare: ckpt.pt (new) (B) vs ckpt.pt (old) (A)</title>" in write_compare_report(same, tmp_path / "s").read_text()
+    named = dict(doc, a=dict(doc["a"], label="baseline"), b=dict(doc["b"], label="candidate"))
+    assert "<title>fasteval compare: candidate (B) vs baseline (A)</title>" in write_compare_report(named, tmp_path / "n").read_text()
 
 
 def test_svg_ticks_and_ranges():

@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
+from fasteval.render.words import md_text
+
 def _num(x: Any, digits: int = 3) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
@@ -37,18 +39,18 @@ def table_rows(doc: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-HEADERS = ["task", "n", "A rate", "B rate", "diff B-A [CI]", "McNemar p (Holm)", "return diff [CI]",
+HEADERS = ["task", "n", "A rate", "B rate", "success B-A [CI]", "McNemar p (Holm)", "return B-A [CI]",
            "signed-rank p (Holm)", "P(B>A)", "verdict"]
 
 
 def render_markdown(doc: dict[str, Any]) -> str:
     """The Markdown section: a heading, one row per task, the overall verdict."""
-    a, b = doc["a"]["label"], doc["b"]["label"]
+    a, b = md_text(doc["a"]["label"]), md_text(doc["b"]["label"])
     lines = [f"## Comparison: {b} vs {a}", "",
-             f"{b} = `{doc['b']['policy']}`, {a} = `{doc['a']['policy']}`, env `{doc['a']['env']}`; differences are "
-             f"{b} - {a}; alpha = {doc['alpha']} with Holm's correction across tasks.", "",
-             "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-    lines += ["| " + " | ".join(row) + " |" for row in table_rows(doc)]
+             f"{b} = {md_text(doc['b']['policy'])}, {a} = {md_text(doc['a']['policy'])}, env {md_text(doc['a']['env'])}; "
+             f"differences are {b} - {a} (positive: {b} did better); alpha = {doc['alpha']} with Holm's correction across tasks.",
+             "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    lines += ["| " + " | ".join(md_text(c) for c in row) + " |" for row in table_rows(doc)]
     o = doc["overall"]
     lines += ["", f"**Overall: {o['verdict']}** ({o['n_better']} better, {o['n_worse']} worse of {o['n_tasks']} tasks)"
               + (f"; non-inferior within {doc['margin']}: {o['non_inferior']}" if doc["margin"] is not None else "")
@@ -56,7 +58,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
     seq = [t for t in doc["tasks"] if t.get("sequential")]
     for t in seq:
         q = t["sequential"]
-        lines.append(f"Sequential ({_task_name(t)}): stopped at k = {q['k']} ({q['reason']}), decision "
+        lines.append(f"Sequential ({md_text(_task_name(t))}): stopped at k = {q['k']} ({q['reason']}), decision "
                      f"{q['decision'] or 'none'}, e-values {_num(q['e_value_better'], 2)} (better) / "
                      f"{_num(q['e_value_worse'], 2)} (worse) against {_num(q['threshold'], 1)}.")
     return "\n".join(lines) + "\n"

@@ -1,6 +1,10 @@
 """A sweep's ``report.md``: the report document (:func:`fasteval.doors.sweep.report.report_document`)
 as Markdown tables under its one-sentence summary: the cells, totals, across-env aggregates, paired
 comparisons, errors (with whether a retry could help) and the plots. NaN is written ``NaN``.
+
+Names and texts from the data (policies, envs, errors) are escaped as the HTML page escapes them
+(``<``, ``>``, ``&`` as entities; and ``|``, which would end a table cell), so a policy called
+``<script>`` is shown as text wherever the Markdown is rendered.
 """
 
 from __future__ import annotations
@@ -8,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fasteval.render.words import NO_SIGNAL
+from fasteval.render.words import NO_SIGNAL, md_text as md
 from fasteval.render.sweep_plots import PLOTS
 
 
@@ -25,7 +29,8 @@ def render_markdown(doc: dict[str, Any], plots_note: str | None = None) -> str:
     errors (with whether a retry could help) and the plots."""
     parts = [
         ["# Sweep report", "", f"Built from `{doc['store']}` at {doc['generated_at']}."],
-        [f"**{doc['summary']}**"] if doc.get("summary") else [],
+        [f"**{md(doc['summary'])}**"] if doc.get("summary") else [],
+        _glance_markdown(doc),
         _cells_markdown(doc["cells"]),
         _totals_markdown(doc["totals"]),
         _across_markdown(doc["across_envs"]),
@@ -40,8 +45,57 @@ def render_markdown(doc: dict[str, Any], plots_note: str | None = None) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _glance_markdown(doc: dict[str, Any]) -> list[str]:
+    """The best policy per env (with the runner-up and their paired comparison), and overall."""
+    best = doc.get("best_per_env") or []
+    if not best:
+        return []
+    lines = ["## At a glance", "", "| env | judged by | best [95% CI] | runner-up [95% CI] | paired: best against runner-up (B - A) |",
+             "|---|---|---|---|---|"]
+    for r in best:
+        digits = 1 if r["metric"] == "success" else 3
+        first = r["ranking"][0]
+        top = " = ".join(md(p) for p in r["best"]) + (" (tied)" if len(r["best"]) > 1 else "") if r["best"] else "-"
+        cells = [md(r["env"]), "success %" if r["metric"] == "success" else "mean return",
+                 f"{top} {_fmt(first['value'], digits)} {_interval(first['ci'], digits)}"]
+        if len(r["ranking"]) > 1:
+            second = r["ranking"][1]
+            cells.append(f"{md(second['policy'])} {_fmt(second['value'], digits)} {_interval(second['ci'], digits)}")
+            cells.append(_versus_markdown(r))
+        else:
+            cells += ["-", "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Judged by success % (Wilson 95%) where the env reports a success signal, else by mean return (bootstrap "
+              "95%). B is the policy listed later in the sweep; the paired column is one comparison, not corrected for the others."]
+    across = sorted(doc.get("across_envs") or [], key=lambda a: -_num(a["iqm_success_pct"]))
+    if across:
+        lines += ["", "Best overall, by IQM success % across the envs with a success signal (stratified bootstrap 95%): "
+                  + "; ".join(f"{i + 1}. {md(a['policy'])} {_fmt(a['iqm_success_pct'])} {_interval(a['iqm_success_ci95'])}"
+                              for i, a in enumerate(across)) + "."]
+    for p in doc.get("improvement") or []:
+        lines.append(f"- P({md(p['b'])} > {md(p['a'])}), averaged over {p['envs']} envs on paired episodes: "
+                     f"{_fmt(p['value'], 3)} {_interval(p['ci'], 3)}")
+    return lines
+
+
+def _num(x: Any) -> float:
+    return -math.inf if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
+
+
+def _versus_markdown(row: dict[str, Any]) -> str:
+    p = row.get("versus")
+    if not p:
+        return "-"
+    if row["metric"] == "success":
+        m = p.get("success_mcnemar")
+        return (f"only {md(p['a'])} {m['only_a']} / only {md(p['b'])} {m['only_b']}; McNemar p = {m['p_value']:.3g}"
+                if m else "-")
+    d = p["return_diff"]
+    return f"{md(p['b'])} - {md(p['a'])}: {_fmt(d['mean_diff'], 3)} {_interval(d['ci'], 3)}"
+
+
 def _cells_markdown(cells: list[dict[str, Any]]) -> list[str]:
-    lines = ["| policy | env | success % [95% CI] | mean return [95% CI] | episodes | NaN-reward eps | errors |",
+    lines = ["## Cells", "", "| policy | env | success % [95% CI] | mean return [95% CI] | episodes | NaN-reward eps | errors |",
              "|---|---|---|---|---|---|---|"]
     for c in cells:
         episodes = f"{c['episodes']}" + ("" if c["episodes"] == c["expected_episodes"] else f" of {c['expected_episodes']}")
@@ -51,7 +105,7 @@ def _cells_markdown(cells: list[dict[str, Any]]) -> list[str]:
             success = (f"{_fmt(c['success_pct'])} {_interval(c['success_ci95'])}" if c.get("success_signal", True)
                        else NO_SIGNAL)
             ret = f"{_fmt(c['mean_return'], 3)} {_interval(c['return_ci95'], 3)}"
-        lines.append(f"| {c['policy']} | {c['env']} | {success} | {ret} | {episodes} | {c['nan_reward_episodes']} | {c['errors']} |")
+        lines.append(f"| {md(c['policy'])} | {md(c['env'])} | {success} | {ret} | {episodes} | {c['nan_reward_episodes']} | {c['errors']} |")
     lines += ["", "Success intervals: Wilson score, 95%. Return intervals: percentile bootstrap of the mean (2000 resamples, "
               "seed 0). A NaN reward makes an episode's return NaN, and the cell's mean NaN."]
     if any(not c.get("success_signal", True) for c in cells if c["episodes"]):
@@ -78,7 +132,7 @@ def _across_markdown(across: list[dict[str, Any]]) -> list[str]:
              "intervals: stratified bootstrap (seed blocks resampled within each env), 95%.", "",
              "| policy | envs | mean success % [95% CI] | IQM success % [95% CI] |", "|---|---|---|---|"]
     for a in across:
-        lines.append(f"| {a['policy']} | {a['envs']} | {_fmt(a['mean_success_pct'])} {_interval(a['mean_success_ci95'])} | "
+        lines.append(f"| {md(a['policy'])} | {a['envs']} | {_fmt(a['mean_success_pct'])} {_interval(a['mean_success_ci95'])} | "
                      f"{_fmt(a['iqm_success_pct'])} {_interval(a['iqm_success_ci95'])} |")
     return lines
 
@@ -89,14 +143,15 @@ def _paired_markdown(paired: list[dict[str, Any]]) -> list[str]:
     lines = ["## Paired comparisons", "",
              "Over the episodes both policies ran (same env, task and seed). Success: McNemar's test (exact binomial when "
              "fewer than 25 discordant pairs, else chi-square with continuity correction; the method column says which). "
-             "Return: mean difference A - B with a paired bootstrap 95% interval.", "",
-             "| env | A | B | episodes | only A / only B succeeded | McNemar p | method | return A - B [95% CI] |",
+             "Return: mean difference B - A (B, the policy listed later, minus A; positive: B did better) with a "
+             "paired bootstrap 95% interval.", "",
+             "| env | A | B | episodes | only A / only B succeeded | McNemar p | method | return B - A [95% CI] |",
              "|---|---|---|---|---|---|---|---|"]
     for p in paired:
         m, d = p["success_mcnemar"], p["return_diff"]
         success = (f"{m['only_a']} / {m['only_b']} | {m['p_value']:.4g} | {m['method']}" if m is not None
                    else f"{NO_SIGNAL} | - | -")
-        lines.append(f"| {p['env']} | {p['a']} | {p['b']} | {p['episodes']} | {success} | "
+        lines.append(f"| {md(p['env'])} | {md(p['a'])} | {md(p['b'])} | {p['episodes']} | {success} | "
                      f"{_fmt(d['mean_diff'], 3)} {_interval(d['ci'], 3)} |")
     return lines
 
@@ -110,9 +165,9 @@ def _errors_markdown(cells: list[dict[str, Any]]) -> list[str]:
     for c in failed:
         retry = c.get("retry") or {"helps": None, "why": ""}
         verdict = {True: "a retry may help", False: "a retry cannot help", None: "a retry may or may not help"}[retry["helps"]]
-        lines.append(f"- **{c['policy']} x {c['env']}** ({verdict}: {retry['why']}):")
+        lines.append(f"- **{md(c['policy'])} x {md(c['env'])}** ({verdict}: {md(retry['why'])}):")
         for e in c["error_texts"]:
-            lines.append(f"  - {e.splitlines()[0] if e else ''}")
+            lines.append(f"  - {md(e.splitlines()[0]) if e else ''}")
     return lines
 
 

@@ -10,3 +10,12 @@ NO_SIGNAL = "no success signal"
 def plural(n: int, word: str) -> str:
     """``plural(1, "episode")`` -> ``"1 episode"``; ``plural(2, "episode")`` -> ``"2 episodes"``."""
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def md_text(value: object) -> str:
+    """``value`` as Markdown text that renders as itself (``report.md``, ``compare.md``): HTML's
+    specials as entities, as the HTML pages write them (a policy called ``<script>`` stays text),
+    ``|`` escaped (it would end a table cell), line breaks as spaces."""
+    from html import escape
+
+    return escape(str(value), quote=False).replace("\r", " ").replace("\n", " ").replace("|", "\\|")

@@ -9,7 +9,7 @@ Writes into the folder:
   their errors; per policy, the mean and IQM across envs of per-seed-block success rates with
   stratified bootstrap intervals (envs with a success signal only); paired comparisons of policies
   on the same episodes (McNemar for success, where the env has a success signal; paired bootstrap
-  for return); totals (episodes, env steps, wall time, episodes/s).
+  of the return difference B - A, B the policy listed later); totals (episodes, env steps, wall time, episodes/s).
   NaN is written as ``null``.
 * ``report.md``: the same as tables, under a one-sentence summary (cells complete, partial and
   failed, and whether a retry could help the failed ones: :mod:`fasteval.doors.sweep.retry`),
@@ -39,9 +39,11 @@ import numpy as np
 from fasteval.types.stats import (
     aggregate_iqm,
     aggregate_mean,
+    average_probability_of_improvement,
     bootstrap_mean_ci,
     mcnemar,
     paired_bootstrap_ci,
+    performance_profile,
     stratified_bootstrap_ci,
     wilson_interval,
 )
@@ -54,6 +56,11 @@ from fasteval.render.sweep_plots import PLOTS_MISSING, plot_report
 from fasteval.render.words import plural
 from fasteval.types.files import write_text_atomic
 from fasteval.types.results import write_json_atomic
+
+
+DIRECTION = "B - A"
+"""The one direction of every difference fasteval reports (sweep and compare alike): the later
+policy (B, the candidate) minus the earlier one (A, the baseline); positive means B did better."""
 
 
 def _cell_key(row: dict[str, Any]) -> tuple[str, str, str]:
@@ -88,6 +95,7 @@ def report_document(jobs: list[dict[str, Any]], episodes: list[dict[str, Any]], 
                 continue
             cells.append(_cell(policy_name, env_name, env_id, env_kwargs, by_cell.get(key, []), jobs_by_cell.get(key, [])))
 
+    paired = _paired(policies, envs, by_cell)
     n = len(episodes)
     steps = int(sum(ep["length"] for ep in episodes))
     wall_s = float(sum(max(0.0, (r["finished_at"] or r["last_commit_at"]) - r["started_at"]) for r in runs))
@@ -98,7 +106,10 @@ def report_document(jobs: list[dict[str, Any]], episodes: list[dict[str, Any]], 
         "summary": summary_line(cells, status_counts),
         "cells": cells,
         "across_envs": _across_envs(policies, envs, episodes),
-        "paired": _paired(policies, envs, by_cell),
+        "paired": paired,
+        "best_per_env": best_per_env(cells, paired),
+        "profiles": _profiles(policies, envs, episodes),
+        "improvement": _improvement(policies, envs, by_cell),
         "totals": {
             "episodes": n,
             "env_steps": steps,
@@ -203,7 +214,8 @@ def _across_envs(policies: dict[str, str], envs: dict[tuple[str, str], str], epi
 
 
 def _paired(policies: dict[str, str], envs: dict[tuple[str, str], str], by_cell: dict[tuple[str, str, str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Every pair of policies on every env, over the episodes both have (same task and seed)."""
+    """Every pair of policies on every env, over the episodes both have (same task and seed): A is
+    the policy listed first in the spec, B the later one, and the return difference is B - A."""
     out = []
     for (env_id, kw), env_name in envs.items():
         for (da, na), (db, nb) in combinations(policies.items(), 2):
@@ -214,9 +226,91 @@ def _paired(policies: dict[str, str], envs: dict[tuple[str, str], str], by_cell:
                 continue
             signal = has_success_signal([*a.values(), *b.values()])
             test = mcnemar([a[k]["success"] for k in common], [b[k]["success"] for k in common]) if signal else None
-            diff = paired_bootstrap_ci([a[k]["sum_reward"] for k in common], [b[k]["sum_reward"] for k in common])
+            # B - A (the later policy minus the earlier one, as fasteval compare's "new minus baseline")
+            diff = paired_bootstrap_ci([b[k]["sum_reward"] for k in common], [a[k]["sum_reward"] for k in common])
             out.append({"env": env_name, "a": na, "b": nb, "episodes": len(common), "success_signal": signal,
-                        "success_mcnemar": test, "return_diff": diff})
+                        "success_mcnemar": test, "return_diff": {**diff, "direction": DIRECTION}})
+    return out
+
+
+def best_per_env(cells: list[dict[str, Any]], paired: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per env, its policies ranked by the env's metric (success % where the env has a success
+    signal, else mean return), each with its interval (Wilson 95%, or the bootstrap 95% of the mean
+    return); ``best`` names the policies tied at the top; ``versus`` is the paired comparison of the
+    best with the runner-up as :func:`_paired` computed it (its direction B - A, B listed later).
+    Cells without episodes are left out."""
+    out = []
+    for env in dict.fromkeys(c["env"] for c in cells):
+        members = [c for c in cells if c["env"] == env and c["episodes"]]
+        if not members:
+            continue
+        success = any(c["success_signal"] for c in members)
+        key, ci_key = ("success_pct", "success_ci95") if success else ("mean_return", "return_ci95")
+        ranked = sorted(members, key=lambda c: (-_orderable(c[key]), c["policy"]))
+        ranking = [{"policy": c["policy"], "value": c[key], "ci": c[ci_key], "episodes": c["episodes"]} for c in ranked]
+        top = ranking[0]["value"]
+        best = [r["policy"] for r in ranking if r["value"] == top and not math.isnan(top)]
+        versus = None
+        if len(ranking) > 1:
+            pair = {ranking[0]["policy"], ranking[1]["policy"]}
+            versus = next((p for p in paired if p["env"] == env and {p["a"], p["b"]} == pair), None)
+        out.append({"env": env, "metric": "success" if success else "return", "ranking": ranking, "best": best,
+                    "versus": versus})
+    return out
+
+
+def _orderable(x: Any) -> float:
+    return -math.inf if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
+
+
+PROFILE_TAUS = [i / 20 for i in range(21)]
+"""Thresholds of the success-rate performance profile: 0, 0.05, ..., 1."""
+
+
+def _block_rates(envs: dict[tuple[str, str], str], episodes: list[dict[str, Any]]) -> dict[tuple[str, str, str], list[float]]:
+    """Per cell with a success signal: the success rate of each seed block (job), the sweep's runs."""
+    blocks: dict[tuple[str, str, str], dict[str, list[bool]]] = {}
+    cell_eps: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for ep in episodes:
+        blocks.setdefault(_cell_key(ep), {}).setdefault(ep["job_id"], []).append(ep["success"])
+        cell_eps.setdefault(_cell_key(ep), []).append(ep)
+    return {k: [float(np.mean(s)) for s in v.values()] for k, v in blocks.items() if has_success_signal(cell_eps[k])}
+
+
+def _profiles(policies: dict[str, str], envs: dict[tuple[str, str], str], episodes: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """rliable's performance profiles of the per-seed-block success rates, per policy, over the envs
+    with a success signal (:func:`~fasteval.types.stats.performance_profile`); None without any."""
+    rates = _block_rates(envs, episodes)
+    out = []
+    for digest, name in policies.items():
+        per_task = [rates[(digest, e, kw)] for (e, kw) in envs if (digest, e, kw) in rates]
+        if per_task:
+            out.append({"policy": name, "envs": len(per_task), "runs": int(sum(len(t) for t in per_task)),
+                        **performance_profile(per_task, PROFILE_TAUS)})
+    return {"score": "success rate of a seed block", "policies": out} if out else None
+
+
+def _improvement(policies: dict[str, str], envs: dict[tuple[str, str], str],
+                 by_cell: dict[tuple[str, str, str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Every pair of policies (A listed first): rliable's average probability of improvement of B
+    over A across the envs both ran, over paired episodes (same task and seed), on each env's metric
+    (success where the env has a success signal, else return)."""
+    out = []
+    for (da, na), (db, nb) in combinations(policies.items(), 2):
+        tasks, metrics = [], []
+        for (env_id, kw) in envs:
+            a = {(ep["task"], ep["seed"]): ep for ep in by_cell.get((da, env_id, kw), [])}
+            b = {(ep["task"], ep["seed"]): ep for ep in by_cell.get((db, env_id, kw), [])}
+            common = sorted(set(a) & set(b))
+            if not common:
+                continue
+            field = "success" if has_success_signal([*a.values(), *b.values()]) else "sum_reward"
+            tasks.append(([float(a[k][field]) for k in common], [float(b[k][field]) for k in common]))
+            metrics.append("success" if field == "success" else "return")
+        if tasks:
+            poi = average_probability_of_improvement(tasks)
+            out.append({"a": na, "b": nb, "direction": DIRECTION, "value": poi["value"], "ci": poi["ci"],
+                        "envs": poi["tasks"], "by_success": metrics.count("success"), "by_return": metrics.count("return")})
     return out
 
 
