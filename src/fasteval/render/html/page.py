@@ -82,6 +82,7 @@ details summary{cursor:pointer;color:var(--accent)}
   table.stacked td{display:grid;grid-template-columns:minmax(0,42%) minmax(0,1fr);gap:8px;border-bottom:none;
     text-align:left;white-space:normal;padding:2px 8px}
   table.stacked td:before{content:attr(data-label);color:var(--muted);font-style:normal;font-weight:600}
+  table.stacked td>*{justify-self:start}table.stacked caption{display:block}
 }
 """
 

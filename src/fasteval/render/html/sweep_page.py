@@ -111,8 +111,8 @@ def best_table(doc: Mapping[str, Any]) -> str:
         rows.append(({"env": r["env"], "best": first["policy"]}, cells))
     if not rows:
         return ""
-    headers = ["env", "judged by", "best", "its value", "its 95% CI", "runner-up", "runner-up's value", "its 95% CI",
-               "paired: best against runner-up (B - A)"]
+    headers = ["env", "judged by", "best", "best's value", "best's 95% CI", "runner-up", "runner-up's value",
+               "runner-up's 95% CI", "paired: best against runner-up (B - A)"]
     return ("<h3>Best policy per env</h3>" + page.table("best-per-env", headers, rows, sortable=False) + page.note(
         "Judged by success % (Wilson 95% interval) where the env reports a success signal, else by mean return "
         "(bootstrap 95% interval of the mean). The best is the highest estimate; the last column is the paired "
@@ -136,8 +136,8 @@ def overall_table(doc: Mapping[str, Any]) -> str:
                                       page.num(a["iqm_success_pct"]), page.interval(a["iqm_success_ci95"]),
                                       page.num(a["mean_success_pct"]), page.interval(a["mean_success_ci95"])])
             for i, a in enumerate(across)]
-    return ("<h3>Best overall</h3>" + page.table("overall", ["rank", "policy", "envs", "IQM success %", "95% CI",
-                                                             "mean success %", "95% CI"], rows, sortable=False)
+    return ("<h3>Best overall</h3>" + page.table("overall", ["rank", "policy", "envs", "IQM success %", "IQM 95% CI",
+                                                             "mean success %", "mean 95% CI"], rows, sortable=False)
             + page.note("Ranked by the interquartile mean of the per-seed-block success rates of all envs with a success "
                         "signal (rliable's IQM), with a stratified bootstrap 95% interval (seed blocks resampled within "
                         "each env, envs kept). It assumes the envs' success rates are comparable (one scale, 0 to 100%) "
