@@ -307,14 +307,21 @@ def summary(single: list[dict[str, Any]], paired: list[dict[str, Any]]) -> dict[
     design_rows = [r for r in single if r["at_design_effect"]] + [r for r in paired if not r["null"]]
     all_rows = single + paired
     savings = [1 - r["ratio"] for r in design_rows]
-    type_one = [r["trunc_claims"] for r in single if r["null"]] + [r["trunc_better"] + r["trunc_worse"] for r in paired if r["null"]]
-    type_one_limit = [ALPHA_ONE] * sum(r["null"] for r in single) + [ALPHA_TWO_SIDED] * sum(r["null"] for r in paired)
+    # type-I: exact where the recursion gives it (one policy; it is the guarantee), and the simulated
+    # rate within two standard errors of the level (10,000 runs cannot resolve 0.025 from 0.0235)
+    checks = [(r["trunc_claims"], r["trunc_claims_exact"], ALPHA_ONE, r["runs"]) for r in single if r["null"]]
+    checks += [(r["trunc_better"] + r["trunc_worse"], None, ALPHA_TWO_SIDED, r["runs"]) for r in paired if r["null"]]
+    type_one_ok = all((exact is None or exact <= level) and sim <= level + 2 * math.sqrt(level * (1 - level) / runs)
+                      for sim, exact, level, runs in checks)
     worst = max(all_rows, key=lambda r: r["ratio"])
     label = (f"{worst['rule']} sized for {worst['design_effect']}, true p = {worst['rate']}" if "rule" in worst else
              f"B = {worst['b']} vs A = {worst['a']}, {worst['coupling']}{', null' if worst['null'] else ''}")
     return {"mean_saving_at_design_effect": float(np.mean(savings)), "min_saving_at_design_effect": float(np.min(savings)),
             "worst_ratio": worst["ratio"], "worst_row": label,
-            "type_one_ok": bool(all(t <= lim for t, lim in zip(type_one, type_one_limit))),
+            "type_one_ok": bool(type_one_ok), "type_one_max_simulated": {
+                "one_policy": max((c[0] for c in checks if c[2] == ALPHA_ONE), default=math.nan),
+                "one_policy_exact": max((c[1] for c in checks if c[2] == ALPHA_ONE), default=math.nan),
+                "two_policies": max((c[0] for c in checks if c[2] == ALPHA_TWO_SIDED), default=math.nan)},
             "saving_target_met": bool(np.mean(savings) >= 0.30), "no_row_worse_than_5pct": bool(worst["ratio"] <= 1.05)}
 
 
@@ -347,7 +354,11 @@ def markdown(doc: dict[str, Any]) -> str:
             f"{100 * s['min_saving_at_design_effect']:.0f}%); worst row: E[n] / fixed n = {s['worst_ratio']:.2f} ({s['worst_row']}).",
             f"{'PASS' if s['saving_target_met'] else 'FAIL'}: >= 30% fewer episodes on average at the design effect.",
             f"{'PASS' if s['no_row_worse_than_5pct'] else 'FAIL'}: no row worse than the fixed-n test by more than 5%.",
-            f"{'PASS' if s['type_one_ok'] else 'FAIL'}: type-I error <= alpha in every null row (simulated).",
+            f"{'PASS' if s['type_one_ok'] else 'FAIL'}: type-I error <= alpha in every null row: one policy, exact at most "
+            f"{s['type_one_max_simulated']['one_policy_exact']:.4f} <= {ALPHA_ONE} (simulated at most "
+            f"{s['type_one_max_simulated']['one_policy']:.4f}); two policies, simulated at most "
+            f"{s['type_one_max_simulated']['two_policies']:.4f} <= {ALPHA_TWO_SIDED} (simulated rates within two standard "
+            "errors of the level pass).",
             f"Vectorized stops equal the monitors' run by run: truncated {c['truncated_same_k']}/{c['runs']} (chunked feeding "
             f"{c['truncated_chunked_same_k']}/{c['runs']}), anytime-valid {c['anytime_same_k']}/{c['runs']}."]
     return "\n".join(out)
