@@ -23,7 +23,7 @@ from scipy import stats
 
 from fasteval.types.sequential.eprocess import discordant_outcomes
 from fasteval.types.sequential.group_sequential import (
-    OneSidedExact, efficacy_bounds, futility_bounds, look_points, operating, reference_operating,
+    OneSidedExact, binomial_pmf, efficacy_bounds, futility_bounds, look_points, operating, reference_operating,
 )
 from fasteval.types.sequential.spending import FAMILIES, Spending
 from fasteval.types.sequential.truncated import (
@@ -60,6 +60,30 @@ def test_spending_refuses_bad_input(family, param, needle):
 
 
 # -- the exact recursion ------------------------------------------------------------------------------
+@pytest.mark.parametrize("m, p", [(1, 0.3), (50, 0.8), (1000, 0.5), (700, 0.025), (3, 0.0), (3, 1.0)])
+def test_binomial_pmf_against_exact_rational_arithmetic(m, p):
+    from fractions import Fraction
+
+    fp = Fraction(p)
+    ref = np.array([float(math.comb(m, k) * fp ** k * (1 - fp) ** (m - k)) for k in range(m + 1)])
+    got = binomial_pmf(m, p)
+    keep = ref > 1e-300
+    assert np.all(np.abs(got[keep] - ref[keep]) <= 1e-11 * ref[keep]) and np.all(got[~keep] < 1e-290)
+    assert not got.flags.writeable
+
+
+def test_the_statistics_import_without_scipy():
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['scipy'] = None\n"
+            "from fasteval.types.sequential import TruncatedThreshold, TruncatedDesign, TruncatedPaired\n"
+            "from fasteval.types.sequential.spending import Spending\n"
+            "print(Spending('obrien-fleming').at(0.5, 0.05), TruncatedThreshold(0.8, 'above', TruncatedDesign(50, 0.025)).c[-1])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr  # scipy is a test dependency only
+
+
 @settings(max_examples=40, deadline=None, derandomize=True)
 @given(st.lists(st.integers(0, 4), min_size=1, max_size=4), st.floats(0.05, 0.95), st.data())
 def test_recursion_equals_the_enumeration_of_every_path(incs, p, data):
@@ -331,3 +355,31 @@ def test_paired_futility_stops_without_a_decision_under_the_null():
         stops.append((t.n_pairs, t.reason))
     assert np.mean([k for k, _ in stops]) < 0.8 * 600
     assert sum(reason == "futility" for _, reason in stops) > 100
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 64), st.sampled_from(["above", "below"]))
+def test_prefix_gate_in_front_of_a_truncated_design_gives_the_same_k_in_any_arrival_order(seed, batch, side):
+    """Episodes finish in any order (a batch runs ahead, some fail for good): k in episode indices,
+    and the summary, are those of the plain prefix."""
+    from fasteval.types.sequential.rules import PrefixGate
+
+    rng = np.random.default_rng(seed)
+    cap = 160
+    x = rng.random(cap) < (0.9 if side == "above" else 0.7)
+    failed = set(rng.choice(cap, size=3, replace=False).tolist())
+    values = [None if i in failed else bool(v) for i, v in enumerate(x)]
+    reference = TruncatedThreshold.from_rule(f"{side}=0.8", cap)
+    ref_gate = PrefixGate(reference)
+    ref_gate.add(range(cap), values)
+    order = np.concatenate([rng.permutation(np.arange(s, min(cap, s + batch))) for s in range(0, cap, batch)])
+    gate = PrefixGate(TruncatedThreshold.from_rule(f"{side}=0.8", cap), min_feed=int(rng.integers(1, 9)))
+    for start in range(0, cap, batch):
+        ix = order[start:start + batch]
+        gate.add(ix.tolist(), [values[i] for i in ix])
+    assert gate.k == ref_gate.k
+    a, b = gate.summary(), ref_gate.summary()
+    assert {k: v for k, v in a.items() if k not in ("computed_past_stop", "n_computed_past_stop")} == \
+        {k: v for k, v in b.items() if k not in ("computed_past_stop", "n_computed_past_stop")}
+    if gate.k is not None:
+        assert a["reason"] in ("rule", "futility", "cap") and a["design"] == "truncated"

@@ -50,8 +50,6 @@ from functools import lru_cache
 from typing import Any, Sequence
 
 import numpy as np
-from scipy.special import gammaln
-from scipy.stats import binom
 
 from fasteval.types.sequential.spending import Spending
 
@@ -61,17 +59,19 @@ SLACK = 1e-9
 
 @lru_cache(maxsize=1 << 16)
 def binomial_pmf(m: int, p: float) -> np.ndarray:
-    """The Binomial(m, p) pmf over ``0..m``, from log-gamma (relative error below 1e-11 for m up
-    to thousands, far inside :data:`SLACK`; ``scipy.stats.binom.pmf`` gives the same to that
-    precision, 20x slower). ``p`` of 0 or 1: a point mass. Cached; the array is read-only."""
+    """The Binomial(m, p) pmf over ``0..m``: ``log C(m, k)`` as a running sum of
+    ``log((m - i) / (i + 1))``, plus ``k log p + (m - k) log(1 - p)`` (relative error below 1e-11
+    for m up to thousands, far inside :data:`SLACK`; the tests compare it with exact rational
+    arithmetic). ``p`` of 0 or 1: a point mass. Cached; the array is read-only."""
     if p <= 0.0 or p >= 1.0:  # a point mass at 0 or m
         out = np.zeros(m + 1)
         out[0 if p <= 0.0 else m] = 1.0
         out.flags.writeable = False
         return out
     k = np.arange(m + 1, dtype=np.float64)
-    log_pmf = gammaln(m + 1.0) - gammaln(k + 1.0) - gammaln(m - k + 1.0) + k * math.log(p) + (m - k) * math.log1p(-p)
-    out = np.exp(log_pmf)
+    i = np.arange(m, dtype=np.float64)
+    log_comb = np.concatenate([[0.0], np.cumsum(np.log((m - i) / (i + 1.0)))])
+    out = np.exp(log_comb + k * math.log(p) + (m - k) * math.log1p(-p))
     out.flags.writeable = False  # cached: shared by every caller
     return out
 
@@ -239,7 +239,7 @@ def reference_operating(n: Sequence[int], c: Sequence[int], f: Sequence[int] | N
     incs = np.diff(n, prepend=0).tolist()
     out = {"reject": 0.0, "futility_before_cap": 0.0, "expected_n": 0.0}
     for xs in itertools.product(*[range(m + 1) for m in incs]):
-        prob = math.prod(float(binom.pmf(x, m, p)) for x, m in zip(xs, incs))
+        prob = math.prod(math.comb(m, x) * p ** x * (1.0 - p) ** (m - x) for x, m in zip(xs, incs))
         s = 0
         for j, x in enumerate(xs):
             s += x

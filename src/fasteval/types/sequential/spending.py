@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
-from scipy.stats import norm
 
 FAMILIES = ("power", "obrien-fleming", "pocock", "hsd")
 _DEFAULT_PARAM = {"power": 1.0, "hsd": -4.0}
@@ -81,7 +81,8 @@ class Spending:
             g = self.param
             out = total * t if g == 0 else total * (-math.expm1(-g * t)) / (-math.expm1(-g))
         else:
-            out = 2.0 * float(norm.sf(float(norm.isf(total / 2.0)) / math.sqrt(t)))
+            z = NormalDist().inv_cdf(1.0 - total / 2.0)
+            out = math.erfc(z / math.sqrt(t) / math.sqrt(2.0))  # 2 (1 - Phi(z / sqrt(t)))
         return min(out, float(total))
 
     def cumulative(self, t: Any, total: float) -> np.ndarray:

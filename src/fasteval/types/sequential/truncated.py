@@ -48,6 +48,17 @@ with a larger ``-n`` under the same design (resume it as an anytime-valid run, o
 cap before the first look). A run that ends before the cap with fewer outcomes than planned (an
 episode failed for good) takes a last look at what it has (:meth:`TruncatedThreshold.finish`),
 spending what is left.
+
+**How the layers above use it.** One policy: ``TruncatedThreshold.from_rule("above=0.8", cap=n,
+confidence=c)`` is a monitor with the interface of
+:class:`~fasteval.types.sequential.rules.StopMonitor` (``feed``, ``n``, ``fired``, ``stopped``,
+``cap``, ``rule``, ``summary``), so a :class:`~fasteval.types.sequential.rules.PrefixGate` can
+stand in front of it unchanged; at the end of a run that did not stop, ``finish()`` takes the
+last look. Two policies: ``TruncatedPaired(TruncatedDesign(n, alpha / 2))`` takes the same
+``update(y)`` as the paired e-process and returns the stop in pairs; ``verdict`` and
+``summary()`` give the rest. Both summaries carry ``"design": "truncated"``, the method in
+words, the exact ``alpha_spent``, ``reason`` (``rule``, ``futility``, ``cap``) and
+``valid_until`` (the cap).
 """
 
 from __future__ import annotations
@@ -63,6 +74,7 @@ import numpy as np
 from fasteval.types.sequential.group_sequential import (
     OneSidedExact, efficacy_bounds, futility_bounds, look_points, operating,
 )
+from fasteval.types.sequential.rules import StopRule, parse_stop_rule
 from fasteval.types.sequential.spending import Spending
 
 DEFAULT_LOOKS = 20
@@ -196,6 +208,7 @@ class TruncatedThreshold:
         else:
             self.f, self.power_at_p1 = np.full(self.looks.size, -1), math.nan
             self.f[-1] = self.c[-1] - 1
+        self.rule = StopRule(f"{side}={self.threshold:g}", "success", side, self.threshold)
         self.n = 0
         self.events = 0
         self._j = 0
@@ -206,13 +219,15 @@ class TruncatedThreshold:
     def from_rule(cls, rule: Any, cap: int, confidence: float = 0.95, **design: Any) -> "TruncatedThreshold":
         """The design for a ``--stop-when above=T`` / ``below=T`` rule on success with cap ``-n``, at
         the rule's meaning of ``confidence``: a false claim in at most ``(1 - confidence) / 2`` of runs."""
-        from fasteval.types.sequential.rules import parse_stop_rule
-
         parsed = parse_stop_rule(rule)
         if parsed.metric != "success" or parsed.kind not in ("above", "below"):
             raise ValueError(f"--stop-when {parsed.text}: a truncated design tests a success rate against a threshold "
                              f"(above=T or below=T); this rule keeps the anytime-valid sequence.")
         return cls(parsed.value, parsed.kind, TruncatedDesign(cap, (1.0 - confidence) / 2.0, **design))
+
+    @property
+    def cap(self) -> int:
+        return self.design.cap
 
     @property
     def stopped(self) -> bool:
