@@ -100,6 +100,8 @@ def row(n_max: int, pa: float, pb: float, runs: int, savi_runs: int, seed: int, 
     only_b, disc = np.sum(~a & b, axis=1), np.sum(a != b, axis=1)
     one_sided = np.where(disc > 0, mcnemar_exact_p(only_b, disc) / 2, 1.0)  # exact one-sided p (B's side)
     out["fixed n"] = {"expected_n": float(n_max), "claims_b_better": float(((one_sided <= ALPHA) & (2 * only_b > disc)).mean())}
+    print(f"row n_max={n_max} {pa} vs {pb}: " + ", ".join(f"{p} {out[p]['expected_n']:.1f}/{out[p]['claims_b_better']:.3f}"
+                                                            for p in PEERS), file=sys.stderr, flush=True)
     return out
 
 
