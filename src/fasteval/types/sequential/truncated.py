@@ -38,8 +38,8 @@ unlikely. The bound spends ``beta = 1 - power`` under the alternative *the cap i
 non-binding (the efficacy bounds are computed as if it did not exist), so it cannot raise the
 type-I error, whatever it reads. Paired, the alternative is implied from the discordant pairs
 expected at the cap (projected from the first look that has seen
-:data:`FUTILITY_MIN_DISCORDANT` of them, or from the first look past half the cap), and the run stops for futility only when both
-one-sided tests are futile.
+:data:`FUTILITY_MIN_DISCORDANT` of them, or from the first look past half the cap), and the
+run stops for futility only when both one-sided tests are futile.
 
 **Guarantee** (validity is *until the cap*): with ``n <= cap`` outcomes, the chance of a false
 claim is at most alpha (per side), exactly by construction; a design's ``alpha_spent`` is the
