@@ -300,10 +300,14 @@ class TruncatedThreshold:
         return {"n": self.looks.tolist(), "claim": (self.looks - self.c).tolist(), "futile": (self.looks - self.f).tolist()}
 
     def summary(self) -> dict[str, Any]:
-        """The design's part of a ``stopping`` block: which design decided, on what, and why."""
+        """The design's part of a ``stopping`` block: which design decided, on what, and why
+        (``confidence`` is the two-sided reading ``1 - 2 alpha`` that ``from_rule`` inverts). It
+        carries no interval: the betting confidence sequence, run on the same outcomes, stays a
+        valid interval at whatever k this design stopped (it holds at every stopping time)."""
         successes = self.events if self.side == "above" else self.n - self.events
         return {
-            "design": DESIGN_NAME, "method": self.design.describe(), "rule": f"{self.side}={self.threshold:g}",
+            "design": DESIGN_NAME, "method": self.design.describe(), "rule": self.rule.text, "metric": "success",
+            "confidence": 1.0 - 2.0 * self.design.alpha,
             "threshold": self.threshold, "decision": self.side if self.fired else None,
             "cap": self.design.cap, "alpha": self.design.alpha, "alpha_spent": self.alpha_spent,
             "k": self.n, "successes": successes, "estimate": successes / self.n if self.n else math.nan,
