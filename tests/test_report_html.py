@@ -463,3 +463,38 @@ def test_groups_of_several_tasks_get_their_own_table(tmp_path):
         assert value(row["n"]) == agg["n_episodes"] == 200 and value(row["tasks"]) == 2
         assert value(row["success %"]) == agg["pc_success"] and value(row["mean return"]) == agg["avg_sum_reward"]
         assert value(row["failed episodes"]) == 1500  # 3,000 planted failures, spread evenly over the 4 tasks
+
+
+def test_report_md_and_compare_md_escape_names_as_the_html_does(sweep_dir):
+    from fasteval.render.compare_text import render_markdown as compare_markdown
+    from fasteval.render.sweep_markdown import render_markdown
+
+    evil = "<script>alert(1)</script>|x"
+    with Store(sweep_dir, create=False) as store:
+        doc = build_report(store)
+    for c in doc["cells"]:
+        c["policy"] = evil if c["policy"] == "parity" else c["policy"]
+    for p in doc["paired"]:
+        p["b"] = evil if p["b"] == "parity" else p["b"]
+    for r in doc["best_per_env"]:
+        r["best"] = [evil if b == "parity" else b for b in r["best"]]
+    md = render_markdown(doc)
+    assert "<script>" not in md and "&lt;script&gt;alert(1)&lt;/script&gt;\\|x" in md
+    rows = [line for line in md.splitlines() if "&lt;script" in line and line.startswith("|")]
+    assert rows and all(line.count(" | ") == line.replace("\\|", "").count(" | ") for line in rows)
+    cdoc = compare_document()
+    cdoc["b"] = dict(cdoc["b"], label=evil, policy=evil)
+    cmd = compare_markdown(cdoc)
+    assert "<script>" not in cmd and "&lt;script&gt;" in cmd
+
+
+def test_a_2d_histogram_has_its_colour_scale():
+    rng = np.random.default_rng(1)
+    plot = svg.scatter(rng.integers(1, 300, 30_000), rng.normal(size=30_000), "length", "return", "t")
+    scale = re.findall(r'<rect class="scale"[^>]* fill="(#[0-9a-f]+)"/><text class="ticklabel"[^>]*>([^<]+)</text>', plot)
+    assert len(scale) >= 3 and ">episodes</text>" in plot
+    fills = set(re.findall(r'<rect class="cell"[^>]* fill="(#[0-9a-f]+)"', plot))
+    assert fills <= {f for f, _ in scale}  # every cell's colour is on the scale
+    counts = [int(c) for c in re.findall(r"<title>(\d+) episodes</title>", plot)]
+    labels = [label for _, label in scale]
+    assert labels[-1].startswith("1") and labels[0].endswith(str(max(counts)))  # darkest on top: up to the fullest cell

@@ -18,7 +18,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import click
 
@@ -57,12 +57,16 @@ def default_output_dir(env: str) -> Path:
 
 
 class _Progress:
-    """tqdm bar on stderr: episodes done and the running success rate. Off when stderr is not a TTY."""
+    """tqdm bar on stderr: episodes done and what is known of them: the running success rate, or the
+    mean return when the env reports no success signal (``signal()`` says, as the run goes). Off when
+    stderr is not a TTY."""
 
-    def __init__(self, total: int, enabled: bool):
+    def __init__(self, total: int, enabled: bool, signal: Callable[[], bool] = lambda: True):
         self.bar = None
         self.successes = 0
+        self.sum_return = 0.0
         self.done = 0
+        self.signal = signal
         if enabled:
             from tqdm import tqdm
 
@@ -71,9 +75,13 @@ class _Progress:
     def __call__(self, ledger: Any, episodes: Any) -> None:
         if self.bar is None:
             return
+        from fasteval.render.words import progress_outcome
+
         self.done += len(episodes)
         self.successes += int(ledger.success[episodes].sum())
-        self.bar.set_postfix_str(f"success {100.0 * self.successes / self.done:.1f}%", refresh=False)
+        self.sum_return += float(ledger.sum_reward[episodes].sum())
+        self.bar.set_postfix_str(progress_outcome(self.done, self.successes, self.sum_return, self.signal()),
+                                 refresh=False)
         self.bar.update(len(episodes))
 
     def close(self) -> None:
@@ -515,7 +523,8 @@ def run_one(engine: Any, out_dir: Path, resume: bool) -> Any:
     from fasteval.run.rundir import RunDirectory
     from fasteval.types.errors import FastevalError, UserInputError
 
-    progress = _Progress(engine.spec.n_episodes, enabled=sys.stderr.isatty())
+    progress = _Progress(engine.spec.n_episodes, enabled=sys.stderr.isatty(),
+                         signal=lambda: bool(engine.envs.has_success_signal))
     try:
         return run_durable(engine, RunDirectory(out_dir), resume=resume, on_finished=progress,
                            announce=lambda m: click.echo(m, err=True))

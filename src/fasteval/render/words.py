@@ -7,6 +7,17 @@ NO_SIGNAL = "no success signal"
 ``info["is_success"]`` (its 0% would be an artefact)."""
 
 
+def progress_outcome(n: int, successes: int, sum_return: float, signal: bool) -> str:
+    """What a progress line knows of ``n`` finished episodes: their success rate when the env reports a
+    success signal (``success 62.5%``), else their mean return (``mean return -280``, never a
+    ``success 0.0%`` that only says the env is silent), as the final summary does."""
+    if not n:
+        return "no episode yet"
+    if signal:
+        return f"success {100.0 * successes / n:.1f}%"
+    return f"mean return {sum_return / n:.4g} ({NO_SIGNAL})"
+
+
 def plural(n: int, word: str) -> str:
     """``plural(1, "episode")`` -> ``"1 episode"``; ``plural(2, "episode")`` -> ``"2 episodes"``."""
     return f"{n} {word}" if n == 1 else f"{n} {word}s"

@@ -14,18 +14,34 @@
                  one engine run it is ``first``
   =============  ==============================================================================
 
-  The outcome of an episode is known only at its end, so for ``failures``/``successes`` every
-  episode that may still be among the K is rendered as a candidate: an episode is rendered when
-  it starts unless K matching episodes with smaller indices have already finished (and its
-  recording stops as soon as that becomes true). A finished candidate that matches is encoded; when
-  that makes K + 1 videos, the one with the largest index is deleted. The videos left are exactly
-  the K matching episodes with the smallest indices, whatever the batch size, vectorization or
-  finishing order (fewer if fewer match). Episodes that fail with an error (env or policy faults)
-  have no video and count as neither.
-  A video has exactly ``length + 1`` frames: the reset frame, then one frame per step. Only the
-  slots being recorded are rendered; async envs render in their worker (gymnasium's ``_call``
-  pipe command), so frames cross the pipe only for those slots. ``result.video_paths`` lists the
-  videos in episode order. The env must be made with ``render_mode="rgb_array"``
+  How the frames are made, and what that costs:
+
+  * ``first`` (and ``per-task``): the K episodes are rendered in the loop as they run (exact by
+    construction: the frames are the episode's own), only the slots being recorded (async envs
+    render in their worker, so frames cross the pipe only for those slots);
+  * ``failures`` / ``successes``: the outcome of an episode is known only at its end, so the loop
+    renders nothing; it records the actions of every episode that may still be among the K (a few
+    bytes a step), and once an episode is kept and no episode with a smaller index can displace it
+    (every smaller index has finished), the encoder's thread replays it: a fresh env (the engine's
+    factory), reset with the episode's seed, stepped with its actions, rendering each frame. So only
+    the K kept episodes are ever rendered, never the candidates that are dropped. A replay is exact
+    for an env that is deterministic given its seed and actions (what every exact, batch-invariant
+    result of fasteval relies on) and is checked: a replay whose return, length, success or end
+    differs from the episode's is dropped with a warning, never kept as a video of another episode.
+    (Recording the env's state instead would need every env to expose and restore it; rendering
+    every candidate costs as many renders as episodes started before the K matches finish.)
+
+  Encoding runs beside the loop (:mod:`fasteval.robot.video_encoder`: a background thread feeding
+  ffmpeg, frames queued up to a byte bound, its errors raised in the run, every queued video written
+  before the run returns). The loop's time in the recorders is the ``render`` stage; the wait for
+  the encoder after the last episode is ``encode`` (:mod:`fasteval.core.timing`).
+
+  The videos left are exactly the K matching episodes with the smallest indices, whatever the batch
+  size, vectorization or finishing order (fewer if fewer match). Episodes that fail with an error (env
+  or policy faults) have no video and count as neither.
+  A video has exactly ``length + 1`` frames: the reset frame, then one frame per step. Videos are
+  written under a hidden ``.….partial.mp4`` name and renamed when complete. ``result.video_paths`` lists
+  the videos in episode order. The env must be made with ``render_mode="rgb_array"``
   (``--env-kwarg render_mode=rgb_array``; gym-pusht does it by default).
 * ``return_episode_data=True``: ``result.episode_data`` is a TensorDict with one row per step of
   every reported episode (exactly the episodes in ``result.per_episode``), each cut at its end

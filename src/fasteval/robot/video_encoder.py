@@ -8,10 +8,10 @@
   or deleted when it is discarded;
 * ``replay(job)``: an episode the loop did not render (``failures``/``successes``): the thread builds its
   own env once (the engine's factory), resets it with the episode's seed, steps it with the actions the
-  run recorded, rendering every frame, and checks that the replay is the episode (its return, length,
-  success and end): an env is deterministic given its seed and actions, which every exact result of
-  fasteval already relies on. A replay that differs is dropped with a warning, never kept as a video
-  of another episode.
+  run recorded, rendering every frame, and checks that the replay is the episode (its length, success
+  and end, and its return within :data:`RETURN_TOLERANCE`): an env is deterministic given its seed and
+  actions, which every exact result of fasteval already relies on. A replay that differs is dropped
+  with a warning, never kept as a video of another episode.
 
 Memory is bounded: frames waiting in the queue are counted, and :meth:`VideoEncoder.frame` waits while
 more than ``max_bytes`` are queued (a frame larger than that on its own goes through alone). The loop's
@@ -42,6 +42,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+
+RETURN_TOLERANCE = 1e-6
+"""A replay is the episode when its length, end and success are the episode's and its return is equal
+within this (relative, and absolute near 0): PushT's returns differ in their last bit between two
+processes (7.75148589676597 and 7.7514858967659706 for seed 0, random policy), which is the same episode."""
 
 MAX_QUEUED_BYTES = 256 * 2**20
 """Frames waiting for the encoder, at most (256 MiB; PushT's 680 px frames: about 180)."""
@@ -241,7 +246,8 @@ class VideoEncoder:
             ended_early = ended_early or (bool(terminated or truncated) and i < len(job.actions) - 1)
             self._do_frame(key, self._check_frame(env.render()))
         same = (len(job.actions) == job.length and not ended_early and success == job.success
-                and (total == job.sum_reward or (math.isnan(total) and math.isnan(job.sum_reward))))
+                and (math.isclose(total, job.sum_reward, rel_tol=RETURN_TOLERANCE, abs_tol=RETURN_TOLERANCE)
+                     or (math.isnan(total) and math.isnan(job.sum_reward))))
         if not same:
             self._do_discard(key)
             self.notes.append(
