@@ -66,6 +66,15 @@ def make_drifting_env(**kwargs) -> DriftingEnv:
     return DriftingEnv(**kwargs)
 
 
+class BlindEnv(KnownAnswerEnv):
+    def render(self):
+        return None
+
+
+def make_blind_env(**kwargs) -> BlindEnv:
+    return BlindEnv(**kwargs)
+
+
 def parity(obs) -> int:
     return int(round(float(obs[-1])))
 
@@ -89,9 +98,10 @@ def test_outcome_selection_renders_only_the_kept_episodes(tmp_path, mode):
                       batch_size=8, seed=seed, max_episodes_rendered=k, video_select=mode, videos_dir=str(tmp_path))
     kept = [int(os.path.basename(p)[2:8]) for p in result.video_paths]
     assert kept == matching
-    # every frame drawn is a frame of a kept video: its reset frame and one per step, nothing for the
-    # candidates that were dropped (eight episodes start at once, and most of them do not match)
-    assert CountingEnv.renders == sum(length + 1 for length in lengths(seed, matching).values())
+    # every frame drawn is a frame of a kept video (its reset frame and one per step), plus the one frame
+    # that checks the replay env at the start; nothing for the candidates that were dropped (eight
+    # episodes start at once, and most of them do not match)
+    assert CountingEnv.renders == 1 + sum(length + 1 for length in lengths(seed, matching).values())
     assert sorted(os.listdir(tmp_path / KA_DIR)) == sorted(os.path.basename(p) for p in result.video_paths)
 
 
@@ -226,17 +236,48 @@ def test_an_encoder_error_is_raised_in_the_run_and_nothing_half_written_stays(tm
     with pytest.raises(OSError, match="No space left"):
         encoder.check()
     encoder.finish()
-    assert not list(tmp_path.iterdir())
+    assert not list(tmp_path.iterdir()) and encoder.written == {}
 
 
-def test_videos_fail_the_run_when_the_encoder_fails(tmp_path, monkeypatch):
+def test_an_error_left_at_the_end_is_a_warning_and_the_written_videos_stay(tmp_path):
+    encoder = VideoEncoder(FakeImageio(fail_at=2), 30, lambda f: f)
+    encoder.stream(0, tmp_path / ".ep0.partial.mp4")
+    encoder.frame(0, np.zeros((4, 4, 3), np.uint8))
+    encoder.close(0, tmp_path / "ep0.mp4")
+    encoder.stream(1, tmp_path / ".ep1.partial.mp4")
+    for _ in range(4):
+        encoder.frame(1, np.zeros((4, 4, 3), np.uint8))
+    with pytest.warns(RuntimeWarning, match="No space left.*1 videos were written"):
+        encoder.finish()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ep0.mp4"]
+
+
+def test_an_encoder_failure_during_a_run_is_surfaced(tmp_path, monkeypatch):
+    """ffmpeg failing mid-run (a full disk): the run stops with the error at its next step (its finished
+    episodes kept), or, when the loop was already done, the run warns and lists only the videos written."""
     monkeypatch.setattr(recording, "load_video_writer", lambda: FakeImageio(fail_at=2))
     from fasteval.types.errors import EvaluationAborted
 
-    with pytest.raises((OSError, EvaluationAborted)) as info:
-        evaluate(env="tests.test_videos_background:make_counting_env", policy=ParityPolicy(), n_episodes=12,
-                 batch_size=2, seed=3, max_episodes_rendered=4, videos_dir=str(tmp_path))
-    assert "No space left" in str(info.value) or "No space left" in str(info.value.__cause__)
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            result = evaluate(env="tests.test_videos_background:make_counting_env", policy=ParityPolicy(), n_episodes=400,
+                              batch_size=2, seed=3, max_episodes_rendered=4, videos_dir=str(tmp_path))
+        except EvaluationAborted as exc:  # the usual case: the thread fails long before the loop ends
+            assert "No space left" in str(exc) and len(exc.partial.per_episode) > 0
+        else:
+            assert any("No space left" in str(w.message) for w in caught) and len(result.video_paths) < 4
+
+
+def test_a_replay_env_whose_frames_a_video_cannot_take_stops_the_run_at_once(tmp_path):
+    from fasteval.types.errors import UserInputError
+
+    with pytest.raises(UserInputError, match="returned None"):
+        evaluate(env="tests.test_videos_background:make_blind_env", policy=ParityPolicy(), n_episodes=200, batch_size=2,
+                 seed=0, max_episodes_rendered=2, video_select="failures", videos_dir=str(tmp_path))
+    assert not [p for p in Path(tmp_path).rglob("*") if p.is_file()]
 
 
 def test_an_abort_keeps_the_finished_videos_and_deletes_the_unfinished(tmp_path):

@@ -242,6 +242,8 @@ class VideoRecorder(StepObserver):
         self.fps = int(metadata.get("render_fps") or DEFAULT_FPS)
         self.encoder = VideoEncoder(imageio, self.fps, lambda frame: _check_frame(frame, env),
                                     factory if self.replays else None)
+        if self.replays:
+            self.encoder.probe()  # a replay env whose frames a video cannot take stops the run at its first steps
         self.open: dict[int, tuple[int, int]] = {}
         """``first``: slot -> (ledger row, frames sent) of each video being rendered."""
         self.recording: dict[int, tuple[int, list[Any]]] = {}

@@ -19,7 +19,8 @@ time in that wait is part of its ``render`` stage.
 
 Errors are never lost: the first error of the thread (an ffmpeg failure, a full disk, frames a video
 cannot take) is kept; :meth:`VideoEncoder.check` raises it in the caller's thread (the recorder calls it
-at every step), and :meth:`VideoEncoder.finish` raises it after the last video. ``finish`` waits for every
+at every step, so the run stops there, its finished episodes kept), and :meth:`VideoEncoder.finish`
+warns one found after the last step (the run's results are complete then; only videos are missing). ``finish`` waits for every
 queued video (nothing is lost at the end of a run, nor after the first SIGINT/SIGTERM, which finishes the
 episodes in flight); a ``KeyboardInterrupt`` while it waits (the second signal) stops the thread after the
 frame it is writing, deletes the unfinished file, keeps the videos already written, and is raised again.
@@ -95,11 +96,14 @@ class VideoEncoder:
         self._writers: dict[Any, list[Any]] = {}
         """Key -> [writer, partial path, frame shape] of each open video."""
         self._env: Any = None
+        self._probed: threading.Event | None = None
         self._thread = threading.Thread(target=self._run, name="fasteval-video-encoder", daemon=True)
         self._thread.start()
 
     # -- the caller's side ---------------------------------------------------------------------------
     def _put(self, item: tuple[Any, ...], nbytes: int = 0) -> None:
+        if self._abort:  # stopped (an error was raised, or an abort): nothing more is taken
+            return
         with self._cond:
             while (nbytes and self._bytes and self._bytes + nbytes > self.max_bytes and self.error is None
                    and self._thread.is_alive()):
@@ -109,10 +113,16 @@ class VideoEncoder:
             self._cond.notify_all()
 
     def check(self) -> None:
-        """Raise the thread's first error here (once)."""
+        """Raise the thread's first error here (once); the first call waits for a queued :meth:`probe`."""
+        if self._probed is not None:
+            probed, self._probed = self._probed, None
+            while not probed.wait(0.2) and self._thread.is_alive():
+                pass
         if self.error is not None:
             error, self.error = self.error, None
-            self._abort = True
+            with self._cond:  # the run stops here: the thread takes nothing more
+                self._abort = True
+                self._cond.notify_all()
             raise error
 
     def stream(self, key: Any, path: Path) -> None:
@@ -132,11 +142,22 @@ class VideoEncoder:
     def replay(self, job: ReplayJob) -> None:
         self._put(("replay", job))
 
+    def probe(self) -> None:
+        """Queue a first frame of the replay env (reset with seed 0) through the frame check; the first
+        :meth:`check` waits for it, so an env whose frames a video cannot take stops the run at its
+        first step, not after its last."""
+        self._probed = threading.Event()
+        self._put(("probe", self._probed))
+
     def finish(self) -> float:
-        """Wait until every queued video is written; return the seconds waited. Raises the thread's
-        error, if any; warns the replays that differed."""
+        """Wait until every queued video is written; return the seconds waited. The thread's error, if
+        one is left (the run raised the others at its steps), is a warning here: the run's results are
+        complete, only videos are missing (``written`` lists those on disk). A ``KeyboardInterrupt``
+        while waiting aborts the thread and is raised again."""
         start = time.perf_counter()
-        self._put(("stop",))
+        with self._cond:
+            self._queue.append(("stop",))
+            self._cond.notify_all()
         try:
             while self._thread.is_alive():
                 self._thread.join(0.2)
@@ -145,7 +166,10 @@ class VideoEncoder:
             raise
         for note in self.notes:
             warnings.warn(note, RuntimeWarning, stacklevel=3)
-        self.check()
+        if self.error is not None:
+            error, self.error = self.error, None
+            warnings.warn(f"videos: {type(error).__name__}: {error}; {len(self.written)} videos were written, the "
+                          f"others were not.", RuntimeWarning, stacklevel=3)
         return time.perf_counter() - start
 
     def abort(self, wait: float = 10.0) -> None:
@@ -227,10 +251,21 @@ class VideoEncoder:
             pass
         entry[1].unlink(missing_ok=True)
 
-    def _do_replay(self, job: ReplayJob) -> None:
+    def _replay_env(self) -> Any:
         if self._env is None:
             self._env = self._make_env()
-        env = self._env
+        return self._env
+
+    def _do_probe(self, done: threading.Event) -> None:
+        try:
+            env = self._replay_env()
+            env.reset(seed=0)
+            self._check_frame(env.render())
+        finally:
+            done.set()
+
+    def _do_replay(self, job: ReplayJob) -> None:
+        env = self._replay_env()
         key = ("replay", job.episode)
         self._do_stream(key, job.path)
         env.reset(seed=int(job.seed))
