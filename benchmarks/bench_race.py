@@ -56,7 +56,8 @@ from common import command_line  # noqa: E402
 
 from fasteval.testing.checkpoints import CheckpointFamily  # noqa: E402
 from fasteval.types.sequential.race import Race  # noqa: E402
-from fasteval.types.sequential.race_cs import fractions, signed_bets  # noqa: E402
+from fasteval.types.sequential.betting import log_capital  # noqa: E402
+from fasteval.types.sequential.race_cs import fractions, log_wealth, signed_bets  # noqa: E402
 
 ALPHA = 0.05
 CONFIDENCE = 1.0 - ALPHA
@@ -380,7 +381,37 @@ def run_config(fam: CheckpointFamily, scenario: str, rule: str, cap: int, races:
             "median_total": float(np.median(res["total"])), "mean_stop": float(res["stop"].mean()),
             "tied": float(res["tied"].mean()), "one_left": float((alive.sum(axis=1) == 1).mean()),
             "mean_dropped": float(dropped.sum(axis=1).mean()), "fixed_total_at_cap": fam.n_policies * cap,
+            "mean_episodes_per_policy": np.where(dropped, res["drop_k"], res["stop"][:, None]).mean(axis=0).round(1).tolist(),
             "library_same": checked, "library_checked": min(check, races) if paired else 0}
+
+
+def bets_comparison(runs: int, horizon: int) -> dict[str, Any]:
+    """Why the race bets as it does: for one pair, the episodes until "B beats A by more than eps" at
+    the level of a pair in (b) (alpha / 28), with the race's mixture of constant bets and with the
+    predictable plug-in bets of ``--stop-when``'s BettingCS (the same line, 2 / alpha'); and the coverage
+    of both sequences under continuous monitoring at 95% (true mean inside at every look)."""
+    level = ALPHA / 28
+    rows = []
+    for pa, pb, eps in ((0.70, 0.80, 0.0), (0.70, 0.80, EPS), (0.633, 0.80, 0.0), (0.30, 0.80, 0.0)):
+        x = CheckpointFamily((pa, pb), share=0.0).outcomes(
+            FIXED_BASE * 2 + np.arange(runs)[:, None] * RACE_STRIDE + np.arange(horizon)[None, :])
+        y = (1.0 + x[1].astype(np.float64) - x[0]) / 2.0
+        m = (1.0 + eps) / 2.0
+        taus = {}
+        for name, wealth in (("mixture", log_wealth(y, m, "long")),
+                             ("plug-in", log_capital(y, m, 1.0 - level, side="long") - math.log(0.5))):
+            hit = wealth >= math.log(2.0 / level)
+            tau = np.where(hit.any(axis=1), hit.argmax(axis=1) + 1.0, np.inf)
+            taus[name] = {"median": float(np.median(tau)), "mean_capped": float(np.minimum(tau, horizon).mean()),
+                          "not_by_horizon": float(np.isinf(tau).mean())}
+        rows.append({"a": pa, "b": pb, "eps": eps, **taus})
+    rng = np.random.default_rng(7)
+    x = (rng.random((runs, 2000)) < 0.3).astype(np.float64)
+    line = math.log(2.0 / ALPHA)
+    mix = np.maximum(log_wealth(x, 0.3, "long"), log_wealth(x, 0.3, "short")).max(axis=1) < line
+    plug = log_capital(x, 0.3, CONFIDENCE).max(axis=1) < math.log(1.0 / ALPHA)
+    return {"runs": runs, "horizon": horizon, "level": level, "rows": rows,
+            "coverage": {"mixture": float(mix.mean()), "plug-in": float(plug.mean()), "looks": 2000, "p": 0.3}}
 
 
 def sensitivity(races: int, blocks: int) -> list[dict[str, Any]]:
@@ -438,7 +469,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(_row_line(row), flush=True)
     doc = {"command": command_line(), "alpha": ALPHA, "eps": EPS, "p_cap": P_CAP, "races": races,
            "fixed_blocks": blocks, "caps": caps, "rows": rows,
-           "sensitivity": [] if args.tiny else sensitivity(races, blocks), "seconds": 0.0}
+           "sensitivity": [] if args.tiny else sensitivity(races, blocks),
+           "bets": bets_comparison(100 if args.tiny else races, 1000 if args.tiny else 5000), "seconds": 0.0}
     doc["seconds"] = time.perf_counter() - start
     print()
     print(markdown(doc))
@@ -503,6 +535,17 @@ def markdown(doc: dict[str, Any]) -> str:
             out.append(f"| ({r['scenario']}) | {r['p_cap']} | {r['cap']} | {r['mean_total']:.0f} | {r['leader_right']:.3f} | "
                        f"{r['fixed_n_matched']} | {_fmt(r['ratio'])}x | {r['ratio_vs_cap']:.2f}x |")
         out.append("")
+    b = doc["bets"]
+    out += [f"**The bets** (one pair, level alpha/28 = {b['level']:.5f} as for a pair in (b), {b['runs']} runs of "
+            f"{b['horizon']} episodes, share 0): episodes until B is shown better than A by more than eps,", "",
+            "| A | B | eps | race's mixture: median | mean (capped) | plug-in (`--stop-when`'s): median | mean (capped) |",
+            "|---|---|---|---|---|---|---|"]
+    for r in b["rows"]:
+        out.append(f"| {r['a']} | {r['b']} | {r['eps']} | {r['mixture']['median']:.0f} | {r['mixture']['mean_capped']:.0f} | "
+                   f"{r['plug-in']['median']:.0f} | {r['plug-in']['mean_capped']:.0f} |")
+    c = b["coverage"]
+    out += ["", f"Coverage at 95% under continuous monitoring (Bernoulli({c['p']}), {c['looks']} looks): mixture "
+            f"{c['mixture']:.4f}, plug-in {c['plug-in']:.4f}.", ""]
     paired = [r for r in doc["rows"] if r["pairing"] == "paired"]
     picks = [r for r in paired if r["scenario"] != "c"]
     out.append(f"False answers (a policy within the margin dropped, or a false tie) <= {ALPHA} in every paired row: "

@@ -44,8 +44,8 @@ one of its policies is dropped (a stopped supermartingale is one). The decision 
 anything seen so far, such as the remaining set. The same bound holds for one-sided tests of the
 ``K (K - 1)`` ordered pairs at ``alpha / (K (K - 1))`` each: the two-sided sequences cost nothing more
 and give ties and intervals too. (Closed-testing variants, such as an e-value mean over "q is within
-eps of the best" hypotheses, are also valid for e-processes; in our simulations they saved about
-10% of the episodes, not enough for the extra machinery.)
+eps of the best" hypotheses, are also valid for e-processes; in exploratory simulations of the
+benchmark's scenarios they saved 5-12% of the episodes, not enough for the extra machinery.)
 
 **No policy drops them all.** The sample mean of a pair lies inside its sequence, so "p beats q"
 implies that p's mean over the shared prefix is higher than q's by more than eps: the relation has no
