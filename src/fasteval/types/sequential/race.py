@@ -58,6 +58,19 @@ depends only on the outcomes of indices ``0..k-1``, every running sum is a seque
 from the previous state, so the same outcomes give the same eliminations at the same k and the same
 numbers, bit for bit, whatever the block sizes or the arrival order (tested with shuffled arrivals).
 
+**In a run** (the engine's side, for many-policy runs): build ``Race(rule, K, cap=n, confidence,
+return_bounds, names)`` and a :class:`RaceGate` in front of it; hand the gate every finished ledger
+row as ``add(policy, [episode_ix], [success or return, or None if it failed for good])``. The ledger
+should hand out (policy, episode) pairs interleaved by episode index, so that every remaining
+policy's prefix grows at the same pace (the race can only decide index k once all of them have
+finished it). On ``status.new``: stop each dropped policy at its ``k`` (start none of its episodes
+at or past k, cancel those in flight; the ones that finish anyway are in ``gate.past_stop``), and give
+its slots to the remaining policies. On ``status.done``: stop the run at ``status.k``. At the end,
+``race.summary()`` is the record's race block, and policy p reports its episodes ``0..n_p - 1`` with
+``n_p = race.episodes_used()[p]``. To resume, prime a new gate with every policy's recorded episodes
+(any order; the race replays to the same state), then run the remaining policies from ``race.k``; a
+race that stopped at its cap goes on with ``race.raise_cap(new_n)``.
+
 Pure NumPy, no I/O.
 """
 
