@@ -10,6 +10,9 @@
 * :mod:`.rules`: the ``--stop-when`` rules (``ci<=EPS``, ``above=T``, ``below=T``, the same for
   ``return:``, and ``decided`` for comparisons), ``--return-bounds``, and the prefix monitor that
   finds the first k at which a rule holds on episodes ``0..k-1``.
+* :mod:`.truncated` (with :mod:`.spending` and :mod:`.group_sequential`): truncated designs that
+  spend all of alpha by a cap given in advance (exact group-sequential binomial bounds), valid
+  only up to that cap, for one policy against a threshold and for two policies on seeds.
 
 Pure NumPy, no I/O: the layers above feed episodes in index order and read decisions back.
 """
@@ -20,8 +23,10 @@ from fasteval.types.sequential.race import Race, RaceGate, RaceRule, is_race_rul
 from fasteval.types.sequential.rules import (
     PrefixGate, StopMonitor, StopRule, parse_return_bounds, parse_stop_rule,
 )
+from fasteval.types.sequential.truncated import TruncatedDesign, TruncatedPaired, TruncatedThreshold
 
 __all__ = [
     "BettingCS", "PairedEProcess", "PrefixGate", "Race", "RaceGate", "RaceRule", "StopMonitor", "StopRule",
+    "TruncatedDesign", "TruncatedPaired", "TruncatedThreshold",
     "betting_cs", "is_race_rule", "log_capital", "parse_race_rule", "parse_return_bounds", "parse_stop_rule",
 ]
