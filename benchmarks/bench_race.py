@@ -35,8 +35,12 @@ which the gambler's wealth reaches its line). The tables are checked against the
 first races of each configuration go through ``Race`` itself and must give the same drops at the
 same k, the same stop and the same leader.
 
-Run: ``PYTHONPATH=src python benchmarks/bench_race.py [--races 1000] [--json out.json]``; ``--tiny``
-for the smoke test (40 races, fewer seed blocks for the fixed design, share 0 and 1 only).
+Also: the cap at other probabilities of the fixed design (0.95, 0.999), and the race's bets against
+the plug-in bets of ``--stop-when``'s BettingCS on single pairs (episodes to a drop, coverage).
+
+Run: ``PYTHONPATH=src python benchmarks/bench_race.py [--races 1000] [--json out.json]`` (about 25
+minutes on the 2-core machine under load); ``--tiny`` for the smoke test (30 races, 300 seed blocks
+for the fixed design, shares 0 and 1 only, the (c) cap cut to 300; under a minute).
 """
 
 from __future__ import annotations
