@@ -135,8 +135,9 @@ def build_config(policy: str, host: str, port: int, device: str, max_batch: int,
     spaces = None
     if env is not None:
         from fasteval.core.envs import make_factory
+        from fasteval.robot.env_kinds import ENV_KINDS
 
-        _factory, probe, _cap = make_factory(env, env_kwargs, None)
+        _factory, probe, _cap = make_factory(env, env_kwargs, None, kinds=ENV_KINDS)
         spaces = (probe.observation_space, probe.action_space)
         probe.close()
         from fasteval.doors.serve_policy import ServedRunner
