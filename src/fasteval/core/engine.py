@@ -121,7 +121,7 @@ class CoreEngine:
                                 self.device, self.pin_memory)
         self.check_actions = make_action_check(action_host_dtype(envs.action_space), envs.action_space)
         if spec.pipeline:
-            check_pipelinable(envs, self.runner, self.n_slots)
+            check_pipelinable(envs, self.runner, self.n_slots, spec.batch_size)
         self.accel_facts: dict[str, Any] = {}
 
     @property

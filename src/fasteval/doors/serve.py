@@ -25,7 +25,8 @@ from typing import Any
 
 import click
 
-from fasteval.types.spec import DEVICES, OBS_DTYPES, OBSERVATION_FORMATS, RESET_MODES
+from fasteval.doors.click_types import DEVICE, FiniteFloatRange
+from fasteval.types.spec import OBS_DTYPES, OBSERVATION_FORMATS, RESET_MODES
 
 TOKEN_ENV = "FASTEVAL_SERVE_TOKEN"
 """The environment variable that holds the token, on the server (instead of ``--token``) and on clients."""
@@ -63,10 +64,10 @@ class ServeCommand(click.Command):
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to bind. Anything but a loopback address needs --token.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="Port (0: any free port).")
-@click.option("--device", type=click.Choice([*DEVICES]), default="auto", show_default=True, help="Policy device.")
+@click.option("--device", type=DEVICE, default="auto", show_default=True, help="Policy device: cpu, cuda, cuda:N or auto.")
 @click.option("--max-batch", type=click.IntRange(min=1), default=16, show_default=True,
               help="openpi requests batched into one policy call, at most.")
-@click.option("--max-wait-ms", type=click.FloatRange(min=0), default=2.0, show_default=True,
+@click.option("--max-wait-ms", type=FiniteFloatRange(min=0), default=2.0, show_default=True,
               help="Longest wait for more openpi requests after the first of a batch.")
 @click.option("--token", default=None, help=f"Clients must send it (Authorization: Api-Key TOKEN) [default: ${TOKEN_ENV}].")
 @click.option("--trust-remote-code", is_flag=True, help="Allow POLICY path/to/file.py:callable (runs that file).")
@@ -84,9 +85,9 @@ class ServeCommand(click.Command):
               help="Capture the policy step per padded batch shape [default: on where CUDA exists].")
 @click.option("--cpu-threads", type=click.IntRange(min=1), default=1, show_default=True,
               help="torch intra-op threads of a CPU policy (the evaluator's default is 1 too).")
-@click.option("--max-message-mb", type=click.FloatRange(min=0, min_open=True), default=256.0, show_default=True,
+@click.option("--max-message-mb", type=FiniteFloatRange(min=0, min_open=True), default=256.0, show_default=True,
               help="Largest message accepted; a bigger one closes that connection.")
-@click.option("--session-ttl", type=click.FloatRange(min=0), default=300.0, show_default=True,
+@click.option("--session-ttl", type=FiniteFloatRange(min=0), default=300.0, show_default=True,
               help="Seconds a fasteval session is kept after its connection dropped (the client may resume it).")
 def serve(policy: str, host: str, port: int, device: str, max_batch: int, max_wait_ms: float, token: str | None,
           trust_remote_code: bool, env: str | None, env_kwargs: tuple[str, ...], max_steps: int | None,
