@@ -676,3 +676,49 @@ def test_seed_blocks_past_int64_are_refused():
 
     with pytest.raises(SweepSpecError, match="at most 2\\*\\*63 - 1"):
         SweepSpec.from_dict(_with(seeds=[0, 2**64 - 1]))
+
+
+# -- issue 32: a sweep spec is checked before anything runs; the report shows the spec's cells ------------------
+
+def test_an_env_id_typo_exits_2_with_gymnasiums_suggestion_before_any_job(tmp_path):
+    spec_file = tmp_path / "typo.json"
+    spec_file.write_text(json.dumps(_with(envs=[{"name": "good", "id": KNOWN_ANSWER_ID},
+                                                 {"name": "bad", "id": "CartPoel-v1"}])))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["sweep", str(spec_file), "-o", str(out), "-w", "1", "--trust-remote-code"])
+    assert result.exit_code == 2, result.output
+    assert "env 'bad'" in result.output and "Did you mean: `CartPole`?" in result.output and "Nothing ran" in result.output
+    assert not (out / "results.sqlite").exists()  # the good jobs did not run first
+
+
+def test_every_bad_reference_is_named_at_once(tmp_path):
+    spec = SweepSpec.from_dict(_with(
+        policies=[{"name": "ok", "ref": "zero"}, {"name": "gone", "ref": "fasteval.testing.policies:NoSuchPolicy"}],
+        envs=[{"name": "v", "id": "CartPole-v99"}, {"name": "ns", "id": "no_such_plugin_xyz/Thing-v0"},
+              {"name": "call", "id": "fasteval.testing.envs:no_such_env"}]))
+    with pytest.raises(SweepSpecError) as info:
+        plan(spec)
+    text = str(info.value)
+    assert text.startswith("sweep: 4 problems, nothing ran")
+    for needle in ("env 'v'", "CartPole", "env 'ns'", "not installed", "env 'call'",
+                   "policy 'gone'", "has no attribute"):
+        assert needle in text, (needle, text)
+
+
+def test_a_cell_no_longer_in_the_spec_leaves_the_report_and_stays_in_the_store(tmp_path):
+    """A typo'd env fixed and re-run into the same folder: the report shows this spec's cells and their
+    planned episodes only; the store keeps the old cell's rows (a later spec may name it again)."""
+    first = _with(policies=[{"name": "zero", "ref": "zero"}],
+                  envs=[{"name": "known", "id": KNOWN_ANSWER_ID}, {"name": "old", "id": KNOWN_ANSWER_ID,
+                                                                   "kwargs": {"nan_reward_seeds": [1]}}])
+    out = tmp_path / "sweep"
+    run_sweep(SweepSpec.from_dict(first), out, executor=LocalExecutor(workers=1), report=False)
+    second = _with(policies=first["policies"], envs=[first["envs"][0], {"name": "new", "id": "CartPole-v1"}])
+    outcome = run_sweep(SweepSpec.from_dict(second), out, executor=LocalExecutor(workers=1))
+    cells = [(c["policy"], c["env"]) for c in outcome.report["cells"]]
+    assert cells == [("zero", "known"), ("zero", "new")]
+    assert "24 of 24 planned episodes stored" in outcome.report["summary"]
+    assert "Jobs: 4 done" in outcome.report["summary"]
+    assert len(stored_rows(out)) == 36  # the old cell's 12 episodes are kept
+    rebuilt = json.loads((out / "report.json").read_text())
+    assert [(c["policy"], c["env"]) for c in rebuilt["cells"]] == cells

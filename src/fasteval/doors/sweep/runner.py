@@ -102,6 +102,7 @@ def run_sweep(
     with SweepLock(out_dir), Store(out_dir) as store:
         store.check_settings(spec.options.result_settings())
         missing = store.sync_jobs(jobs, done_is_final=spec.options.stop_when is not None)
+        store.set_plan([job.job_id for job in jobs])  # the report shows this spec's cells only
         items = [(job, missing[job.job_id]) for job in jobs if missing[job.job_id]]
         outcome.skipped = len(jobs) - len(items)
         if outcome.skipped:

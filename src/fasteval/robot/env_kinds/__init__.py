@@ -27,7 +27,8 @@ from typing import Any, Mapping
 import gymnasium as gym
 
 from fasteval.robot.env_kinds.headless import ensure_headless_gl, headless
-from fasteval.types.errors import UserInputError
+from fasteval.types.errors import EnvNotFoundError, UserInputError
+from fasteval.types.refs import resolve_callable, split_callable_ref
 from fasteval.types.trust import declared_env_plugins, registered_namespaces
 
 PLUGINS: dict[str, tuple[str, str]] = {
@@ -154,6 +155,24 @@ def prepare_env(env: str, kwargs: Mapping[str, Any]) -> None:
     import_env_namespace(env)
     if is_mujoco(env):
         ensure_headless_gl()
+
+
+def check_env_known(env: str, kwargs: Mapping[str, Any], trust_remote_code: bool = False) -> None:
+    """Check, without building it, that ``env`` can be built here: its plugin imports and gymnasium has it
+    registered (an unknown id gets gymnasium's "Did you mean" and the package to install), or its
+    ``module:callable`` resolves; and its render mode can be given (:func:`prepare_env`). For a door that
+    checks many envs before running any (``fasteval sweep``). Raises :class:`EnvNotFoundError` /
+    :class:`UserInputError`."""
+    prepare_env(env, kwargs)
+    if split_callable_ref(env) is not None:
+        resolve_callable(env, what="env", trust_remote_code=trust_remote_code)
+        return
+    try:
+        gym.spec(env)
+    except gym.error.NamespaceNotFound as exc:
+        raise EnvNotFoundError(f"env {env!r}: {exc} {ENV_KINDS.not_found_hint(env)}".rstrip()) from None
+    except gym.error.Error as exc:  # NameNotFound / VersionNotFound carry gymnasium's suggestion
+        raise EnvNotFoundError(f"env {env!r}: {exc}") from None
 
 
 @dataclass(frozen=True)
