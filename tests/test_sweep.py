@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import shutil
 import signal
 import sqlite3
@@ -722,3 +723,92 @@ def test_a_cell_no_longer_in_the_spec_leaves_the_report_and_stays_in_the_store(t
     assert len(stored_rows(out)) == 36  # the old cell's 12 episodes are kept
     rebuilt = json.loads((out / "report.json").read_text())
     assert [(c["policy"], c["env"]) for c in rebuilt["cells"]] == cells
+
+
+# -- issue 32: a sweep stops as a run does (first signal: the jobs in flight finish; second: at once) ----------
+
+SLOW_SWEEP = {
+    "name": "slow", "episodes": 4, "seeds": {"start": 0, "count": 6, "stride": 100},
+    "policies": [{"name": "zero", "ref": "zero"}],
+    "envs": [{"name": "slow", "id": "tests.test_sweep:make_slow_env", "kwargs": {"delay": 0.04}}],
+    "options": {"batch_size": 2, "device": "cpu"},
+}
+
+
+def _start_sweep(tmp_path: Path, workers: int, background: bool = False) -> tuple[subprocess.Popen, Path, Path]:
+    """A real ``fasteval sweep`` process (in a script's background job with ``background``: bash sets its
+    SIGINT to SIG_IGN there), its folder and its stderr file; returns once a job has finished."""
+    spec_file = tmp_path / "slow.json"
+    spec_file.write_text(json.dumps(SLOW_SWEEP))
+    out, log = tmp_path / "out", tmp_path / "stderr.txt"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "fasteval.doors.cli", "sweep", str(spec_file), "-o", str(out), "-w", str(workers),
+           "--trust-remote-code"]
+    if background:  # the PID of the background job, then wait for it; exec keeps that PID the sweep's
+        script = f"exec 2>{shlex.quote(str(log))}; {shlex.join(cmd)} & echo $! > {shlex.quote(str(tmp_path / 'pid'))}; wait $!"
+        proc = subprocess.Popen(["bash", "-c", script], cwd=REPO, env=env)
+    else:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stderr=log.open("w"), stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while "done   zero" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
+        assert proc.poll() is None, log.read_text()
+        time.sleep(0.05)
+    return proc, out, log
+
+
+def _jobs(out: Path) -> dict[str, int]:
+    with sqlite3.connect(out / "results.sqlite") as conn:
+        return dict(conn.execute("SELECT status, COUNT(*) FROM jobs GROUP BY status").fetchall())
+
+
+def _resume_equals_a_clean_run(tmp_path: Path, out: Path) -> None:
+    spec = SweepSpec.from_dict(SLOW_SWEEP)
+    outcome = run_sweep(spec, out, executor=LocalExecutor(workers=1), report=False)
+    assert outcome.ok
+    clean = tmp_path / "clean"
+    run_sweep(spec, clean, executor=LocalExecutor(workers=1), report=False)
+    assert stored_rows(out) == stored_rows(clean)
+    assert_store_is_clean(out, 6 * 4)
+
+
+@pytest.mark.parametrize("workers, sig", [(1, signal.SIGINT), (2, signal.SIGTERM)])
+def test_a_first_signal_finishes_the_jobs_in_flight_and_says_how_to_resume(tmp_path, workers, sig):
+    proc, out, log = _start_sweep(tmp_path, workers)
+    proc.send_signal(sig)
+    proc.wait(120)
+    err = log.read_text()
+    assert proc.returncode == 128 + sig, err
+    assert f"{signal.Signals(sig).name} received: finishing the jobs in flight" in err
+    assert f"resume with: fasteval sweep {tmp_path / 'slow.json'} -o {out} --trust-remote-code" in err
+    assert "Aborted!" not in err and "Traceback" not in err
+    jobs = _jobs(out)
+    assert "running" not in jobs and jobs.get("pending", 0) >= 1, jobs  # each started job finished, others wait
+    assert len(stored_rows(out)) == 4 * jobs["done"]  # whole jobs only
+    assert (out / "report.md").exists()  # the store and the report were written
+    _resume_equals_a_clean_run(tmp_path, out)
+
+
+def test_a_second_signal_stops_at_once_and_resume_is_exact(tmp_path):
+    proc, out, log = _start_sweep(tmp_path, 1)
+    proc.send_signal(signal.SIGINT)
+    while "SIGINT received" not in log.read_text():
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(120)
+    err = log.read_text()
+    assert proc.returncode == 130, err
+    assert "stopped at once by a second SIGINT" in err and "resume with: fasteval sweep" in err
+    assert "Traceback" not in err
+    _resume_equals_a_clean_run(tmp_path, out)
+
+
+def test_a_background_sweep_of_a_script_stops_on_sigint_too(tmp_path):
+    """``nohup bash -c '... &'``: bash starts the job with SIGINT ignored; it used to run on and exit 0."""
+    proc, out, log = _start_sweep(tmp_path, 1, background=True)
+    pid = int((tmp_path / "pid").read_text())
+    os.kill(pid, signal.SIGINT)
+    proc.wait(120)  # bash's `wait $!` returns the sweep's exit status
+    err = log.read_text()
+    assert proc.returncode == 130, err
+    assert "SIGINT received" in err and "resume with:" in err
+    assert _jobs(out).get("pending", 0) >= 1
