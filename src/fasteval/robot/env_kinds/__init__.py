@@ -26,7 +26,8 @@ from typing import Any, Mapping
 
 import gymnasium as gym
 
-from fasteval.robot.env_kinds.headless import ensure_headless_gl, headless
+from fasteval.robot.env_kinds.headless import ensure_headless_gl
+from fasteval.robot.env_kinds.headless import headless as no_display  # (the name `headless` is the submodule)
 from fasteval.types.errors import EnvNotFoundError, UserInputError
 from fasteval.types.refs import resolve_callable, split_callable_ref
 from fasteval.types.trust import declared_env_plugins, registered_namespaces
@@ -87,7 +88,7 @@ def render_mode_problem(env: str, kwargs: Mapping[str, Any], environ: Mapping[st
         return None
     environ = os.environ if environ is None else environ
     gl = (environ.get("MUJOCO_GL") or "").lower()
-    if headless(environ, platform):
+    if no_display(environ, platform):
         why = "this machine has no display (neither DISPLAY nor WAYLAND_DISPLAY is set)"
     elif gl in HEADLESS_GL and is_mujoco(env):
         why = f"MUJOCO_GL={gl} renders off-screen"
