@@ -781,7 +781,7 @@ def test_a_first_signal_finishes_the_jobs_in_flight_and_says_how_to_resume(tmp_p
     err = log.read_text()
     assert proc.returncode == 128 + sig, err
     assert f"{signal.Signals(sig).name} received: finishing the jobs in flight" in err
-    assert f"resume with: fasteval sweep {tmp_path / 'slow.json'} -o {out} --trust-remote-code" in err
+    assert f"Resume with:\n  fasteval sweep {tmp_path / 'slow.json'} -o {out} --trust-remote-code" in err
     assert "Aborted!" not in err and "Traceback" not in err
     jobs = _jobs(out)
     assert "running" not in jobs and jobs.get("pending", 0) >= 1, jobs  # each started job finished, others wait
@@ -799,7 +799,7 @@ def test_a_second_signal_stops_at_once_and_resume_is_exact(tmp_path):
     proc.wait(120)
     err = log.read_text()
     assert proc.returncode == 130, err
-    assert "stopped at once by a second SIGINT" in err and "resume with: fasteval sweep" in err
+    assert "stopped at once by a second SIGINT" in err and "Resume with:\n  fasteval sweep" in err
     assert "Traceback" not in err
     _resume_equals_a_clean_run(tmp_path, out)
 
@@ -812,5 +812,5 @@ def test_a_background_sweep_of_a_script_stops_on_sigint_too(tmp_path):
     proc.wait(120)  # bash's `wait $!` returns the sweep's exit status
     err = log.read_text()
     assert proc.returncode == 130, err
-    assert "SIGINT received" in err and "resume with:" in err
+    assert "SIGINT received" in err and "Resume with:" in err
     assert _jobs(out).get("pending", 0) >= 1

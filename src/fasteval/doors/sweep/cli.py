@@ -119,7 +119,7 @@ def resume_line(spec_file: Path, out: Path, backend: str, trust_remote_code: boo
         args += ["--backend", backend]
     if trust_remote_code:
         args.append("--trust-remote-code")
-    return f"resume with: {shlex.join(args)}"
+    return f"Resume with:\n  {shlex.join(args)}"
 
 
 def failure_advice(failed: list[tuple[str, str]]) -> str:
