@@ -52,6 +52,16 @@ def test_serve_refuses_non_finite_numbers_before_it_binds(option):
     assert "Traceback" not in out.stderr
 
 
+def test_serve_applies_the_command_lines_env_rules(tmp_path):
+    """``--env subprocess:run --env-kwarg args=[...]`` ran the command (the probe env was built with those
+    kwargs); the main command refuses a callable that is not an env constructor without the flag."""
+    mark = tmp_path / "ran"
+    out = fasteval("serve", "zero", "--port", "0", "--env", "subprocess:run", "--env-kwarg",
+                   f'args=["touch", "{mark}"]')
+    assert out.returncode == 2 and "is not an env constructor" in out.stderr, out.stderr
+    assert not mark.exists()
+
+
 def test_a_bad_token_exits_2(tmp_path):
     with ServerProcess(NOISE, "--token", "right") as server:
         out = fasteval("--policy", server.url, "--env", KNOWN_ANSWER_ID, "-n", "2", "-o", str(tmp_path / "run"),

@@ -71,7 +71,8 @@ class ServeCommand(click.Command):
 @click.option("--max-wait-ms", type=FiniteFloatRange(min=0), default=2.0, show_default=True,
               help="Longest wait for more openpi requests after the first of a batch.")
 @click.option("--token", default=None, help=f"Clients must send it (Authorization: Api-Key TOKEN) [default: ${TOKEN_ENV}].")
-@click.option("--trust-remote-code", is_flag=True, help="Allow POLICY path/to/file.py:callable (runs that file).")
+@click.option("--trust-remote-code", is_flag=True,
+              help="Allow code: POLICY or --env path/to/file.py:callable (runs that file), any module:callable --env.")
 @click.option("--env", "-e", default=None, help="An env whose spaces openpi requests follow (fasteval clients send theirs).")
 @click.option("--env-kwarg", "env_kwargs", multiple=True, metavar="KEY=VALUE", help="Keyword argument for --env; repeatable.")
 @click.option("--max-steps", type=click.IntRange(min=1), default=None, hidden=True)  # from --env.type; clients cap episodes
@@ -149,8 +150,10 @@ def build_config(policy: str, host: str, port: int, device: str, max_batch: int,
     if env is not None:
         from fasteval.core.envs import make_factory
         from fasteval.robot.env_kinds import ENV_KINDS
+        from fasteval.types.trust import COMMAND_LINE, check_env_ref
 
-        _factory, probe, _cap = make_factory(env, env_kwargs, None, kinds=ENV_KINDS)
+        check_env_ref(env, COMMAND_LINE, trust_remote_code)  # the rules of the main command (docs/security.md)
+        _factory, probe, _cap = make_factory(env, env_kwargs, None, trust_remote_code, kinds=ENV_KINDS)
         spaces = (probe.observation_space, probe.action_space)
         probe.close()
         from fasteval.doors.serve_policy import ServedRunner

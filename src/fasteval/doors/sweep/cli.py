@@ -44,8 +44,9 @@ from fasteval.run.paths import UsablePath
               help="ray: retries of a job whose worker died.")
 @click.option("--no-report", is_flag=True, help="Skip the report at the end (build it later with `fasteval report`).")
 @click.option("--trust-remote-code", is_flag=True,
-              help="Allow the file's module:callable and path/file.py:callable policies and envs (they run code). "
-                   "A sweep file cannot allow them itself.")
+              help="Allow the file's module:callable and path/file.py:callable policies and envs (they run code), "
+                   "and env namespaces that are not installed gymnasium plugins (importing one runs it). A sweep "
+                   "file cannot allow them itself.")
 @click.option("--max-jobs", type=click.IntRange(min=1), default=None,
               help="Most jobs (policies x envs x seed blocks) the file may ask for [default: 10000].")
 def sweep(spec_file: Path, out_dir: Path | None, backend: str, workers: int | None, address: str | None,
