@@ -99,7 +99,7 @@ def test_an_edited_manifest_cannot_import_a_module_on_resume(tmp_path):
 def test_namespaces_a_file_may_name():
     assert env_namespace("gym_pusht/PushT-v0") == "gym_pusht" and env_namespace("CartPole-v1") is None
     assert env_namespace("ws://host:1/x") is None and env_namespace("pkg.mod:make") is None
-    assert plugin_import_allowed("fasteval")  # registered already: nothing to import
+    assert plugin_import_allowed("phys2d")  # registered already: nothing to import
     assert all(plugin_import_allowed(ns) for ns in ENV_PLUGINS)
     assert not plugin_import_allowed("this") and not plugin_import_allowed("antigravity")
     check_env_ref("gym_pusht/PushT-v0", "config file 'x.json'", trust_remote_code=False)

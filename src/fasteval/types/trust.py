@@ -43,12 +43,12 @@ from fasteval.types.refs import is_path_ref, split_callable_ref
 COMMAND_LINE = "the command line"
 FLAG = "--trust-remote-code"
 
-ENV_PLUGINS = frozenset({"gym_pusht", "gym_aloha", "gym_xarm", "gym_hil", "Meta-World", "ALE"})
+ENV_PLUGINS = frozenset({"gym_pusht", "gym_aloha", "gym_xarm", "gym_hil", "Meta-World", "ALE", "fasteval"})
 """Env namespaces whose plugin a file may make fasteval import without the flag (docs/security.md).
 
 These are the env packages of robot learning (LeRobot's ``gym-pusht``, ``gym-aloha``, ``gym-xarm``,
 ``gym-hil``; ``metaworld``; ``ale-py``) that register their envs when imported and do nothing else on
-import. They declare no entry point: gymnasium 1.0 removed the plugin loader that read them (see
+import, and fasteval's own known-answer envs (``fasteval/KnownAnswer-v0``: ``fasteval.testing``). They declare no entry point: gymnasium 1.0 removed the plugin loader that read them (see
 :func:`declared_env_plugins`), so an installed plugin can no longer be told apart by its metadata. The
 module each one imports is the env layer's (``fasteval.robot.env_kinds.PLUGINS``)."""
 PLUGIN_GROUP = "gymnasium.envs"

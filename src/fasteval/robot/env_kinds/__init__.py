@@ -39,6 +39,7 @@ PLUGINS: dict[str, tuple[str, str]] = {
     "gym_xarm": ("gym_xarm", "gym-xarm"),
     "gym_hil": ("gym_hil", "gym-hil"),
     "ALE": ("ale_py", "ale-py"),
+    "fasteval": ("fasteval.testing", "fasteval"),  # the known-answer envs register on importing fasteval.testing
 }
 """Env plugins by namespace: ``namespace -> (module that registers it, pip package)``. Their names are
 :data:`fasteval.types.trust.ENV_PLUGINS` (the ones a file may name)."""
