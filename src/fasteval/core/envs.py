@@ -23,7 +23,7 @@ import numpy as np
 
 from fasteval.core.headless import ensure_headless_gl
 from fasteval.core.slot_block import SlotBlock, raise_call_errors
-from fasteval.core.slots import EnvFailure, SlotEnvs, _failure, _obs_writer, allocate_obs_buffer, call_env  # noqa: F401 (re-exported)
+from fasteval.core.slots import EnvFailure, SlotEnvs, SlotEnvsSource, _failure, _obs_writer, allocate_obs_buffer, call_env  # noqa: F401 (re-exported)
 from fasteval.core.watchdog import ENV, Watchdog
 from fasteval.types.errors import EnvNotFoundError, UserInputError
 from fasteval.types.refs import resolve_callable, split_callable_ref
@@ -37,23 +37,40 @@ class EnvFactory:
     imports ``gym_pusht``), so it also works inside async worker processes. A callable from a
     file path (``path/env.py:make``) runs that file: only with ``trust_remote_code``, as for
     policies (see docs/security.md).
+
+    ``env`` may also be a live object of the library API (an env of another library, or a factory of
+    one): ``adapt`` then makes each slot's env from it. ``adapt(obj, built)`` comes from the layer that
+    knows env kinds (:func:`fasteval.robot.torchrl.envs.adapt_env`): it returns a ``gymnasium.Env``, a
+    :class:`~fasteval.core.slots.SlotEnvsSource` (an env with a batch of its own), or ``None`` (not an
+    env it knows); ``built`` says whether ``obj`` was just made by a ``module:callable`` reference.
     """
 
-    env: str
+    env: Any
     kwargs: dict = field(default_factory=dict)
     trust_remote_code: bool = False
+    adapt: Callable[[Any, bool], Any] | None = None
 
     @property
     def is_callable_ref(self) -> bool:
-        return split_callable_ref(self.env) is not None
+        return not isinstance(self.env, str) or split_callable_ref(self.env) is not None
 
-    def __call__(self) -> gym.Env:
+    def __call__(self) -> gym.Env | SlotEnvsSource:
+        if not isinstance(self.env, str):  # a live env object or factory (library API)
+            env = self.adapt(self.env, False) if self.adapt is not None else None
+            if env is None:
+                raise UserInputError(f"env {self.env!r}: expected an env id, a module:callable string, a TorchRL env or a "
+                                     f"factory of one.")
+            return env
         if self.is_callable_ref:
             fn = resolve_callable(self.env, what="env", trust_remote_code=self.trust_remote_code)
             env = fn(**self.kwargs)
-            if not isinstance(env, gym.Env):
-                raise UserInputError(f"env {self.env!r} returned {type(env).__name__}; expected a gymnasium.Env.")
-            return env
+            if isinstance(env, gym.Env):
+                return env
+            adapted = self.adapt(env, True) if self.adapt is not None else None
+            if adapted is None:
+                raise UserInputError(f"env {self.env!r} returned {type(env).__name__}; expected a gymnasium.Env "
+                                     f"or a TorchRL EnvBase.")
+            return adapted
         import_env_namespace(self.env)
         return gym.make(lean_spec(self.env), **self.kwargs)
 
@@ -146,17 +163,18 @@ def namespace_hint(namespace: str) -> str:
     return f"The module {module!r} is installed but registers no {namespace!r} envs; check the env id."
 
 
-def make_factory(env: str, kwargs: dict, max_steps: int | None,
-                 trust_remote_code: bool = False) -> tuple[EnvFactory, gym.Env, int | None]:
+def make_factory(env: Any, kwargs: dict, max_steps: int | None, trust_remote_code: bool = False,
+                 adapt: Callable[[Any, bool], Any] | None = None) -> tuple[EnvFactory, Any, int | None]:
     """Validate ``env`` by building one instance. Returns (factory, probe env, step cap).
 
-    ``trust_remote_code`` (the spec's) allows a ``path/file.py:callable`` env (it runs that file).
+    ``trust_remote_code`` (the spec's) allows a ``path/file.py:callable`` env (it runs that file);
+    ``adapt`` turns envs of other libraries into slot envs (:class:`EnvFactory`).
 
     The step cap is ``max_steps`` if given, else the env spec's ``max_episode_steps``
     (``None`` if neither exists). Raises :class:`EnvNotFoundError` with gymnasium's
     suggestion and the package to install for unknown ids or missing plugins.
     """
-    factory = EnvFactory(env, dict(kwargs), bool(trust_remote_code))
+    factory = EnvFactory(env, dict(kwargs), bool(trust_remote_code), adapt)
     try:
         probe = factory()
     except gym.error.NamespaceNotFound as exc:
@@ -169,7 +187,7 @@ def make_factory(env: str, kwargs: dict, max_steps: int | None,
     if cap is None and not factory.is_callable_ref:
         registered = gym.spec(env).max_episode_steps  # applied by the engine, not by a TimeLimit wrapper
         cap = int(registered) if registered else None
-    elif cap is None and probe.spec is not None and probe.spec.max_episode_steps:
+    elif cap is None and getattr(probe, "spec", None) is not None and probe.spec.max_episode_steps:
         cap = int(probe.spec.max_episode_steps)
     return factory, probe, cap
 
@@ -266,12 +284,34 @@ def build_slot_envs(vectorization: str, factory: EnvFactory, n_slots: int, probe
     (:meth:`~fasteval.core.slots.SlotEnvs.pin_host_buffers`: pinned arrays for sync envs, the shared
     mapping registered with CUDA for the pool), so observations cross in one copy.
     """
+    if isinstance(probe, SlotEnvsSource):  # an env with a batch of its own: its workers are the slots
+        if vectorization != "sync":
+            probe.close()
+            raise UserInputError(f"a batched env steps its own workers, so it runs with vectorization 'sync'; got "
+                                 f"{vectorization!r}. Drop --vectorization async (or give a single env, one per slot).")
+        return probe.build(n_slots)
     if vectorization == "sync":
         return SyncSlotEnvs(factory, n_slots, first_env=probe, step_timeout=step_timeout, watchdog=watchdog)
     from fasteval.core.workers import WorkerPoolEnvs
+
+    if not isinstance(factory.env, str):
+        _check_picklable(factory)
 
     probe = probe if probe is not None else factory()
     spaces = (probe.observation_space, probe.action_space, dict(getattr(probe, "metadata", None) or {}))
     probe.close()
     return WorkerPoolEnvs(factory, n_slots, spaces[0], spaces[1], n_workers=workers, step_timeout=step_timeout,
                           metadata=spaces[2])
+
+
+def _check_picklable(factory: EnvFactory) -> None:
+    """A live env (or factory) goes to the async workers by pickle: refuse one that cannot, before any starts."""
+    import pickle
+
+    try:
+        pickle.dumps(factory)
+    except Exception as exc:
+        raise UserInputError(
+            f"vectorization 'async' sends the env to worker processes, but {type(factory.env).__name__} cannot be "
+            f"pickled ({type(exc).__name__}: {exc}). Give the env as a module:callable string, a factory defined at "
+            f"module level, or use vectorization 'sync'.") from None

@@ -52,8 +52,13 @@ class EngineParts(Protocol):
     * ``task_names(spec)`` (optional): the ``(task_group, task)`` every episode record carries (default:
       the env id for both);
     * ``env_meta(spec)`` (optional): facts about the env for the run's metadata (``env_note``: which
-      implementation of an env ran).
+      implementation of an env ran);
+    * ``adapt_env(obj, built)``: a picklable function that turns an env of another library (a live TorchRL
+      env, a factory of one, or what a ``module:callable`` env returned) into a ``gymnasium.Env`` or a
+      :class:`~fasteval.core.slots.SlotEnvsSource`, or ``None`` (see :class:`fasteval.core.envs.EnvFactory`).
     """
+
+    adapt_env: Any
 
     def load_policy(self, spec: Any, envs: "SlotEnvs", n_slots: int) -> Any: ...
 
