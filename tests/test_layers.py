@@ -28,6 +28,7 @@ FOLDERS: dict[str, int] = {
     "testing": 3,   # fixtures: known-answer envs, fault plans, fakes (imports nothing above core)
     "run": 4,       # engine composition, evaluate/Evaluator, run folders, sinks
     "doors": 5,     # CLI, LeRobot flags, sweeps, bench, suites
+    "integrations": 5,  # doors for training loops: SB3's EvalCallback, TorchRL's trainer hook, lerobot-train
 }
 ROOT_MODULES = {"fasteval", "fasteval.version", "fasteval.moved"}
 # kept for the docs test: every folder as its dotted prefix
