@@ -1,4 +1,4 @@
-"""TorchRL actors (ProbabilisticActor, TensorDictSequential) under ``exploration`` (fasteval.robot.torchrl.actors):
+"""TorchRL actors (ProbabilisticActor, TensorDictSequential) under ``exploration`` (fasteval.robot.policies.torchrl_actors):
 deterministic by default; random draws per-episode noise, so the numbers stay the same at every batch size."""
 
 from __future__ import annotations

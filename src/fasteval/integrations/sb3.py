@@ -28,7 +28,7 @@ What differs, on purpose:
   ``PPO.learn``).
 * **The engine is built once**, at the start of training (envs, buffers, the policy adapter), and runs
   ``batch_size`` envs (default ``min(n_eval_episodes, 16)``) with continuous batching; the model's live
-  policy is called through SB3's own ``policy.predict`` (:mod:`fasteval.robot.sb3`), so weights need no copy.
+  policy is called through SB3's own ``policy.predict`` (:mod:`fasteval.robot.policies.sb3`), so weights need no copy.
   ``deterministic=False`` samples per episode (batch-invariant), which is not SB3's global-RNG draw.
 * **The env is an id**, not an env object: ``eval_env`` may be a gymnasium id, a ``module:callable`` string, a
   zero-argument factory, or an env (or a ``DummyVecEnv`` of one) made with ``gymnasium.make``, whose registered

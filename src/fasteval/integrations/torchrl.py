@@ -19,7 +19,7 @@ In a hand-written loop, the same object, called with the step to log at::
 The :class:`~fasteval.run.api.Evaluator` is built once, on the first evaluation, and reused by every later one;
 ``policy`` is the live actor that training updates (its parameters change in place; nothing is copied). Every
 evaluation runs episodes ``0..n_episodes-1`` with seeds ``seed + i`` under the spec's ``exploration``
-(``deterministic`` by default, TorchRL's own ``set_exploration_type``; :mod:`fasteval.robot.torchrl.actors`),
+(``deterministic`` by default, TorchRL's own ``set_exploration_type``; :mod:`fasteval.robot.policies.torchrl_actors`),
 so evaluations at different steps see the same episodes, and the numbers do not depend on ``batch_size``.
 Each one logs ``result.to_dict(prefix)`` (``eval/avg_sum_reward``, ``eval/avg_length``, ``eval/pc_success``
 where the env reports success, ..., flat floats) with ``logger.log_scalar(name, value, step=...)``, at the

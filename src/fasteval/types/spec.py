@@ -144,7 +144,7 @@ class EvalSpec:
     (``--exploration``), set around each call with TorchRL's ``set_exploration_type``: ``deterministic``
     (the distribution's deterministic sample, TorchRL's default for evaluation) or ``random`` (a sample,
     drawn for each episode from a generator seeded with its seed, so that it does not depend on the batch;
-    :mod:`fasteval.robot.torchrl.actors`). An SB3 policy takes it as ``deterministic=``."""
+    :mod:`fasteval.robot.policies.torchrl_actors`). An SB3 policy takes it as ``deterministic=``."""
 
     return_episode_data: bool = False
     """Also return the rollout data of every episode (observation, action, reward, done, episode
