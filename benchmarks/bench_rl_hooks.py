@@ -3,13 +3,15 @@
 Usage: ``python benchmarks/bench_rl_hooks.py [--timesteps 100000] [--eval-freq 10000] [--episodes 50]
 [--batch 16] [--tiny] [--json out.json]``
 
-One ``PPO("MlpPolicy", "CartPole-v1")`` run (CPU). One callback drives three evaluators side by side, each
+One ``PPO("MlpPolicy", "CartPole-v1")`` run (CPU). One callback drives four evaluators side by side, each
 called on every training step (so each keeps its own ``n_calls``), and on every ``eval_freq``-th call each
 evaluates the same weights (the order rotates from one evaluation to the next, so that no row always goes
 first):
 
 * ``SB3 EvalCallback``: SB3's own, as its docs use it (``eval_env`` a ``Monitor``-wrapped env, one at a time,
   continuing from wherever the last evaluation left it: not seeded per episode);
+* ``SB3 EvalCallback, N envs``: the same with a ``DummyVecEnv`` of ``--batch`` Monitor-wrapped envs (SB3's
+  batched evaluation: ``evaluate_policy`` splits the episodes evenly over the envs; not seeded per episode);
 * ``SB3 evaluate_policy, seeded``: SB3's ``evaluate_policy`` on ``--episodes`` single-env ``DummyVecEnv`` s,
   env ``i`` seeded ``seed + i`` before each evaluation (built once): the same episodes as fasteval's, SB3's
   way;
@@ -85,10 +87,14 @@ def main() -> int:
             return True
 
     sb3 = SB3EvalCallback(Monitor(gym.make(ENV)), n_eval_episodes=args.episodes, eval_freq=args.eval_freq, verbose=0)
+    batch = min(args.batch, args.episodes)
+    sb3_vec = SB3EvalCallback(DummyVecEnv([lambda: Monitor(gym.make(ENV)) for _ in range(batch)]),
+                              n_eval_episodes=args.episodes, eval_freq=args.eval_freq, verbose=0, warn=False)
     seeded = SeededEvaluatePolicy(args.episodes, args.eval_freq)
     ours = FastevalEvalCallback(ENV, n_eval_episodes=args.episodes, eval_freq=args.eval_freq, seed=SEED,
-                                batch_size=min(args.batch, args.episodes), verbose=0)
-    rows = {"SB3 EvalCallback": sb3, "SB3 evaluate_policy, seeded": seeded, "fasteval EvalCallback": ours}
+                                batch_size=batch, verbose=0)
+    rows = {"SB3 EvalCallback": sb3, f"SB3 EvalCallback, {batch} envs": sb3_vec, "SB3 evaluate_policy, seeded": seeded,
+            "fasteval EvalCallback": ours}
     seconds: dict[str, list[float]] = {name: [] for name in rows}
     returns: dict[str, list[float]] = {name: [] for name in rows}
     same: list[bool] = []
@@ -113,6 +119,7 @@ def main() -> int:
                     seconds[name].append(time.perf_counter() - start)
             if due:
                 returns["SB3 EvalCallback"].append(float(sb3.last_mean_reward))
+                returns[f"SB3 EvalCallback, {batch} envs"].append(float(sb3_vec.last_mean_reward))
                 returns["SB3 evaluate_policy, seeded"].append(statistics.fmean(r for r, _ in seeded.last))
                 returns["fasteval EvalCallback"].append(float(ours.last_mean_reward))
                 mine = [(float(r["sum_reward"]), int(r["length"])) for r in ours.last_result.per_episode]
@@ -129,18 +136,19 @@ def main() -> int:
     wall = time.perf_counter() - start
 
     base = statistics.median(seconds["SB3 EvalCallback"])
+    base_vec = statistics.median(seconds[f"SB3 EvalCallback, {batch} envs"])
     table = []
     for name in rows:
         med, total = statistics.median(seconds[name]), sum(seconds[name])
-        table.append([name, f"{med:.3f}", f"{total:.2f}", f"{base / med:.2f}x", f"{100 * total / wall:.1f}%",
-                      f"{statistics.fmean(returns[name]):.1f}"])
+        table.append([name, f"{med:.3f}", f"{total:.2f}", f"{base / med:.2f}x", f"{base_vec / med:.2f}x",
+                      f"{100 * total / wall:.1f}%", f"{statistics.fmean(returns[name]):.1f}"])
     print(f"# SB3 PPO on {ENV}: evaluation cost, {args.episodes} episodes every {args.eval_freq} steps\n")
     print(format_machine(info))
     print(f"\ncommand: {command_line()}")
     print(f"run: {args.timesteps} steps, {len(seconds['SB3 EvalCallback'])} evaluations each, {wall:.1f} s wall in "
-          f"all (three evaluators side by side), fasteval batch {min(args.batch, args.episodes)}\n")
+          f"all ({len(rows)} evaluators side by side), fasteval batch {batch}\n")
     print(markdown_table(["evaluator", "median s / eval", "total s", "speed vs SB3 EvalCallback",
-                          "share of run wall", "mean return (over evals)"], table))
+                          f"vs SB3, {batch} envs", "share of run wall", "mean return (over evals)"], table))
     print(f"\nsame episodes in the two seeded rows at every evaluation: {all(same)} ({sum(same)}/{len(same)})")
     if args.json:
         write_json(args.json, {"machine": info, "args": vars(args), "seconds": seconds, "returns": returns,
