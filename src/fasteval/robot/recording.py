@@ -61,7 +61,7 @@
   ==========================  ===========================================================
 
   Steps are written into a ``[B, T]`` TensorDict preallocated on the policy device
-  (:mod:`fasteval.core.rollout_buffer`); each finished episode is cut out of it at its end (with its
+  (:mod:`fasteval.robot.buffers.rollout_buffer`); each finished episode is cut out of it at its end (with its
   final observation, copied from the env's host buffer), and ``result.episode_data`` is on the
   policy device. ``--save-episodes DIR`` writes it as a TorchRL replay buffer
   (:mod:`fasteval.run.episode_files`).
@@ -368,7 +368,7 @@ class VideoRecorder(StepObserver):
 
 
 class EpisodeDataRecorder(StepObserver):
-    """Records every step into a :class:`~fasteval.core.rollout_buffer.RolloutBuffer` on the policy device;
+    """Records every step into a :class:`~fasteval.robot.buffers.rollout_buffer.RolloutBuffer` on the policy device;
     a finished episode is cut out of it at once (with its final observation), and :meth:`finish` puts
     them together in episode order, in TorchRL's layout (module docstring).
 
@@ -376,7 +376,7 @@ class EpisodeDataRecorder(StepObserver):
     """
 
     def __init__(self, engine: Any, ledger: Any, observation_format: str, rename: dict):
-        from fasteval.core.rollout_buffer import RolloutBuffer
+        from fasteval.robot.buffers.rollout_buffer import RolloutBuffer
 
         envs = self.envs = engine.envs
         self.ledger = ledger
@@ -453,7 +453,7 @@ class EpisodeDataRecorder(StepObserver):
         import torch
         from tensordict import TensorDict
 
-        from fasteval.core.rollout_buffer import concat_episodes
+        from fasteval.robot.buffers.rollout_buffer import concat_episodes
 
         L = self.ledger
         n = L.n_episodes
