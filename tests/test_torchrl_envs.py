@@ -202,3 +202,20 @@ def test_cli_takes_a_torchrl_constructor_and_matches_the_gymnasium_id(tmp_path):
 def test_cli_refuses_an_unannotated_factory_without_trust(tmp_path):
     result = CliRunner().invoke(main, ["--env", f"{__name__}:serial3", "-n", "2", "-o", str(tmp_path / "r")])
     assert result.exit_code == 2 and "not an env constructor" in result.output
+
+
+# -- async workers ---------------------------------------------------------------------------------------
+def cartpole_gymenv() -> torchrl_envs.EnvBase:
+    """A module-level factory: picklable, so async workers can build their envs from it."""
+    return GymEnv("CartPole-v1")
+
+
+def test_async_workers_build_torchrl_envs_from_a_picklable_factory(cartpole_reference):
+    got = evaluate(env=cartpole_gymenv, policy=linear_actor(VARIED), n_episodes=N, batch_size=4, seed=SEED,
+                   vectorization="async", workers=2)
+    assert records(got) == cartpole_reference
+
+
+def test_async_refuses_an_unpicklable_factory_before_any_worker_starts():
+    with pytest.raises(UserInputError, match="cannot be pickled"):
+        evaluate(env=lambda: GymEnv("CartPole-v1"), policy=linear_actor(VARIED), n_episodes=2, vectorization="async")
