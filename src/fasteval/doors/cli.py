@@ -276,7 +276,7 @@ def lerobot_name_rows() -> list[tuple[str, str]]:
 
 HELP_SECTIONS = (
     Section("What to evaluate", ("policy", "env", "env_kwargs", "n_episodes", "seed", "max_steps", "observation_format",
-                                 "rename", "obs_dtype", "trust_remote_code", "config_file", "resume_dir")),
+                                 "rename", "obs_dtype", "exploration", "trust_remote_code", "config_file", "resume_dir")),
     Section("How it runs", ("batch_size", "vectorization", "workers", "device", "reset_mode", "pipeline", "cuda_graph",
                             "amp", "compile_policy", "cpu_threads", "profile")),
     Section("Outputs", ("output_dir", "report", "max_episodes_rendered", "video_select", "video_layout",
