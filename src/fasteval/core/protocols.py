@@ -54,7 +54,7 @@ class EngineParts(Protocol):
     * ``task_names(spec)`` (optional): the ``(task_group, task)`` every episode record carries (default:
       the env id for both);
     * ``env_meta(spec)`` (optional): facts about the env for the run's metadata (``env_note``: which
-      implementation of an env ran).
+      implementation of an env ran);
     """
 
     env_kinds: "EnvKinds"
