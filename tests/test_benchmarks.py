@@ -65,6 +65,8 @@ def test_bench_cartpole_tiny_json_and_exact_returns(tiny_run):
     ("scaling.py", ["--tiny"], ["| workers | env steps/s | speed-up |", "FixedCostEnv"]),
     ("ab_compare.py", ["--tiny", "--before", str(ROOT)], ["| cartpole zero b16 sync ", "after / before"]),
     ("bench_cli_overhead.py", ["--tiny"], ["| CLI ", "same episodes in every row: True"]),
+    ("bench_rl_hooks.py", ["--tiny"], ["| fasteval EvalCallback ", "| SB3 EvalCallback ",
+                                       "same episodes in the two seeded rows at every evaluation: True"]),
     ("bench_sequential.py", ["--tiny"], ["| Bernoulli(0.05) |", "| success A = B = 0.7, independent |", "p = 0.9 vs threshold 0.8",
                                          "single rule 20/20, paired 20/20", "STEP (Snyder et al."]),
     ("bench_race.py", ["--tiny"], ["**(a) 10 checkpoints, p from 0.30 to 0.80**", "| 0.0 | `best` | unpaired |",
