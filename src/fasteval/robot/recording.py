@@ -411,9 +411,8 @@ class VideoRecorder(StepObserver):
             waited = perf_counter() - start
             if self.timers is not None:
                 self.timers.seconds["encode"] += waited
-            timings = getattr(result, "timings", None)
-            if isinstance(timings, dict):  # the result's copy of the timers was taken before this wait
-                timings["encode"] = timings.get("encode", 0.0) + waited
+            timings = result.timings  # the result's copy of the timers was taken before this wait
+            timings["encode"] = timings.get("encode", 0.0) + waited
         written = self.encoder.written
         result.video_paths = [written[e] for e in sorted(written)]
 
@@ -601,6 +600,10 @@ def attach_recorders(engine: Any, ledger: Any, observer: StepObserver | None) ->
     if spec.max_episodes_rendered > 0:
         from fasteval.robot.env_names import lerobot_names
 
+        if spec.video_select in (FAILURES, SUCCESSES) and not isinstance(spec.env, str):
+            raise UserInputError(f"video_select={spec.video_select!r} replays the kept episodes in a fresh env built from "
+                                 f"the env's id, and a live env object cannot give a second one that shares nothing "
+                                 f"with the run's; use video_select='first', or pass the env by its id.")
         names = lerobot_names(spec.env, spec.env_kwargs)  # PushT-v0, not the fast PushT's import path
         parts.append(VideoRecorder(engine.envs, ledger, spec.env, spec.max_episodes_rendered, spec.videos_dir or "videos",
                                    select=spec.video_select, layout=spec.video_layout,

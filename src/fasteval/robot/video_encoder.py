@@ -97,6 +97,9 @@ class VideoEncoder:
         """Key -> [writer, partial path, frame shape] of each open video."""
         self._env: Any = None
         self._probed: threading.Event | None = None
+        self._commands: dict[str, Callable[..., None]] = {
+            "stream": self._do_stream, "frame": self._do_frame, "close": self._do_close, "discard": self._do_discard,
+            "replay": self._do_replay, "probe": self._do_probe}
         self._thread = threading.Thread(target=self._run, name="fasteval-video-encoder", daemon=True)
         self._thread.start()
 
@@ -199,7 +202,7 @@ class VideoEncoder:
                 if self.error is None:
                     began = time.perf_counter()
                     try:
-                        getattr(self, "_do_" + item[0])(*item[1:])
+                        self._commands[item[0]](*item[1:])
                     except BaseException as exc:  # kept for the caller; the thread carries on discarding
                         self.error = exc
                         with self._cond:
@@ -253,7 +256,15 @@ class VideoEncoder:
 
     def _replay_env(self) -> Any:
         if self._env is None:
-            self._env = self._make_env()
+            import gymnasium as gym
+
+            env = self._make_env()
+            if not isinstance(env, gym.Env):
+                from fasteval.types.errors import UserInputError
+
+                raise UserInputError(f"videos of failures or successes replay their episodes in a gymnasium env, and "
+                                     f"the env's factory gave a {type(env).__name__}; use --video-select first.")
+            self._env = env
         return self._env
 
     def _do_probe(self, done: threading.Event) -> None:
