@@ -217,7 +217,7 @@ class CoreEngine:
         stop = StopWhen(self.spec.stop_when, self.spec.confidence, self.spec.return_bounds, cap=cap,
                         min_feed=max(1, self.n_slots // 4))
         if earlier is not None:
-            stop.prime(earlier.records)
+            stop.prime(earlier.records, earlier.n_cancelled)
         return stop
 
     def _finished_callback(self, ledger: Ledger, on_finished: Callable[[Ledger, np.ndarray], None] | None,

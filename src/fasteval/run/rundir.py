@@ -117,8 +117,9 @@ class RunDirectory:
             raise UserInputError(f"--resume {self.path}: no {MANIFEST} there; expected the output folder of an earlier fasteval run.") from None
         except (OSError, ValueError) as exc:
             raise UserInputError(f"--resume {self.path}: {MANIFEST} is unreadable ({exc}).") from None
-        if not isinstance(manifest, dict) or "spec" not in manifest:
-            raise UserInputError(f"--resume {self.path}: {MANIFEST} is not a fasteval manifest (no 'spec').")
+        if not isinstance(manifest, dict) or not ("what" in manifest or "spec" in manifest):
+            raise UserInputError(f"--resume {self.path}: {MANIFEST} is not a fasteval manifest (no 'what', nor an "
+                                 f"older fasteval's 'spec').")
         return manifest
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
