@@ -311,10 +311,7 @@ class _SegmentLog:
         return self.log
 
     def _render(self, rows: list[int]) -> list[dict[str, Any]]:
-        records = self.rows.table(rows).to_list()
-        for record in records:
-            record["run_id"] = self.run_id
-        return records
+        return self.rows.table(rows, run_id=self.run_id).to_list()
 
     def finished(self, ledger: Any, rows: Any) -> None:
         """The engine's ``on_finished``: buffer the rows (their records are built when written)."""
@@ -482,13 +479,17 @@ def _finish(spec: EvalSpec, segment: Segment, earlier: EarlierSegments, log: _Se
             task: Label | None) -> DurableOutcome:
     """Build the record, write ``eval_info.json`` and the manifest from it, say what reached the folder."""
     run_dir = log.run_dir
-    record = build_record(spec, segment, earlier=earlier, task=task, write_error=write_error)
+
+    def build(write_failure: BaseException | None) -> EvalResult:
+        return build_record(spec, segment, earlier=earlier, task=task, write_error=write_failure, run_id=log.run_id)
+
+    record = build(write_error)
     wrote: list[str] = []
     info_error = _kept_first(None, lambda: run_dir.write_eval_info(record.eval_info_document()))  # streamed
     if info_error is None:
         wrote.append(EVAL_INFO)
     else:  # the run's results are not all kept: it ended failed (the same builder, one decision)
-        record = build_record(spec, segment, earlier=earlier, task=task, write_error=write_error or info_error)
+        record = build(write_error or info_error)
     error = segment.error or write_error or info_error
     log.segments.append({"episodes": len(record.per_episode) - len(earlier.records),
                          "eval_s": record.eval_s - earlier.eval_s, "status": record.meta["status"],
@@ -500,7 +501,7 @@ def _finish(spec: EvalSpec, segment: Segment, earlier: EarlierSegments, log: _Se
     elif info_error is None:  # eval_info.json says an end the manifest does not: take it back
         _kept_first(None, run_dir.remove_eval_info)
         wrote.remove(EVAL_INFO)
-        record = build_record(spec, segment, earlier=earlier, task=task, write_error=manifest_error)
+        record = build(manifest_error)
     return DurableOutcome(record, signal_number, error or manifest_error, resumed_episodes=len(earlier.records),
                           logged=len(earlier.records) + log.written, wrote=tuple(wrote))
 

@@ -102,7 +102,9 @@ class EpisodeRows:
     def __init__(self, ledger: Ledger, label: Label):
         self.ledger, self.label = ledger, tuple(label)
 
-    def table(self, rows: Any = None, signal: bool | None = None) -> EpisodeTable:
+    def table(self, rows: Any = None, signal: bool | None = None, run_id: str | None = None) -> EpisodeTable:
+        """The records of ``rows``; with ``run_id``, each also carries the run folder's id (the lines of
+        ``episodes.jsonl`` do: a resume tells the run's records from another's)."""
         ledger = self.ledger
         n = ledger.n_episodes
         if rows is None:
@@ -119,13 +121,16 @@ class EpisodeRows:
             "nan_rewards": pick(ledger.nan_rewards),
             "has_success_signal": np.broadcast_to(np.bool_(signal), (rows.size,)),
         }
-        return EpisodeTable(columns, np.zeros(1, np.int64), [self.label])
+        extra = None if run_id is None else {"run_id": np.full(rows.size, run_id, dtype=object)}
+        return EpisodeTable(columns, np.zeros(1, np.int64), [self.label], extra)
 
 
 def build_record(spec: EvalSpec, segment: Segment, *, earlier: EarlierSegments | None = None,
-                 task: Label | None = None, write_error: BaseException | None = None) -> EvalResult:
+                 task: Label | None = None, write_error: BaseException | None = None,
+                 run_id: str | None = None) -> EvalResult:
     """The one record of a run (see the module docstring): this segment's finished rows merged with the
-    earlier segments', cut at the stop rule's ``k``, its end state decided by :func:`end_status`."""
+    earlier segments', cut at the stop rule's ``k``, its end state decided by :func:`end_status`.
+    ``run_id``: a durable run's folder id, which its fault records carry (as in ``errors.jsonl``)."""
     ledger = segment.ledger
     label = tuple(task) if task is not None else default_label(spec)
     records = EpisodeRows(ledger, label).table(signal=segment.success_signal)
@@ -150,8 +155,9 @@ def build_record(spec: EvalSpec, segment: Segment, *, earlier: EarlierSegments |
             wanted, stop_requested = len(records) + n_failed, False
     meta["n_episodes"] = n_episodes
     meta["status"] = end_status(len(records), wanted, n_failed, segment.error, stop_requested, write_error)
-    errors = segment.errors if task is None else [
-        {**e, "task_group": label[0], "task_id": label[1], "task": label[2]} for e in segment.errors]
+    labels = {**({"task_group": label[0], "task_id": label[1], "task": label[2]} if task is not None else {}),
+              **({"run_id": run_id} if run_id is not None else {})}
+    errors = [{**e, **labels} for e in segment.errors] if labels else segment.errors
     outputs = segment.outputs
     return EvalResult(records, eval_s, segment.timings, meta, video_paths=outputs.get("video_paths", ()),
                       errors=errors, n_failed=n_failed, episode_data=outputs.get("episode_data"))
