@@ -55,6 +55,15 @@ class FrozenDict(dict):
         return FrozenDict(copy.deepcopy(dict(self), memo))
 
 
+def lerobot_empty_keys() -> dict[str, Any]:
+    """Keys of ``lerobot-eval``'s ``eval_info.json`` layout (0.6.1) that fasteval has nothing for, written
+    empty beside ``video_paths`` in ``overall``, each ``per_group`` entry and each ``per_task`` entry's
+    ``metrics``, so that a reader of LeRobot's layout finds every key it knows
+    (``tests/lerobot/test_differential.py``): ``predicted_video_paths`` lists the videos of a policy's
+    predicted latents (LeRobot's ``save_predicted_video``), which fasteval does not render."""
+    return {"predicted_video_paths": []}
+
+
 def has_success_signal(flags: Any) -> bool:
     """The one success-signal rule of a group of episodes (a run, a task, a sweep cell): it has a success
     signal when the env of at least one of its episodes had reported ``info["is_success"]``. ``flags``: the
@@ -132,6 +141,7 @@ class EvalResult:
             n_failed_episodes=self.n_failed,
             n_env_errors=len(self.errors),
             video_paths=list(self.video_paths),
+            **lerobot_empty_keys(),
         )
         return out
 
@@ -151,6 +161,7 @@ class EvalResult:
             agg = aggregate(part)
             agg["video_paths"] = [p for group, task_id in tasks if str(group) == name
                                   for p in self.task_videos(group, task_id)]
+            agg.update(lerobot_empty_keys())
             out[name] = agg
         return out
 
@@ -173,6 +184,7 @@ class EvalResult:
                     "lengths": part.columns["length"],
                     "seeds": part.columns["seed"],
                     "video_paths": self.task_videos(group, task_id),
+                    **lerobot_empty_keys(),
                 },
                 "aggregated": aggregate(part),
             })
