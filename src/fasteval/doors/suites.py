@@ -63,7 +63,7 @@ from fasteval.robot.metaworld import (  # noqa: F401  (re-exported: "fasteval.do
     METAWORLD_BENCHMARKS, METAWORLD_ENV_REF, METAWORLD_ENV_REFS, MetaWorldEnv, import_metaworld, make_metaworld_env,
     metaworld_task_description)
 from fasteval.types.eval_result import task_folder
-from fasteval.types.results import EpisodeTable, EvalResult
+from fasteval.types.results import EvalResult
 from fasteval.types.spec import EvalSpec
 
 
