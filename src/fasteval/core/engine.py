@@ -174,7 +174,8 @@ class CoreEngine:
         run): the records of its earlier segments, which the stop rule is fed first.
 
         Raises :class:`SegmentAborted` (its ``segment`` holds every episode finished before the stop) when
-        the run stops early, :class:`UserInputError` when the dry run fails (nothing was evaluated). The
+        the run stops early, :class:`UserInputError` when the input is bad before any episode finished (the
+        dry run failed: nothing was evaluated). The
         record of the run is built above core, from the segment (:mod:`fasteval.run.record`).
         """
         cap = self.spec.n_episodes if episodes is not None else n_episodes
@@ -197,8 +198,13 @@ class CoreEngine:
         try:
             with self._seeded(seed):
                 self._step_episodes(ledger, faults, callback, observer)
-        except UserInputError:
-            raise  # the dry run: nothing was evaluated
+        except UserInputError as exc:
+            if not ledger.finished.any() and not faults.errors:
+                raise  # the dry run (or the first steps): nothing was evaluated, nothing is lost
+            self.watchdog.disarm()  # bad input met mid-run (frames a video cannot take): keep what finished
+            partial = self._segment(ledger, faults.errors, self._eval_seconds(start, captured), cap, stop, exc,
+                                    observer)
+            raise SegmentAborted(partial) from exc
         except BaseException as exc:
             self.watchdog.disarm()  # a call that raised left its deadline armed
             partial = self._segment(ledger, faults.errors, self._eval_seconds(start, captured), cap, stop, exc,

@@ -528,8 +528,8 @@ def end_of_run(outcome: Any, spec: Any, out_dir: Path, files: FileOptions, profi
     for problem in problems:
         click.echo(f"Error: {problem} (the results are in {out_dir})", err=True)
     code = exit_code(outcome.status, outcome.signal_number)
-    if code == EXIT_OK:
-        return EXIT_RUNTIME_ERROR if problems else EXIT_OK  # the run is complete; an extra output is not
+    if code == EXIT_OK:  # the run is complete; an extra output (or a suite's merged eval_info.json) is not
+        return EXIT_RUNTIME_ERROR if problems or EVAL_INFO not in written else EXIT_OK
     if result.n_failed or result.errors:
         errors_at = out_dir / "tasks" / "*" / "errors.jsonl" if suite else out_dir / "errors.jsonl"
         click.echo("\n".join(describe_failures(result, errors_at)), err=True)

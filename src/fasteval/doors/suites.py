@@ -289,6 +289,8 @@ class SuiteOutcome:
     folders: list[Path]
     error: BaseException | None = None
     signal_number: int | None = None
+    wrote: tuple[str, ...] = ("eval_info.json",)
+    """The suite's own end files that were written (its merged ``eval_info.json``)."""
 
     @property
     def status(self) -> str:
@@ -339,8 +341,14 @@ def run_suite_durable(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], ou
             break
     merged = _merge(tasks[: len(results)], results, perf_counter() - start, 1,
                     env=", ".join(f"{group}/{task.name or task.env}" for group, _, task in tasks))
-    merged.to_json(out_dir / "eval_info.json")
-    return SuiteOutcome(merged, folders, error, signal_number)
+    wrote: tuple[str, ...] = ("eval_info.json",)
+    try:
+        merged.to_json(out_dir / "eval_info.json")
+    except OSError as exc:  # a full disk: the tasks' folders hold their records; say only what was written
+        from fasteval.run.record_file import write_error
+
+        error, wrote = error or write_error(out_dir / "eval_info.json", exc, out_dir), ()
+    return SuiteOutcome(merged, folders, error, signal_number, wrote)
 
 
 # -- MetaWorld suites -------------------------------------------------------------------------------

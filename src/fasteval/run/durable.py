@@ -279,6 +279,8 @@ class _SegmentLog:
         self.log: GroupCommitLog | None = None
         self.rows: EpisodeRows | None = None
         self.created_folder = False
+        self.owns_folder = False
+        """A new run's folder, once locked and found free: what :meth:`undo` may clean up."""
 
     @property
     def started(self) -> bool:
@@ -300,6 +302,7 @@ class _SegmentLog:
                                          f"{exc.strerror or exc}. Choose another --output-dir.") from None
                 self.lock.acquire()  # a second process on the folder exits 2 naming us
                 check_new_folder(self.run_dir)  # again, under the lock
+                self.owns_folder = True
             for name, n in self.run_dir.cut_torn_tails().items():
                 self.announce(f"{name} ended in a torn line (an interrupted write): cut {n} bytes back to its last "
                               f"complete record before appending.")
@@ -372,14 +375,15 @@ class _SegmentLog:
             self.log.close()
 
     def undo(self, original_manifest: dict[str, Any] | None) -> None:
-        """The dry run failed (nothing was recorded): leave the folder as it was before this segment."""
-        if self.log is None:
-            return
-        self.log.close()
+        """The run did not start (its dry run failed, its folder could not be set up): leave the folder as it
+        was before this segment, and a new run's folder not there at all."""
+        if self.log is not None:
+            self.log.close()
         self.run_dir.close()
-        if original_manifest is not None:
-            self.run_dir.write_manifest(original_manifest)
-        else:
+        if self.resume:
+            if self.log is not None and original_manifest is not None:
+                self.run_dir.write_manifest(original_manifest)
+        elif self.owns_folder:
             self.run_dir.remove_new_run(remove_folder=self.created_folder)
 
 
