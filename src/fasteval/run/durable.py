@@ -264,6 +264,12 @@ class _StopOnSignal:
             signal.signal(sig, handler)
 
 
+class FolderUnavailable(FastevalError, RuntimeError):
+    """The run folder could not be set up at the first record (another process holds it, it is unusable):
+    raised through the engine, which keeps what finished; the durable run then writes nothing and reports
+    the cause (:attr:`_SegmentLog.unavailable`, exit 2)."""
+
+
 class _SegmentLog:
     """This segment's writes to the run folder. Nothing is written before the first record (a finished
     episode or an error: the dry run has passed); then the folder (with its lock), the manifest (status
@@ -281,6 +287,8 @@ class _SegmentLog:
         self.created_folder = False
         self.owns_folder = False
         """A new run's folder, once locked and found free: what :meth:`undo` may clean up."""
+        self.unavailable: UserInputError | None = None
+        """Why the folder could not be set up at the first record (held by another process...): nothing is written."""
 
     @property
     def started(self) -> bool:
@@ -293,25 +301,35 @@ class _SegmentLog:
 
     def start(self) -> GroupCommitLog:
         if self.log is None:
-            if not self.resume:  # a new run: its folder and lock now (a run that never got here left nothing)
-                self.created_folder = not self.run_dir.path.exists()
-                try:
-                    self.run_dir.path.mkdir(parents=True, exist_ok=True)
-                except OSError as exc:
-                    raise UserInputError(f"cannot create the output folder {self.run_dir.path}: "
-                                         f"{exc.strerror or exc}. Choose another --output-dir.") from None
-                self.lock.acquire()  # a second process on the folder exits 2 naming us
-                check_new_folder(self.run_dir)  # again, under the lock
-                self.owns_folder = True
-            for name, n in self.run_dir.cut_torn_tails().items():
-                self.announce(f"{name} ended in a torn line (an interrupted write): cut {n} bytes back to its last "
-                              f"complete record before appending.")
-            self.run_dir.open_logs()
-            self.run_dir.remove_eval_info()  # an earlier segment's end: this segment is running now
-            self.write_manifest(STATUS_RUNNING)
-            # ledger rows are buffered; the run layer's one record builder turns each group into records
-            self.log = GroupCommitLog(self.run_dir.append_episode_text, self.flush_policy, render=self._render)
+            if self.unavailable is not None:
+                raise FolderUnavailable(str(self.unavailable))
+            try:
+                self._open()
+            except UserInputError as exc:  # the folder is another process's, or unusable: this run writes nothing
+                self.unavailable = exc
+                raise FolderUnavailable(str(exc)) from None
         return self.log
+
+    def _open(self) -> None:
+        """The folder (a new run's, with its lock), the record files, the manifest (status ``running``)."""
+        if not self.resume:  # a new run: its folder and lock now (a run that never got here left nothing)
+            self.created_folder = not self.run_dir.path.exists()
+            try:
+                self.run_dir.path.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise UserInputError(f"cannot create the output folder {self.run_dir.path}: "
+                                     f"{exc.strerror or exc}. Choose another --output-dir.") from None
+            self.lock.acquire()  # a second process on the folder exits 2 naming us
+            check_new_folder(self.run_dir)  # again, under the lock
+            self.owns_folder = True
+        for name, n in self.run_dir.cut_torn_tails().items():
+            self.announce(f"{name} ended in a torn line (an interrupted write): cut {n} bytes back to its last "
+                          f"complete record before appending.")
+        self.run_dir.open_logs()
+        self.run_dir.remove_eval_info()  # an earlier segment's end: this segment is running now
+        self.write_manifest(STATUS_RUNNING)
+        # ledger rows are buffered; the run layer's one record builder turns each group into records
+        self.log = GroupCommitLog(self.run_dir.append_episode_text, self.flush_policy, render=self._render)
 
     def _render(self, rows: list[int]) -> list[dict[str, Any]]:
         return self.rows.table(rows, run_id=self.run_id).to_list()
@@ -466,7 +484,10 @@ def _run(engine: Engine, run_dir: RunDirectory, resume: bool, on_finished: Calla
             segment = engine.run_segment(episodes=missing, on_finished=log.finished, on_error=log.error, earlier=earlier)
         except SegmentAborted as exc:
             segment = exc.segment
-        except UserInputError:  # the dry run failed (or the folder is taken): nothing of this run was recorded
+            if log.unavailable is not None:  # the folder is not this run's to write: nothing was recorded
+                log.undo(original_manifest)
+                raise log.unavailable from None
+        except UserInputError:  # the dry run failed: nothing of this run was recorded
             _kept_first(None, log.close)
             log.undo(original_manifest)
             raise
