@@ -496,6 +496,9 @@ def _run(engine: Engine, run_dir: RunDirectory, resume: bool, on_finished: Calla
             raise
         write_error = _kept_first(None, lambda: (log.start(), log.close()))  # the final flush
     run_dir.close()
+    if log.unavailable is not None:  # the folder could not be set up: this run wrote nothing there
+        log.undo(original_manifest)
+        raise log.unavailable
     return _finish(spec, segment, earlier, log, write_error, stopper.received, this_segment, task)
 
 
