@@ -71,6 +71,7 @@ import numpy as np
 
 from fasteval.core.protocols import StepObserver
 from fasteval.types.errors import UserInputError
+from fasteval.types.files import safe_filename
 from fasteval.kernels import IDLE
 from fasteval.robot.policies.obs_mapping import RAW, plan_keys
 
@@ -80,10 +81,6 @@ DEFAULT_FPS = 30
 FIRST, FAILURES, SUCCESSES, PER_TASK = "first", "failures", "successes", "per-task"
 TASK_KWARGS = ("task", "env_name")
 """Env kwargs that name the task (``fasteval.doors.suites:make_metaworld_env``, ``Meta-World/MT1``)."""
-
-
-def safe_name(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in str(text)) or "env"
 
 
 def task_label(env: str, env_kwargs: Any = None) -> str:
@@ -104,7 +101,7 @@ def video_path(videos_dir: str | os.PathLike, task: str, episode_ix: int, seed: 
     if layout == "lerobot":
         return Path(videos_dir) / f"eval_episode_{int(episode_ix)}.mp4"
     outcome = "" if success is None else "_success" if success else "_failure"
-    return Path(videos_dir) / safe_name(task) / f"ep{int(episode_ix):06d}_seed{int(seed)}{outcome}.mp4"
+    return Path(videos_dir) / safe_filename(task) / f"ep{int(episode_ix):06d}_seed{int(seed)}{outcome}.mp4"
 
 
 class VideoSelection:
@@ -256,7 +253,7 @@ class VideoRecorder(StepObserver):
         self.task = task or env
         self.videos_dir = videos_dir
         self.layout = layout
-        self.folder = Path(videos_dir) if layout == "lerobot" else Path(videos_dir) / safe_name(self.task)
+        self.folder = Path(videos_dir) if layout == "lerobot" else Path(videos_dir) / safe_filename(self.task)
         self.selection = VideoSelection(select, max_episodes)
         metadata = getattr(envs, "metadata", None) or {}  # the env's metadata (render_fps), for sync and async envs
         self.fps = int(metadata.get("render_fps") or DEFAULT_FPS)

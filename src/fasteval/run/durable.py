@@ -59,7 +59,8 @@ from fasteval.run.record import EpisodeRows, Label, build_record, default_label,
 from fasteval.types.errors import FastevalError, UserInputError
 from fasteval.types.results import (STATUS_COMPLETE, STATUS_FAILED, STATUS_INTERRUPTED, STATUS_RUNNING,  # noqa: F401
                                     EarlierSegments, EpisodeTable, EvalResult)
-from fasteval.run.rundir import EVAL_INFO, MANIFEST, RunDirectory, RunIdentity, check_resumable, format_records, policy_digest
+from fasteval.run.rundir import (EVAL_INFO, MANIFEST, RunDirectory, RunIdentity, check_resumable, format_records,
+                                  policy_digest, resume_command)
 from fasteval.types.spec import EvalSpec
 
 
@@ -366,17 +367,13 @@ class _SegmentLog:
     def end_now(self, status: str, error: BaseException, message: str, exit_code: int) -> None:
         """Flush the records, write the manifest with ``status``, print ``message`` and the resume command,
         end the process with ``exit_code`` (the engine's thread is stuck: nothing else can end the run)."""
-        from fasteval.types.trust import needs_trust_from_file
-
         try:
             if self.log is not None:
                 self.close()
                 self.run_dir.close()
                 self.write_manifest(status, error)
-            spec = self.engine.spec
-            flag = " --trust-remote-code" if needs_trust_from_file(spec.env, spec.policy) else ""
             where = (f"every finished episode is in {self.run_dir.path}. Resume with:\n"
-                     f"  fasteval --resume {self.run_dir.path}{flag}") if self.log is not None else \
+                     f"  {resume_command(self.run_dir.path, self.engine.spec)}") if self.log is not None else \
                 "no episode had finished, so nothing was written."
             self.announce(f"{message}; {where}")
             sys.stdout.flush()

@@ -295,3 +295,13 @@ def check_resumable(manifest: dict[str, Any], spec: Any, identity: dict[str, Any
             f"refusing to resume {folder}: this is not the same evaluation ({'; '.join(diffs)}). "
             f"Resume with the original settings and weights, or start a new run with another --output-dir."
         )
+
+
+def resume_command(folder: str | os.PathLike, spec: Any = None) -> str:
+    """The command that finishes the run in ``folder``: ``fasteval --resume DIR``, with
+    ``--trust-remote-code`` when ``spec`` names code (a manifest cannot allow it: docs/security.md).
+    The one wording of the hint, for the CLI's end of a run and the watchdog's last words."""
+    from fasteval.types.trust import needs_trust_from_file
+
+    flag = " --trust-remote-code" if spec is not None and needs_trust_from_file(spec.env, spec.policy) else ""
+    return f"fasteval --resume {folder}{flag}"

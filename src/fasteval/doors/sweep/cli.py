@@ -21,7 +21,8 @@ from pathlib import Path
 
 import click
 
-from fasteval.doors.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUNTIME_ERROR, fail, plural
+from fasteval.doors.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUNTIME_ERROR, fail
+from fasteval.render.words import plural
 from fasteval.run.paths import UsablePath
 
 

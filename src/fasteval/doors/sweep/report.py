@@ -29,8 +29,6 @@ from its ``generated_at`` time.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 import time
 from itertools import combinations
 from pathlib import Path
@@ -53,6 +51,8 @@ from fasteval.doors.sweep.store import Store
 from fasteval.render.html import write_sweep_report
 from fasteval.render.sweep_markdown import render_markdown
 from fasteval.render.sweep_plots import PLOTS_MISSING, plot_report
+from fasteval.render.words import plural
+from fasteval.types.files import write_text_atomic
 from fasteval.types.results import write_json_atomic
 
 
@@ -131,10 +131,6 @@ def summary_line(cells: list[dict[str, Any]], jobs: dict[str, int]) -> str:
     elif verdicts:
         text += " Re-running the same command retries the failed jobs."
     return text
-
-
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def has_success_signal(eps: list[dict[str, Any]]) -> bool:
@@ -238,17 +234,6 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def _write_text_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_report(store_dir: str | Path, out_dir: str | Path | None = None) -> dict[str, Any]:
     """Build the report from ``store_dir``'s store and write it into ``out_dir`` (default: ``store_dir``).
 
@@ -269,13 +254,9 @@ def write_report(store_dir: str | Path, out_dir: str | Path | None = None) -> di
     public = {**doc, "cells": [{k: v for k, v in c.items() if k != "returns"} for c in doc["cells"]]}
     paths["json"] = write_json_atomic(out / "report.json", _json_safe(public))
     md = out / "report.md"
-    _write_text_atomic(md, render_markdown(doc, note))
+    write_text_atomic(md, render_markdown(doc, note))
     paths["md"] = md
     paths["html"] = write_sweep_report(doc, out, cell_documents(jobs, episodes))  # and one page per cell under cells/
-    umask = os.umask(0)
-    os.umask(umask)
-    for path in paths.values():  # temp-file writes are private (0600); give them the usual mode
-        os.chmod(path, 0o666 & ~umask)
     doc["paths"] = {k: str(v) for k, v in paths.items()}
     return doc
 
