@@ -285,7 +285,7 @@ HELP_SECTIONS = (
                             "amp", "compile_policy", "cpu_threads", "profile")),
     Section("Outputs", ("output_dir", "report", "max_episodes_rendered", "video_select", "video_layout",
                         "save_episodes_dir", "export_formats", "log_targets", "print_config")),
-    Section("Faults and limits", ("retries", "on_nan_action", "step_timeout", "policy_timeout_s")),
+    Section("Faults and limits", ("retries", "on_nan_action", "step_timeout", "policy_timeout_s", "stop_grace_s")),
     Section("Statistics", ("stop_when", "confidence", "return_bounds")),
     Section("LeRobot names", ("noise", "no_fast_env"),
             intro="LeRobot's own option names are accepted as they are, rewritten into the options above before "
