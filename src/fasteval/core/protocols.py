@@ -50,8 +50,6 @@ class EngineParts(Protocol):
       for, plus the caller's ``observer``), or ``None`` for none;
     * ``finish_observers(observer)``: close them and return what they made (``video_paths``,
       ``episode_data``), which the run's record is built with;
-    * ``task_names(spec)`` (optional): the ``(task_group, task)`` every episode record carries (default:
-      the env id for both);
     * ``env_meta(spec)`` (optional): facts about the env for the run's metadata (``env_note``: which
       implementation of an env ran).
     """

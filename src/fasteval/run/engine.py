@@ -23,7 +23,6 @@ from fasteval.core.engine import CoreEngine
 from fasteval.core.ledger import Ledger
 from fasteval.core.outcome import SegmentAborted
 from fasteval.core.protocols import StepObserver
-from fasteval.robot.env_names import task_names
 from fasteval.robot.fast_envs import env_note
 from fasteval.robot.policies.loaders import load_policy
 from fasteval.robot.policies.runner import build_policy_runner
@@ -51,9 +50,6 @@ class FastevalParts:
 
     def finish_observers(self, observer: StepObserver | None) -> dict[str, Any]:
         return finish_recorders(observer)
-
-    def task_names(self, spec: EvalSpec) -> tuple[str, str]:
-        return task_names(spec.env, spec.env_kwargs)
 
     def env_meta(self, spec: EvalSpec) -> dict[str, Any]:
         note = env_note(spec.env)
