@@ -67,6 +67,10 @@ def test_bench_cartpole_tiny_json_and_exact_returns(tiny_run):
     ("bench_cli_overhead.py", ["--tiny"], ["| CLI ", "same episodes in every row: True"]),
     ("bench_sequential.py", ["--tiny"], ["| Bernoulli(0.05) |", "| success A = B = 0.7, independent |", "p = 0.9 vs threshold 0.8",
                                          "single rule 20/20, paired 20/20", "STEP (Snyder et al."]),
+    ("bench_truncated.py", ["--tiny"], ["| above=0.8, p = 0.9 | 156 (137) | 0.9 **(design)** |", "| below=0.8, p = 0.7 |",
+                                        "| 0.9 vs 0.6, independent |", ">= 30% fewer episodes on average",
+                                        "truncated 20/20 (chunked feeding 20/20), anytime-valid 20/20"]),
+    ("bench_step_peers.py", ["--tiny"], ["STEP"]),
 ])
 def test_other_benchmarks_run_at_tiny_size(script, args, needles):
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], capture_output=True, text=True,

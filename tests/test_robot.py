@@ -667,7 +667,7 @@ def test_mujoco_videos_without_render_mode_exit_2_before_the_run(tmp_path, flag)
 
 
 def test_headless_gl_is_set_once_when_unset_and_there_is_no_display(monkeypatch, caplog):
-    import fasteval.core.headless as headless
+    import fasteval.robot.env_kinds.headless as headless
 
     monkeypatch.setattr(headless, "_said", False)
     with caplog.at_level("WARNING", logger="fasteval"):
@@ -688,32 +688,80 @@ def test_headless_gl_is_set_once_when_unset_and_there_is_no_display(monkeypatch,
 def test_mujoco_envs_set_mujoco_gl_on_a_headless_linux(monkeypatch):
     import sys
 
-    from fasteval.core.envs import import_env_namespace
+    from fasteval.robot.env_kinds import prepare_env
 
     monkeypatch.setattr(sys, "platform", "linux")
     for name in ("MUJOCO_GL", "DISPLAY", "WAYLAND_DISPLAY", "PYOPENGL_PLATFORM"):
         monkeypatch.delenv(name, raising=False)
-    import_env_namespace("CartPole-v1")
+    prepare_env("CartPole-v1", {})
     assert "MUJOCO_GL" not in os.environ  # not a MuJoCo env: nothing changes
-    import_env_namespace("Hopper-v5")
+    prepare_env("Hopper-v5", {})
     assert os.environ["MUJOCO_GL"] == "egl"
     monkeypatch.setenv("MUJOCO_GL", "osmesa")
-    import_env_namespace("Hopper-v5")
+    prepare_env("Hopper-v5", {})
     assert os.environ["MUJOCO_GL"] == "osmesa"  # a user's choice stays
 
 
+@pytest.mark.skipif(not has("mujoco"), reason="MuJoCo envs need gymnasium[mujoco]: pip install 'fasteval[mujoco]'")
+def test_one_mujoco_check_for_ids_references_and_built_envs():
+    from fasteval.robot.env_kinds import is_mujoco
+
+    assert is_mujoco("Hopper-v5") and not is_mujoco("CartPole-v1")
+    assert is_mujoco("fasteval.robot.metaworld:make_metaworld_env") and not is_mujoco(KA)
+    hopper, cartpole = gym.make("Hopper-v5"), gym.make("CartPole-v1")
+    try:
+        assert is_mujoco(hopper) and not is_mujoco(cartpole)  # through the wrappers, by the class's modules
+    finally:
+        hopper.close(), cartpole.close()
+
+
+def test_a_human_render_mode_is_refused_where_no_window_can_open():
+    from fasteval.robot.env_kinds import render_mode_problem
+
+    human = {"render_mode": "human"}
+    assert "no display" in render_mode_problem("CartPole-v1", human, environ={}, platform="linux")
+    assert render_mode_problem("CartPole-v1", human, environ={"DISPLAY": ":0"}, platform="linux") is None
+    assert render_mode_problem("CartPole-v1", {"render_mode": "rgb_array"}, environ={}, platform="linux") is None
+    assert render_mode_problem("CartPole-v1", human, environ={}, platform="darwin") is None
+    if has("mujoco"):  # a display, but MuJoCo told to render off-screen
+        assert "MUJOCO_GL=egl" in render_mode_problem("Hopper-v5", human, {"DISPLAY": ":0", "MUJOCO_GL": "egl"}, "linux")
+        assert render_mode_problem("Hopper-v5", human, {"DISPLAY": ":0", "MUJOCO_GL": "glfw"}, "linux") is None
+        assert render_mode_problem("CartPole-v1", human, {"DISPLAY": ":0", "MUJOCO_GL": "egl"}, "linux") is None
+
+
+@pytest.mark.skipif(not has("mujoco"), reason="MuJoCo envs need gymnasium[mujoco]: pip install 'fasteval[mujoco]'")
+def test_a_human_render_mode_on_a_headless_run_exits_2_and_leaves_no_folder(tmp_path):
+    """In a subprocess: without the refusal, MuJoCo's GLFW aborts the process (exit 134) after the folder's lock."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "MUJOCO_GL")}
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "fasteval.doors.cli", "--env", "HalfCheetah-v5", "--env-kwarg",
+                           "render_mode=human", "-n", "1", "--max-steps", "2", "-o", str(out)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    assert "render_mode='human'" in done.stderr and "no display" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not out.exists()
+
+
 def test_unknown_namespaces_name_the_package_to_install():
-    from fasteval.core.envs import KNOWN_NAMESPACES, make_factory, namespace_module
+    from fasteval.core.envs import make_factory
+    from fasteval.robot.env_kinds import ENV_KINDS, PLUGINS, namespace_module
     from fasteval.types.errors import EnvNotFoundError
 
     assert namespace_module("Meta-World") == "metaworld" and namespace_module("gym_pusht") == "gym_pusht"
     assert namespace_module("Not-A-Module") is None
     if not has("gym_aloha"):
         with pytest.raises(EnvNotFoundError, match="`pip install gym-aloha`"):
-            make_factory("gym_aloha/AlohaInsertion-v0", {}, None)
+            make_factory("gym_aloha/AlohaInsertion-v0", {}, None, kinds=ENV_KINDS)
     with pytest.raises(EnvNotFoundError, match="'no_such_plugin_xyz', which is not installed") as info:
-        make_factory("no_such_plugin_xyz/Env-v0", {}, None)
+        make_factory("no_such_plugin_xyz/Env-v0", {}, None, kinds=ENV_KINDS)
     assert "pip install no-such" not in str(info.value)  # no made-up package name
     with pytest.raises(EnvNotFoundError, match="not a plugin fasteval knows"):
-        make_factory("Some-Thing/Env-v0", {}, None)
-    assert KNOWN_NAMESPACES["Meta-World"] == ("metaworld", "metaworld")
+        make_factory("Some-Thing/Env-v0", {}, None, kinds=ENV_KINDS)
+    assert PLUGINS["Meta-World"] == ("metaworld", "metaworld")
+    with pytest.raises(EnvNotFoundError) as plain:  # core alone knows no plugin: gymnasium's own words
+        make_factory("no_such_plugin_xyz/Env-v0", {}, None)
+    assert "pip install" not in str(plain.value) and "not installed" not in str(plain.value)

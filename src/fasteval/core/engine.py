@@ -78,7 +78,8 @@ class CoreEngine:
         self.watchdog = Watchdog()
         """Deadlines for the policy (``policy_timeout_s``) and sync envs (``step_timeout``); a door may set
         ``watchdog.on_expire`` (the durable run flushes its records and marks its folder ``failed``)."""
-        factory, probe, cap = make_factory(spec.env, spec.env_kwargs, spec.max_steps, spec.trust_remote_code)
+        factory, probe, cap = make_factory(spec.env, spec.env_kwargs, spec.max_steps, spec.trust_remote_code,
+                                           kinds=parts.env_kinds)
         self.factory = factory
         self.max_steps = cap
         self.envs: SlotEnvs = build_slot_envs(spec.vectorization, factory, self.n_slots, probe, spec.step_timeout,
@@ -122,7 +123,7 @@ class CoreEngine:
                                 self.device, self.pin_memory)
         self.check_actions = make_action_check(action_host_dtype(envs.action_space), envs.action_space)
         if spec.pipeline:
-            check_pipelinable(envs, self.runner, self.n_slots)
+            check_pipelinable(envs, self.runner, self.n_slots, spec.batch_size)
         self.accel_facts: dict[str, Any] = {}
 
     @property

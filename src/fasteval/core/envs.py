@@ -14,14 +14,12 @@ ledger runs out.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import gymnasium as gym
 import numpy as np
 
-from fasteval.core.headless import ensure_headless_gl
 from fasteval.core.slot_block import SlotBlock, raise_call_errors
 from fasteval.core.slots import EnvFailure, SlotEnvs, _failure, _obs_writer, allocate_obs_buffer, call_env  # noqa: F401 (re-exported)
 from fasteval.core.watchdog import ENV, Watchdog
@@ -29,32 +27,66 @@ from fasteval.types.errors import EnvNotFoundError, UserInputError
 from fasteval.types.refs import resolve_callable, split_callable_ref
 
 
+class EnvKinds(Protocol):
+    """What the layer that knows kinds of env does around building one (:mod:`fasteval.robot.env_kinds`).
+
+    Core knows no plugin, simulator or display; the layer above plugs them in here (the engine takes
+    its parts' ``env_kinds``). An implementation must pickle: env workers get it with the factory.
+
+    * ``prepare(env, kwargs)``: before ``env`` (an id or ``module:callable``) is built, in every
+      process that builds it: import the plugin that registers the id, set up rendering, or raise
+      :class:`~fasteval.types.errors.UserInputError` for what cannot work on this machine;
+    * ``not_found_hint(env)``: what to do when gymnasium does not know ``env``'s namespace (the package
+      to install), or ``""``.
+    """
+
+    def prepare(self, env: str, kwargs: Mapping[str, Any]) -> None: ...
+
+    def not_found_hint(self, env: str) -> str: ...
+
+
+@dataclass(frozen=True)
+class PlainEnvs:
+    """No env kinds: an id is built as gymnasium has it registered, nothing is imported first."""
+
+    def prepare(self, env: str, kwargs: Mapping[str, Any]) -> None:
+        pass
+
+    def not_found_hint(self, env: str) -> str:
+        return ""
+
+
+PLAIN_ENVS = PlainEnvs()
+
+
 @dataclass(frozen=True)
 class EnvFactory:
     """Picklable recipe for one sub-env: ``env`` id or ``module:callable``, and kwargs.
 
-    Calling it imports the env's plugin namespace first (``gym_pusht/PushT-v0``
-    imports ``gym_pusht``), so it also works inside async worker processes. A callable from a
-    file path (``path/env.py:make``) runs that file: only with ``trust_remote_code``, as for
-    policies (see docs/security.md).
+    Calling it lets ``kinds`` prepare the env first (fasteval's imports the plugin of a namespaced id:
+    ``gym_pusht/PushT-v0`` imports ``gym_pusht``), so it also works inside async worker processes. A
+    callable from a file path (``path/env.py:make``) runs that file: only with ``trust_remote_code``, as
+    for policies (see docs/security.md).
     """
 
     env: str
     kwargs: dict = field(default_factory=dict)
     trust_remote_code: bool = False
+    kinds: EnvKinds = PLAIN_ENVS
+    """The env kinds of the layer above (:class:`EnvKinds`); plain gymnasium by default."""
 
     @property
     def is_callable_ref(self) -> bool:
         return split_callable_ref(self.env) is not None
 
     def __call__(self) -> gym.Env:
+        self.kinds.prepare(self.env, self.kwargs)
         if self.is_callable_ref:
             fn = resolve_callable(self.env, what="env", trust_remote_code=self.trust_remote_code)
             env = fn(**self.kwargs)
             if not isinstance(env, gym.Env):
                 raise UserInputError(f"env {self.env!r} returned {type(env).__name__}; expected a gymnasium.Env.")
             return env
-        import_env_namespace(self.env)
         return gym.make(lean_spec(self.env), **self.kwargs)
 
 
@@ -73,95 +105,22 @@ def lean_spec(env_id: str) -> gym.envs.registration.EnvSpec:
     return dataclasses.replace(spec, order_enforce=False, disable_env_checker=True, max_episode_steps=None)
 
 
-KNOWN_NAMESPACES: dict[str, tuple[str, str]] = {
-    "Meta-World": ("metaworld", "metaworld"),
-    "gym_pusht": ("gym_pusht", "gym-pusht"),
-    "gym_aloha": ("gym_aloha", "gym-aloha"),
-    "gym_xarm": ("gym_xarm", "gym-xarm"),
-    "gym_hil": ("gym_hil", "gym-hil"),
-    "ALE": ("ale_py", "ale-py"),
-    "fasteval": ("fasteval.testing", "fasteval"),  # the known-answer envs register on importing fasteval.testing
-}
-"""Env id namespaces whose module or pip package is not the namespace itself: ``ns -> (module, package)``."""
-MUJOCO_MODULES = ("mujoco", "metaworld", "gym_aloha")
-"""Entry-point modules of envs that render through MuJoCo (see :func:`uses_mujoco`)."""
-
-
-def namespace_module(namespace: str) -> str | None:
-    """The module that registers the envs of ``namespace`` (``Meta-World`` -> ``metaworld``), or
-    ``None`` when the namespace is not a module name and not a known plugin."""
-    if namespace in KNOWN_NAMESPACES:
-        return KNOWN_NAMESPACES[namespace][0]
-    if all(part.isidentifier() for part in namespace.split(".")):
-        return namespace
-    return None
-
-
-def uses_mujoco(env_id: str) -> bool:
-    """Whether the registered entry point of ``env_id`` is a MuJoCo env (gymnasium's, MetaWorld, ALOHA)."""
-    try:
-        entry = gym.spec(env_id).entry_point
-    except gym.error.Error:
-        return False
-    text = entry if isinstance(entry, str) else f"{getattr(entry, '__module__', '')}"
-    return any(name in text.lower() for name in MUJOCO_MODULES)
-
-
-def import_env_namespace(env_id: str) -> None:
-    """Import the plugin package of a namespaced id (``ns/Name-vN`` -> ``import ns``; known plugins
-    whose module has another name through :data:`KNOWN_NAMESPACES`), if any. For a MuJoCo env on a
-    machine without a display, set ``MUJOCO_GL=egl`` first (:mod:`fasteval.core.headless`)."""
-    if "/" not in env_id:
-        if uses_mujoco(env_id):
-            ensure_headless_gl()
-        return
-    module = namespace_module(env_id.split("/", 1)[0])
-    if module is None:
-        return  # not a module name: gymnasium reports the unknown id
-    try:
-        importlib.import_module(module)
-    except ImportError:
-        pass  # gymnasium raises NamespaceNotFound next; make_factory turns that into a clear error
-    else:
-        if uses_mujoco(env_id):
-            ensure_headless_gl()
-
-
-def namespace_hint(namespace: str) -> str:
-    """What to do about an unknown env namespace: the package to install, or why its import failed."""
-    module = namespace_module(namespace)
-    if module is None:
-        return (f"The namespace {namespace!r} is not a Python module name and not a plugin fasteval knows "
-                f"({', '.join(sorted(KNOWN_NAMESPACES))}); import the package that registers it first, or give "
-                f"the env as module:callable.")
-    package = KNOWN_NAMESPACES.get(namespace, (module, None))[1]
-    try:
-        importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name and module.split(".")[0] == exc.name.split(".")[0]:
-            install = f"`pip install {package}`" if package else "install the package that provides it"
-            return f"The namespace {namespace!r} comes from the plugin module {module!r}, which is not installed: {install}."
-        return f"Importing {module!r} (which registers {namespace!r}) failed: {type(exc).__name__}: {exc}."
-    except Exception as exc:  # a plugin that is installed but broken
-        return f"Importing {module!r} (which registers {namespace!r}) failed: {type(exc).__name__}: {exc}."
-    return f"The module {module!r} is installed but registers no {namespace!r} envs; check the env id."
-
-
-def make_factory(env: str, kwargs: dict, max_steps: int | None,
-                 trust_remote_code: bool = False) -> tuple[EnvFactory, gym.Env, int | None]:
+def make_factory(env: str, kwargs: dict, max_steps: int | None, trust_remote_code: bool = False,
+                 kinds: EnvKinds = PLAIN_ENVS) -> tuple[EnvFactory, gym.Env, int | None]:
     """Validate ``env`` by building one instance. Returns (factory, probe env, step cap).
 
-    ``trust_remote_code`` (the spec's) allows a ``path/file.py:callable`` env (it runs that file).
+    ``trust_remote_code`` (the spec's) allows a ``path/file.py:callable`` env (it runs that file);
+    ``kinds`` prepares the env (:class:`EnvKinds`) and explains an unknown namespace.
 
     The step cap is ``max_steps`` if given, else the env spec's ``max_episode_steps``
     (``None`` if neither exists). Raises :class:`EnvNotFoundError` with gymnasium's
     suggestion and the package to install for unknown ids or missing plugins.
     """
-    factory = EnvFactory(env, dict(kwargs), bool(trust_remote_code))
+    factory = EnvFactory(env, dict(kwargs), bool(trust_remote_code), kinds)
     try:
         probe = factory()
     except gym.error.NamespaceNotFound as exc:
-        raise EnvNotFoundError(f"env {env!r}: {exc} {namespace_hint(env.split('/', 1)[0])}") from None
+        raise EnvNotFoundError(f"env {env!r}: {exc} {kinds.not_found_hint(env)}".rstrip()) from None
     except gym.error.Error as exc:  # NameNotFound / VersionNotFound carry gymnasium's suggestion
         raise EnvNotFoundError(f"env {env!r}: {exc}") from None
     except TypeError as exc:

@@ -22,12 +22,13 @@ from typing import Any, Mapping
 
 import click
 
+from fasteval.doors.click_types import DEVICE
 from fasteval.doors.file_options import FileOptions, file_options
 from fasteval.doors.help_sections import Section, SectionedHelp
 from fasteval.doors.lerobot_options import FASTEVAL, LEROBOT
 from fasteval.render.words import plural
 from fasteval.run.paths import UsablePath, path_problem
-from fasteval.types.spec import (AMP_MODES, DEVICES, NOISE_MODES, OBS_DTYPES, OBSERVATION_FORMATS, ON_NAN_ACTIONS,
+from fasteval.types.spec import (AMP_MODES, NOISE_MODES, OBS_DTYPES, OBSERVATION_FORMATS, ON_NAN_ACTIONS,
                                  RESET_MODES, VECTORIZATIONS, VIDEO_LAYOUTS, VIDEO_SELECTIONS, EvalSpec)
 
 EXIT_OK, EXIT_RUNTIME_ERROR, EXIT_BAD_INPUT = 0, 1, 2
@@ -156,13 +157,16 @@ EVAL_OPTIONS = [
     click.option("--workers", "workers", type=click.IntRange(min=1), default=None,
                  help="Env worker processes for --vectorization async (capped at the batch size) "
                       "[default: min(batch, usable cores)]."),
-    click.option("--device", type=click.Choice([*DEVICES]), default="auto", show_default=True,
-                 help="Policy device; auto picks cuda when available."),
+    click.option("--device", type=DEVICE, default="auto", show_default=True,
+                 help="Policy device: cpu, cuda, cuda:N or auto (cuda when available)."),
     click.option("--max-steps", type=click.IntRange(min=1), default=None,
                  help="Step cap per episode [default: the env spec's max_episode_steps]."),
     click.option("--reset-mode", type=click.Choice(RESET_MODES), default="auto", show_default=True,
                  help="Stateful policies: per-env resets (continuous batching) or waves."),
-    click.option("--trust-remote-code", is_flag=True, help="Allow --policy path/to/file.py:callable (runs that file)."),
+    click.option("--trust-remote-code", is_flag=True,
+                 help="Allow code for this run: path/to/file.py:callable policies and envs (runs that file), any "
+                      "module:callable env, an env namespace that is not an installed gymnasium plugin (imports it), "
+                      "and the code a --config file names. Only the command line can give it (docs/security.md)."),
     click.option("--pipeline", is_flag=True,
                  help="Double-buffer two slot groups (async envs step while the policy runs). Needs async, stateless policy."),
     click.option("--cuda-graph/--no-cuda-graph", "cuda_graph", default=None,

@@ -73,6 +73,7 @@ from fasteval.core.protocols import StepObserver
 from fasteval.types.errors import UserInputError
 from fasteval.types.files import safe_filename
 from fasteval.kernels import IDLE
+from fasteval.robot.env_kinds import is_mujoco
 from fasteval.robot.policies.obs_mapping import RAW, plan_keys
 
 DEFAULT_FPS = 30
@@ -135,18 +136,12 @@ class VideoSelection:
         return True, dropped
 
 
-def is_mujoco_env(env: Any) -> bool:
-    """Whether ``env`` (through its wrappers) is a MuJoCo env: gymnasium's ``MujocoEnv``, MetaWorld..."""
-    unwrapped = getattr(env, "unwrapped", env)
-    return any("mujoco" in (getattr(cls, "__module__", "") or "") for cls in type(unwrapped).__mro__)
-
-
 def render_problem(env: Any, name: str) -> str | None:
     """Why ``env`` cannot give video frames, known before any episode: a MuJoCo env made without
     ``render_mode="rgb_array"`` (MuJoCo's own error would be ``Unexpected mode: None``). ``None``: no
     known problem (other envs are checked on their first frame)."""
     mode = getattr(env, "render_mode", None)
-    if mode == "rgb_array" or not is_mujoco_env(env):
+    if mode == "rgb_array" or not is_mujoco(env):
         return None
     return (f"env {name!r} is a MuJoCo env made with render_mode={mode!r}, so it cannot render videos (MuJoCo "
             f"would stop with 'Unexpected mode: {mode}'). Add --env-kwarg render_mode=rgb_array (and width=, height= "

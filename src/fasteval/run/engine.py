@@ -23,6 +23,7 @@ from fasteval.core.engine import CoreEngine
 from fasteval.core.ledger import Ledger
 from fasteval.core.outcome import SegmentAborted
 from fasteval.core.protocols import StepObserver
+from fasteval.robot.env_kinds import ENV_KINDS
 from fasteval.robot.fast_envs import env_note
 from fasteval.robot.policies.loaders import load_policy
 from fasteval.robot.policies.runner import build_policy_runner
@@ -35,6 +36,9 @@ from fasteval.types.spec import EvalSpec
 
 class FastevalParts:
     """fasteval's :class:`~fasteval.core.protocols.EngineParts`."""
+
+    env_kinds = ENV_KINDS
+    """Plugin namespaces, MuJoCo's headless rendering, render-mode refusals (:mod:`fasteval.robot.env_kinds`)."""
 
     def load_policy(self, spec: EvalSpec, envs: Any, n_slots: int) -> Any:
         return load_policy(spec.policy, envs.observation_space, envs.action_space, n_slots, spec.trust_remote_code,

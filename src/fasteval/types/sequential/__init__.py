@@ -8,6 +8,9 @@
 * :mod:`.rules`: the ``--stop-when`` rules (``ci<=EPS``, ``above=T``, ``below=T``, the same for
   ``return:``, and ``decided`` for comparisons), ``--return-bounds``, and the prefix monitor that
   finds the first k at which a rule holds on episodes ``0..k-1``.
+* :mod:`.truncated` (with :mod:`.spending` and :mod:`.group_sequential`): truncated designs that
+  spend all of alpha by a cap given in advance (exact group-sequential binomial bounds), valid
+  only up to that cap, for one policy against a threshold and for two policies on seeds.
 
 Pure NumPy, no I/O: the layers above feed episodes in index order and read decisions back.
 """
@@ -17,8 +20,10 @@ from fasteval.types.sequential.eprocess import PairedEProcess
 from fasteval.types.sequential.rules import (
     PrefixGate, StopMonitor, StopRule, parse_return_bounds, parse_stop_rule,
 )
+from fasteval.types.sequential.truncated import TruncatedDesign, TruncatedPaired, TruncatedThreshold
 
 __all__ = [
     "BettingCS", "PairedEProcess", "PrefixGate", "StopMonitor", "StopRule",
+    "TruncatedDesign", "TruncatedPaired", "TruncatedThreshold",
     "betting_cs", "log_capital", "parse_return_bounds", "parse_stop_rule",
 ]
