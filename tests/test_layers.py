@@ -30,6 +30,7 @@ FOLDERS: dict[str, int] = {
     "run": 4,       # engine composition, evaluate/Evaluator, run folders, sinks
     "render": 5,    # views of documents: HTML pages, Markdown, terminal tables, plots
     "doors": 6,     # CLI, LeRobot flags, sweeps, bench, suites
+    "integrations": 6,  # doors for training loops: SB3's EvalCallback, TorchRL's trainer hook, lerobot-train
 }
 ROOT_MODULES = {"fasteval", "fasteval.version"}
 # kept for the docs test: every folder as its dotted prefix

@@ -331,8 +331,8 @@ def test_continuous_chunks_and_bad_chunk_settings():
     data = evaluate(env=PIXEL, policy=BoxChunks(), n_episodes=6, batch_size=4, return_episode_data=True).episode_data
     assert len(data) == sum(1 + s % 5 for s in range(6))
     for row in range(len(data)):  # the chunk comes from the episode's step 4k state
-        t = int(data["frame_index"][row])
-        s = int(data["episode_index"][row])
+        t = int(data["step_count"][row])
+        s = int(data["episode"][row])
         assert data["action"][row].tolist() == [s + t % 4, (t - t % 4) + t % 4]
     policy = ChunkParity(n_action_steps=5)
     with pytest.raises(UserInputError, match="n_action_steps"):
@@ -454,9 +454,10 @@ def plain_rollout(seed: int, max_steps: int | None = None):
         action = int(round(float(obs[-1])))
         next_obs, reward, terminated, truncated, info = env.step(action)
         capped = max_steps is not None and t + 1 >= max_steps
-        rows.append((obs, action, reward, terminated, truncated, info["is_success"], terminated or truncated or capped))
+        rows.append((obs, action, reward, terminated, truncated, info["is_success"], terminated or truncated or capped,
+                     next_obs))
         obs = next_obs
-        if rows[-1][-1]:
+        if rows[-1][6]:
             return rows
 
 
@@ -466,30 +467,35 @@ def test_episode_data_equals_plain_single_env_rollouts(batch, max_steps):
     result = evaluate(env=KA, policy=ParityPolicy(), n_episodes=n, batch_size=batch, seed=seed, max_steps=max_steps,
                       return_episode_data=True)
     data = result.episode_data
-    assert sorted(set(data["episode_index"].tolist())) == list(range(n))
+    assert sorted(set(data["episode"].tolist())) == list(range(n))
     assert len(data) == sum(r["length"] for r in result.per_episode)
     assert data["index"].tolist() == list(range(len(data)))
+    flat = lambda rows, *key: rows[key].reshape(-1).tolist()  # noqa: E731  (TorchRL's [T, 1] entries)
     for record in result.per_episode:
-        rows = data[data["episode_index"] == record["episode_ix"]]
+        rows = data[data["episode"] == record["episode_ix"]]
         want = plain_rollout(record["seed"], max_steps)
         assert len(rows) == record["length"] == len(want)
-        assert rows["frame_index"].tolist() == list(range(len(want)))
+        assert rows["seed"].tolist() == [record["seed"]] * len(want)
+        assert flat(rows, "step_count") == list(range(len(want)))
         assert np.array_equal(rows["observation"].numpy(), np.stack([w[0] for w in want]))
+        assert np.array_equal(rows["next", "observation"].numpy(), np.stack([w[7] for w in want]))
         assert rows["action"].tolist() == [w[1] for w in want]
-        assert rows["next.reward"].tolist() == [w[2] for w in want]
-        assert rows["next.terminated"].tolist() == [w[3] for w in want]
-        assert rows["next.truncated"].tolist() == [w[4] for w in want]
-        assert rows["next.success"].tolist() == [w[5] for w in want]
-        assert rows["next.done"].tolist() == [False] * (len(want) - 1) + [True]
-        assert float(rows["next.reward"].sum()) == record["sum_reward"]
+        assert flat(rows, "next", "reward") == [w[2] for w in want]
+        assert flat(rows, "next", "terminated") == [w[3] for w in want]
+        assert flat(rows, "next", "truncated") == [w[4] or (w[6] and not w[3]) for w in want]  # the cap truncates
+        assert flat(rows, "next", "success") == [w[5] for w in want]
+        assert flat(rows, "next", "done") == [False] * (len(want) - 1) + [True]
+        assert flat(rows, "done") == flat(rows, "terminated") == flat(rows, "truncated") == [False] * len(want)
+        assert float(rows["next", "reward"].sum()) == record["sum_reward"]
 
 
 def test_episode_data_of_dict_observations_keeps_the_env_keys():
     data = evaluate(env=PIXEL, policy=lambda obs: torch.zeros(len(obs), 2), n_episodes=3, batch_size=2,
                     return_episode_data=True).episode_data
-    assert set(data["observation"].keys()) == {"pixels", "agent_pos"}
-    assert data["observation", "pixels"].dtype == torch.uint8 and data["observation", "agent_pos"].dtype == torch.float64
-    assert data["observation", "agent_pos"][:, 1].tolist() == data["frame_index"].double().tolist()
+    assert {"pixels", "agent_pos"} <= set(data.keys()) and "observation" not in data.keys()  # TorchRL: the env's keys
+    assert data["pixels"].dtype == torch.uint8 and data["agent_pos"].dtype == torch.float64
+    assert data["agent_pos"][:, 1].tolist() == data["step_count"].reshape(-1).double().tolist()
+    assert set(data["next"].keys()) >= {"pixels", "agent_pos", "reward", "done"}
 
 
 # -- CLI ------------------------------------------------------------------------------------------------
@@ -579,7 +585,7 @@ def test_recording_drops_partial_data_of_restarted_episodes(tmp_path, vectorizat
     data = result.episode_data
     assert len(data) == sum(r["length"] for r in result.per_episode)
     for record in result.per_episode:
-        rows = data[data["episode_index"] == record["episode_ix"]]
+        rows = data[data["episode"] == record["episode_ix"]]
         want = plain_rollout(record["seed"])
         assert rows["action"].tolist() == [w[1] for w in want]
         assert np.array_equal(rows["observation"].numpy(), np.stack([w[0] for w in want]))
@@ -593,7 +599,7 @@ def test_failed_episodes_have_no_data_and_no_video(tmp_path):
     result = evaluate(env=FAULTY, env_kwargs=kwargs, policy=ParityPolicy(), n_episodes=5, batch_size=2, retries=0,
                       return_episode_data=True, max_episodes_rendered=rendered, videos_dir=str(tmp_path))
     assert result.n_failed == 1 and [r["episode_ix"] for r in result.per_episode] == [0, 1, 3, 4]
-    assert sorted(set(result.episode_data["episode_index"].tolist())) == [0, 1, 3, 4]
+    assert sorted(set(result.episode_data["episode"].tolist())) == [0, 1, 3, 4]
     if rendered:
         assert [os.path.basename(p) for p in result.video_paths] == [video_name(r) for r in result.per_episode[:3]]
         assert len(list((tmp_path / "fasteval.testing.faulty_make_faulty_env").iterdir())) == 3
@@ -604,7 +610,7 @@ def test_recording_with_pipeline_and_chunks_refuse_pipeline(tmp_path):
                       pipeline=True, return_episode_data=True)
     data = result.episode_data
     for record in result.per_episode:
-        rows = data[data["episode_index"] == record["episode_ix"]]
+        rows = data[data["episode"] == record["episode_ix"]]
         want = plain_rollout(record["seed"])
         assert rows["action"].tolist() == [w[1] for w in want]
         assert np.array_equal(rows["observation"].numpy(), np.stack([w[0] for w in want]))

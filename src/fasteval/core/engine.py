@@ -85,6 +85,7 @@ class CoreEngine:
         self.envs: SlotEnvs = build_slot_envs(spec.vectorization, factory, self.n_slots, probe, spec.step_timeout,
                                               workers=spec.workers,
                                               watchdog=self.watchdog)
+        self.n_slots = self.envs.n_slots  # a batched env may have fewer workers than slots asked for
         try:
             self._build_policy_side(spec)
         except BaseException:
@@ -195,6 +196,7 @@ class CoreEngine:
         self.check_actions.new_run()
         self.timers.reset()
         self.dry_run_s = self.capture_s = 0.0
+        self.envs.start_run(seed)  # a batched env seeds itself once per run (envs.seeding)
         start, captured = perf_counter(), accel.capture_clock.seconds
         try:
             with self._seeded(seed):
@@ -330,6 +332,7 @@ class CoreEngine:
         cpu = self.device.type == "cpu" and self.spec.cpu_threads is not None
         return {
             "seed": ledger.seed,
+            "seeding": self.envs.seeding,
             "batch_size": self.n_slots,
             "device": str(self.device),
             "max_steps": self.max_steps,

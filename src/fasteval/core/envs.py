@@ -21,7 +21,7 @@ import gymnasium as gym
 import numpy as np
 
 from fasteval.core.slot_block import SlotBlock, raise_call_errors
-from fasteval.core.slots import EnvFailure, SlotEnvs, _failure, _obs_writer, allocate_obs_buffer, call_env  # noqa: F401 (re-exported)
+from fasteval.core.slots import EnvFailure, SlotEnvs, SlotEnvsSource, _failure, _obs_writer, allocate_obs_buffer, call_env  # noqa: F401 (re-exported)
 from fasteval.core.watchdog import ENV, Watchdog
 from fasteval.types.errors import EnvNotFoundError, UserInputError
 from fasteval.types.refs import resolve_callable, split_callable_ref
@@ -37,12 +37,18 @@ class EnvKinds(Protocol):
       process that builds it: import the plugin that registers the id, set up rendering, or raise
       :class:`~fasteval.types.errors.UserInputError` for what cannot work on this machine;
     * ``not_found_hint(env)``: what to do when gymnasium does not know ``env``'s namespace (the package
-      to install), or ``""``.
+      to install), or ``""``;
+    * ``adapt(obj, built)``: turn an env of another library (a live TorchRL env, a factory of one, or what a
+      ``module:callable`` env returned: ``built`` is then True) into a ``gymnasium.Env`` or a
+      :class:`~fasteval.core.slots.SlotEnvsSource` (an env with a batch of its own), or ``None`` (not an
+      env it knows).
     """
 
     def prepare(self, env: str, kwargs: Mapping[str, Any]) -> None: ...
 
     def not_found_hint(self, env: str) -> str: ...
+
+    def adapt(self, obj: Any, built: bool) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,9 @@ class PlainEnvs:
 
     def not_found_hint(self, env: str) -> str:
         return ""
+
+    def adapt(self, obj: Any, built: bool) -> Any:
+        return None
 
 
 PLAIN_ENVS = PlainEnvs()
@@ -67,9 +76,12 @@ class EnvFactory:
     ``gym_pusht/PushT-v0`` imports ``gym_pusht``), so it also works inside async worker processes. A
     callable from a file path (``path/env.py:make``) runs that file: only with ``trust_remote_code``, as
     for policies (see docs/security.md).
+
+    ``env`` may also be a live object of the library API (an env of another library, or a factory of
+    one): ``kinds.adapt`` then makes each slot's env from it (:class:`EnvKinds`).
     """
 
-    env: str
+    env: Any
     kwargs: dict = field(default_factory=dict)
     trust_remote_code: bool = False
     kinds: EnvKinds = PLAIN_ENVS
@@ -77,16 +89,26 @@ class EnvFactory:
 
     @property
     def is_callable_ref(self) -> bool:
-        return split_callable_ref(self.env) is not None
+        return not isinstance(self.env, str) or split_callable_ref(self.env) is not None
 
-    def __call__(self) -> gym.Env:
+    def __call__(self) -> gym.Env | SlotEnvsSource:
+        if not isinstance(self.env, str):  # a live env object or factory (library API)
+            env = self.kinds.adapt(self.env, False)
+            if env is None:
+                raise UserInputError(f"env {self.env!r}: expected an env id, a module:callable string, a TorchRL env or a "
+                                     f"factory of one.")
+            return env
         self.kinds.prepare(self.env, self.kwargs)
         if self.is_callable_ref:
             fn = resolve_callable(self.env, what="env", trust_remote_code=self.trust_remote_code)
             env = fn(**self.kwargs)
-            if not isinstance(env, gym.Env):
-                raise UserInputError(f"env {self.env!r} returned {type(env).__name__}; expected a gymnasium.Env.")
-            return env
+            if isinstance(env, gym.Env):
+                return env
+            adapted = self.kinds.adapt(env, True)
+            if adapted is None:
+                raise UserInputError(f"env {self.env!r} returned {type(env).__name__}; expected a gymnasium.Env "
+                                     f"or a TorchRL EnvBase.")
+            return adapted
         return gym.make(lean_spec(self.env), **self.kwargs)
 
 
@@ -105,12 +127,13 @@ def lean_spec(env_id: str) -> gym.envs.registration.EnvSpec:
     return dataclasses.replace(spec, order_enforce=False, disable_env_checker=True, max_episode_steps=None)
 
 
-def make_factory(env: str, kwargs: dict, max_steps: int | None, trust_remote_code: bool = False,
-                 kinds: EnvKinds = PLAIN_ENVS) -> tuple[EnvFactory, gym.Env, int | None]:
+def make_factory(env: Any, kwargs: dict, max_steps: int | None, trust_remote_code: bool = False,
+                 kinds: EnvKinds = PLAIN_ENVS) -> tuple[EnvFactory, Any, int | None]:
     """Validate ``env`` by building one instance. Returns (factory, probe env, step cap).
 
     ``trust_remote_code`` (the spec's) allows a ``path/file.py:callable`` env (it runs that file);
-    ``kinds`` prepares the env (:class:`EnvKinds`) and explains an unknown namespace.
+    ``kinds`` prepares the env, adapts envs of other libraries into slot envs (:class:`EnvKinds`) and
+    explains an unknown namespace.
 
     The step cap is ``max_steps`` if given, else the env spec's ``max_episode_steps``
     (``None`` if neither exists). Raises :class:`EnvNotFoundError` with gymnasium's
@@ -129,7 +152,7 @@ def make_factory(env: str, kwargs: dict, max_steps: int | None, trust_remote_cod
     if cap is None and not factory.is_callable_ref:
         registered = gym.spec(env).max_episode_steps  # applied by the engine, not by a TimeLimit wrapper
         cap = int(registered) if registered else None
-    elif cap is None and probe.spec is not None and probe.spec.max_episode_steps:
+    elif cap is None and getattr(probe, "spec", None) is not None and probe.spec.max_episode_steps:
         cap = int(probe.spec.max_episode_steps)
     return factory, probe, cap
 
@@ -226,12 +249,34 @@ def build_slot_envs(vectorization: str, factory: EnvFactory, n_slots: int, probe
     (:meth:`~fasteval.core.slots.SlotEnvs.pin_host_buffers`: pinned arrays for sync envs, the shared
     mapping registered with CUDA for the pool), so observations cross in one copy.
     """
+    if isinstance(probe, SlotEnvsSource):  # an env with a batch of its own: its workers are the slots
+        if vectorization != "sync":
+            probe.close()
+            raise UserInputError(f"a batched env steps its own workers, so it runs with vectorization 'sync'; got "
+                                 f"{vectorization!r}. Drop --vectorization async (or give a single env, one per slot).")
+        return probe.build(n_slots)
     if vectorization == "sync":
         return SyncSlotEnvs(factory, n_slots, first_env=probe, step_timeout=step_timeout, watchdog=watchdog)
     from fasteval.core.workers import WorkerPoolEnvs
+
+    if not isinstance(factory.env, str):
+        _check_picklable(factory)
 
     probe = probe if probe is not None else factory()
     spaces = (probe.observation_space, probe.action_space, dict(getattr(probe, "metadata", None) or {}))
     probe.close()
     return WorkerPoolEnvs(factory, n_slots, spaces[0], spaces[1], n_workers=workers, step_timeout=step_timeout,
                           metadata=spaces[2])
+
+
+def _check_picklable(factory: EnvFactory) -> None:
+    """A live env (or factory) goes to the async workers by pickle: refuse one that cannot, before any starts."""
+    import pickle
+
+    try:
+        pickle.dumps(factory)
+    except Exception as exc:
+        raise UserInputError(
+            f"vectorization 'async' sends the env to worker processes, but {type(factory.env).__name__} cannot be "
+            f"pickled ({type(exc).__name__}: {exc}). Give the env as a module:callable string, a factory defined at "
+            f"module level, or use vectorization 'sync'.") from None

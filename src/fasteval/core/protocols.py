@@ -53,7 +53,7 @@ class EngineParts(Protocol):
     * ``finish_observers(observer)``: close them and return what they made (``video_paths``,
       ``episode_data``), which the run's record is built with;
     * ``env_meta(spec)`` (optional): facts about the env for the run's metadata (``env_note``: which
-      implementation of an env ran).
+      implementation of an env ran);
     """
 
     env_kinds: "EnvKinds"

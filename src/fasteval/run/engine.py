@@ -9,6 +9,9 @@ the layer above core and hands them to it:
 * the policy runner with the robot steps (:func:`fasteval.robot.policies.runner.build_policy_runner`:
   observation mapping, normalization, chunk queues, task descriptions);
 * the recorders (:mod:`fasteval.robot.recording`: videos, episode data);
+* the env kinds (:mod:`fasteval.robot.env_kinds`: plugin namespaces, headless rendering, and envs beyond
+  gymnasium through :func:`fasteval.robot.torchrl.envs.adapt_env`: TorchRL envs, live or by constructor,
+  single or batched);
 
 and builds the one record of each run from what the core engine hands up (:mod:`fasteval.run.record`).
 """
@@ -44,7 +47,7 @@ class FastevalParts:
         return load_policy(spec.policy, envs.observation_space, envs.action_space, n_slots, spec.trust_remote_code,
                            device=spec.device, env=spec.env, env_kwargs=dict(spec.env_kwargs),
                            cuda_graph=spec.cuda_graph, rename=dict(spec.rename),
-                           noise=spec.noise)
+                           noise=spec.noise, exploration=spec.exploration)
 
     def build_runner(self, policy: Any, spec: EvalSpec, envs: Any, h2d: Any, policy_batch: int) -> Any:
         return build_policy_runner(policy, spec, envs, h2d, policy_batch)
@@ -56,7 +59,7 @@ class FastevalParts:
         return finish_recorders(observer)
 
     def env_meta(self, spec: EvalSpec) -> dict[str, Any]:
-        note = env_note(spec.env)
+        note = env_note(spec.env) if isinstance(spec.env, str) else None
         return {"env_note": note} if note else {}
 
 

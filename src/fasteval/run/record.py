@@ -34,7 +34,7 @@ from fasteval.core.stopping import cut_at_stop, stopping_meta
 from fasteval.types.eval_result import (STATUS_COMPLETE, STATUS_FAILED, STATUS_INTERRUPTED, EarlierSegments,
                                         EvalResult)
 from fasteval.types.episode_table import EpisodeTable
-from fasteval.types.spec import EvalSpec
+from fasteval.types.spec import EvalSpec, env_label
 from fasteval.version import __version__
 
 Label = tuple[Any, Any, Any]
@@ -65,9 +65,12 @@ def end_status(n_recorded: int, n_wanted: int, n_failed: int, error: BaseExcepti
 
 
 def default_label(spec: EvalSpec) -> Label:
-    """The task of a one-task run: LeRobot's names for its env types (``pusht``, ``push-v3``), else the env id."""
+    """The task of a one-task run: LeRobot's names for its env types (``pusht``, ``push-v3``), else the env id
+    (a live env object or factory: its label, ``<ClassName>``)."""
     from fasteval.robot.env_names import task_names
 
+    if not isinstance(spec.env, str):
+        return (env_label(spec.env), 0, env_label(spec.env))
     group, task = task_names(spec.env, spec.env_kwargs)
     return (group, 0, task)
 
@@ -78,7 +81,7 @@ def spec_facts(spec: EvalSpec) -> dict[str, Any]:
     class name), the seed of episode 0, the episodes asked for, the step cap and device asked for."""
     return {
         "fasteval_version": __version__,
-        "env": spec.env,
+        "env": env_label(spec.env),
         "env_kwargs": spec.what.to_dict()["env_kwargs"],
         "policy": spec.what.to_dict()["policy"],
         "seed": spec.seed,

@@ -42,6 +42,7 @@ OBS_DTYPES = ("auto", "keep", "float32", "float64")
 VIDEO_SELECTIONS = ("first", "failures", "successes", "per-task")
 VIDEO_LAYOUTS = ("fasteval", "lerobot")
 NOISE_MODES = ("episode", "global")
+EXPLORATIONS = ("deterministic", "random")
 MAX_SEED = 2**63 - 1
 """The largest episode seed: the engine keeps seeds as int64 (``seed + n_episodes - 1`` must fit)."""
 MAX_STEPS = 2**63 - 1
@@ -60,9 +61,10 @@ class What:
     """What is evaluated: the fields that decide the numbers. Episode ``i`` (0 <= i < n_episodes) is reset
     with seed ``seed + i``. Two runs with equal ``What`` give the same per-episode results."""
 
-    env: str
+    env: Any
     """What: the env is what is evaluated. Gymnasium id (``CartPole-v1``, ``gym_pusht/PushT-v0``) or
-    ``module:callable`` returning an Env."""
+    ``module:callable`` returning an Env (a gymnasium or a TorchRL env); from the library API also a live
+    TorchRL ``EnvBase`` or a zero-argument factory of one (:mod:`fasteval.robot.torchrl.envs`)."""
 
     policy: Any = "zero"
     """What: the policy is what is evaluated. Policy reference (``zero``, ``random``, a checkpoint
@@ -108,6 +110,13 @@ class What:
     ``reset_mode="auto"`` then picks; see :mod:`fasteval.robot.lerobot.policy`). With ``global`` the draws
     also follow the waves, so that run's numbers depend on its batch size: resume it at the same one."""
 
+    exploration: str = "deterministic"
+    """What: it changes the numbers. The exploration type of a TorchRL / tensordict actor (``--exploration``),
+    set around each call with TorchRL's ``set_exploration_type``: ``deterministic`` (the distribution's
+    deterministic sample, TorchRL's default for evaluation) or ``random`` (a sample, drawn for each episode
+    from a generator seeded with its seed, so that it does not depend on the batch;
+    :mod:`fasteval.robot.policies.torchrl_actors`). An SB3 policy takes it as ``deterministic=``."""
+
     amp: str = "none"
     """What, although it is a speed setting: autocast computes the policy in bf16/fp16, a precision that
     changes its actions by more than rounding (and so the episodes), on purpose. A run evaluates the policy
@@ -134,7 +143,9 @@ class What:
         What._check(self)
 
     def _check(self) -> None:
-        _require(isinstance(self.env, str) and self.env.strip() != "", "env", "a non-empty env id or module:callable", self.env)
+        _require((isinstance(self.env, str) and self.env.strip() != "") or (not isinstance(self.env, str) and self.env is not None),
+                 "env", "a non-empty env id or module:callable, or a live env (a TorchRL EnvBase or a factory of one)",
+                 self.env)
         _require(_is_int(self.n_episodes) and self.n_episodes >= 1, "n_episodes", "an integer >= 1", self.n_episodes)
         _require(_is_int(self.seed) and self.seed >= 0, "seed", "an integer >= 0", self.seed)
         _require(self.seed + self.n_episodes - 1 <= MAX_SEED, "seed",
@@ -154,6 +165,7 @@ class What:
         object.__setattr__(self, "rename", dict(self.rename))
         _require(self.obs_dtype in OBS_DTYPES, "obs_dtype", " or ".join(OBS_DTYPES), self.obs_dtype)
         _require(self.noise in NOISE_MODES, "noise", " or ".join(NOISE_MODES), self.noise)
+        _require(self.exploration in EXPLORATIONS, "exploration", " or ".join(EXPLORATIONS), self.exploration)
         _require(self.amp in AMP_MODES, "amp", " or ".join(AMP_MODES), self.amp)
         self._check_stop_fields()
 
@@ -396,9 +408,20 @@ SPEC_FIELDS: tuple[str, ...] = (*WHAT_FIELDS, *HOW_FIELDS)
 def _fields_dict(spec: Any, names: tuple[str, ...]) -> dict[str, Any]:
     return {
         name: (spec.policy if isinstance(spec.policy, str) else f"<{type(spec.policy).__name__}>")
-        if name == "policy" else copy.deepcopy(getattr(spec, name))
+        if name == "policy" else env_label(spec.env) if name == "env" else copy.deepcopy(getattr(spec, name))
         for name in names
     }
+
+
+def env_label(env: Any) -> str:
+    """How a run names its env: the id or reference itself, ``<ClassName>`` for a live env object, and the
+    function's name (``<make_env>``) for a live factory."""
+    if isinstance(env, str):
+        return env
+    if callable(env) and hasattr(env, "__qualname__") and not hasattr(env, "batch_size"):
+        name = env.__qualname__
+        return name if name.startswith("<") else f"<{name}>"
+    return f"<{type(env).__name__}>"
 
 
 def _is_timeout(value: Any) -> bool:

@@ -10,8 +10,9 @@ The rules, for an env or a policy reference:
   wherever it comes from (the engine checks this itself, for envs and policies alike);
 * a ``module:callable`` typed **on the command line** is the user's own choice of installed code. A
   policy callable is called with the spaces only; an env callable gets the ``--env-kwarg`` values
-  as its arguments, so it must be an env constructor: a ``gymnasium.Env`` subclass, the entry point
-  of a registered gymnasium id, or a function annotated to return a ``gymnasium.Env``. Any other
+  as its arguments, so it must be an env constructor: a ``gymnasium.Env`` or TorchRL ``EnvBase`` subclass
+  (``torchrl.envs:GymEnv``), the entry point of a registered gymnasium id, or a function annotated to return
+  one of them. Any other
   callable (``os:system``, ``subprocess:run``, ``builtins:exec``) needs the flag;
 * a ``module:callable`` that comes from a **file** (``--config``, a sweep spec, a run's manifest on
   ``--resume``) needs the flag on the command line, whatever it names: a shared file must be data.
@@ -89,15 +90,25 @@ def is_env_constructor(ref: str) -> bool:
             obj = getattr(obj, name)
     except Exception:
         return False  # the engine reports the import error itself
+    env_types = _env_types(gym)
     if inspect.isclass(obj):
-        return issubclass(obj, gym.Env)
+        return issubclass(obj, env_types)
     if not inspect.isfunction(obj):
         return False
     try:
         returns = typing.get_type_hints(obj).get("return")
     except Exception:
         return False
-    return inspect.isclass(returns) and issubclass(returns, gym.Env)
+    return inspect.isclass(returns) and issubclass(returns, env_types)
+
+
+def _env_types(gym: Any) -> tuple[type, ...]:
+    """The env base classes an env constructor may build: ``gymnasium.Env``, and TorchRL's ``EnvBase`` once
+    ``torchrl.envs`` is imported (importing the named module imports it for a TorchRL env; nothing else does)."""
+    import sys
+
+    torchrl_envs = sys.modules.get("torchrl.envs")
+    return (gym.Env,) if torchrl_envs is None else (gym.Env, torchrl_envs.EnvBase)
 
 
 def declared_env_plugins() -> dict[str, Any]:
@@ -161,8 +172,8 @@ def check_env_ref(ref: Any, source: str, trust_remote_code: bool) -> None:
     if source != COMMAND_LINE:
         refuse("env", ref, source, "names a Python callable, and a file cannot choose code to run")
     if not is_env_constructor(ref):
-        refuse("env", ref, source, "is not an env constructor (a gymnasium.Env subclass, the entry point of a registered "
-                                   "id, or a function annotated to return a gymnasium.Env), and it would be called "
+        refuse("env", ref, source, "is not an env constructor (a gymnasium.Env or TorchRL EnvBase subclass, the entry point "
+                                   "of a registered id, or a function annotated to return one), and it would be called "
                                    "with the --env-kwarg values as its arguments")
 
 

@@ -187,5 +187,11 @@ class RobotEnvKinds:
     def not_found_hint(self, env: str) -> str:
         return namespace_hint(env.split("/", 1)[0]) if "/" in env else ""
 
+    def adapt(self, obj: Any, built: bool) -> Any:
+        """Envs of other libraries as slot envs: TorchRL's (:func:`fasteval.robot.torchrl.envs.adapt_env`)."""
+        from fasteval.robot.torchrl.envs import adapt_env
+
+        return adapt_env(obj, built)
+
 
 ENV_KINDS = RobotEnvKinds()
