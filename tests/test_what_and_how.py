@@ -62,6 +62,7 @@ WHAT_CHANGES = {
     "rename": {"rename": {"observation": "observation.state"}},
     "obs_dtype": {"obs_dtype": "float64"},
     "noise": {"noise": "global"},
+    "exploration": {"exploration": "random"},
     "amp": {"amp": "bf16"},
     "stop_when": {"stop_when": "ci<=0.4"},
     "confidence": {"confidence": 0.9},
@@ -71,7 +72,7 @@ WHAT_CHANGES = {
 
 CHANGES_NUMBERS = ("policy", "env_kwargs", "n_episodes", "seed", "max_steps", "stop_when")
 """The *what* fields whose change this known-answer setting shows in the numbers (the others change what a
-learned policy sees or computes in ways a parity rule cannot show: dtypes, keys, noise, precision)."""
+learned policy sees or computes in ways a parity rule cannot show: dtypes, keys, noise, exploration, precision)."""
 
 
 def episodes(result) -> dict[str, np.ndarray]:
