@@ -397,8 +397,9 @@ class VideoRecorder(StepObserver):
                 self.encoder.frame(self._episode(row), frame)
                 self.open[slot] = (row, count + 1)
 
-    def finish(self, result: Any) -> None:
-        """Close the open videos, replay the kept episodes, wait for the encoder (booked as ``encode``)."""
+    def finish(self) -> dict[str, Any]:
+        """Close the open videos, replay the kept episodes, wait for the encoder (its wait is the ``encode``
+        stage); what this recorder made: ``{"video_paths": [...]}`` in episode order."""
         start = perf_counter()
         for slot in list(self.open):
             self._close(slot)
@@ -408,13 +409,10 @@ class VideoRecorder(StepObserver):
         try:
             self.encoder.finish()
         finally:
-            waited = perf_counter() - start
             if self.timers is not None:
-                self.timers.seconds["encode"] += waited
-            timings = result.timings  # the result's copy of the timers was taken before this wait
-            timings["encode"] = timings.get("encode", 0.0) + waited
+                self.timers.add("encode", start)
         written = self.encoder.written
-        result.video_paths = [written[e] for e in sorted(written)]
+        return {"video_paths": [written[e] for e in sorted(written)]}
 
 
 class EpisodeDataRecorder(StepObserver):
@@ -495,8 +493,9 @@ class EpisodeDataRecorder(StepObserver):
             return {k: torch.from_numpy(np.array(v[slot])).to(device) for k, v in obs.items()}
         return torch.from_numpy(np.array(obs[slot])).to(device)
 
-    def finish(self, result: Any) -> None:
-        result.episode_data = self.assemble()
+    def finish(self) -> dict[str, Any]:
+        """What this recorder made: ``{"episode_data": TensorDict}``."""
+        return {"episode_data": self.assemble()}
 
     def assemble(self) -> Any:
         """The reported episodes' steps, sorted by episode then frame, in TorchRL's layout (module docstring)."""
@@ -588,9 +587,12 @@ class Recorders(StepObserver):
         if self.user is not None:
             self.user.on_step(active, actions, parked)
 
-    def finish(self, result: Any) -> None:
+    def finish(self) -> dict[str, Any]:
+        """Every recorder's outputs, merged (the record of the run is built from them)."""
+        out: dict[str, Any] = {}
         for part in self.parts:
-            part.finish(result)
+            out.update(part.finish())
+        return out
 
 
 def attach_recorders(engine: Any, ledger: Any, observer: StepObserver | None) -> StepObserver | None:
@@ -614,7 +616,7 @@ def attach_recorders(engine: Any, ledger: Any, observer: StepObserver | None) ->
     return Recorders(parts, observer, engine.timers) if parts else observer
 
 
-def finish_recorders(observer: Any, result: Any) -> None:
-    """Close videos and assemble episode data into ``result`` (no-op without recorders)."""
-    if isinstance(observer, Recorders):
-        observer.finish(result)
+def finish_recorders(observer: Any) -> dict[str, Any]:
+    """Close videos and assemble episode data: ``{"video_paths": [...], "episode_data": ...}`` as the spec
+    asked (``{}`` without recorders)."""
+    return observer.finish() if isinstance(observer, Recorders) else {}
