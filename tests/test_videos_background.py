@@ -145,6 +145,7 @@ def test_render_and_encode_are_stages_of_their_own(tmp_path, monkeypatch):
     assert t["render"] >= 0.01 * frames  # every sleep of the render is in the render stage ...
     assert t["bookkeeping"] < 0.01 * frames  # ... and none of them in bookkeeping
     assert t["encode"] > 0.0 and threads == {"fasteval-video-encoder"}  # written beside the loop
+    assert result.eval_s >= t["render"] + t["encode"]  # engine time covers both (the wait at the end included)
     assert [len(decoded(p)) for p in result.video_paths] == [frames_of(3, e) for e in (0, 1)]
 
 
@@ -176,7 +177,7 @@ def test_a_replay_that_is_not_the_episode_is_dropped_with_a_warning(tmp_path):
     with pytest.warns(RuntimeWarning, match="not deterministic given its seed and actions"):
         result = evaluate(env="tests.test_videos_background:make_drifting_env", policy=ParityPolicy(), n_episodes=6,
                           batch_size=2, seed=0, max_episodes_rendered=1, video_select="failures", videos_dir=str(tmp_path))
-    assert result.video_paths == []
+    assert list(result.video_paths) == []
     assert not [p for p in Path(tmp_path).rglob("*") if p.is_file()]  # no partial file left
 
 
