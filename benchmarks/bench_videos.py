@@ -74,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", type=Path, help="another checkout to run beside this one")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--envs", default=",".join(ENVS), help="comma-separated: " + ", ".join(ENVS))
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated: " + ", ".join(MODES))
     parser.add_argument("--tiny", action="store_true", help="the known-answer env, one repeat (for the test suite)")
     args = parser.parse_args(argv)
     envs = TINY_ENVS if args.tiny else {k: ENVS[k] for k in args.envs.split(",")}
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     for round_ in range(1 if args.tiny else args.repeats):
         order = list(trees) if round_ % 2 == 0 else list(trees)[::-1]
         for env_name, env_fields in envs.items():
-            for mode, mode_fields in MODES.items():
+            for mode, mode_fields in ((m, MODES[m]) for m in args.modes.split(",")):
                 for tree in order:
                     with tempfile.TemporaryDirectory() as tmp:
                         got = sample(trees[tree], {**env_fields, **mode_fields}, tmp)
