@@ -80,7 +80,7 @@ def test_job_name_names_lerobots_default_output_folder():
     (["--policy.use_peft=true"], "PEFT"),
     (["--policy.type=act"], "save_pretrained"),
     (["--policy.pretrained_path=x"], "give --policy.path"),
-    (["--policy.n_action_steps=8"], "as saved"),
+    (["--policy.n_action_steps=8"], "LeRobot checkpoints only"),  # a field override needs a LeRobot checkpoint
     (["--env.disable_env_checker=false"], "env checker"),
     (["--env.features={}"], "layout of an env type"),
     (["--seed=null"], "every episode i runs with seed"),

@@ -82,6 +82,8 @@ def manifest_fields(spec: EvalSpec, engine: Engine) -> dict[str, Any]:
         # a --stop-when run: its rule must match on resume (its -n, the cap, may grow)
         **({"stop_when": spec.stop_when, "confidence": spec.confidence,
             "return_bounds": list(spec.return_bounds) if spec.return_bounds else None} if spec.stop_when else {}),
+        # the env's protocol card, where the env has one (LIBERO: fasteval.robot.lerobot.libero.protocol_card)
+        **{k: v for k, v in engine._env_facts().items() if k == "protocol"},
     }
 
 

@@ -136,6 +136,12 @@ class EvalSpec:
     ``lerobot-eval``'s: its per-seed numbers; needs wave mode, which ``reset_mode="auto"`` then picks;
     see :mod:`fasteval.robot.lerobot.policy`)."""
 
+    policy_overrides: Mapping[str, str] = field(default_factory=dict)
+    """Fields of a LeRobot policy's config set on top of its saved ``config.json`` before the policy is built,
+    ``{field: value}`` as LeRobot's command line spells them (``--policy.n_action_steps=10``, native
+    ``--policy-field n_action_steps=10``), parsed by LeRobot's own config classes (an unknown field gets
+    LeRobot's error). Only LeRobot checkpoints take them."""
+
     return_episode_data: bool = False
     """Also return the rollout data of every episode (observation, action, reward, done, episode
     and frame index) as ``result.episode_data``, a TensorDict with one row per step."""
@@ -214,6 +220,11 @@ class EvalSpec:
                                                           for k, v in self.rename.items()),
                  "rename", "a mapping of non-empty key strings to new key strings", self.rename)
         object.__setattr__(self, "rename", dict(self.rename))
+        _require(isinstance(self.policy_overrides, Mapping) and all(
+            isinstance(k, str) and k and isinstance(v, str) for k, v in self.policy_overrides.items()),
+                 "policy_overrides", "a mapping of LeRobot config field names to their values as strings",
+                 self.policy_overrides)
+        object.__setattr__(self, "policy_overrides", dict(self.policy_overrides))
         _require(_is_int(self.max_episodes_rendered) and self.max_episodes_rendered >= 0,
                  "max_episodes_rendered", "an integer >= 0", self.max_episodes_rendered)
         _require(self.obs_dtype in OBS_DTYPES, "obs_dtype", " or ".join(OBS_DTYPES), self.obs_dtype)
