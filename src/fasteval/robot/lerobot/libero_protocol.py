@@ -19,13 +19,13 @@ import sys
 from typing import Any, Mapping
 
 from fasteval.robot.lerobot.envs import ENV_REF, make_env
-from fasteval.robot.lerobot.libero import INIT_STATE_OFFSET, LIBERO_TYPES, SUCCESS_RULE, assets_dir, versions
+from fasteval.robot.lerobot.libero import INIT_STATE_OFFSET, SUCCESS_RULE, assets_dir, is_libero_type, versions
 
 
 def env_meta(env: str, env_kwargs: Mapping[str, Any], max_steps: int | None = None) -> dict[str, Any]:
     """Facts about a LeRobot env type for a run's metadata: ``{"protocol": card}`` for LIBERO types
     (:func:`protocol_card`; ``max_steps``: the run's cap, when given), else ``{}``."""
-    if env != ENV_REF or dict(env_kwargs).get("type") not in LIBERO_TYPES:
+    if env != ENV_REF or not is_libero_type(dict(env_kwargs).get("type")):
         return {}
     return {"protocol": protocol_card(env_kwargs, max_steps)}
 

@@ -118,6 +118,7 @@ def read_config(folder: Path, kind: str, overrides: Mapping[str, str] | None = N
             if given else "reading config.json failed")
     stderr = io.StringIO()
     with reading(folder, kind, what):
+        import lerobot.policies.factory  # noqa: F401  (imports, and so registers, every policy type's config class)
         from lerobot.configs.policies import PreTrainedConfig
 
         try:
