@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -37,35 +38,31 @@ N, STEPS, SEED = 5, 2, 1000
 
 
 # -- the init-state rule, on a stand-in for LeRobot's LiberoEnv (no LIBERO needed) ---------------------------
-class _CountingLibero:
+class _CountingLibero(gym.Env):
     """What InitStateBySeed touches of LeRobot's LiberoEnv: ``_init_states``, ``init_state_id`` (read at reset,
     then advanced by the stride, as LeRobot does)."""
 
-    def __init__(self, n_states: int = 50, stride: int = 1):
-        import gymnasium as gym
+    observation_space = gym.spaces.Box(0, 1, (1,))
+    action_space = gym.spaces.Box(0, 1, (1,))
 
+    def __init__(self, n_states: int = 50, stride: int = 1):
         self._init_states = list(range(n_states))
         self.init_state_id, self.stride, self.used = 0, stride, []
-        self.observation_space = gym.spaces.Box(0, 1, (1,))
-        self.action_space = gym.spaces.Box(0, 1, (1,))
-        self.unwrapped = self
-        self.render_mode = None
-        self.metadata, self.spec, self.np_random = {}, None, None
 
-    def reset(self, seed=None, options=None):
+    def reset(self, *, seed=None, options=None):
         self.used.append(self._init_states[self.init_state_id % len(self._init_states)])
         self.init_state_id += self.stride
-        return np.zeros(1), {}
+        return np.zeros(1, np.float32), {}
 
 
 def test_the_init_state_follows_the_seed_not_the_envs_counter() -> None:
     inner = _CountingLibero(stride=5)  # LeRobot's sub-env 0 of a batch of 5
-    env = InitStateBySeed(inner)  # type: ignore[arg-type]
+    env = InitStateBySeed(inner)
     for seed in (1003, 1000, 1049, 1050, 1003):  # any order, any repetition (a retry): the seed decides
         env.reset(seed=seed)
     assert inner.used == [3, 0, 49, 0, 3]
     shifted = _CountingLibero()
-    InitStateBySeed(shifted, offset=7).reset(seed=7 + 12)  # type: ignore[arg-type]
+    InitStateBySeed(shifted, offset=7).reset(seed=7 + 12)
     assert shifted.used == [12]  # init_state_offset: lerobot-eval's i mod 50 for seed 7
     env.reset(seed=None)  # no seed: LeRobot's own counter (it stood at 3 + 5 after the last reset)
     assert inner.used[-1] == 8

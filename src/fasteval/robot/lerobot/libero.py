@@ -246,7 +246,9 @@ def setup(assets: str | Path | None = None) -> list[str]:
     """The install step: link the assets, write (or check) LIBERO's config. Returns what it did, line by line."""
     lines = [link_assets()]
     path = config_path()
-    if path.exists() and libero_dir() is not None and stale_config(path) is not None:
+    if libero_dir() is None:
+        return lines  # no LIBERO: no config to write
+    if path.exists() and stale_config(path) is not None:
         lines.append(f"{path}: {stale_config(path)}: rewritten")
         write_config(path, assets)
     elif path.exists():
