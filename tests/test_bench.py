@@ -264,7 +264,8 @@ def test_bench_cell_reports_the_spec_threads():
 
 
 def test_format_machine_threads_wording():
-    from fasteval.doors.bench.machine import format_machine, machine_info
+    from fasteval.doors.bench.machine import machine_info
+    from fasteval.render.bench_text import format_machine
 
     info = dict(machine_info(), torch_threads=8)
     assert "(8 threads by default)" in format_machine(info)

@@ -548,7 +548,7 @@ def end_of_run(outcome: Any, spec: Any, out_dir: Path, files: FileOptions, profi
 def write_html_report(out_dir: Path) -> list[str]:
     """``report.html`` in the run folder (a suite's, and each of its tasks'), from the files the run
     wrote; returns the problems (empty: written). The results are on disk whatever happens here."""
-    from fasteval.run.report_html import write_run_report
+    from fasteval.render.html import write_run_report
 
     try:
         path = write_run_report(out_dir)

@@ -50,7 +50,7 @@
   =====================  ================================================================
 
   Steps are written into a ``[B, T]`` TensorDict preallocated on the policy device
-  (:mod:`fasteval.core.rollout_buffer`); each finished episode is cut out of it at its end, and
+  (:mod:`fasteval.robot.buffers.rollout_buffer`); each finished episode is cut out of it at its end, and
   ``result.episode_data`` is on the policy device. ``--save-episodes DIR`` writes it as a TensorDict
   memory map (:mod:`fasteval.run.episode_files`).
 
@@ -356,14 +356,14 @@ class VideoRecorder(StepObserver):
 
 
 class EpisodeDataRecorder(StepObserver):
-    """Records every step into a :class:`~fasteval.core.rollout_buffer.RolloutBuffer` on the policy device;
+    """Records every step into a :class:`~fasteval.robot.buffers.rollout_buffer.RolloutBuffer` on the policy device;
     a finished episode is cut out of it at once, and :meth:`finish` puts them together in episode order.
 
     ``result.episode_data`` lives on the policy device (``.cpu()`` it to keep it on the host).
     """
 
     def __init__(self, engine: Any, ledger: Any, observation_format: str, rename: dict):
-        from fasteval.core.rollout_buffer import RolloutBuffer
+        from fasteval.robot.buffers.rollout_buffer import RolloutBuffer
 
         envs = self.envs = engine.envs
         self.ledger = ledger
@@ -427,7 +427,7 @@ class EpisodeDataRecorder(StepObserver):
         import torch
         from tensordict import TensorDict
 
-        from fasteval.core.rollout_buffer import concat_episodes
+        from fasteval.robot.buffers.rollout_buffer import concat_episodes
 
         L = self.ledger
         n = L.n_episodes

@@ -10,7 +10,7 @@ Layout:
   errors.jsonl     one JSON record per env/policy fault (retried ones included)
   eval_info.json   the final results (classic layout), written atomically at the end
   config.json      the resolved config (written by the CLI; loadable with --config)
-  report.html      the run's page (written by the CLI unless --no-report; :mod:`fasteval.run.report_html`)
+  report.html      the run's page (written by the CLI unless --no-report; :mod:`fasteval.render.html`)
   .fasteval.lock   the folder's lock (:mod:`fasteval.run.folder_lock`): one process at a time
 
 Every record carries the ``run_id`` of its manifest, so a resume can tell this run's records from

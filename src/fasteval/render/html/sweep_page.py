@@ -15,9 +15,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from fasteval.run.report_html import page, svg
-from fasteval.run.report_html.page import write_text_atomic
-from fasteval.run.report_html.run_page import NO_SIGNAL, RunPageInput, render_run_page
+from fasteval.render.html import page, svg
+from fasteval.render.html.page import write_text_atomic
+from fasteval.render import NO_SIGNAL
+from fasteval.render.html.run_page import RunPageInput, render_run_page
 from fasteval.types.stats import iqm
 
 CellKey = tuple[str, str]
