@@ -14,7 +14,6 @@ pytest.importorskip("lerobot")
 
 from fasteval.doors.cli import main  # noqa: E402
 
-STEPS = 12
 
 
 def _cli(args: list) -> object:
@@ -23,23 +22,24 @@ def _cli(args: list) -> object:
 
 def test_a_policy_field_override_is_the_checkpoint_saved_with_that_field(act_checkpoint: Path, tmp_path: Path) -> None:
     """``--policy.n_action_steps=3`` on a checkpoint saved with 10 gives, episode for episode, what the same weights
-    saved with 3 give (LeRobot's config class applied it before the policy was built), and other numbers than 10;
-    the override is in the manifest and the saved config."""
+    saved with 3 give (LeRobot's config class applied it before the policy was built), and other numbers than 10
+    (on an env whose every reward depends on the action: ``make_varying_env``); the override is in the manifest
+    and the saved config."""
     from fasteval import evaluate
-    from fasteval.robot.lerobot.testing import write_act_checkpoint
-    from tests.lerobot.conftest import pusht_spec
+    from fasteval.robot.lerobot.testing import VARYING_ENV_REF, write_act_checkpoint
 
     out = tmp_path / "run"
-    result = _cli([f"--policy.path={act_checkpoint}", "--env.type=pusht", "--eval.n_episodes=2", "--eval.batch_size=2",
-                   f"--env.episode_length={STEPS}", "--policy.device=cpu", "--policy.n_action_steps=3",
-                   "--max-episodes-rendered=0", f"--output_dir={out}"])
+    result = _cli([f"--policy.path={act_checkpoint}", "--env", VARYING_ENV_REF, "--obs-format", "lerobot",
+                   "--eval.n_episodes=3", "--eval.batch_size=3", "--policy.device=cpu", "--policy.n_action_steps=3",
+                   "--seed=0", f"--output_dir={out}"])
     assert result.exit_code == 0, result.output
     info = json.loads((out / "eval_info.json").read_text())
     assert json.loads((out / "manifest.json").read_text())["spec"]["policy_overrides"] == {"n_action_steps": "3"}
     assert json.loads((out / "config.json").read_text())["policy_overrides"] == {"n_action_steps": "3"}
+    spec = dict(env=VARYING_ENV_REF, observation_format="lerobot", n_episodes=3, batch_size=3, seed=0, device="cpu")
     three = write_act_checkpoint(tmp_path / "act3", seed=0, n_action_steps=3)  # the same weights (seed 0)
-    saved = evaluate(**pusht_spec(three, n_episodes=2, batch_size=2, max_steps=STEPS))
-    ten = evaluate(**pusht_spec(act_checkpoint, n_episodes=2, batch_size=2, max_steps=STEPS))
+    saved = evaluate(policy=str(three), **spec)
+    ten = evaluate(policy=str(act_checkpoint), **spec)
     ours = [r["sum_reward"] for r in info["per_episode"]]
     assert ours == pytest.approx([r["sum_reward"] for r in saved.per_episode], abs=1e-9)
     assert ours != pytest.approx([r["sum_reward"] for r in ten.per_episode], abs=1e-6)

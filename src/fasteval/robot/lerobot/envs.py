@@ -21,6 +21,8 @@ that it pairs the env-side processors LeRobot pairs with that env type.
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from typing import Any
 
 import gymnasium as gym
@@ -75,7 +77,8 @@ def make_env(type: str, task: str | None = None, task_id: int | None = None, **o
     config = env_config(type, task, task_id, **options)
     if is_libero_type(type):
         prepare_assets()
-    suites = config.create_envs(n_envs=1, use_async_envs=False)
+    with contextlib.redirect_stdout(sys.stderr):  # LeRobot's LIBERO factory prints its progress on stdout
+        suites = config.create_envs(n_envs=1, use_async_envs=False)
     vec_envs = [vec for tasks in suites.values() for vec in tasks.values()]
     if len(vec_envs) != 1:
         for vec in vec_envs:
@@ -176,8 +179,13 @@ def libero_task_names(suite: str) -> list[str]:
     Reads LIBERO's task table only (no scene assets, no env); writes LIBERO's config first
     (:func:`prepare_libero`) so that the import asks nothing."""
     prepare_libero()
-    from libero.libero import benchmark
+    with contextlib.redirect_stdout(sys.stderr):  # LIBERO prints "[info] using task orders" on stdout
+        from libero.libero import benchmark
 
+        return _task_names(benchmark, suite)
+
+
+def _task_names(benchmark: Any, suite: str) -> list[str]:
     suites = benchmark.get_benchmark_dict()
     if suite not in suites:
         raise UserInputError(f"--env.type=libero: unknown --env.task {suite!r}; expected one of "
