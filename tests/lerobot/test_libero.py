@@ -188,8 +188,10 @@ def test_a_hung_render_is_caught_by_the_step_timeout(batch1, tmp_path: Path) -> 
     result = evaluate(env="tests.lerobot.libero_faults:make_env",
                       env_kwargs={**TASK0, "hang_seed": SEED + 1, "once_dir": str(tmp_path)}, policy="zero",
                       n_episodes=2, seed=SEED, max_steps=STEPS, device="cpu", batch_size=2, vectorization="async",
-                      workers=2, step_timeout=60.0, return_episode_data=True)
-    assert [(e["episode_ix"], e["stage"], e["final"]) for e in result.errors] == [(1, "step", False)]
+                      workers=2, step_timeout=90.0, return_episode_data=True)
+    errors = [(e["episode_ix"], e["stage"], e["final"]) for e in result.errors]
+    assert (1, "step", False) in errors, result.errors  # the hang, caught and retried
+    assert not any(final for _, _, final in errors)  # (a first reset slower than the timeout on a busy machine too)
     ours, reference = _episodes(result), _episodes(batch1)
     for key, obs in ours.items():
         for name, value in obs.items():
