@@ -36,7 +36,7 @@ from fasteval.core.timing import make_stage_timers
 from fasteval.core.transfer import DeviceToHost, HostToDevice, pins_host
 from fasteval.types.errors import EvaluationAborted, UserInputError
 from fasteval.types.results import EarlierSegments, EpisodeTable, EvalResult, run_status
-from fasteval.types.spec import EvalSpec
+from fasteval.types.spec import EvalSpec, env_label
 from fasteval.version import __version__
 
 logger = logging.getLogger(__name__)
@@ -76,12 +76,14 @@ class CoreEngine:
         self.watchdog = Watchdog()
         """Deadlines for the policy (``policy_timeout_s``) and sync envs (``step_timeout``); a door may set
         ``watchdog.on_expire`` (the durable run flushes its records and marks its folder ``failed``)."""
-        factory, probe, cap = make_factory(spec.env, spec.env_kwargs, spec.max_steps, spec.trust_remote_code)
+        factory, probe, cap = make_factory(spec.env, spec.env_kwargs, spec.max_steps, spec.trust_remote_code,
+                                           kinds=parts.env_kinds)
         self.factory = factory
         self.max_steps = cap
         self.envs: SlotEnvs = build_slot_envs(spec.vectorization, factory, self.n_slots, probe, spec.step_timeout,
                                               workers=spec.workers,
                                               watchdog=self.watchdog)
+        self.n_slots = self.envs.n_slots  # a batched env may have fewer workers than slots asked for
         try:
             self._build_policy_side(spec)
         except BaseException:
@@ -120,7 +122,7 @@ class CoreEngine:
                                 self.device, self.pin_memory)
         self.check_actions = make_action_check(action_host_dtype(envs.action_space), envs.action_space)
         if spec.pipeline:
-            check_pipelinable(envs, self.runner, self.n_slots)
+            check_pipelinable(envs, self.runner, self.n_slots, spec.batch_size)
         self.accel_facts: dict[str, Any] = {}
 
     @property
@@ -187,6 +189,7 @@ class CoreEngine:
         self.check_actions.new_run()
         self.timers.reset()
         self.dry_run_s = self.capture_s = 0.0
+        self.envs.start_run(seed)  # a batched env seeds itself once per run (envs.seeding)
         start, captured = perf_counter(), accel.capture_clock.seconds
         try:
             with self._seeded(seed):
@@ -309,7 +312,7 @@ class CoreEngine:
             stop.finish(ledger)
             records, block = cut_at_stop(records, stop)
             meta.update(n_episodes=stop.monitor.cap, **stopping_meta(block, records.tasks[0] if records.tasks else
-                                                                     (self.spec.env, 0, self.spec.env)))
+                                                                     (env_label(self.spec.env), 0, env_label(self.spec.env))))
             if stop.fired:  # the rule decided: the wanted episodes are 0..k-1
                 n_failed = int(ledger.failed[ledger.episode_ids < stop.k].sum())
                 n, stopped = len(records) + n_failed, False
@@ -346,14 +349,15 @@ class CoreEngine:
             "has_success_signal": np.broadcast_to(np.bool_(self._success_signal()), (rows.size,)),
         }
         names = getattr(self.parts, "task_names", None)  # LeRobot's names for its env types (pusht, push-v3, ...)
-        group, task = names(self.spec) if names is not None else (self.spec.env, self.spec.env)
+        group, task = names(self.spec) if names is not None else (env_label(self.spec.env),) * 2
         return EpisodeTable(columns, np.zeros(1, np.int64), [(group, 0, task)])
 
     def _meta(self, n: int, seed: int) -> dict[str, Any]:
         return {
             "fasteval_version": __version__,
-            "env": self.spec.env,
+            "env": env_label(self.spec.env),
             "env_kwargs": self.spec.env_kwargs,
+            "seeding": self.envs.seeding,
             "policy": self.spec.to_dict()["policy"],
             "n_episodes": n,
             "seed": seed,

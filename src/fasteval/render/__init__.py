@@ -8,11 +8,12 @@ statistic or reads a store, so every door shows the same numbers the same way.
 * :mod:`fasteval.render.sweep_markdown` — a sweep's ``report.md``;
 * :mod:`fasteval.render.sweep_plots` — a sweep's ``success.png`` and ``returns.png`` (matplotlib);
 * :mod:`fasteval.render.compare_text` — ``fasteval compare``'s terminal table and ``compare.md``;
-* :mod:`fasteval.render.bench_text` — ``fasteval bench``'s terminal report and machine header.
+* :mod:`fasteval.render.bench_text` — ``fasteval bench``'s terminal report and machine header;
+* :mod:`fasteval.render.words` — the words they share (:data:`NO_SIGNAL`, :func:`plural`).
 
 The layer sits above ``run/`` (it may read a run folder's provenance) and below the doors.
 """
 
-NO_SIGNAL = "no success signal"
-"""What every view says instead of a success rate when no env of a run or cell ever reported
-``info["is_success"]`` (its 0% would be an artefact)."""
+from fasteval.render.words import NO_SIGNAL, plural
+
+__all__ = ["NO_SIGNAL", "plural"]

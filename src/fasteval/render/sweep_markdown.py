@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fasteval.render import NO_SIGNAL
+from fasteval.render.words import NO_SIGNAL
 from fasteval.render.sweep_plots import PLOTS
 
 

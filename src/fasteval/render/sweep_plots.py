@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from fasteval.render import NO_SIGNAL
+from fasteval.render.words import NO_SIGNAL
 
 PLOTS = ("success.png", "returns.png")
 PLOTS_MISSING = "plots skipped: matplotlib is not installed (pip install 'fasteval[sweep]')"

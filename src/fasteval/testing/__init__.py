@@ -4,9 +4,14 @@ Every episode of :class:`KnownAnswerEnv` is a pure function of its reset seed (a
 for the reward bonus, of the actions), so an evaluation's per-episode numbers can
 be checked exactly against :func:`expected_episode`. :class:`FaultPlanEnv` and
 :class:`PlannedPolicy` (:mod:`fasteval.testing.fault_plan`) add faults on a plan: raises,
-crashes and hangs per seed and attempt, NaN or hung actions.
+crashes and hangs per seed and attempt, NaN or hung actions. :class:`CheckpointFamily`
+(:mod:`fasteval.testing.checkpoints`) is a family of known-answer checkpoints: policy k succeeds on
+seed s with probability p_k, exactly, with an optional shared per-seed difficulty; it runs as real
+policies on the Bernoulli env and as a vectorised simulator with the same outcomes.
 
-The names are imported on first use: an env worker that builds ``fasteval/KnownAnswer-v0``
+Importing this package registers ``fasteval/KnownAnswer-v0`` with gymnasium
+(:func:`~fasteval.testing.envs.register_envs`); ``import fasteval`` alone registers nothing.
+The other names are imported on first use: an env worker that builds ``fasteval/KnownAnswer-v0``
 imports :mod:`fasteval.testing.envs` alone, not torch (which the policies need), so a worker
 pool starts in a fraction of the time.
 """
@@ -16,7 +21,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from fasteval.testing.envs import register_envs
+
 _WHERE = {
+    "CheckpointFamily": "checkpoints",
     "KNOWN_ANSWER_ID": "envs",
     "KnownAnswerEnv": "envs",
     "expected_episode": "envs",
@@ -30,7 +38,9 @@ _WHERE = {
     "WaveOnlyPolicy": "policies",
 }
 
-__all__ = sorted(_WHERE)
+__all__ = sorted([*_WHERE, "register_envs"])
+
+register_envs()
 
 
 def __getattr__(name: str) -> Any:

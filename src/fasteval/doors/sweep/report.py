@@ -29,8 +29,6 @@ from its ``generated_at`` time.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 import time
 from itertools import combinations
 from pathlib import Path
@@ -53,6 +51,8 @@ from fasteval.doors.sweep.store import Store
 from fasteval.render.html import write_sweep_report
 from fasteval.render.sweep_markdown import render_markdown
 from fasteval.render.sweep_plots import PLOTS_MISSING, plot_report
+from fasteval.render.words import plural
+from fasteval.types.files import write_text_atomic
 from fasteval.types.results import write_json_atomic
 
 
@@ -60,9 +60,24 @@ def _cell_key(row: dict[str, Any]) -> tuple[str, str, str]:
     return (row["policy_digest"], row["env_id"], row["env_kwargs"])
 
 
+def planned_rows(store: Store) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The store's jobs and episodes that belong to the latest sweep spec run into it: the cells the
+    report shows. A cell no longer in the spec (an env id fixed after a typo, a dropped policy) leaves the
+    report; its rows stay in the store. A store written before plans were kept: every row."""
+    jobs, episodes = store.jobs(), store.episodes()
+    plan = store.planned_job_ids()
+    if plan is None:
+        return jobs, episodes
+    jobs = [j for j in jobs if j["job_id"] in plan]
+    blocks: dict[tuple[str, str, str, str], list[range]] = {}
+    for j in jobs:  # an episode belongs by its key and seed (an earlier plan's job may have stored it)
+        blocks.setdefault((*_cell_key(j), j["task"]), []).append(range(j["seed"], j["seed"] + j["n_episodes"]))
+    return jobs, [e for e in episodes if any(e["seed"] in r for r in blocks.get((*_cell_key(e), e["task"]), ()))]
+
+
 def build_report(store: Store) -> dict[str, Any]:
-    """The report document (plain data) from the store's jobs, episodes and runs."""
-    return report_document(store.jobs(), store.episodes(), store.runs(), store.path)
+    """The report document (plain data) from the store's jobs, episodes and runs (:func:`planned_rows`)."""
+    return report_document(*planned_rows(store), store.runs(), store.path)
 
 
 def report_document(jobs: list[dict[str, Any]], episodes: list[dict[str, Any]], runs: list[dict[str, Any]],
@@ -131,10 +146,6 @@ def summary_line(cells: list[dict[str, Any]], jobs: dict[str, int]) -> str:
     elif verdicts:
         text += " Re-running the same command retries the failed jobs."
     return text
-
-
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def has_success_signal(eps: list[dict[str, Any]]) -> bool:
@@ -236,24 +247,13 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def _write_text_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_report(store_dir: str | Path, out_dir: str | Path | None = None) -> dict[str, Any]:
     """Build the report from ``store_dir``'s store and write it into ``out_dir`` (default: ``store_dir``).
 
     Returns the report document plus ``paths`` (the files written).
     """
     with Store(store_dir, create=False) as store:
-        jobs, episodes = store.jobs(), store.episodes()
+        jobs, episodes = planned_rows(store)
         doc = report_document(jobs, episodes, store.runs(), store.path)
     out = Path(out_dir) if out_dir is not None else store.path.parent
     out.mkdir(parents=True, exist_ok=True)
@@ -267,13 +267,9 @@ def write_report(store_dir: str | Path, out_dir: str | Path | None = None) -> di
     public = {**doc, "cells": [{k: v for k, v in c.items() if k != "returns"} for c in doc["cells"]]}
     paths["json"] = write_json_atomic(out / "report.json", _json_safe(public))
     md = out / "report.md"
-    _write_text_atomic(md, render_markdown(doc, note))
+    write_text_atomic(md, render_markdown(doc, note))
     paths["md"] = md
     paths["html"] = write_sweep_report(doc, out, cell_documents(jobs, episodes))  # and one page per cell under cells/
-    umask = os.umask(0)
-    os.umask(umask)
-    for path in paths.values():  # temp-file writes are private (0600); give them the usual mode
-        os.chmod(path, 0o666 & ~umask)
     doc["paths"] = {k: str(v) for k, v in paths.items()}
     return doc
 

@@ -17,8 +17,8 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from fasteval.render.html.page import write_text_atomic
 from fasteval.render.html.run_page import RunPageInput, render_run_page
+from fasteval.types.files import write_text_atomic
 
 REPORT_NAME = "report.html"
 COMPARE_NAME = "compare.html"

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from fasteval.render import NO_SIGNAL
+from fasteval.render.words import NO_SIGNAL
 from fasteval.render.html import page, svg
 from fasteval.render.html.run_facts import errors_section, provenance_section, time_section
 from fasteval.render.html.run_input import (

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from fasteval.render.html import page
-from fasteval.render import NO_SIGNAL
+from fasteval.render.words import NO_SIGNAL
 from fasteval.render.html.run_input import VIDEO_NAME, RunPageInput, overall, task_label
 
 
