@@ -146,32 +146,36 @@ def test_same_episodes_at_batch_1_and_5_and_with_the_pool(batch1) -> None:
 
 
 class _FailOnce:
-    """LIBERO's renderer construction (``OffScreenRenderEnv``) raising the first time, as EGL does when a context
-    cannot be made (lerobot issues 2731, 2211); the env's first reset is where LeRobot's LiberoEnv builds it."""
+    """robosuite's render context raising once, at its ``fail_at``-th construction, as EGL does when a context cannot
+    be made (lerobot issues 2731, 2211). LeRobot's LiberoEnv makes three at its first reset (its first build and
+    two hard resets) and one at every later reset (a hard reset rebuilds LIBERO's model and renderer): the 4th is
+    episode 1's reset."""
 
-    def __init__(self, real: Any):
-        self.real, self.calls = real, 0
+    def __init__(self, real: Any, fail_at: int = 4):
+        self.real, self.fail_at, self.calls = real, fail_at, 0
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, context: Any, *args: Any, **kwargs: Any) -> None:
         self.calls += 1
-        if self.calls == 1:
+        if self.calls == self.fail_at:
             raise RuntimeError("Failed to make the EGL context current.")
-        return self.real(*args, **kwargs)
+        self.real(context, *args, **kwargs)
 
 
 @needs_libero
-def test_a_failed_env_build_is_an_episode_failure_retried_from_its_seed(batch1, monkeypatch) -> None:
-    """The build fails in episode 0's reset: recorded (stage reset, seed 1000), the env rebuilt, episode 0 retried
-    from its seed and so from its init state; the run's episodes are those of the run without the fault."""
-    import lerobot.envs.libero as lerobot_libero
+def test_a_failed_env_rebuild_is_an_episode_failure_retried_from_its_init_state_and_seed(batch1, monkeypatch) -> None:
+    """The renderer's rebuild fails in episode 1's reset: recorded (stage reset, seed 1001), the env rebuilt, episode
+    1 retried from its seed and so from its init state 1 (LeRobot's counter on the new env would say 0); the run's
+    episodes are those of the run without the fault, bit for bit."""
+    import robosuite.utils.binding_utils as binding
 
-    failing = _FailOnce(lerobot_libero.OffScreenRenderEnv)
-    monkeypatch.setattr(lerobot_libero, "OffScreenRenderEnv", failing)
+    failing = _FailOnce(binding.MjRenderContext.__init__)
+    monkeypatch.setattr(binding.MjRenderContext, "__init__", lambda self, *a, **k: failing(self, *a, **k))
     result = _run(batch_size=1, n_episodes=2, retries=1)
-    assert failing.calls >= 2
-    assert [(e["episode_ix"], e["seed"], e["stage"], e["final"]) for e in result.errors] == [(0, SEED, "reset", False)]
+    assert failing.calls > failing.fail_at
+    assert [(e["episode_ix"], e["seed"], e["stage"], e["final"]) for e in result.errors] == [(1, SEED + 1, "reset", False)]
     assert "EGL" in result.errors[0]["error"]
     ours, reference = _episodes(result), _episodes(batch1)
+    assert sorted({e for e, _ in ours}) == [0, 1]
     for key, obs in ours.items():
         for name, value in obs.items():
             assert np.array_equal(value, reference[key][name]), (key, name)
