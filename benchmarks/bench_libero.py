@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.tiny:
         args.episodes, args.batch, args.steps, args.size = 1, 1, 1, 32
-    from fasteval.core.headless import ensure_headless_gl
+    from fasteval.robot.env_kinds.headless import ensure_headless_gl
     from fasteval.robot.lerobot.libero import prepare_libero
     from fasteval.robot.lerobot.testing import write_libero_act_checkpoint
 

@@ -108,12 +108,18 @@ def _run(**fields: Any):
     return evaluate(**base)
 
 
+NOT_OBSERVATIONS = {"action", "done", "terminated", "truncated", "next", "episode", "seed", "step_count", "index"}
+
+
 def _episodes(result) -> dict[tuple[int, int], dict[str, np.ndarray]]:
-    """``{(episode, frame): {observation key: array}}`` of a run's episode data."""
+    """``{(episode, step): {observation key: array}}`` of a run's episode data (fasteval.robot.recording's rows:
+    the observation acted on at each step, and its ``next`` observation)."""
     data = result.episode_data
-    ep, frame = data["episode_index"].numpy(), data["frame_index"].numpy()
-    obs = {k: v.numpy() for k, v in data["observation"].items()}
-    return {(int(e), int(f)): {k: v[i] for k, v in obs.items()} for i, (e, f) in enumerate(zip(ep, frame))}
+    ep, step = data["episode"].reshape(-1).numpy(), data["step_count"].reshape(-1).numpy()
+    keys = [k for k in data.keys() if k not in NOT_OBSERVATIONS]
+    obs = {k: data[k].numpy() for k in keys}
+    obs.update({f"next/{k}": data["next", k].numpy() for k in keys})
+    return {(int(e), int(f)): {k: v[i] for k, v in obs.items()} for i, (e, f) in enumerate(zip(ep, step))}
 
 
 @pytest.fixture(scope="module")
@@ -146,32 +152,32 @@ def test_same_episodes_at_batch_1_and_5_and_with_the_pool(batch1) -> None:
 
 
 class _FailOnce:
-    """robosuite's render context raising once, at its ``fail_at``-th construction, as EGL does when a context cannot
-    be made (lerobot issues 2731, 2211). LeRobot's LiberoEnv makes three at its first reset (its first build and
-    two hard resets) and one at every later reset (a hard reset rebuilds LIBERO's model and renderer): the 4th is
-    episode 1's reset."""
+    """LeRobot's ``LiberoEnv.reset`` raising once, for the episode reset with ``seed``, as an env whose renderer cannot
+    be rebuilt does (EGL: lerobot issues 2731, 2211). (A failure inside LIBERO's own hard reset never gets out:
+    ``ControlEnv.reset`` retries on any exception, its ``finally: continue`` swallowing it; one that keeps failing
+    there is a hang, for ``--step-timeout``.)"""
 
-    def __init__(self, real: Any, fail_at: int = 4):
-        self.real, self.fail_at, self.calls = real, fail_at, 0
+    def __init__(self, real: Any, seed: int):
+        self.real, self.seed, self.fired = real, seed, False
 
-    def __call__(self, context: Any, *args: Any, **kwargs: Any) -> None:
-        self.calls += 1
-        if self.calls == self.fail_at:
+    def __call__(self, env: Any, seed: Any = None, **kwargs: Any) -> Any:
+        if seed == self.seed and not self.fired:
+            self.fired = True
             raise RuntimeError("Failed to make the EGL context current.")
-        self.real(context, *args, **kwargs)
+        return self.real(env, seed=seed, **kwargs)
 
 
 @needs_libero
 def test_a_failed_env_rebuild_is_an_episode_failure_retried_from_its_init_state_and_seed(batch1, monkeypatch) -> None:
-    """The renderer's rebuild fails in episode 1's reset: recorded (stage reset, seed 1001), the env rebuilt, episode
-    1 retried from its seed and so from its init state 1 (LeRobot's counter on the new env would say 0); the run's
-    episodes are those of the run without the fault, bit for bit."""
-    import robosuite.utils.binding_utils as binding
+    """Episode 1's reset fails: recorded (stage reset, seed 1001), the env rebuilt, episode 1 retried from its seed
+    and so from its init state 1 (LeRobot's counter on the rebuilt env would say 0); the run's episodes are those
+    of the run without the fault, bit for bit."""
+    import lerobot.envs.libero as lerobot_libero
 
-    failing = _FailOnce(binding.MjRenderContext.__init__)
-    monkeypatch.setattr(binding.MjRenderContext, "__init__", lambda self, *a, **k: failing(self, *a, **k))
+    failing = _FailOnce(lerobot_libero.LiberoEnv.reset, SEED + 1)
+    monkeypatch.setattr(lerobot_libero.LiberoEnv, "reset", lambda self, seed=None, **k: failing(self, seed, **k))
     result = _run(batch_size=1, n_episodes=2, retries=1)
-    assert failing.calls > failing.fail_at
+    assert failing.fired
     assert [(e["episode_ix"], e["seed"], e["stage"], e["final"]) for e in result.errors] == [(1, SEED + 1, "reset", False)]
     assert "EGL" in result.errors[0]["error"]
     ours, reference = _episodes(result), _episodes(batch1)
