@@ -24,7 +24,10 @@ episode that ends last in its batch agrees, every other one differs, and LeRobot
 PushT's reward moves only once the agent pushes the T, so two runs can agree on the rewards of 20 steps with
 different actions; the videos are the witness of the agent's path (the first 10 episodes of each case).
 
-The cases are tiny (1-3 episodes of 10-20 steps): the table runs in about four minutes on two busy cores.
+The cases are tiny (1-3 episodes of 10-20 steps): the PushT table runs in about four minutes on two busy cores;
+the two LIBERO cases (``libero``: LeRobot's LIBERO as it is; ``libero-witness``: with a dense reward, so that equal
+sums mean equal paths) add about as much (a LIBERO reset costs seconds). ``FASTEVAL_DIFFERENTIAL_CASES=a,b`` runs
+only the named cases.
 """
 
 from __future__ import annotations
