@@ -50,9 +50,8 @@ class EngineParts(Protocol):
       (observation mapping, normalization, chunk queues, task descriptions are the runner's business);
     * ``attach_observers(engine, ledger, observer)``: the observer of one run (recorders the spec asks
       for, plus the caller's ``observer``), or ``None`` for none;
-    * ``finish_observers(observer, result)``: close them and put what they made into ``result``;
-    * ``task_names(spec)`` (optional): the ``(task_group, task)`` every episode record carries (default:
-      the env id for both);
+    * ``finish_observers(observer)``: close them and return what they made (``video_paths``,
+      ``episode_data``), which the run's record is built with;
     * ``env_meta(spec)`` (optional): facts about the env for the run's metadata (``env_note``: which
       implementation of an env ran);
     """
@@ -66,4 +65,4 @@ class EngineParts(Protocol):
 
     def attach_observers(self, engine: Any, ledger: "Ledger", observer: StepObserver | None) -> StepObserver | None: ...
 
-    def finish_observers(self, observer: StepObserver | None, result: Any) -> None: ...
+    def finish_observers(self, observer: StepObserver | None) -> dict[str, Any]: ...
