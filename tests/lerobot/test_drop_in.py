@@ -34,7 +34,7 @@ def test_a_policy_field_override_is_the_checkpoint_saved_with_that_field(act_che
                    "--seed=0", f"--output_dir={out}"])
     assert result.exit_code == 0, result.output
     info = json.loads((out / "eval_info.json").read_text())
-    assert json.loads((out / "manifest.json").read_text())["spec"]["policy_overrides"] == {"n_action_steps": "3"}
+    assert json.loads((out / "manifest.json").read_text())["what"]["policy_overrides"] == {"n_action_steps": "3"}
     assert json.loads((out / "config.json").read_text())["policy_overrides"] == {"n_action_steps": "3"}
     spec = dict(env=VARYING_ENV_REF, observation_format="lerobot", n_episodes=3, batch_size=3, seed=0, device="cpu")
     three = write_act_checkpoint(tmp_path / "act3", seed=0, n_action_steps=3)  # the same weights (seed 0)
