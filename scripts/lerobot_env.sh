@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 REQS=(
-  "lerobot[pusht,diffusion,metaworld,libero]>=0.6,<0.7" "mujoco>=3.1,<3.4"
+  "lerobot[pusht,diffusion,metaworld,libero,accelerate-dep]>=0.6,<0.7" "mujoco>=3.1,<3.4"
   "pytest>=7" "hypothesis>=6"
   "numba>=0.59" "tensordict>=0.5" "safetensors>=0.4" "click>=8.1" "tqdm>=4.60"
   "imageio>=2.30" "imageio-ffmpeg>=0.4"
