@@ -92,6 +92,31 @@ def test_videos_are_grouped_by_outcome_with_episode_and_seed(run_dir):
     assert galleries == [g for g in ("failure", "success") if any(o == g for _, _, o in figures)]
 
 
+@pytest.mark.parametrize("layout", ["fasteval", "lerobot"])
+def test_a_run_without_a_success_signal_lists_its_videos(tmp_path, layout):
+    """MuJoCo's case (no is_success: files ``ep<i>_seed<s>.mp4``) and lerobot-eval's names
+    (``eval_episode_<i>.mp4``): the page lists every video eval_info.json lists, with its episode, its
+    seed (the record's, for lerobot's names that carry none) and no outcome. The page used to match
+    only ``_success``/``_failure`` names and showed none."""
+    from tests.report_fixtures import NO_SIGNAL_ENV, cli
+
+    folder = tmp_path / "out"
+    result = cli("--env", NO_SIGNAL_ENV, "--policy", "zero", "-n", "6", "-b", "3", "--seed", "7", "--videos", "3",
+                 "--video-layout", layout, "-o", str(folder))
+    assert result.exit_code == 0, result.output
+    info = load(folder / "eval_info.json")
+    listed = info["overall"]["video_paths"]
+    assert len(listed) == 3 and not info["overall"]["has_success_signal"]
+    html = (folder / "report.html").read_text()
+    shown = re.findall(r'<video[^>]* src="([^"]+)"', html)
+    assert sorted((folder / v).resolve() for v in shown) == sorted(Path(v).resolve() for v in listed)
+    figures = re.findall(r'<figure data-episode="(\d+)" data-seed="(-?\d+)" data-outcome="([^"]+)">', html)
+    by_ix = {r["episode_ix"]: r for r in info["per_episode"]}
+    assert sorted(int(e) for e, _, _ in figures) == [0, 1, 2]
+    for episode, seed, outcome in figures:
+        assert int(seed) == by_ix[int(episode)]["seed"] == 7 + int(episode) and outcome == "no success signal"
+
+
 def test_every_plot_has_labelled_axes(run_dir):
     html = (run_dir / "report.html").read_text()
     plots = re.findall(r'<svg class="plot".*?</svg>', html, flags=re.S)
