@@ -311,7 +311,7 @@ def test_sweep_page_in_chromium(browser, sweep_dir, tmp_path):
     assert [r["best"][0] for r in best] == ["parity = zero (tied)", "parity"]  # cartpole: parity's return is higher
     overall = table(page, "overall")
     ranked = sorted(doc["across_envs"], key=lambda a: -a["iqm_success_pct"])
-    check_numbers(overall, ranked, {"rank": lambda a: ranked.index(a) + 1, "envs": lambda a: a["envs"],
+    check_numbers(overall, ranked, {"rank": lambda a: 1 + sum(b["iqm_success_pct"] > a["iqm_success_pct"] for b in ranked), "envs": lambda a: a["envs"],
                                     "IQM success %": lambda a: a["iqm_success_pct"], "IQM 95% CI": lambda a: a["iqm_success_ci95"],
                                     "mean success %": lambda a: a["mean_success_pct"], "mean 95% CI": lambda a: a["mean_success_ci95"]})
     check_numbers(table(page, "improvement"), doc["improvement"], {"envs": lambda p: p["envs"], "P(B > A)": lambda p: p["value"],

@@ -290,6 +290,28 @@ def test_the_sweep_page_has_a_row_per_cell_with_the_report_numbers(sweep_dir):
         assert link and (sweep_dir / link.group(1)).is_file()
 
 
+def test_policies_with_equal_iqm_share_their_rank_overall(sweep_dir):
+    """zero and parity have the same IQM success % on the one env with a success signal: both rank 1,
+    marked tied, on the page and in report.md (a 1 and a 2 said one was better). Fails without the fix."""
+    with Store(sweep_dir, create=False) as store:
+        doc = build_report(store)
+    iqms = {a["policy"]: a["iqm_success_pct"] for a in doc["across_envs"]}
+    assert iqms["zero"] == iqms["parity"]  # the fixture's tie
+    page = Tables((sweep_dir / "report.html").read_text())
+    ranks = {r["attrs"]["policy"]: r["cells"][0] for r in page.tables["overall"]}
+    assert ranks == {"zero": ("1 (tied)", "1"), "parity": ("1 (tied)", "1")}
+    md = (sweep_dir / "report.md").read_text()
+    assert "1. (tied) zero" in md and "1. (tied) parity" in md and "2. " not in md.split("Best overall", 1)[1].split("\n")[0]
+
+
+def test_competition_ranks():
+    from fasteval.render.words import competition_ranks
+
+    assert competition_ranks([50.0, 20.0, 50.0, math.nan, None]) == [(1, True), (3, False), (1, True), (4, True), (4, True)]
+    assert competition_ranks([3, 2, 1]) == [(1, False), (2, False), (3, False)]
+    assert competition_ranks([]) == []
+
+
 def test_a_failed_cell_says_why_and_that_a_retry_cannot_help(sweep_dir):
     page = Tables((sweep_dir / "report.html").read_text())
     rows = page.tables["failed-cells"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fasteval.render.words import NO_SIGNAL, md_text as md
+from fasteval.render.words import NO_SIGNAL, competition_ranks, md_text as md
 from fasteval.render.sweep_plots import PLOTS
 
 
@@ -70,8 +70,10 @@ def _glance_markdown(doc: dict[str, Any]) -> list[str]:
     across = sorted(doc.get("across_envs") or [], key=lambda a: -_num(a["iqm_success_pct"]))
     if across:
         lines += ["", "Best overall, by IQM success % across the envs with a success signal (stratified bootstrap 95%): "
-                  + "; ".join(f"{i + 1}. {md(a['policy'])} {_fmt(a['iqm_success_pct'])} {_interval(a['iqm_success_ci95'])}"
-                              for i, a in enumerate(across)) + "."]
+                  + "; ".join(f"{rank}.{' (tied)' if tied else ''} {md(a['policy'])} {_fmt(a['iqm_success_pct'])} "
+                              f"{_interval(a['iqm_success_ci95'])}"
+                              for (rank, tied), a in zip(competition_ranks([a["iqm_success_pct"] for a in across]), across))
+                  + "."]
     for p in doc.get("improvement") or []:
         lines.append(f"- P({md(p['b'])} > {md(p['a'])}), averaged over {p['envs']} envs on paired episodes: "
                      f"{_fmt(p['value'], 3)} {_interval(p['ci'], 3)}")

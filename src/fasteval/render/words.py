@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 NO_SIGNAL = "no success signal"
 """What every view says instead of a success rate when no env of a run or cell ever reported
 ``info["is_success"]`` (its 0% would be an artefact)."""
@@ -16,6 +19,15 @@ def progress_outcome(n: int, successes: int, sum_return: float, signal: bool) ->
     if signal:
         return f"success {100.0 * successes / n:.1f}%"
     return f"mean return {sum_return / n:.4g} ({NO_SIGNAL})"
+
+
+def competition_ranks(values: list[Any]) -> list[tuple[int, bool]]:
+    """Each value's rank, highest first, as ``(rank, tied)``: 1 + the count of values strictly above
+    it, so equal values share a rank (``[50, 50, 20]`` -> ``1, 1, 3``) and ``tied`` says another
+    value has the same rank. ``None`` and NaN rank last, tied among themselves."""
+    keys = [-math.inf if v is None or (isinstance(v, float) and math.isnan(v)) else float(v) for v in values]
+    ranks = [1 + sum(other > key for other in keys) for key in keys]
+    return [(r, ranks.count(r) > 1) for r in ranks]
 
 
 def plural(n: int, word: str) -> str:

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from fasteval.render.html import page, svg
-from fasteval.render.words import NO_SIGNAL
+from fasteval.render.words import NO_SIGNAL, competition_ranks
 from fasteval.render.html.run_page import RunPageInput, render_run_page
 from fasteval.types.files import safe_filename, write_text_atomic
 from fasteval.types.stats import iqm
@@ -132,15 +132,17 @@ def overall_table(doc: Mapping[str, Any]) -> str:
                                                           "aggregated; see the probability of improvement under "
                                                           "Aggregates across envs."))
         return ""
-    rows = [({"policy": a["policy"]}, [page.num(i + 1), page.text(a["policy"]), page.num(a["envs"]),
+    ranks = competition_ranks([a["iqm_success_pct"] for a in across])  # equal IQMs share a rank
+    rows = [({"policy": a["policy"]}, [page.Cell(f"{rank} (tied)" if tied else str(rank), rank),
+                                      page.text(a["policy"]), page.num(a["envs"]),
                                       page.num(a["iqm_success_pct"]), page.interval(a["iqm_success_ci95"]),
                                       page.num(a["mean_success_pct"]), page.interval(a["mean_success_ci95"])])
-            for i, a in enumerate(across)]
+            for (rank, tied), a in zip(ranks, across)]
     return ("<h3>Best overall</h3>" + page.table("overall", ["rank", "policy", "envs", "IQM success %", "IQM 95% CI",
                                                              "mean success %", "mean 95% CI"], rows, sortable=False)
             + page.note("Ranked by the interquartile mean of the per-seed-block success rates of all envs with a success "
                         "signal (rliable's IQM), with a stratified bootstrap 95% interval (seed blocks resampled within "
-                        "each env, envs kept). It assumes the envs' success rates are comparable (one scale, 0 to 100%) "
+                        "each env, envs kept); equal IQMs share a rank. It assumes the envs' success rates are comparable (one scale, 0 to 100%) "
                         "and the seed blocks independent runs; it says nothing of the envs it leaves out."))
 
 
