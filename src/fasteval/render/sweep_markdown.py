@@ -90,7 +90,7 @@ def _versus_markdown(row: dict[str, Any]) -> str:
         return "-"
     if row["metric"] == "success":
         m = p.get("success_mcnemar")
-        return (f"only {md(p['a'])} {m['only_a']} / only {md(p['b'])} {m['only_b']}; McNemar p = {m['p_value']:.3g}"
+        return (f"{md(p['a'])} alone succeeded on {m['only_a']}, {md(p['b'])} alone on {m['only_b']}; McNemar p = {m['p_value']:.3g}"
                 if m else "-")
     d = p["return_diff"]
     return f"{md(p['b'])} - {md(p['a'])}: {_fmt(d['mean_diff'], 3)} {_interval(d['ci'], 3)}"

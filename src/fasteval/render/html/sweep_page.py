@@ -84,7 +84,7 @@ def _versus_text(row: Mapping[str, Any]) -> page.Cell:
         m = p.get("success_mcnemar")
         if not m:
             return page.none("—")
-        return page.Cell(f"only {p['a']} succeeded {m['only_a']}, only {p['b']} {m['only_b']}; McNemar p = "
+        return page.Cell(f"{p['a']} alone succeeded on {page.fmt(m['only_a'])}, {p['b']} alone on {page.fmt(m['only_b'])}; McNemar p = "
                          f"{page.fmt_sig(m['p_value'], 3)}", m["p_value"])
     d = p["return_diff"]
     lo, hi = d["ci"]
