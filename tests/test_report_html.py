@@ -304,6 +304,17 @@ def test_policies_with_equal_iqm_share_their_rank_overall(sweep_dir):
     assert "1. (tied) zero" in md and "1. (tied) parity" in md and "2. " not in md.split("Best overall", 1)[1].split("\n")[0]
 
 
+def test_the_best_overall_names_the_envs_it_leaves_out(sweep_dir):
+    """cartpole has no success signal: the IQM ranking leaves it out (where parity is best), and both the
+    page and report.md say so, pointing to the probability of improvement, which covers it."""
+    html = unescape((sweep_dir / "report.html").read_text())
+    overall = html.split('id="overall"', 1)[1].split("</p>", 1)[0]
+    assert "Left out: cartpole (no success signal); the probability of improvement" in overall
+    md = (sweep_dir / "report.md").read_text()
+    line = next(x for x in md.splitlines() if x.startswith("Best overall"))
+    assert line.endswith("Left out: cartpole (no success signal); the probability of improvement below covers every env.")
+
+
 def test_competition_ranks():
     from fasteval.render.words import competition_ranks
 

@@ -73,11 +73,20 @@ def _glance_markdown(doc: dict[str, Any]) -> list[str]:
                   + "; ".join(f"{rank}.{' (tied)' if tied else ''} {md(a['policy'])} {_fmt(a['iqm_success_pct'])} "
                               f"{_interval(a['iqm_success_ci95'])}"
                               for (rank, tied), a in zip(competition_ranks([a["iqm_success_pct"] for a in across]), across))
-                  + "."]
+                  + "." + left_out_markdown(best, bool(doc.get("improvement")))]
     for p in doc.get("improvement") or []:
         lines.append(f"- P({md(p['b'])} > {md(p['a'])}), averaged over {p['envs']} envs on paired episodes: "
                      f"{_fmt(p['value'], 3)} {_interval(p['ci'], 3)}")
     return lines
+
+
+def left_out_markdown(best: list[dict[str, Any]], improvement: bool) -> str:
+    """The envs the best overall leaves out (judged by return), and where every env is covered."""
+    left = [md(r["env"]) for r in best if r["metric"] != "success"]
+    if not left:
+        return ""
+    return f" Left out: {', '.join(left)} ({NO_SIGNAL})" + ("; the probability of improvement below covers every env."
+                                                           if improvement else ".")
 
 
 def _num(x: Any) -> float:

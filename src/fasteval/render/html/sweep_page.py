@@ -143,7 +143,18 @@ def overall_table(doc: Mapping[str, Any]) -> str:
             + page.note("Ranked by the interquartile mean of the per-seed-block success rates of all envs with a success "
                         "signal (rliable's IQM), with a stratified bootstrap 95% interval (seed blocks resampled within "
                         "each env, envs kept); equal IQMs share a rank. It assumes the envs' success rates are comparable (one scale, 0 to 100%) "
-                        "and the seed blocks independent runs; it says nothing of the envs it leaves out."))
+                        "and the seed blocks independent runs; it says nothing of the envs it leaves out."
+                        + left_out_sentence(doc)))
+
+
+def left_out_sentence(doc: Mapping[str, Any]) -> str:
+    """`` Left out: ENV, ... (no success signal); ...`` when the best overall ranks only some envs: those
+    judged by return, which the probability of improvement still covers (empty when none is left out)."""
+    left = [r["env"] for r in doc.get("best_per_env") or [] if r["metric"] != "success"]
+    if not left:
+        return ""
+    return (f" Left out: {', '.join(left)} ({NO_SIGNAL})" + ("; the probability of improvement under Aggregates "
+            "across envs covers every env, each judged on its own metric." if doc.get("improvement") else "."))
 
 
 def cells_table(doc: Mapping[str, Any], links: Mapping[CellKey, str]) -> str:
