@@ -201,7 +201,8 @@ EVAL_OPTIONS = [
                       "(nn.Module policies; else as the env gives them), float32, float64, or keep (no cast)."),
     click.option("--videos", "--max-episodes-rendered", "max_episodes_rendered", type=click.IntRange(min=0), default=0,
                  show_default=True, help="Render K episodes (chosen by --video-select) into "
-                 "OUTPUT_DIR/videos/<task>/ep<episode>_seed<seed>_<success|failure>.mp4 (--video-layout lerobot: "
+                 "OUTPUT_DIR/videos/<task>/ep<episode>_seed<seed>_<success|failure>.mp4 (ep<episode>_seed<seed>.mp4 "
+                 "for an env without a success signal; --video-layout lerobot: "
                  "OUTPUT_DIR/videos/<group>_<task_id>/eval_episode_<episode>.mp4) [LeRobot-style options: 10]."),
     click.option("--video-layout", "video_layout", type=click.Choice(VIDEO_LAYOUTS), default="fasteval", show_default=True,
                  help="Video file names: fasteval's, or lerobot-eval's (the default with LeRobot-style options)."),
@@ -226,7 +227,8 @@ EVAL_OPTIONS = [
                  help="Smallest and largest possible episode return (for return: rules; a return outside is an error)."),
     click.option("--video-select", "video_select", type=click.Choice(VIDEO_SELECTIONS), default="first", show_default=True,
                  help="Which episodes --videos renders: the first K by index, the first K failures or successes "
-                      "(by index; rendered as candidates, extra videos deleted), or the first K of every task (suites)."),
+                      "(by index; only the K kept episodes are rendered, replayed from their seeds and actions), or the "
+                      "first K of every task (suites)."),
 ]
 
 
