@@ -24,6 +24,7 @@ from torch import nn
 from fasteval import kernels
 from fasteval.core import accel
 from fasteval.core.accel import dry_run_and_accelerate
+from fasteval.core.capabilities import run_meta_of
 from fasteval.core.envs import SlotEnvs, build_slot_envs, make_factory
 from fasteval.core.faults import Faults, make_action_check
 from fasteval.core.watchdog import POLICY, Watchdog
@@ -140,7 +141,7 @@ class CoreEngine:
 
     def _policy_deadline(self) -> float | None:
         """The watchdog's deadline for a policy call: ``policy_timeout_s``, unless the runner applies it itself."""
-        return None if getattr(self.runner, "enforces_policy_timeout", False) else self.spec.policy_timeout_s
+        return None if self.runner.capabilities.enforces_policy_timeout else self.spec.policy_timeout_s
 
     def _check_policy(self) -> None:
         policy_input, copy = self.h2d.group(slice(0, self.policy_batch))
@@ -323,9 +324,8 @@ class CoreEngine:
         return result
 
     def _success_signal(self) -> bool:
-        """Whether the envs have reported ``info["is_success"]`` so far (the env layer's
-        ``has_success_signal``; envs that do not track it count as reporting it)."""
-        return bool(getattr(self.envs, "has_success_signal", True))
+        """Whether the envs have reported ``info["is_success"]`` so far (the env layer's ``has_success_signal``)."""
+        return bool(self.envs.has_success_signal)
 
     def records(self, ledger: Ledger, rows: Any = None) -> EpisodeTable:
         """The per-episode records of ledger rows ``rows`` (default: every finished row) as a columnar
@@ -345,8 +345,7 @@ class CoreEngine:
             "nan_rewards": pick(ledger.nan_rewards),
             "has_success_signal": np.broadcast_to(np.bool_(self._success_signal()), (rows.size,)),
         }
-        names = getattr(self.parts, "task_names", None)  # LeRobot's names for its env types (pusht, push-v3, ...)
-        group, task = names(self.spec) if names is not None else (self.spec.env, self.spec.env)
+        group, task = self.parts.task_names(self.spec)  # LeRobot's names for its env types (pusht, push-v3, ...)
         return EpisodeTable(columns, np.zeros(1, np.int64), [(group, 0, task)])
 
     def _meta(self, n: int, seed: int) -> dict[str, Any]:
@@ -372,15 +371,13 @@ class CoreEngine:
         }
 
     def _env_facts(self) -> dict[str, Any]:
-        """Facts the parts report about the env (``env_meta(spec) -> dict``, optional): which implementation ran."""
-        env_meta = getattr(self.parts, "env_meta", None)
-        return dict(env_meta(self.spec)) if callable(env_meta) else {}
+        """Facts the parts report about the env (``env_meta(spec) -> dict``): which implementation ran."""
+        return dict(self.parts.env_meta(self.spec))
 
     def _policy_facts(self) -> dict[str, Any]:
-        """Facts the policy reports about itself (``run_meta() -> dict``, optional): for example where
-        a stochastic policy's noise comes from, and so whether its results depend on the batch size."""
-        run_meta = getattr(self.policy, "run_meta", None)
-        return dict(run_meta()) if callable(run_meta) else {}
+        """Facts the policy reports about itself (``run_meta() -> dict``, optional: :class:`ReportsRunMeta`): for
+        example where a stochastic policy's noise comes from, and so whether its results depend on the batch size."""
+        return run_meta_of(self.policy)
 
     def close(self) -> None:
         self.watchdog.close()

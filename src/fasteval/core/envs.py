@@ -23,7 +23,7 @@ import numpy as np
 
 from fasteval.core.headless import ensure_headless_gl
 from fasteval.core.slot_block import SlotBlock, raise_call_errors
-from fasteval.core.slots import EnvFailure, SlotEnvs, _failure, _obs_writer, allocate_obs_buffer, call_env  # noqa: F401 (re-exported)
+from fasteval.core.slots import EnvFailure, SlotEnvs, _failure, _obs_writer, allocate_obs_buffer, call_env, env_metadata  # noqa: F401 (re-exported)
 from fasteval.core.watchdog import ENV, Watchdog
 from fasteval.types.errors import EnvNotFoundError, UserInputError
 from fasteval.types.refs import resolve_callable, split_callable_ref
@@ -194,7 +194,8 @@ class SyncSlotEnvs(SlotEnvs):
                                self.truncated, self.success)
         """The per-slot env code (:mod:`fasteval.core.slot_block`), over every slot."""
         self.envs = self.block.envs
-        self.metadata = dict(getattr(self.vector_env, "metadata", None) or {})
+        self.local_envs = self.envs
+        self.metadata = dict(self.vector_env.metadata or {})
 
     @property
     def has_success_signal(self) -> bool:  # type: ignore[override]
@@ -271,7 +272,7 @@ def build_slot_envs(vectorization: str, factory: EnvFactory, n_slots: int, probe
     from fasteval.core.workers import WorkerPoolEnvs
 
     probe = probe if probe is not None else factory()
-    spaces = (probe.observation_space, probe.action_space, dict(getattr(probe, "metadata", None) or {}))
+    spaces = (probe.observation_space, probe.action_space, env_metadata(probe))
     probe.close()
     return WorkerPoolEnvs(factory, n_slots, spaces[0], spaces[1], n_workers=workers, step_timeout=step_timeout,
                           metadata=spaces[2])

@@ -49,10 +49,10 @@ class EngineParts(Protocol):
     * ``attach_observers(engine, ledger, observer)``: the observer of one run (recorders the spec asks
       for, plus the caller's ``observer``), or ``None`` for none;
     * ``finish_observers(observer, result)``: close them and put what they made into ``result``;
-    * ``task_names(spec)`` (optional): the ``(task_group, task)`` every episode record carries (default:
-      the env id for both);
-    * ``env_meta(spec)`` (optional): facts about the env for the run's metadata (``env_note``: which
-      implementation of an env ran).
+    * ``task_names(spec)``: the ``(task_group, task)`` every episode record carries (the env id for both,
+      unless the layer above knows better names: LeRobot's env types);
+    * ``env_meta(spec)``: facts about the env for the run's metadata (``env_note``: which implementation of
+      an env ran; ``{}`` for none).
     """
 
     def load_policy(self, spec: Any, envs: "SlotEnvs", n_slots: int) -> Any: ...
@@ -63,3 +63,7 @@ class EngineParts(Protocol):
     def attach_observers(self, engine: Any, ledger: "Ledger", observer: StepObserver | None) -> StepObserver | None: ...
 
     def finish_observers(self, observer: StepObserver | None, result: Any) -> None: ...
+
+    def task_names(self, spec: Any) -> tuple[str, str]: ...
+
+    def env_meta(self, spec: Any) -> dict[str, Any]: ...

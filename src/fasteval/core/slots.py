@@ -78,6 +78,10 @@ class SlotEnvs:
     metadata: dict = {}
     """The env's ``metadata`` (``render_fps``, ``render_modes``...), from slot 0's env."""
 
+    local_envs: Sequence[Any] | None = None
+    """Every slot's env, indexed by slot, when they live in this process (sync envs); None for envs in
+    worker processes (the pool), or none at all."""
+
     pinned: bool = False
     """Whether the host observation buffers are page-locked for CUDA, as their owner knows it (the
     copy path to a GPU follows this, never ``tensor.is_pinned()``)."""
@@ -164,6 +168,12 @@ def _obs_writer(buffer: Any) -> Callable[[int, Any], None]:
             raise _mismatch(obs, buffer[slot], None, exc) from None
 
     return write_array
+
+
+def env_metadata(env: Any) -> dict[str, Any]:
+    """A gymnasium env's ``metadata`` (``render_fps``...) as a dict; ``{}`` for an env object that is not a
+    ``gym.Env`` (a factory may return any object with the env methods)."""
+    return dict(env.metadata or {}) if isinstance(env, gym.Env) else {}
 
 
 def allocate_obs_buffer(space: gym.Space, n_slots: int, allocate: Callable[[tuple, np.dtype], np.ndarray] | None = None) -> Any:

@@ -491,12 +491,12 @@ def end_of_run(outcome: Any, spec: Any, out_dir: Path, files: FileOptions, profi
     from fasteval.run.durable import STATUS_COMPLETE, STATUS_INTERRUPTED
 
     result = outcome.result
-    resumed = getattr(outcome, "resumed_episodes", 0)
+    resumed = outcome.resumed_episodes
     if resumed:
         click.echo(f"resumed: {plural(resumed, 'episode')} {'was' if resumed == 1 else 'were'} already recorded in {out_dir}")
     click.echo(format_summary(result, profile))
     click.echo(f"wrote {out_dir / 'eval_info.json'} ({wrote}status: {outcome.status})")
-    if save_episodes_dir is not None and getattr(result, "episode_data", None) is not None:
+    if save_episodes_dir is not None and result.episode_data is not None:
         from fasteval.run.episode_files import save_episodes
 
         n_saved = save_episodes(result.episode_data, save_episodes_dir)
@@ -579,7 +579,7 @@ def check_output_paths(out_dir: Path, spec: Any) -> None:
     usable before anything runs; raises UserInputError (exit 2) naming the path and the problem."""
     from fasteval.types.errors import UserInputError
 
-    for what, path in (("output folder", out_dir), ("videos folder", getattr(spec, "videos_dir", None))):
+    for what, path in (("output folder", out_dir), ("videos folder", spec.videos_dir)):
         if path is None:
             continue
         problem = path_problem(path, kind="dir", writable=True)

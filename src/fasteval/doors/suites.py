@@ -267,7 +267,7 @@ def _merge(tasks: list[tuple[str, Any, Task]], results: list[EvalResult], eval_s
                         errors=[e for r in results for e in r.errors],
                         n_failed=sum(r.n_failed for r in results))
     data = {f"{group}/{task_id}": r.episode_data for (group, task_id, _), r in zip(tasks, results)
-            if getattr(r, "episode_data", None) is not None}
+            if r.episode_data is not None}
     if data:
         merged.episode_data = data
     return merged
@@ -331,6 +331,8 @@ class SuiteOutcome:
     folders: list[Path]
     error: BaseException | None = None
     signal_number: int | None = None
+    resumed_episodes: int = 0
+    """Episodes recorded by earlier segments (a suite is not resumed as one run: 0), as a durable run's outcome says."""
 
 
 def run_suite_durable(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], out_dir: str | Path,

@@ -89,7 +89,7 @@ def load_lerobot_policy(folder: str | Path, n_slots: int, device: str = "auto",
     require_lerobot(f"the LeRobot checkpoint {folder} (type {kind!r})")
     config, policy, target = _load_model(folder, kind, device)
     pipelines = _Pipelines(_pipeline_builder(config, folder, kind, dict(rename_map or {}), env_config), target)
-    if kind in PER_SLOT_TYPES and getattr(config, "temporal_ensemble_coeff", None) is None:
+    if kind in PER_SLOT_TYPES and (kind != "act" or config.temporal_ensemble_coeff is None):  # ACT's option only
         shape = internals.noise_shape(policy)
         scheduler = shape is not None and internals.has_noise_scheduler(policy)
         wrapped: Any = LeRobotPolicy(policy, pipelines, n_slots, shape, scheduler, cuda_graph=cuda_graph, noise=noise)
@@ -109,7 +109,7 @@ def _load_model(folder: Path, kind: str, device: str) -> tuple[Any, Any, torch.d
         from lerobot.policies.factory import get_policy_class
 
         config = PreTrainedConfig.from_pretrained(str(folder))
-    target = resolve_lerobot_device(device, getattr(config, "device", None))
+    target = resolve_lerobot_device(device, config.device)  # a field of every LeRobot policy config
     config.device = str(target)
     config.pretrained_path = str(folder)
     with reading(folder, kind, f"the policy class for type {kind!r} could not be imported",
