@@ -212,7 +212,8 @@ class SyncSlotEnvs(SlotEnvs):
                     new[key][...] = value
             else:
                 new[...] = old
-            self.obs, self.block.write_obs = new, _obs_writer(new)
+            self.obs = new
+            self.block.use_obs_buffer(new)
             self.pinned = True
         return True
 

@@ -176,6 +176,34 @@ def env_metadata(env: Any) -> dict[str, Any]:
     return dict(env.metadata or {}) if isinstance(env, gym.Env) else {}
 
 
+def _obs_rows_writer(buffer: Any) -> Callable[[Any, Sequence[Any]], None]:
+    """``write(rows, observations)``: the observations of ``rows`` (a slice or a list of slots) into the
+    buffers in one assignment (per key for Dict buffers). Raises when they are not exactly one buffer row
+    each (no broadcasting: a scalar where the space has a row must not be spread over the slots), or on
+    whatever the assignment raises; the caller then writes slot by slot with :func:`_obs_writer`."""
+    if isinstance(buffer, dict):
+        parts = [(key, array, array.shape[1:]) for key, array in buffer.items()]
+
+        def write_dict(rows: Any, observations: Sequence[Any]) -> None:
+            for key, array, row_shape in parts:
+                values = np.asarray([obs[key] for obs in observations])
+                if values.shape[1:] != row_shape:
+                    raise ValueError(f"observations of key {key!r} of shape {values.shape[1:]}, rows of {row_shape}")
+                array[rows] = values
+
+        return write_dict
+
+    row_shape = buffer.shape[1:]
+
+    def write_rows(rows: Any, observations: Sequence[Any]) -> None:
+        values = np.asarray(observations)
+        if values.shape[1:] != row_shape:
+            raise ValueError(f"observations of shape {values.shape[1:]}, rows of {row_shape}")
+        buffer[rows] = values
+
+    return write_rows
+
+
 def allocate_obs_buffer(space: gym.Space, n_slots: int, allocate: Callable[[tuple, np.dtype], np.ndarray] | None = None) -> Any:
     """``[n_slots, *shape]`` host array(s) for ``space``; ``allocate`` may supply pinned memory."""
     allocate = allocate or (lambda shape, dtype: np.zeros(shape, dtype=dtype))
