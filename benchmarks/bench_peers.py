@@ -331,13 +331,19 @@ class SB3Row:
         self._eval(min(case.b, 2), WARMUP_SEED)  # warm-up
 
     def _eval(self, n: int, seed: int) -> RowRun:
+        monitors = [env for env in self.venv.envs]
+        before = [len(m.get_episode_rewards()) for m in monitors]
         t0 = time.perf_counter()
         self.venv.seed(seed)
         rets, lens = self.evaluate_policy(self.model, self.venv, n_eval_episodes=n, deterministic=True,
                                           return_episode_rewards=True, warn=False)
         seconds = time.perf_counter() - t0
         lens = np.asarray(lens, dtype=np.int64)
-        return RowRun(seconds, np.asarray(rets, dtype=np.float64), lens, int(lens.sum()))
+        # Env i's first episode of this call is the seeded one (seed + i; DummyVecEnv.seed applies at the reset):
+        # read it from env i's Monitor, whatever the order evaluate_policy collected episodes in.
+        seeded = {i: float(m.get_episode_rewards()[k]) for i, (m, k) in enumerate(zip(monitors, before))
+                  if len(m.get_episode_rewards()) > k}
+        return RowRun(seconds, np.asarray(rets, dtype=np.float64), lens, int(lens.sum()), {"seeded_first": seeded})
 
     def run(self) -> RowRun:
         return self._eval(self.case.n, self.case.seed)
@@ -486,6 +492,11 @@ def agreement(case: Case, name: str, run: RowRun, ref: RowRun) -> tuple[bool, fl
                          f"only each env's first episode is seeded (seeds {seed}..{seed + b - 1}); later ones start "
                          f"from unseeded autoresets, so they are other episodes than fasteval's seeds")
         notes.append(f"mean length {float(run.lengths.mean()):.3f} vs fasteval {fe_len:.3f}")
+        seeded = run.facts["seeded_first"]
+        same = [i for i in seeded if i < n]
+        if same:  # Monitor's own list keeps each return unrounded
+            ok = np.allclose([seeded[i] for i in same], ref.returns[same], rtol=0 if case.workload.exact else 1e-5, atol=0)
+            notes.append(f"its {len(same)} seeded episodes {'match' if ok else 'DO NOT match'} fasteval's for the same seeds")
         if not case.workload.exact:
             notes.append("Monitor rounds each return to 6 decimals")
     return agrees, diff, "; ".join(notes)

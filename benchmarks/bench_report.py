@@ -7,7 +7,7 @@ interleaved per repeat, medians of ``--repeats``:
 
 * ``CLI --no-report`` / ``CLI --report``: the whole command's wall time, start-up included (only
   when the CLI has the ``--report/--no-report`` switch);
-* ``report only``: :func:`fasteval.run.report_html.write_run_report` on the finished folder, in
+* ``report only``: :func:`fasteval.render.html.write_run_report` on the finished folder, in
   this process (the report's own cost, without subprocess noise);
 * ``provenance``: :func:`fasteval.run.provenance.collect_provenance`, in this process (every run
   folder's manifest records it, with or without the report).
@@ -53,7 +53,7 @@ def cli_run(policy: str, n: int, out: Path, report: bool | None) -> float:
 
 
 def report_only(folder: Path) -> float:
-    from fasteval.run.report_html import write_run_report
+    from fasteval.render.html import write_run_report
 
     start = perf_counter()
     write_run_report(folder)
@@ -70,7 +70,7 @@ def provenance_only() -> float:
 
 def big_page_bytes(n: int, folder: Path) -> int:
     """Bytes of the page of a synthetic ``n``-episode, 4-task run (3,000 failed episodes)."""
-    from fasteval.run.report_html import write_run_report
+    from fasteval.render.html import write_run_report
     from fasteval.types.results import EpisodeTable, EvalResult
 
     rng = np.random.default_rng(0)

@@ -3,6 +3,7 @@
 import json
 import math
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -87,10 +88,87 @@ def test_policy_that_raises_on_dry_run_exits_2(tmp_path):
     assert "dry run" in result.output
 
 
-def test_help_documents_defaults():
+def _help_entries(text: str) -> dict[str, str]:
+    """``--help``'s option entries by long name (``--batch-size`` -> its whole entry, one line)."""
+    import re
+
+    entries: dict[str, str] = {}
+    current: list[str] = []
+    for line in text.splitlines():
+        if re.match(r"^  -", line):
+            current = [line.strip()]
+            for name in re.findall(r"(--[a-z][a-z0-9-]*)(?![\w.=])", line.split("  ", 2)[1].split(" [")[0]):
+                entries[name] = current  # type: ignore[assignment]
+        elif line.startswith("    ") and current:
+            current.append(line.strip())
+        else:
+            current = []
+    return {name: " ".join(lines) for name, lines in entries.items()}
+
+
+def test_help_shows_the_default_of_every_option_that_has_one():
+    """Every option with a default shows that value in ``--help`` (``show_default=True``: GUIDE, the CLI
+    is strict and says what it does); an option whose default depends on the run says so in words."""
     result = run(["--help"])
     assert result.exit_code == 0
-    assert "sync" in result.output and "default" in result.output
+    entries = _help_entries(result.output)
+    missing = []
+    for param in main.params:
+        if not isinstance(param, click.Option) or param.name in ("help", "version") or not param.expose_value:
+            continue
+        long_name = next(o for o in param.opts if o.startswith("--"))
+        entry = entries[long_name]
+        if param.is_flag and param.secondary_opts and param.default is not None:  # --report/--no-report
+            shown = f"[default: {(param.opts if param.default else param.secondary_opts)[0].lstrip('-')}"
+        elif param.is_flag or param.multiple or param.default is None:
+            continue  # off unless given (a flag, a repeatable option, --resume, --stop-when, ...)
+        else:
+            shown = f"[default: {param.default}"
+        if shown not in entry:
+            missing.append(f"{long_name}: expected {shown!r} in {entry!r}")
+    for words in ("--workers", "--max-steps", "--cuda-graph", "--policy-timeout", "--output-dir"):
+        assert "[default: " in entries[words], words  # no click default: the help says what happens
+    assert not missing, "\n".join(missing)
+
+
+def test_help_puts_every_option_under_one_heading_by_purpose():
+    from fasteval.doors.cli import HELP_SECTIONS
+
+    result = run(["--help"])
+    assert result.exit_code == 0
+    names = [name for section in HELP_SECTIONS for name in section.options]
+    options = {p.name for p in main.params if isinstance(p, click.Option)} - {"help", "version"}
+    assert sorted(names) == sorted(options), "each option of `fasteval` under exactly one HELP_SECTIONS heading"
+    titles = [line.rstrip(":") for line in result.output.splitlines() if line.endswith(":") and not line.startswith(" ")]
+    assert titles == ["What to evaluate", "How it runs", "Outputs", "Faults and limits", "Statistics", "LeRobot names",
+                      "Other options", "Commands"]
+    lerobot = result.output.split("LeRobot names:")[1].split("Other options:")[0]
+    for name in ("--policy.path", "--env.type", "--eval.n_episodes", "--eval.batch_size", "--policy.device", "--noise"):
+        assert name in lerobot, name
+    assert "--version" in result.output.split("Other options:")[1]
+
+
+def test_compile_runs_once_on_cpu_with_the_known_answers(tmp_path):
+    """``--compile`` end to end on CPU: torch.compile's default backend (Inductor, C++ on the CPU) compiles the
+    policy step once, and the run gives the known-answer env's numbers. Tiny on purpose: one graph, 5 episodes."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    try:
+        result = run(["--env", KA, "--policy", "fasteval.testing.policies:ParityPolicy", "-n", "5", "-b", "2",
+                      "--device", "cpu", "--compile", "--no-report", "-o", str(tmp_path)])
+        assert result.exit_code == 0, result.output
+        graphs = counters["stats"]["unique_graphs"]
+    finally:
+        torch._dynamo.reset()
+    assert graphs >= 1  # compiled, not silently run eagerly
+    info = json.loads((tmp_path / "eval_info.json").read_text())
+    assert info["meta"]["policy_compile"] is True
+    want = [expected_episode(i, action_fn=lambda obs: int(obs[2])) for i in range(5)]
+    assert [(r["sum_reward"], r["length"], r["success"]) for r in info["per_episode"]] == \
+        [(e["sum_reward"], e["length"], e["success"]) for e in want]
 
 
 # -- resume with the original command line ----------------------------------------------------------
@@ -176,7 +254,7 @@ def test_a_suite_ends_as_a_single_run_does_failed_episodes_and_how_to_resume(tmp
 
 
 def test_plural():
-    from fasteval.doors.cli import plural
+    from fasteval.render.words import plural
 
     assert [plural(n, "episode") for n in (0, 1, 2)] == ["0 episodes", "1 episode", "2 episodes"]
 

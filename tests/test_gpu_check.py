@@ -89,7 +89,7 @@ def test_memory_check_passes_with_engine_owned_graphs_and_fails_on_a_leaking_cac
 
 def test_memory_check_fails_when_pinned_host_memory_grows_per_run(monkeypatch):
     """Planted: a run that keeps a pinned host buffer alive (counted as the host allocator would)."""
-    from fasteval.core.rollout_buffer import RolloutBuffer
+    from fasteval.robot.buffers.rollout_buffer import RolloutBuffer
 
     kept = []
     original = RolloutBuffer.__init__

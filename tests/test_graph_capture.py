@@ -307,11 +307,6 @@ class _nothing:
         return None
 
 
-def test_fake_modes_are_checked():
-    with pytest.raises(ValueError, match="mode"):
-        FakeCuda("bogus")
-
-
 # -- reported by every door ------------------------------------------------------------------------
 
 def test_cuda_graph_status_in_eval_info_profile_and_bench(tmp_path):
@@ -361,14 +356,29 @@ def _synchronize(x):
     return x
 
 
+class Uncapturable(ParityPolicy):
+    """ParityPolicy's actions, after a step CUDA cannot capture (the ``step``'s result is multiplied by 0)."""
+
+    def __init__(self, step):
+        super().__init__()
+        self.step = step
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return super().forward(obs + 0 * self.step(obs.float()))
+
+
 @pytest.mark.parametrize("step", [_upload, _item, _branch, _index_upload, _synchronize])
-def test_the_fake_capture_fails_on_a_pageable_upload_or_a_sync_as_cuda_does(step):
-    x = torch.arange(4.0)
-    with FakeCuda() as fake, pytest.warns(RuntimeWarning, match="operation not permitted when stream is capturing"):
-        call = CudaGraphCall(step, torch.device("cuda", 0))
-        out = call(x)
-        assert torch.equal(out, step(x))  # the eager result
-    assert call.facts["cuda_graph"] == "eager (capture failed: RuntimeError)" and len(fake.captures) == 1
+def test_a_policy_step_cuda_cannot_capture_runs_eager_with_the_same_numbers(step):
+    """A pageable upload, a host read, a data-dependent branch, a host index or a sync in the policy: the
+    capture fails as CUDA's would, the run warns once, says ``eager (capture failed: ...)`` in meta and
+    gives the known answers; the policy was called eagerly (its step ran every time, not replayed)."""
+    policy = Uncapturable(step)
+    with FakeCuda() as fake, pytest.warns(RuntimeWarning, match="operation not permitted when stream is capturing") as seen:
+        result = evaluate(env=KA, policy=policy, n_episodes=6, batch_size=3, device="cpu", cuda_graph=True)
+    assert len([w for w in seen if "capture of the policy failed" in str(w.message)]) == 1
+    assert result.meta["policy_cuda_graph"] == "eager (capture failed: RuntimeError)"
+    assert len(fake.captures) == 1 and fake.replays == 0
+    assert numbers(result) == parity_numbers(0, 6)
 
 
 def _act_latent(x):

@@ -1,4 +1,5 @@
-"""The layering of docs/architecture.md, checked by walking every module's imports.
+"""The layering of docs/architecture.md, checked by walking every module's imports, and its layer table
+checked against the tree.
 
 Each module of ``src/fasteval`` belongs to one layer; a module may import only from its own
 layer and the layers below it. The walk reads the source (``ast``), so it sees lazy imports
@@ -17,9 +18,9 @@ import fasteval
 PACKAGE_DIR = Path(fasteval.__file__).parent
 
 # Layers from the bottom up, one folder each: a module's layer is the folder it sits in
-# (``fasteval/<folder>/...``). The package root and the two files beside it are not in a layer:
-# ``__init__`` re-exports the API, ``version`` holds the version, ``moved`` keeps old paths working.
-LAYER_NAMES = ["kernels", "types", "core", "robot steps", "API", "doors"]
+# (``fasteval/<folder>/...``). The package root and the file beside it are not in a layer:
+# ``__init__`` re-exports the API, ``version`` holds the version.
+LAYER_NAMES = ["kernels", "types", "core", "robot steps", "API", "render", "doors"]
 FOLDERS: dict[str, int] = {
     "kernels": 0,   # pure functions over arrays (NumPy reference, Cython, Numba)
     "types": 1,     # data and pure helpers
@@ -27,9 +28,10 @@ FOLDERS: dict[str, int] = {
     "robot": 3,     # policy loaders, the policy runner, recorders, fast envs
     "testing": 3,   # fixtures: known-answer envs, fault plans, fakes (imports nothing above core)
     "run": 4,       # engine composition, evaluate/Evaluator, run folders, sinks
-    "doors": 5,     # CLI, LeRobot flags, sweeps, bench, suites
+    "render": 5,    # views of documents: HTML pages, Markdown, terminal tables, plots
+    "doors": 6,     # CLI, LeRobot flags, sweeps, bench, suites
 }
-ROOT_MODULES = {"fasteval", "fasteval.version", "fasteval.moved"}
+ROOT_MODULES = {"fasteval", "fasteval.version"}
 # kept for the docs test: every folder as its dotted prefix
 LAYERS: dict[str, int] = {f"fasteval.{folder}": rank for folder, rank in FOLDERS.items()}
 
@@ -86,7 +88,7 @@ def test_every_module_has_a_layer():
 
 
 def test_root_modules_import_only_the_root_and_types():
-    """``version`` and ``moved`` import nothing of fasteval; the root re-exports types and the API lazily."""
+    """``version`` imports nothing of fasteval; the root re-exports types and the API lazily."""
     for path in SOURCES:
         here = module_name(path)
         if here not in ROOT_MODULES or here == "fasteval":
@@ -185,7 +187,7 @@ def test_docs_map_matches_this_table():
     import re
 
     doc = (PACKAGE_DIR.parents[1] / "docs" / "architecture.md").read_text()
-    names = {"doors": 5, "API": 4, "robot steps": 3, "fixtures": 3, "core": 2, "types": 1, "kernels": 0}
+    names = {"doors": 6, "render": 5, "API": 4, "robot steps": 3, "fixtures": 3, "core": 2, "types": 1, "kernels": 0}
     documented: dict[str, int] = {}
     for line in doc.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -197,3 +199,65 @@ def test_docs_map_matches_this_table():
             if item.endswith("/"):  # a layer's folder; sub-folders are named in the third column
                 documented["fasteval." + item.removesuffix("/")] = names[cells[0]]
     assert documented == LAYERS
+
+
+def _layer_rows() -> dict[str, str]:
+    """docs/architecture.md's layer table: ``folder -> its "holds" cell``."""
+    import re
+
+    doc = (PACKAGE_DIR.parents[1] / "docs" / "architecture.md").read_text()
+    rows = {}
+    for line in doc.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        folder = re.fullmatch(r"`([a-z_]+)/`(?: \(\+ `csrc/`\))?", cells[1]) if len(cells) >= 3 else None
+        if folder:
+            rows[folder.group(1)] = cells[2]
+    return rows
+
+
+def test_docs_layer_table_matches_the_tree():
+    """Every file or folder a layer's row names exists in that layer's folder, and every sub-package of a
+    layer folder is named in its row: the table is the tree, not a memory of it."""
+    import fnmatch
+    import re
+
+    rows = _layer_rows()
+    assert set(rows) == set(FOLDERS)
+    wrong = []
+    for folder, holds in rows.items():
+        root = PACKAGE_DIR / folder
+        files = [p.relative_to(root).as_posix() for p in root.rglob("*.py")]
+        dirs = [p.relative_to(root).as_posix() + "/" for p in root.rglob("*") if p.is_dir() and (p / "__init__.py").exists()]
+        for name in re.findall(r"`([\w*./]+(?:\.py|/))`", holds):
+            name = name.removeprefix(f"{folder}/")
+            pool = dirs if name.endswith("/") else files
+            if not any(fnmatch.fnmatch(have, name) or fnmatch.fnmatch(have, f"*/{name}") for have in pool):
+                wrong.append(f"{folder}/ row names `{name}`, which is not in src/fasteval/{folder}/")
+        for sub in dirs:
+            if "/" in sub.rstrip("/"):
+                continue  # a sub-package's own sub-folders are its business
+            if f"`{sub}`" not in holds:
+                wrong.append(f"src/fasteval/{folder}/{sub} is not named in the {folder}/ row")
+    assert not wrong, "docs/architecture.md vs the tree:\n" + "\n".join(wrong)
+
+
+def test_files_the_layers_moved_stay_in_their_layer():
+    """Issue 29's moves: the chunk queue and rollout buffer are robot steps (core imports neither), and
+    every renderer of records (HTML pages, Markdown, terminal report tables) is in ``render/``."""
+    assert not (PACKAGE_DIR / "core" / "chunk_queue.py").exists() and not (PACKAGE_DIR / "core" / "rollout_buffer.py").exists()
+    assert (PACKAGE_DIR / "robot" / "buffers" / "chunk_queue.py").exists()
+    assert (PACKAGE_DIR / "robot" / "buffers" / "rollout_buffer.py").exists()
+    renderers = {"render_markdown", "render_table", "format_report", "format_machine", "text_table", "write_run_report",
+                 "write_sweep_report", "write_compare_report", "success_figure", "returns_figure"}
+    outside = []
+    for path in SOURCES:
+        if module_name(path).startswith("fasteval.render"):
+            continue
+        text = path.read_text()
+        tree = ast.parse(text)
+        outside += [f"{module_name(path)}.{node.name}" for node in ast.walk(tree)
+                    if isinstance(node, ast.FunctionDef) and node.name in renderers]
+        if "<!doctype html" in text.lower():
+            outside.append(f"{module_name(path)} writes HTML")
+    assert not outside, f"renderers outside fasteval/render/: {outside}"
+

@@ -19,7 +19,7 @@ import pytest
 
 from fasteval.doors.sweep.report import build_report, write_report
 from fasteval.doors.sweep.store import Store
-from fasteval.run.report_html import write_compare_report, write_run_report
+from fasteval.render.html import write_compare_report, write_run_report
 from tests.browser import Browser, find_chromium
 from tests.report_fixtures import compare_document, load, make_run, make_sweep
 

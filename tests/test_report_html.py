@@ -17,8 +17,8 @@ from fasteval.doors.sweep.report import build_report, write_report
 from fasteval.doors.sweep.retry import cell_retry_verdict, retry_verdict
 from fasteval.doors.sweep.store import Store
 from fasteval.run.provenance import collect_provenance, command_line
-from fasteval.run.report_html import write_compare_report, write_run_report
-from fasteval.run.report_html import svg
+from fasteval.render.html import write_compare_report, write_run_report
+from fasteval.render.html import svg
 from fasteval.testing import expected_episode
 from fasteval.types.results import EpisodeTable, EvalResult
 from tests.report_fixtures import (FAULT_SEEDS, Tables, compare_document, load, make_faulty_run, make_run, make_sweep,
@@ -351,7 +351,7 @@ def test_markdown_plots_colour_each_policy_and_leave_failed_cells_out(sweep_dir)
     pytest.importorskip("matplotlib")
     from matplotlib.colors import to_hex
 
-    from fasteval.doors.sweep.report import returns_figure, success_figure
+    from fasteval.render.sweep_plots import returns_figure, success_figure
 
     with Store(sweep_dir, create=False) as store:
         doc = build_report(store)
@@ -370,7 +370,7 @@ def test_markdown_plots_colour_each_policy_and_leave_failed_cells_out(sweep_dir)
 
 def test_a_failed_cell_beside_working_ones_is_a_note_not_an_empty_chart():
     pytest.importorskip("matplotlib")
-    from fasteval.doors.sweep.report import returns_figure
+    from fasteval.render.sweep_plots import returns_figure
 
     cells = [{"policy": p, "env": e, "returns": r, "episodes": len(r), "errors": 0 if r else 2, "success_signal": True,
               "success_pct": 50.0, "success_ci95": [10.0, 90.0]}

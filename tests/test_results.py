@@ -169,16 +169,39 @@ def test_streaming_a_big_table_holds_no_per_episode_objects(tmp_path):
     assert doc["per_task"][0]["metrics"]["lengths"] == (np.arange(80_000) % 13).tolist()
 
 
+# The known-answer env's episodes for seeds 5..13 under the zero policy, worked out from the rules in
+# fasteval.testing.envs's docstring, not from its code: length 1 + (7 s) % 13; reward ((s + 3 t) % 9) - 6,
+# + 0.5 when action 0 equals the parity bit (s + t - 1) % 2; success when s % 3 == 0, or s % 6 == 1 and
+# the episode is longer than one step. Seed 6, step by step: -5.5, -3, 0.5, -6 (sum -14, max 0.5);
+# seed 13: one step of reward 1, and 13 % 6 == 1 but the episode has one step (no success).
+KNOWN_SEEDS_5_TO_13 = [  # (seed, length, sum_reward, max_reward, success)
+    (5, 10, -4.5, 2.5, False), (6, 4, -14.0, 0.5, True), (7, 11, -22.5, 1.5, True),
+    (8, 5, -6.5, 2.5, False), (9, 12, -33.0, 0.5, True), (10, 6, -10.5, 1.5, False),
+    (11, 13, -10.0, 2.5, False), (12, 7, -16.0, 0.5, True), (13, 1, 1.0, 1.0, False),
+]
+
+
 def test_engine_result_is_columnar_and_exact():
+    """The engine's records against the known-answer env's own numbers (a table worked out by hand
+    from its rules), so that neither side is computed by the helpers of the other."""
     from fasteval import evaluate
 
     result = evaluate(env=KNOWN_ANSWER_ID, policy="zero", n_episodes=9, batch_size=4, seed=5, device="cpu")
     assert isinstance(result.per_episode, EpisodeTable)
-    for record, i in zip(result.per_episode, range(9)):
-        want = expected_episode(5 + i)
-        assert record["episode_ix"] == i and all(same(record[k], want[k]) for k in ("seed", "sum_reward", "length", "success"))
-        assert record["has_success_signal"] is result.meta["has_success_signal"]
+    got = [(r["episode_ix"], r["seed"], r["length"], r["sum_reward"], r["max_reward"], r["success"], r["nan_rewards"])
+           for r in result.per_episode]
+    assert got == [(i, *row, 0) for i, row in enumerate(KNOWN_SEEDS_5_TO_13)]
+    assert [type(v) for v in got[0]] == [int, int, int, float, float, bool, int]
+    assert result.column("sum_reward").dtype == np.float64 and result.column("length").dtype == np.int64
+    assert {r["has_success_signal"] for r in result.per_episode} == {True} and result.meta["has_success_signal"] is True
     assert result.meta["torch_threads"] == 1  # cpu_threads defaults to 1 on CPU
+
+
+def test_expected_episode_gives_the_same_known_numbers():
+    """``fasteval.testing.expected_episode``, which other tests use as their oracle, agrees with the table."""
+    for seed, length, total, best, success in KNOWN_SEEDS_5_TO_13:
+        want = expected_episode(seed)
+        assert (want["length"], want["sum_reward"], want["max_reward"], want["success"]) == (length, total, best, success)
 
 
 def test_torch_threads_in_meta_are_the_ones_the_run_used():

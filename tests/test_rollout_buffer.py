@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from fasteval.doors.cli import main
 from fasteval.core.protocols import StepObserver
-from fasteval.core.rollout_buffer import RolloutBuffer
+from fasteval.robot.buffers.rollout_buffer import RolloutBuffer
 from fasteval.run.engine import Engine
 from fasteval.run.episode_files import load_episodes
 from fasteval.types.spec import EvalSpec

@@ -86,7 +86,7 @@ def test_chunk_queue_device_mirror_equals_host_positions(n_slots, n_exec, script
     """The device-side position mirror (used on CUDA, forced here on CPU) gives the same actions."""
     import torch
 
-    from fasteval.core.chunk_queue import ChunkQueue
+    from fasteval.robot.buffers.chunk_queue import ChunkQueue
 
     def make_call():
         count = [0]
@@ -116,7 +116,7 @@ def test_chunk_queue_fill_with_only_the_needed_rows_equals_a_full_fill(n_slots, 
     gives the same actions as a full-batch chunk whose other rows are ignored."""
     import torch
 
-    from fasteval.core.chunk_queue import ChunkQueue
+    from fasteval.robot.buffers.chunk_queue import ChunkQueue
 
     full, rows = (ChunkQueue(None, None, n_exec, mirror=mirror, n_slots=n_slots) for _ in range(2))
     for t, op in enumerate(script):

@@ -511,7 +511,8 @@ def _store_with_signals(out: Path, signal: dict[str, bool | None]) -> list:
 
 
 def test_report_says_no_success_signal_and_drops_success_stats(tmp_path):
-    from fasteval.doors.sweep.report import NO_SIGNAL, write_report
+    from fasteval.doors.sweep.report import write_report
+    from fasteval.render import NO_SIGNAL
 
     _store_with_signals(tmp_path, {"known": False, "known-nan": True})
     doc = write_report(tmp_path)
@@ -537,7 +538,7 @@ def test_report_says_no_success_signal_and_drops_success_stats(tmp_path):
     assert f"| known | zero | parity | 12 | {NO_SIGNAL} | - | - |" in md
     assert "| zero | known-nan | 0.0 [" not in md or cells[("zero", "known-nan")]["successes"] == 0
     if doc["plots"] != "plots skipped: matplotlib is not installed (pip install 'fasteval[sweep]')":
-        from fasteval.doors.sweep.report import success_figure
+        from fasteval.render.sweep_plots import success_figure
 
         assert doc["plots"] == ["returns.png", "success.png"]
         (ax,) = success_figure(saved).axes
@@ -547,7 +548,8 @@ def test_report_says_no_success_signal_and_drops_success_stats(tmp_path):
 
 def test_report_without_any_success_signal_has_no_success_plot(tmp_path):
     pytest.importorskip("matplotlib")
-    from fasteval.doors.sweep.report import NO_SIGNAL, write_report
+    from fasteval.doors.sweep.report import write_report
+    from fasteval.render import NO_SIGNAL
 
     _store_with_signals(tmp_path, {"known": False, "known-nan": False})
     doc = write_report(tmp_path)
@@ -593,7 +595,7 @@ def _figure_doc(cells: list[tuple[str, str, list[float]]]) -> dict:
 
 def test_returns_figure_shares_x_per_env_labels_axes_and_marks_constant_returns():
     pytest.importorskip("matplotlib")
-    from fasteval.doors.sweep.report import returns_figure
+    from fasteval.render.sweep_plots import returns_figure
 
     doc = _figure_doc([
         ("a", "cartpole", [500.0] * 8),                 # a perfect policy: every return equal
@@ -623,7 +625,7 @@ def test_returns_figure_shares_x_per_env_labels_axes_and_marks_constant_returns(
 
 def test_returns_figure_all_constant_env_gets_a_visible_range():
     pytest.importorskip("matplotlib")
-    from fasteval.doors.sweep.report import returns_figure
+    from fasteval.render.sweep_plots import returns_figure
 
     fig = returns_figure(_figure_doc([("a", "e", [0.0, 0.0]), ("b", "e", [0.0])]))
     top, bottom = fig.axes

@@ -1,17 +1,8 @@
 """fasteval: fast, exact evaluation of PyTorch policies on gymnasium environments."""
 
 from fasteval.version import __version__
-from fasteval import moved as _moved
-
-_moved.install()
-
-import gymnasium as _gym
-
-if "fasteval/KnownAnswer-v0" not in _gym.registry:
-    _gym.register(id="fasteval/KnownAnswer-v0", entry_point="fasteval.testing.envs:KnownAnswerEnv", max_episode_steps=64)
-
-from fasteval.types.errors import FastevalError  # noqa: E402
-from fasteval.types.spec import EvalSpec  # noqa: E402
+from fasteval.types.errors import FastevalError
+from fasteval.types.spec import EvalSpec
 
 
 def __getattr__(name: str):

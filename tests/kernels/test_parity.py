@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from fasteval.kernels import IDLE, load_backend
+from fasteval.kernels import IDLE
+from tests.kernels.conftest import require_backend
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -340,8 +341,7 @@ def test_read_only_inputs_are_accepted(backend, reference):
 
 @pytest.mark.numba
 def test_numba_scalar_types_share_one_specialisation():
-    pytest.importorskip("numba")
-    numba_ops = load_backend("numba")
+    numba_ops = require_backend("numba")
     numba_ops.warmup()
     before = len(numba_ops.step_bookkeeping.signatures)
     for max_steps, next_episode, n_episodes, refill in ((0, 1, 3, True), (np.int64(0), np.int64(1), np.int64(3), np.bool_(True))):
@@ -353,10 +353,7 @@ def test_numba_scalar_types_share_one_specialisation():
 
 @pytest.mark.cython
 def test_cython_rejects_bad_arrays():
-    try:
-        cy = load_backend("cython")
-    except ImportError as exc:
-        pytest.skip(f"Cython backend not built: {exc}")
+    cy = require_backend("cython")
     f = flags(2)
 
     def call(ledger, rewards=np.zeros(2), terminated=f["terminated"]):
@@ -398,7 +395,7 @@ def _selected_backend(value: str | None):
 @pytest.mark.parametrize("value", ["reference", " Reference ", "numba"])
 def test_env_var_forces_backend(value):
     if value.strip().lower() == "numba":
-        pytest.importorskip("numba")
+        require_backend("numba")
     proc = _selected_backend(value)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == value.strip().lower()

@@ -80,6 +80,7 @@ KNOWN_NAMESPACES: dict[str, tuple[str, str]] = {
     "gym_xarm": ("gym_xarm", "gym-xarm"),
     "gym_hil": ("gym_hil", "gym-hil"),
     "ALE": ("ale_py", "ale-py"),
+    "fasteval": ("fasteval.testing", "fasteval"),  # the known-answer envs register on importing fasteval.testing
 }
 """Env id namespaces whose module or pip package is not the namespace itself: ``ns -> (module, package)``."""
 MUJOCO_MODULES = ("mujoco", "metaworld", "gym_aloha")

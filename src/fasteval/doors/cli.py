@@ -23,7 +23,9 @@ from typing import Any, Mapping
 import click
 
 from fasteval.doors.file_options import FileOptions, file_options
+from fasteval.doors.help_sections import Section, SectionedHelp
 from fasteval.doors.lerobot_options import FASTEVAL, LEROBOT
+from fasteval.render.words import plural
 from fasteval.run.paths import UsablePath, path_problem
 from fasteval.types.spec import (AMP_MODES, DEVICES, NOISE_MODES, OBS_DTYPES, OBSERVATION_FORMATS, ON_NAN_ACTIONS,
                                  RESET_MODES, VECTORIZATIONS, VIDEO_LAYOUTS, VIDEO_SELECTIONS, EvalSpec)
@@ -49,8 +51,9 @@ def parse_env_kwargs(pairs: tuple[str, ...]) -> dict[str, Any]:
 
 
 def default_output_dir(env: str) -> Path:
-    safe_env = "".join(c if c.isalnum() or c in "-_." else "_" for c in env)
-    return Path("outputs") / "eval" / f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{safe_env}"
+    from fasteval.types.files import safe_filename
+
+    return Path("outputs") / "eval" / f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{safe_filename(env)}"
 
 
 class _Progress:
@@ -247,8 +250,47 @@ SUBCOMMAND_HELP = {
 }
 
 
-class LazyGroup(click.Group):
-    """A group whose subcommands live in their own modules and are imported on first use."""
+def lerobot_name_rows() -> list[tuple[str, str]]:
+    """The ``--help`` rows of LeRobot's spellings (:mod:`fasteval.doors.compat` rewrites them into native options)."""
+    from fasteval.doors.compat import ALIASES, ENV_TASK_OPTION, ENV_TYPE_OPTION, JOB_NAME, POLICY_PATH, POLICY_REVISION
+
+    rows = [(f"{POLICY_PATH}=DIR|REPO_ID", "A LeRobot checkpoint: a local folder first, else a hub id (as --policy)."),
+            (f"{POLICY_REVISION}=REV", f"The hub revision of {POLICY_PATH}."),
+            (f"{ENV_TYPE_OPTION}=TYPE, {ENV_TASK_OPTION}=TASK", "LeRobot's env types and tasks (a comma-separated list of "
+             "tasks is a suite); --env.<field>=VALUE sets a field of the type."),
+            (f"{JOB_NAME}=NAME", "Names LeRobot's default output folder.")]
+    for name, alias in ALIASES.items():
+        values = f" ({', '.join(f'{k}: {v}' for k, v in alias.values.items())})" if alias.values else ""
+        rows.append((f"{name}=VALUE", f"= {alias.target}{values}" + (", one per entry" if alias.expand else "")))
+    rows.append(("KEY=VALUE", "After the options: the same names without the dashes (eval.batch_size=8, seed=3). "
+                              "Native options spelled with underscores work too (--n_episodes=5)."))
+    return rows
+
+
+HELP_SECTIONS = (
+    Section("What to evaluate", ("policy", "env", "env_kwargs", "n_episodes", "seed", "max_steps", "observation_format",
+                                 "rename", "obs_dtype", "trust_remote_code", "config_file", "resume_dir")),
+    Section("How it runs", ("batch_size", "vectorization", "workers", "device", "reset_mode", "pipeline", "cuda_graph",
+                            "amp", "compile_policy", "cpu_threads", "profile")),
+    Section("Outputs", ("output_dir", "report", "max_episodes_rendered", "video_select", "video_layout",
+                        "save_episodes_dir", "export_formats", "log_targets", "print_config")),
+    Section("Faults and limits", ("retries", "on_nan_action", "step_timeout", "policy_timeout_s")),
+    Section("Statistics", ("stop_when", "confidence", "return_bounds")),
+    Section("LeRobot names", ("noise", "no_fast_env"),
+            intro="LeRobot's own option names are accepted as they are, rewritten into the options above before "
+                  "parsing; with any of them LeRobot's defaults apply (seed 1000, 50 episodes, 10 videos). Every "
+                  "lerobot-eval option and what fasteval does with it: docs/lerobot.md.",
+            extra_rows=lerobot_name_rows),
+)
+"""``fasteval --help``: every option under the heading of its purpose (tests/test_cli.py checks that each is
+under exactly one)."""
+
+
+class LazyGroup(SectionedHelp, click.Group):
+    """A group whose subcommands live in their own modules and are imported on first use; its ``--help``
+    shows the options under :data:`HELP_SECTIONS`."""
+
+    help_sections = HELP_SECTIONS
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         from fasteval.doors.compat import rewrite  # LeRobot-style aliases and key=value -> native options, once
@@ -267,6 +309,10 @@ class LazyGroup(click.Group):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *SUBCOMMANDS})
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        self.format_option_sections(ctx, formatter)
+        self.format_commands(ctx, formatter)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The commands section of ``--help``, from :data:`SUBCOMMAND_HELP`: imports nothing."""
@@ -402,7 +448,6 @@ def resolve_run(ctx: click.Context, options: dict[str, Any], files: FileOptions,
         spec = spec.replace(return_episode_data=True)
     spec, output_dir = files.resolve(ctx, spec, output_dir, resume=resume_dir is not None)
     out_dir = Path(resume_dir or output_dir or default_output_dir(spec.env))
-    check_output_paths(out_dir, spec)
     if save_episodes_dir is not None and Path(save_episodes_dir).resolve() == out_dir.resolve():
         raise UserInputError(f"--save-episodes {save_episodes_dir} is the output folder (-o): the episode data would be "
                              f"written over the run's records. Give --save-episodes a folder of its own, e.g. "
@@ -523,7 +568,7 @@ def end_of_run(outcome: Any, spec: Any, out_dir: Path, files: FileOptions, profi
 def write_html_report(out_dir: Path) -> list[str]:
     """``report.html`` in the run folder (a suite's, and each of its tasks'), from the files the run
     wrote; returns the problems (empty: written). The results are on disk whatever happens here."""
-    from fasteval.run.report_html import write_run_report
+    from fasteval.render.html import write_run_report
 
     try:
         path = write_run_report(out_dir)
@@ -537,17 +582,11 @@ def resume_hint(status: str, recorded: int, wanted: int, out_dir: Path, suite: b
     """How to finish a run that stopped: ``--resume DIR`` (one task; with ``--trust-remote-code`` when the
     run names code, which a manifest cannot allow), or the same command into the same folder (a suite
     resumes each task's run folder)."""
-    from fasteval.types.trust import needs_trust_from_file
+    from fasteval.run.rundir import resume_command
 
-    flag = " --trust-remote-code" if spec is not None and needs_trust_from_file(spec.env, spec.policy) else ""
-    how = f"the same command with --output-dir {out_dir}" if suite else f"fasteval --resume {out_dir}{flag}"
+    how = f"the same command with --output-dir {out_dir}" if suite else resume_command(out_dir, spec)
     what = "interrupted" if status == "interrupted" else "stopped"
     return f"{what} after {recorded} of {wanted} episodes. Resume with:\n  {how}"
-
-
-def plural(n: int, word: str) -> str:
-    """``plural(1, "episode")`` -> ``"1 episode"``; ``plural(2, "episode")`` -> ``"2 episodes"``."""
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 FAILURES_SHOWN = 5

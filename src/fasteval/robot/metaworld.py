@@ -18,8 +18,8 @@ from fasteval.types.errors import UserInputError
 
 METAWORLD_ENV_REF = f"{__name__}:make_metaworld_env"
 """The ``module:callable`` reference of :func:`make_metaworld_env`."""
-METAWORLD_ENV_REFS = (METAWORLD_ENV_REF, "fasteval.doors.suites:make_metaworld_env", "fasteval.suites:make_metaworld_env")
-"""Every spelling of that reference (run folders and config files made before it moved here use the others)."""
+METAWORLD_ENV_REFS = (METAWORLD_ENV_REF, "fasteval.doors.suites:make_metaworld_env")
+"""Every spelling of that reference (``fasteval.doors.suites`` re-exports it, and older run folders name it there)."""
 METAWORLD_BENCHMARKS = ("MT10", "MT25", "MT50")
 
 

@@ -50,7 +50,7 @@
   =====================  ================================================================
 
   Steps are written into a ``[B, T]`` TensorDict preallocated on the policy device
-  (:mod:`fasteval.core.rollout_buffer`); each finished episode is cut out of it at its end, and
+  (:mod:`fasteval.robot.buffers.rollout_buffer`); each finished episode is cut out of it at its end, and
   ``result.episode_data`` is on the policy device. ``--save-episodes DIR`` writes it as a TensorDict
   memory map (:mod:`fasteval.run.episode_files`).
 
@@ -72,6 +72,7 @@ import numpy as np
 
 from fasteval.core.protocols import StepObserver
 from fasteval.types.errors import UserInputError
+from fasteval.types.files import safe_filename
 from fasteval.kernels import IDLE
 from fasteval.robot.policies.obs_mapping import RAW, plan_keys
 
@@ -81,10 +82,6 @@ DEFAULT_FPS = 30
 FIRST, FAILURES, SUCCESSES, PER_TASK = "first", "failures", "successes", "per-task"
 TASK_KWARGS = ("task", "env_name")
 """Env kwargs that name the task (``fasteval.doors.suites:make_metaworld_env``, ``Meta-World/MT1``)."""
-
-
-def safe_name(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in str(text)) or "env"
 
 
 def task_label(env: str, env_kwargs: Any = None) -> str:
@@ -105,7 +102,7 @@ def video_path(videos_dir: str | os.PathLike, task: str, episode_ix: int, seed: 
     if layout == "lerobot":
         return Path(videos_dir) / f"eval_episode_{int(episode_ix)}.mp4"
     outcome = "" if success is None else "_success" if success else "_failure"
-    return Path(videos_dir) / safe_name(task) / f"ep{int(episode_ix):06d}_seed{int(seed)}{outcome}.mp4"
+    return Path(videos_dir) / safe_filename(task) / f"ep{int(episode_ix):06d}_seed{int(seed)}{outcome}.mp4"
 
 
 class VideoSelection:
@@ -257,7 +254,7 @@ class VideoRecorder(StepObserver):
         self.task = task or env
         self.videos_dir = videos_dir
         self.layout = layout
-        self.folder = Path(videos_dir) if layout == "lerobot" else Path(videos_dir) / safe_name(self.task)
+        self.folder = Path(videos_dir) if layout == "lerobot" else Path(videos_dir) / safe_filename(self.task)
         self.selection = VideoSelection(select, max_episodes)
         metadata = envs.metadata or {}  # the env's metadata (render_fps), for sync and async envs
         self.fps = int(metadata.get("render_fps") or DEFAULT_FPS)
@@ -357,14 +354,14 @@ class VideoRecorder(StepObserver):
 
 
 class EpisodeDataRecorder(StepObserver):
-    """Records every step into a :class:`~fasteval.core.rollout_buffer.RolloutBuffer` on the policy device;
+    """Records every step into a :class:`~fasteval.robot.buffers.rollout_buffer.RolloutBuffer` on the policy device;
     a finished episode is cut out of it at once, and :meth:`finish` puts them together in episode order.
 
     ``result.episode_data`` lives on the policy device (``.cpu()`` it to keep it on the host).
     """
 
     def __init__(self, engine: Any, ledger: Any, observation_format: str, rename: dict):
-        from fasteval.core.rollout_buffer import RolloutBuffer
+        from fasteval.robot.buffers.rollout_buffer import RolloutBuffer
 
         envs = self.envs = engine.envs
         self.ledger = ledger
@@ -428,7 +425,7 @@ class EpisodeDataRecorder(StepObserver):
         import torch
         from tensordict import TensorDict
 
-        from fasteval.core.rollout_buffer import concat_episodes
+        from fasteval.robot.buffers.rollout_buffer import concat_episodes
 
         L = self.ledger
         n = L.n_episodes

@@ -48,7 +48,7 @@ from fasteval.run.provenance import collect_provenance
 from fasteval.types.errors import EvaluationAborted, FastevalError, UserInputError
 from fasteval.types.results import (STATUS_COMPLETE, STATUS_FAILED, STATUS_INTERRUPTED, STATUS_RUNNING,  # noqa: F401
                                     EarlierSegments, EpisodeTable, EvalResult)
-from fasteval.run.rundir import RunDirectory, RunIdentity, check_resumable, format_records, policy_digest
+from fasteval.run.rundir import RunDirectory, RunIdentity, check_resumable, format_records, policy_digest, resume_command
 from fasteval.types.spec import EvalSpec
 
 
@@ -265,17 +265,14 @@ class _SegmentLog:
         """The watchdog's expiry (from its thread; the engine's thread is stuck in the hung call): flush the
         records, mark the manifest ``failed`` with the cause, say how to resume, end the process (exit 1)."""
         from fasteval.core.watchdog import EXIT_CODE
-        from fasteval.types.trust import needs_trust_from_file
 
         try:
             self.close()
             self.run_dir.close()
             self.write_manifest(STATUS_FAILED, TimeoutError(cause))
-            spec = self.engine.spec
-            flag = " --trust-remote-code" if needs_trust_from_file(spec.env, spec.policy) else ""
             self.announce(f"Error: {cause}. A hung call cannot be interrupted in its thread, so the run ends here; "
                           f"every finished episode is in {self.run_dir.path}. Resume with:\n"
-                          f"  fasteval --resume {self.run_dir.path}{flag}")
+                          f"  {resume_command(self.run_dir.path, self.engine.spec)}")
             sys.stdout.flush()
             sys.stderr.flush()
         finally:

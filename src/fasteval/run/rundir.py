@@ -10,7 +10,7 @@ Layout:
   errors.jsonl     one JSON record per env/policy fault (retried ones included)
   eval_info.json   the final results (classic layout), written atomically at the end
   config.json      the resolved config (written by the CLI; loadable with --config)
-  report.html      the run's page (written by the CLI unless --no-report; :mod:`fasteval.run.report_html`)
+  report.html      the run's page (written by the CLI unless --no-report; :mod:`fasteval.render.html`)
   .fasteval.lock   the folder's lock (:mod:`fasteval.run.folder_lock`): one process at a time
 
 Every record carries the ``run_id`` of its manifest, so a resume can tell this run's records from
@@ -266,3 +266,13 @@ def raises_the_cap(key: str, manifest: dict[str, Any], current: dict[str, Any]) 
     if key != "n_episodes" or not manifest.get("stop_when") or manifest.get("stop_when") != current.get("stop_when"):
         return False
     return int(current.get(key) or 0) >= int(manifest.get(key) or 0)
+
+
+def resume_command(folder: str | os.PathLike, spec: Any = None) -> str:
+    """The command that finishes the run in ``folder``: ``fasteval --resume DIR``, with
+    ``--trust-remote-code`` when ``spec`` names code (a manifest cannot allow it: docs/security.md).
+    The one wording of the hint, for the CLI's end of a run and the watchdog's last words."""
+    from fasteval.types.trust import needs_trust_from_file
+
+    flag = " --trust-remote-code" if spec is not None and needs_trust_from_file(spec.env, spec.policy) else ""
+    return f"fasteval --resume {folder}{flag}"

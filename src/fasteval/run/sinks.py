@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from fasteval.types.errors import UserInputError
+from fasteval.types.files import atomic_file
 from fasteval.types.results import EPISODE_FIELDS, EpisodeTable
 
 LOG_KINDS = ("tensorboard", "wandb")
@@ -175,28 +176,21 @@ def write_parquet(records: Any, path: str | Path) -> Path:
         table = pa.table({c: (records.column(c) if c in records.columns else records.column(c).tolist()) for c in columns})
     else:
         table = pa.table({c: [_plain(r.get(c)) for r in records] for c in columns})
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp)
-    tmp.replace(path)
-    return path
+    with atomic_file(path, "wb") as f:
+        pq.write_table(table, f)
+    return Path(path)
 
 
 def write_csv(records: Any, path: str | Path) -> Path:
     import csv
 
     columns = _columns(records)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", newline="") as f:
+    with atomic_file(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         for record in records:
             writer.writerow({c: _plain(record.get(c)) for c in columns})
-    tmp.replace(path)
-    return path
+    return Path(path)
 
 
 def _plain(value: Any) -> Any:

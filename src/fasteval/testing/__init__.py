@@ -6,7 +6,9 @@ be checked exactly against :func:`expected_episode`. :class:`FaultPlanEnv` and
 :class:`PlannedPolicy` (:mod:`fasteval.testing.fault_plan`) add faults on a plan: raises,
 crashes and hangs per seed and attempt, NaN or hung actions.
 
-The names are imported on first use: an env worker that builds ``fasteval/KnownAnswer-v0``
+Importing this package registers ``fasteval/KnownAnswer-v0`` with gymnasium
+(:func:`~fasteval.testing.envs.register_envs`); ``import fasteval`` alone registers nothing.
+The other names are imported on first use: an env worker that builds ``fasteval/KnownAnswer-v0``
 imports :mod:`fasteval.testing.envs` alone, not torch (which the policies need), so a worker
 pool starts in a fraction of the time.
 """
@@ -15,6 +17,8 @@ from __future__ import annotations
 
 import importlib
 from typing import Any
+
+from fasteval.testing.envs import register_envs
 
 _WHERE = {
     "KNOWN_ANSWER_ID": "envs",
@@ -30,7 +34,9 @@ _WHERE = {
     "WaveOnlyPolicy": "policies",
 }
 
-__all__ = sorted(_WHERE)
+__all__ = sorted([*_WHERE, "register_envs"])
+
+register_envs()
 
 
 def __getattr__(name: str) -> Any:

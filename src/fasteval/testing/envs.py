@@ -26,6 +26,18 @@ import gymnasium as gym
 import numpy as np
 
 KNOWN_ANSWER_ID = "fasteval/KnownAnswer-v0"
+"""The gymnasium id of :class:`KnownAnswerEnv`, registered by :func:`register_envs` (which importing
+:mod:`fasteval.testing` calls; ``import fasteval`` registers nothing)."""
+
+
+def register_envs() -> None:
+    """Register :data:`KNOWN_ANSWER_ID` with gymnasium (at most once; 64 steps at most per episode).
+
+    Called when :mod:`fasteval.testing` is first imported. fasteval's env layer maps the ``fasteval``
+    namespace to this package, so ``--env fasteval/KnownAnswer-v0`` (and every env worker that builds
+    it) imports it before gymnasium looks the id up."""
+    if KNOWN_ANSWER_ID not in gym.registry:
+        gym.register(id=KNOWN_ANSWER_ID, entry_point="fasteval.testing.envs:KnownAnswerEnv", max_episode_steps=64)
 
 
 def episode_length(seed: int) -> int:

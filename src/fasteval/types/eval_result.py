@@ -26,6 +26,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from fasteval.types.episode_table import EpisodeTable, merge_episodes
+from fasteval.types.files import safe_filename
 from fasteval.types.json_writer import write_json_atomic
 from fasteval.types.stats import wilson_interval
 
@@ -206,10 +207,7 @@ class EvalResult:
 def task_folder(group: Any, task_id: Any) -> str:
     """The folder of one task's files in a run (``<group>_<task_id>``, made safe for a file name): a suite's
     ``tasks/<folder>/`` and ``videos/<folder>/``, and LeRobot's ``videos/<group>_<task_id>/``."""
-    def safe(value: Any) -> str:
-        return "".join(c if c.isalnum() or c in "-." else "_" for c in str(value)) or "_"
-
-    return f"{safe(group)}_{safe(task_id)}"
+    return f"{safe_filename(group)}_{safe_filename(task_id)}"
 
 
 def _with_stopping(doc: dict[str, Any]) -> dict[str, Any]:

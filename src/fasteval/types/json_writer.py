@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fasteval.types.episode_table import CHUNK_ROWS, EpisodeTable
+from fasteval.types.files import atomic_file
 
 
 def _leaf(value: Any) -> Any:
@@ -99,30 +99,14 @@ def _stream(write: Any, value: Any, pad: str) -> None:
 
 
 def write_json_atomic(path: str | os.PathLike, document: Any) -> Path:
-    """Write JSON to ``path`` via a temp file in the same folder and an atomic rename.
+    """Write JSON to ``path`` via a temp file in the same folder and an atomic rename (:func:`~fasteval.types.files.atomic_file`).
 
     ``document`` may hold :class:`EpisodeTable` and NumPy arrays (see
     :meth:`EvalResult.eval_info_document`): they are streamed in chunks, one record per line,
     so the whole text is never built in memory. Plain data is written with ``indent=2``.
     NaN and infinities are written as ``NaN`` / ``Infinity`` (Python's ``json`` reads them back).
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; results are ordinary files
-        with os.fdopen(fd, "w", buffering=1 << 16) as f:
-            _stream(f.write, document, "")
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return path
+    with atomic_file(path, buffering=1 << 16) as f:
+        _stream(f.write, document, "")
+        f.write("\n")
+    return Path(path)

@@ -3,7 +3,7 @@
 * :mod:`fasteval.doors.bench.harness`: runs a spec through :class:`~fasteval.run.engine.Engine`
   (the same engine as the CLI; no rollout code here), one cell or a grid of cells;
 * :mod:`fasteval.doors.bench.machine`: the machine header (CPU, cores, GPU, library versions);
-* :mod:`fasteval.doors.bench.report`: the stdout tables and the JSON document;
+* :mod:`fasteval.doors.bench.report`: the JSON document (its terminal report: :mod:`fasteval.render.bench_text`);
 * :mod:`fasteval.doors.bench.cli`: the ``fasteval bench`` command.
 """
 

@@ -72,7 +72,8 @@ def bench(repeats: int, warmup_episodes: int | None, sweep_batch: str | None, js
     """
     from fasteval.doors.bench.harness import bench_grid, parse_batch_sizes, parse_vectorizations
     from fasteval.doors.bench.machine import machine_info
-    from fasteval.doors.bench.report import format_report, report_document, write_json
+    from fasteval.doors.bench.report import report_document, write_json
+    from fasteval.render.bench_text import format_report
     from fasteval.types.errors import FastevalError, UserInputError
 
     try:
@@ -98,8 +99,9 @@ def bench(repeats: int, warmup_episodes: int | None, sweep_batch: str | None, js
         fail(str(exc), EXIT_BAD_INPUT)
     except FastevalError as exc:
         fail(str(exc), EXIT_RUNTIME_ERROR)
-    click.echo(format_report(grid, facts, machine))
+    command = " ".join(["fasteval", *sys.argv[1:]]) if sys.argv and "fasteval" in sys.argv[0] else "fasteval bench"
+    doc = report_document(grid, facts, machine, command)
+    click.echo(format_report(doc))
     if json_path is not None:
-        command = " ".join(["fasteval", *sys.argv[1:]]) if sys.argv and "fasteval" in sys.argv[0] else "fasteval bench"
-        write_json(json_path, report_document(grid, facts, machine, command))
+        write_json(json_path, doc)
         click.echo(f"wrote {json_path}")

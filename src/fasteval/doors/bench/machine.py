@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
-from typing import Any, Sequence
+from typing import Any
 
 
 def cpu_model() -> str:
@@ -76,24 +76,3 @@ def machine_info() -> dict[str, Any]:
         "kernel_backend": kernels.BACKEND,
     }
 
-
-def format_machine(info: dict[str, Any], run_threads: Sequence[int] | None = None) -> str:
-    """The header as two readable lines.
-
-    ``run_threads``: the torch intra-op thread counts the timed runs used (``EvalResult.meta
-    ["torch_threads"]``; the engine sets ``spec.cpu_threads``, 1 by default, for CPU policies).
-    Given, the header names them; otherwise it names the process default as such.
-    """
-    load = info.get("load_avg")
-    load_s = " ".join(f"{x:.2f}" for x in load) if load else "n/a"
-    used = sorted({int(t) for t in run_threads or () if t is not None})
-    if used:
-        threads = f"{'/'.join(map(str, used))} thread{'s' if used != [1] else ''} in the runs"
-    else:
-        threads = f"{info['torch_threads']} threads by default"
-    return (
-        f"machine: {info['cpu']}; {info['cores']} cores ({info['usable_cores']} usable), load {load_s}; "
-        f"GPU: {info['gpu']}; {info['os']}, Python {info['python']}\n"
-        f"versions: torch {info['torch']} ({threads}), gymnasium {info['gymnasium']}, "
-        f"numpy {info['numpy']}, fasteval {info['fasteval']} (kernel backend {info['kernel_backend']})"
-    )

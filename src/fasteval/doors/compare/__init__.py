@@ -15,7 +15,8 @@ not shown non-inferior on some task).
 """
 
 from fasteval.doors.compare.command import compare
-from fasteval.doors.compare.document import build_document, render_markdown, render_table, write_outputs
+from fasteval.doors.compare.document import build_document, write_outputs
 from fasteval.doors.compare.inputs import Side, load_side, pair_episodes
+from fasteval.render.compare_text import render_markdown, render_table
 
 __all__ = ["Side", "build_document", "compare", "load_side", "pair_episodes", "render_markdown", "render_table", "write_outputs"]

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import click
 
-from fasteval.doors.compare.document import build_document, render_table, write_outputs
+from fasteval.doors.compare.document import build_document, write_outputs
 from fasteval.doors.compare.inputs import load_side
 from fasteval.doors.compare.live import run_live
+from fasteval.render.compare_text import render_table
 from fasteval.types.errors import UserInputError
 
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
@@ -69,7 +70,7 @@ def compare(runs: tuple[str, ...], alpha: float, margin: float | None, fail_if_w
     click.echo(render_table(doc))
     click.echo(f"wrote {json_path} and {md_path}")
     try:  # the page is a view of compare.json: a failure to write it loses no result
-        from fasteval.run.report_html import write_compare_report
+        from fasteval.render.html import write_compare_report
 
         click.echo(f"wrote {write_compare_report(doc, output_dir)}")
     except OSError as exc:

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import click
 
-from fasteval.doors.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUNTIME_ERROR, fail, plural
+from fasteval.doors.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_RUNTIME_ERROR, fail
+from fasteval.render.words import plural
 from fasteval.run.paths import UsablePath
 
 
@@ -122,7 +123,7 @@ def report(folder: Path, out_dir: Path | None) -> None:
             if out_dir is not None:
                 raise UserInputError(f"--out is for sweep folders: a run's report.html links its videos and files by "
                                      f"relative path, so it is written into {folder}. Drop --out.")
-            from fasteval.run.report_html import write_run_report
+            from fasteval.render.html import write_run_report
 
             click.echo(f"wrote {write_run_report(folder)}")
         else:

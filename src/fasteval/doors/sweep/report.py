@@ -12,15 +12,15 @@ Writes into the folder:
   for return); totals (episodes, env steps, wall time, episodes/s).
   NaN is written as ``null``.
 * ``report.md``: the same as tables, under a one-sentence summary (cells complete, partial and
-  failed, and whether a retry could help the failed ones: :mod:`fasteval.doors.sweep.retry`).
+  failed, and whether a retry could help the failed ones: :mod:`fasteval.doors.sweep.retry`),
+  rendered by :mod:`fasteval.render.sweep_markdown`.
 * ``report.html``: the same as one self-contained page (sortable tables, per-env plots), with a
-  run page per cell under ``cells/`` (:mod:`fasteval.doors.sweep.report_html`).
-* ``success.png`` (success rate per policy and env, Wilson error bars, one colour per policy; cells
-  with episodes and a success signal only, and no file when there is none) and ``returns.png`` (the
-  return distribution of each cell in its policy's colour: one column per env with a shared,
-  labelled x-axis and shared bins; a cell whose returns are all equal shows a marker line at that
-  value; a cell without episodes says so instead of an empty chart), drawn with matplotlib's Agg canvas. Without matplotlib
+  run page per cell under ``cells/`` (:mod:`fasteval.render.html`; each cell's document is built by
+  :mod:`fasteval.doors.sweep.cells` from its stored episodes).
+* ``success.png`` and ``returns.png`` (:mod:`fasteval.render.sweep_plots`). Without matplotlib
   the plots are skipped and the report says so.
+
+This module computes; the views render the document it returns.
 
 Bootstrap intervals use ``seed=0``, so a report built twice from one store is identical apart
 from its ``generated_at`` time.
@@ -29,8 +29,6 @@ from its ``generated_at`` time.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 import time
 from itertools import combinations
 from pathlib import Path
@@ -38,7 +36,6 @@ from typing import Any
 
 import numpy as np
 
-from fasteval.types.results import write_json_atomic
 from fasteval.types.stats import (
     aggregate_iqm,
     aggregate_mean,
@@ -48,12 +45,15 @@ from fasteval.types.stats import (
     stratified_bootstrap_ci,
     wilson_interval,
 )
+from fasteval.doors.sweep.cells import cell_documents
 from fasteval.doors.sweep.retry import cell_retry_verdict
 from fasteval.doors.sweep.store import Store
-
-PLOTS = ("success.png", "returns.png")
-NO_SIGNAL = "no success signal"
-PLOTS_MISSING = "plots skipped: matplotlib is not installed (pip install 'fasteval[sweep]')"
+from fasteval.render.html import write_sweep_report
+from fasteval.render.sweep_markdown import render_markdown
+from fasteval.render.sweep_plots import PLOTS_MISSING, plot_report
+from fasteval.render.words import plural
+from fasteval.types.files import write_text_atomic
+from fasteval.types.results import write_json_atomic
 
 
 def _cell_key(row: dict[str, Any]) -> tuple[str, str, str]:
@@ -131,10 +131,6 @@ def summary_line(cells: list[dict[str, Any]], jobs: dict[str, int]) -> str:
     elif verdicts:
         text += " Re-running the same command retries the failed jobs."
     return text
-
-
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def has_success_signal(eps: list[dict[str, Any]]) -> bool:
@@ -236,138 +232,11 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def _fmt(x: float, digits: int = 1) -> str:
-    return "NaN" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
-
-
-def _interval(ci: list[float], digits: int = 1) -> str:
-    return f"[{_fmt(ci[0], digits)}, {_fmt(ci[1], digits)}]"
-
-
-def render_markdown(doc: dict[str, Any], plots_note: str | None = None) -> str:
-    """The Markdown report: the summary, the cells, totals, across-env aggregates, paired comparisons,
-    errors (with whether a retry could help) and the plots."""
-    parts = [
-        ["# Sweep report", "", f"Built from `{doc['store']}` at {doc['generated_at']}."],
-        [f"**{doc['summary']}**"] if doc.get("summary") else [],
-        _cells_markdown(doc["cells"]),
-        _totals_markdown(doc["totals"]),
-        _across_markdown(doc["across_envs"]),
-        _paired_markdown(doc["paired"]),
-        _errors_markdown(doc["cells"]),
-        _plots_markdown(doc, plots_note),
-    ]
-    lines: list[str] = []
-    for part in parts:
-        if part:
-            lines += [*part, ""]
-    return "\n".join(lines).rstrip() + "\n"
-
-
-def _cells_markdown(cells: list[dict[str, Any]]) -> list[str]:
-    lines = ["| policy | env | success % [95% CI] | mean return [95% CI] | episodes | NaN-reward eps | errors |",
-             "|---|---|---|---|---|---|---|"]
-    for c in cells:
-        episodes = f"{c['episodes']}" + ("" if c["episodes"] == c["expected_episodes"] else f" of {c['expected_episodes']}")
-        if not c["episodes"]:
-            success = ret = "no episodes" + (" (failed)" if c["errors"] else "")
-        else:
-            success = (f"{_fmt(c['success_pct'])} {_interval(c['success_ci95'])}" if c.get("success_signal", True)
-                       else NO_SIGNAL)
-            ret = f"{_fmt(c['mean_return'], 3)} {_interval(c['return_ci95'], 3)}"
-        lines.append(f"| {c['policy']} | {c['env']} | {success} | {ret} | {episodes} | {c['nan_reward_episodes']} | {c['errors']} |")
-    lines += ["", "Success intervals: Wilson score, 95%. Return intervals: percentile bootstrap of the mean (2000 resamples, "
-              "seed 0). A NaN reward makes an episode's return NaN, and the cell's mean NaN."]
-    if any(not c.get("success_signal", True) for c in cells if c["episodes"]):
-        lines.append(f"{NO_SIGNAL}: no env of the cell ever reported `info[\"is_success\"]`, so there is no success "
-                     "rate to show (it would read 0%); compare those cells by return. They are left out of the "
-                     "success plot, the across-env success aggregates and the McNemar tests.")
-    return lines
-
-
-def _totals_markdown(t: dict[str, Any]) -> list[str]:
-    return ["## Totals", "",
-            f"- episodes: {t['episodes']}",
-            f"- env steps: {t['env_steps']}",
-            f"- wall time: {t['wall_s']:.2f} s over {t['runs']} sweep run(s); engine time {t['engine_s']:.2f} s",
-            f"- episodes/s: {_fmt(t['episodes_per_s'])}; env steps/s: {_fmt(t['steps_per_s'], 0)}",
-            "- jobs: " + ", ".join(f"{k} {v}" for k, v in t["jobs"].items())]
-
-
-def _across_markdown(across: list[dict[str, Any]]) -> list[str]:
-    if not across:
-        return []
-    lines = ["## Across envs", "",
-             "Per policy: the per-seed-block success rate on each env, aggregated across envs (rliable's definitions); "
-             "intervals: stratified bootstrap (seed blocks resampled within each env), 95%.", "",
-             "| policy | envs | mean success % [95% CI] | IQM success % [95% CI] |", "|---|---|---|---|"]
-    for a in across:
-        lines.append(f"| {a['policy']} | {a['envs']} | {_fmt(a['mean_success_pct'])} {_interval(a['mean_success_ci95'])} | "
-                     f"{_fmt(a['iqm_success_pct'])} {_interval(a['iqm_success_ci95'])} |")
-    return lines
-
-
-def _paired_markdown(paired: list[dict[str, Any]]) -> list[str]:
-    if not paired:
-        return []
-    lines = ["## Paired comparisons", "",
-             "Over the episodes both policies ran (same env, task and seed). Success: McNemar's test (exact binomial when "
-             "fewer than 25 discordant pairs, else chi-square with continuity correction; the method column says which). "
-             "Return: mean difference A - B with a paired bootstrap 95% interval.", "",
-             "| env | A | B | episodes | only A / only B succeeded | McNemar p | method | return A - B [95% CI] |",
-             "|---|---|---|---|---|---|---|---|"]
-    for p in paired:
-        m, d = p["success_mcnemar"], p["return_diff"]
-        success = (f"{m['only_a']} / {m['only_b']} | {m['p_value']:.4g} | {m['method']}" if m is not None
-                   else f"{NO_SIGNAL} | - | -")
-        lines.append(f"| {p['env']} | {p['a']} | {p['b']} | {p['episodes']} | {success} | "
-                     f"{_fmt(d['mean_diff'], 3)} {_interval(d['ci'], 3)} |")
-    return lines
-
-
-def _errors_markdown(cells: list[dict[str, Any]]) -> list[str]:
-    """Each failed cell once: its failed jobs' first error lines, and whether a retry could help."""
-    failed = [c for c in cells if c["error_texts"]]
-    if not failed:
-        return []
-    lines = ["## Errors", ""]
-    for c in failed:
-        retry = c.get("retry") or {"helps": None, "why": ""}
-        verdict = {True: "a retry may help", False: "a retry cannot help", None: "a retry may or may not help"}[retry["helps"]]
-        lines.append(f"- **{c['policy']} x {c['env']}** ({verdict}: {retry['why']}):")
-        for e in c["error_texts"]:
-            lines.append(f"  - {e.splitlines()[0] if e else ''}")
-    return lines
-
-
-def _plots_markdown(doc: dict[str, Any], plots_note: str | None) -> list[str]:
-    lines = ["## Plots", ""]
-    if plots_note:
-        return [*lines, plots_note]
-    plots = doc.get("plots") or list(PLOTS)
-    if "success.png" in plots:
-        lines += ["![success rate](success.png)", ""]
-    return [*lines, "![returns](returns.png)"]
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_report(store_dir: str | Path, out_dir: str | Path | None = None) -> dict[str, Any]:
     """Build the report from ``store_dir``'s store and write it into ``out_dir`` (default: ``store_dir``).
 
     Returns the report document plus ``paths`` (the files written).
     """
-    from fasteval.doors.sweep.report_html import write_sweep_html
-
     with Store(store_dir, create=False) as store:
         jobs, episodes = store.jobs(), store.episodes()
         doc = report_document(jobs, episodes, store.runs(), store.path)
@@ -383,146 +252,9 @@ def write_report(store_dir: str | Path, out_dir: str | Path | None = None) -> di
     public = {**doc, "cells": [{k: v for k, v in c.items() if k != "returns"} for c in doc["cells"]]}
     paths["json"] = write_json_atomic(out / "report.json", _json_safe(public))
     md = out / "report.md"
-    _write_text_atomic(md, render_markdown(doc, note))
+    write_text_atomic(md, render_markdown(doc, note))
     paths["md"] = md
-    paths["html"] = write_sweep_html(doc, out, jobs, episodes)  # and one page per cell under cells/
-    umask = os.umask(0)
-    os.umask(umask)
-    for path in paths.values():  # temp-file writes are private (0600); give them the usual mode
-        os.chmod(path, 0o666 & ~umask)
+    paths["html"] = write_sweep_report(doc, out, cell_documents(jobs, episodes))  # and one page per cell under cells/
     doc["paths"] = {k: str(v) for k, v in paths.items()}
     return doc
 
-
-# -- plots ------------------------------------------------------------------------------------------
-
-def plot_report(doc: dict[str, Any], out: Path) -> dict[str, Path]:
-    """``success.png`` (only when some cell has a success signal) and ``returns.png``; raises
-    ImportError without matplotlib."""
-    paths = {}
-    fig = success_figure(doc)
-    if fig is not None:
-        paths["success_png"] = out / "success.png"
-        fig.savefig(paths["success_png"])
-    paths["returns_png"] = out / "returns.png"
-    returns_figure(doc).savefig(paths["returns_png"])
-    return paths
-
-
-def policy_colours(doc: dict[str, Any]) -> dict[str, str]:
-    """One matplotlib colour per policy, in the report's policy order, the same in every plot."""
-    return {p: f"C{i % 10}" for i, p in enumerate(dict.fromkeys(c["policy"] for c in doc["cells"]))}
-
-
-def success_figure(doc: dict[str, Any]) -> Any:
-    """Bars of success % per env and policy (Wilson error bars), one colour per policy, for the
-    cells with episodes and a success signal; ``None`` when there is none. An env none of whose
-    cells has such episodes is not on the axis (the title names the envs without a signal)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    cells = [c for c in doc["cells"] if c["episodes"] and c.get("success_signal", True)]
-    if not cells:
-        return None
-    colours = policy_colours(doc)
-    policies = [p for p in colours if any(c["policy"] == p for c in cells)]
-    envs = list(dict.fromkeys(c["env"] for c in cells))
-    lookup = {(c["policy"], c["env"]): c for c in cells}
-    fig = Figure(figsize=(max(4.0, 1.2 + 1.1 * len(envs) * max(1, len(policies)) * 0.6), 3.6), dpi=100)
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    width = 0.8 / max(1, len(policies))
-    for i, policy in enumerate(policies):
-        xs, ys, lo, hi = [], [], [], []
-        for j, env in enumerate(envs):
-            c = lookup.get((policy, env))
-            if c is None:
-                continue
-            xs.append(j - 0.4 + width * (i + 0.5))
-            ys.append(c["success_pct"])
-            lo.append(c["success_pct"] - c["success_ci95"][0])
-            hi.append(c["success_ci95"][1] - c["success_pct"])
-        ax.bar(xs, ys, width=width, yerr=[lo, hi], capsize=3, label=policy, color=colours[policy])
-    ax.set_xticks(range(len(envs)), envs, rotation=20, ha="right")
-    ax.set_xlabel("env")
-    ax.set_ylabel("success % (Wilson 95% CI)")
-    ax.set_ylim(0, 105)
-    silent = [c["env"] for c in doc["cells"] if c["episodes"] and not c.get("success_signal", True)]
-    left_out = [e for e in dict.fromkeys(silent) if e not in envs]
-    if left_out:
-        ax.set_title(f"not shown ({NO_SIGNAL}): {', '.join(left_out)}", fontsize="small")
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    return fig
-
-
-def _bin_edges(values: np.ndarray) -> np.ndarray | None:
-    """Shared histogram bins of one env's finite returns (all policies); None when they are all equal."""
-    if values.size == 0 or values.min() == values.max():
-        return None
-    return np.histogram_bin_edges(values, bins=min(30, max(5, int(np.sqrt(values.size)) + 1)))
-
-
-def returns_figure(doc: dict[str, Any]) -> Any:
-    """A grid of return histograms: one row per policy that has episodes, one column per env, each
-    policy in its own colour (as in the success plot). Each column shares its x-axis and its bins,
-    so the policies of an env compare at a glance, and envs keep their own scales; the bottom row is
-    labelled "return", the left column "episodes". A cell whose finite returns are all equal gets a
-    vertical marker line (``gid="constant-return"``) and its value in the title, since a one-value
-    histogram would be a bar too thin to see. A cell without episodes (its jobs failed) is no empty
-    chart: its panel is switched off and says so (``gid="no-episodes"``)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    cells = doc["cells"]
-    colours = policy_colours(doc)
-    policies = [p for p in colours if any(c["policy"] == p and c["episodes"] for c in cells)] or list(colours)[:1]
-    envs = list(dict.fromkeys(c["env"] for c in cells if c["episodes"])) or list(dict.fromkeys(c["env"] for c in cells))[:1]
-    lookup = {(c["policy"], c["env"]): c for c in cells}
-    rows, cols = max(1, len(policies)), max(1, len(envs))
-    fig = Figure(figsize=(min(3.2 * cols, 30), min(2.6 * rows, 30)), dpi=100)
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(rows, cols, squeeze=False, sharex="col")
-    for j, env in enumerate(envs):
-        finite = {p: _finite(lookup.get((p, env))) for p in policies}
-        everything = np.concatenate([v for v in finite.values()]) if finite else np.zeros(0)
-        edges = _bin_edges(everything)
-        if edges is None and everything.size:  # every policy's returns on this env are one value
-            v = float(everything[0])
-            axes[0][j].set_xlim(v - max(1.0, abs(v) * 0.05), v + max(1.0, abs(v) * 0.05))
-        for i, policy in enumerate(policies):
-            _returns_panel(axes[i][j], lookup.get((policy, env)), finite[policy], edges, colours[policy], f"{policy} x {env}")
-            if i == rows - 1:
-                axes[i][j].set_xlabel("return", fontsize="small")
-            if j == 0:
-                axes[i][j].set_ylabel("episodes", fontsize="small")
-    fig.tight_layout()
-    return fig
-
-
-def _returns_panel(ax: Any, cell: dict[str, Any] | None, values: np.ndarray, edges: np.ndarray | None, colour: str,
-                   title: str) -> None:
-    """One cell's histogram (or constant-return marker, or "no episodes" note) on ``ax``."""
-    x = np.asarray(cell["returns"] if cell else [], dtype=np.float64)
-    if x.size == 0:
-        why = "its jobs failed" if cell and cell.get("errors") else "not run"
-        ax.text(0.5, 0.5, f"{title}\nno episodes ({why})", ha="center", va="center", fontsize="small",
-                color="0.4", transform=ax.transAxes, gid="no-episodes")
-        ax.set_axis_off()
-        return
-    notes = [f"{x.size} eps"] + ([f"{x.size - values.size} NaN"] if x.size != values.size else [])
-    if values.size and values.min() == values.max():
-        ax.axvline(values[0], color=colour, linewidth=2.5, gid="constant-return")
-        ax.plot([values[0]], [values.size], marker="v", color=colour, markersize=8, gid="constant-return")
-        ax.set_ylim(0, values.size * 1.15)
-        notes.append(f"all = {values[0]:.4g}")
-    elif values.size:
-        ax.hist(values, bins=edges if edges is not None else "auto", color=colour)
-    ax.set_title(f"{title}\n{', '.join(notes)}", fontsize="small")
-    ax.tick_params(labelsize="x-small")
-    ax.tick_params(labelbottom=True)
-
-
-def _finite(cell: dict[str, Any] | None) -> np.ndarray:
-    values = np.asarray(cell["returns"] if cell else [], dtype=np.float64)
-    return values[np.isfinite(values)]

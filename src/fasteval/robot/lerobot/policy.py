@@ -23,7 +23,7 @@ One call, in LeRobot's order (``lerobot_eval.rollout``):
    an episode fills the whole history (LeRobot's ``populate_queues``);
 4. slots whose queue is empty get a fresh chunk from ``policy.predict_action_chunk`` (its offline
    branch: the policy's own queues stay empty), keeping the first ``n_action_steps``; the queues are
-   fasteval's one :class:`~fasteval.core.chunk_queue.ChunkQueue` (positions on the host, mirrored on the
+   fasteval's one :class:`~fasteval.robot.buffers.chunk_queue.ChunkQueue` (positions on the host, mirrored on the
    device: no upload of positions or indices on steps without a refill);
 5. each slot pops its next action; the postprocessor (unnormalize, to CPU) and the env
    postprocessor run on the popped batch, as LeRobot runs them on ``select_action``'s output.
@@ -75,7 +75,7 @@ from fasteval.core import accel
 from fasteval.robot.lerobot import internals
 from fasteval.robot.lerobot.internals import ELEMENTWISE_STEPS, STATELESS_STEPS
 from fasteval.robot.lerobot.observations import LeRobotBatch
-from fasteval.core.chunk_queue import ChunkQueue, StagedUpload
+from fasteval.robot.buffers.chunk_queue import ChunkQueue, StagedUpload
 from fasteval.types.errors import UserInputError
 
 ACTION = "action"
@@ -187,7 +187,7 @@ class LeRobotPolicy(_FollowsDevice):
         self.tasks: list[str] = [""] * self.n_slots
         self._batch = LeRobotBatch()
         self.queue = ChunkQueue(None, None, self.n_action_steps, n_slots=self.n_slots)
-        """The per-slot action queues (:class:`fasteval.core.chunk_queue.ChunkQueue`, shared with
+        """The per-slot action queues (:class:`fasteval.robot.buffers.chunk_queue.ChunkQueue`, shared with
         fasteval's own chunking policies), filled here on the rows that need a chunk."""
         self.fresh = np.ones(self.n_slots, dtype=bool)
         """Slots whose next observation is their episode's first (it fills the history)."""

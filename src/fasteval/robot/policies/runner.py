@@ -49,7 +49,7 @@ import torch
 from fasteval.core.capabilities import TakesTasks
 from fasteval.core.policy import NO_RESET, PER_ENV, WAVE, PolicyRunner
 from fasteval.types.errors import UserInputError
-from fasteval.core.chunk_queue import ChunkQueue, chunk_length
+from fasteval.robot.buffers.chunk_queue import ChunkQueue, chunk_length
 from fasteval.robot.policies.normalization import NORMALIZATION_NAME, Normalizer, load_stats
 from fasteval.robot.policies.obs_mapping import LEROBOT, build_observation_adapter
 from fasteval.robot.policies.remote import RemotePolicy

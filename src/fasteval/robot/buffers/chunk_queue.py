@@ -2,7 +2,8 @@
 
 One queue for every chunking policy: fasteval's own (:mod:`fasteval.robot.policies.runner` says when a
 chunk queue is used and how results stay independent of the batch size) and LeRobot's
-(:mod:`fasteval.robot.lerobot.policy`). It lives in core so that both robot packages import it.
+(:mod:`fasteval.robot.lerobot.policy`). It sits in ``robot/buffers/``, beside both robot packages,
+so that both import it; core never needs it (a runner's chunk queue is the runner's business).
 """
 
 from __future__ import annotations

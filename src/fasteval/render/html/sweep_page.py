@@ -15,20 +15,17 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from fasteval.run.report_html import page, svg
-from fasteval.run.report_html.page import write_text_atomic
-from fasteval.run.report_html.run_page import NO_SIGNAL, RunPageInput, render_run_page
+from fasteval.render.html import page, svg
+from fasteval.render.words import NO_SIGNAL
+from fasteval.render.html.run_page import RunPageInput, render_run_page
+from fasteval.types.files import safe_filename, write_text_atomic
 from fasteval.types.stats import iqm
 
 CellKey = tuple[str, str]
 
 
-def safe_name(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-._" else "_" for c in str(text)).strip("._") or "_"
-
-
 def cell_folder(policy: str, env: str) -> str:
-    return f"cells/{safe_name(policy)}__{safe_name(env)}"
+    return f"cells/{safe_filename(policy)}__{safe_filename(env)}"
 
 
 def write_cell_pages(cell_docs: Mapping[CellKey, Mapping[str, Any]], out_dir: Path, name: str) -> dict[CellKey, str]:

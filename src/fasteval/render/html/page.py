@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from dataclasses import dataclass
 from html import escape
-from pathlib import Path
 from typing import Any, Sequence
 
 CSS = """
@@ -251,24 +249,6 @@ def document(title: str, subtitle: str, sections: Sequence[tuple[str, str, str]]
             f"<title>{escape(title)}</title><style>{CSS}</style></head>"
             f'<body data-report="{escape(kind)}"><header><h1>{escape(title)}</h1><div class="sub">{subtitle}</div>'
             f"<nav>{nav}</nav></header><main>{body}</main><script>{SORT_JS}</script></body></html>\n")
-
-
-def write_text_atomic(path: str | os.PathLike, text_: str) -> Path:
-    """Write ``text_`` to ``path`` through a temp file in the same folder and a rename; usual mode."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text_)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def relative_href(target: str | os.PathLike, page_dir: str | os.PathLike) -> str:

@@ -1,16 +1,13 @@
-"""The sweep's HTML page (``report.html``) and one run page per cell (``cells/<policy>__<env>/report.html``).
+"""One ``eval_info``-shaped document per sweep cell (policy x env), built from its stored episodes.
 
-The pages are drawn by :mod:`fasteval.run.report_html` from plain documents: the sweep report
-document (:func:`fasteval.doors.sweep.report.report_document`, written with the Markdown report
-by :func:`fasteval.doors.sweep.report.write_report`), and an ``eval_info``-shaped document per
-cell, built here from its stored episodes.
+:func:`fasteval.doors.sweep.report.write_report` hands them to :mod:`fasteval.render.html`, which
+draws a run page per cell (``cells/<policy>__<env>/report.html``) beside the sweep's page.
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from fasteval.types.results import EPISODE_FIELDS, EvalResult
 
@@ -55,11 +52,3 @@ def cell_documents(jobs: list[dict[str, Any]], episodes: list[dict[str, Any]]) -
         out[names[key]] = doc
     return out
 
-
-def write_sweep_html(doc: Mapping[str, Any], out_dir: str | Path, jobs: list[dict[str, Any]],
-                     episodes: list[dict[str, Any]]) -> Path:
-    """Write ``out_dir/report.html`` and the cell pages; ``doc``: the sweep report document (its cells
-    keep their ``returns``), ``jobs`` and ``episodes``: the store's rows it was built from."""
-    from fasteval.run.report_html import write_sweep_report
-
-    return write_sweep_report(doc, Path(out_dir), cell_documents(jobs, episodes))

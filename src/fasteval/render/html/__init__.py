@@ -17,8 +17,8 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from fasteval.run.report_html.page import write_text_atomic
-from fasteval.run.report_html.run_page import RunPageInput, render_run_page
+from fasteval.render.html.run_page import RunPageInput, render_run_page
+from fasteval.types.files import write_text_atomic
 
 REPORT_NAME = "report.html"
 COMPARE_NAME = "compare.html"
@@ -136,7 +136,7 @@ def write_sweep_report(doc: Mapping[str, Any], out_dir: str | Path, cell_docs: M
     """Write ``out_dir/report.html`` for a sweep (``doc``: :func:`fasteval.doors.sweep.report.build_report`'s
     document) and one run page per cell under ``out_dir/cells/`` from ``cell_docs``
     (``(policy, env) -> eval_info-like document``). Returns the sweep page's path."""
-    from fasteval.run.report_html.sweep_page import render_sweep_page, write_cell_pages
+    from fasteval.render.html.sweep_page import render_sweep_page, write_cell_pages
 
     out_dir = Path(out_dir)
     links = write_cell_pages(cell_docs or {}, out_dir, name)
@@ -146,7 +146,7 @@ def write_sweep_report(doc: Mapping[str, Any], out_dir: str | Path, cell_docs: M
 def write_compare_report(compare_dict: Mapping[str, Any], out_dir: str | Path, name: str = COMPARE_NAME) -> Path:
     """Write ``out_dir/compare.html`` for ``fasteval compare``'s document (compare.json's schema
     ``fasteval.compare/1``) and return its path."""
-    from fasteval.run.report_html.compare_page import render_compare_page
+    from fasteval.render.html.compare_page import render_compare_page
 
     out_dir = Path(out_dir)
     return write_text_atomic(out_dir / name, render_compare_page(compare_dict, out_dir))

@@ -16,7 +16,7 @@ from html import escape
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from fasteval.run.report_html import page, svg
+from fasteval.render.html import page, svg
 
 VERDICT_KIND = {"better": "better", "worse": "worse", "no difference": "neutral"}
 

@@ -9,8 +9,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from fasteval.run.report_html import page
-from fasteval.run.report_html.run_input import NO_SIGNAL, VIDEO_NAME, RunPageInput, overall, task_label
+from fasteval.render.html import page
+from fasteval.render.words import NO_SIGNAL
+from fasteval.render.html.run_input import VIDEO_NAME, RunPageInput, overall, task_label
 
 
 @dataclass(frozen=True)

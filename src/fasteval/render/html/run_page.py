@@ -7,7 +7,7 @@ a 100-episode one); it links ``episodes.jsonl`` for the per-episode records.
 
 Numbers shown: success rates with their Wilson 95% interval as ``eval_info.json`` has them (and
 the anytime-valid bounds of a ``--stop-when`` run's ``"stopping"`` block when present); mean
-returns with the interval of :func:`~fasteval.run.report_html.run_input.mean_interval`.
+returns with the interval of :func:`~fasteval.render.html.run_input.mean_interval`.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from fasteval.run.report_html import page, svg
-from fasteval.run.report_html.run_facts import errors_section, provenance_section, time_section
-from fasteval.run.report_html.run_input import (
+from fasteval.render.words import NO_SIGNAL
+from fasteval.render.html import page, svg
+from fasteval.render.html.run_facts import errors_section, provenance_section, time_section
+from fasteval.render.html.run_input import (
     BOOTSTRAP_UP_TO,
     MAX_TASK_PLOTS,
-    NO_SIGNAL,
     RunPageInput,
     all_returns,
     failed_by_task,
@@ -35,7 +35,7 @@ from fasteval.run.report_html.run_input import (
     task_label,
     tasks_of,
 )
-from fasteval.run.report_html.run_videos import find_videos, videos_section
+from fasteval.render.html.run_videos import find_videos, videos_section
 
 __all__ = ["RunPageInput", "render_run_page"]
 

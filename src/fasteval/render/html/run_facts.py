@@ -6,8 +6,8 @@ import json
 from html import escape
 from typing import Any
 
-from fasteval.run.report_html import page, svg
-from fasteval.run.report_html.run_input import MAX_ERROR_ROWS, MAX_TRACEBACKS, RunPageInput, final_errors, overall
+from fasteval.render.html import page, svg
+from fasteval.render.html.run_input import MAX_ERROR_ROWS, MAX_TRACEBACKS, RunPageInput, final_errors, overall
 
 
 def time_section(inp: RunPageInput) -> str:

@@ -23,7 +23,6 @@ BOOTSTRAP_UP_TO = 5000
 MAX_TASK_PLOTS = 120
 MAX_ERROR_ROWS = 1000
 MAX_TRACEBACKS = 20
-NO_SIGNAL = "no success signal"
 VIDEO_NAME = re.compile(r"ep(?P<episode>\d+)_seed(?P<seed>-?\d+)_(?P<outcome>success|failure)\.(?:mp4|webm|gif)$")
 LINKED_FILES = ("eval_info.json", "episodes.jsonl", "errors.jsonl", "manifest.json", "config.json")
 

@@ -1,0 +1,72 @@
+"""``fasteval compare``'s views of the ``compare.json`` document (:func:`fasteval.doors.compare.build_document`):
+the terminal table (:func:`render_table`) and the Markdown section of ``compare.md`` (:func:`render_markdown`).
+Missing values are written ``-``."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+def _num(x: Any, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
+
+
+def _ci(pair: Sequence[float] | None, digits: int = 3) -> str:
+    return "-" if not pair else f"[{_num(pair[0], digits)}, {_num(pair[1], digits)}]"
+
+
+def _task_name(task: dict[str, Any]) -> str:
+    group, tid = task.get("task_group"), task.get("task_id")
+    return str(group) if tid in (None, 0) and str(group) == str(task.get("task")) else f"{group}/{tid}"
+
+
+def table_rows(doc: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for t in doc["tasks"]:
+        s, r = t.get("success"), t["return"]
+        rows.append([
+            _task_name(t), str(t["n_pairs"]),
+            _num(s["a_rate"]) if s else "-", _num(s["b_rate"]) if s else "-",
+            f"{_num(s['diff'])} {_ci(s['diff_ci'])}" if s else "-",
+            f"{_num(s['p_value'], 4)} ({_num(s['p_holm'], 4)})" if s else "-",
+            f"{_num(r['diff'])} {_ci(r['diff_ci'])}", f"{_num(r['p_value'], 4)} ({_num(r['p_holm'], 4)})",
+            _num(r["prob_improvement"]), t["verdict"],
+        ])
+    return rows
+
+
+HEADERS = ["task", "n", "A rate", "B rate", "diff B-A [CI]", "McNemar p (Holm)", "return diff [CI]",
+           "signed-rank p (Holm)", "P(B>A)", "verdict"]
+
+
+def render_markdown(doc: dict[str, Any]) -> str:
+    """The Markdown section: a heading, one row per task, the overall verdict."""
+    a, b = doc["a"]["label"], doc["b"]["label"]
+    lines = [f"## Comparison: {b} vs {a}", "",
+             f"{b} = `{doc['b']['policy']}`, {a} = `{doc['a']['policy']}`, env `{doc['a']['env']}`; differences are "
+             f"{b} - {a}; alpha = {doc['alpha']} with Holm's correction across tasks.", "",
+             "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    lines += ["| " + " | ".join(row) + " |" for row in table_rows(doc)]
+    o = doc["overall"]
+    lines += ["", f"**Overall: {o['verdict']}** ({o['n_better']} better, {o['n_worse']} worse of {o['n_tasks']} tasks)"
+              + (f"; non-inferior within {doc['margin']}: {o['non_inferior']}" if doc["margin"] is not None else "")
+              + (f"; gate: {'FAILED (exit 3)' if o['exit_code'] else 'passed'}" if o["fail_if_worse"] else "") + "."]
+    seq = [t for t in doc["tasks"] if t.get("sequential")]
+    for t in seq:
+        q = t["sequential"]
+        lines.append(f"Sequential ({_task_name(t)}): stopped at k = {q['k']} ({q['reason']}), decision "
+                     f"{q['decision'] or 'none'}, e-values {_num(q['e_value_better'], 2)} (better) / "
+                     f"{_num(q['e_value_worse'], 2)} (worse) against {_num(q['threshold'], 1)}.")
+    return "\n".join(lines) + "\n"
+
+
+def render_table(doc: dict[str, Any]) -> str:
+    rows = [HEADERS] + table_rows(doc)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(HEADERS))]
+    text = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    o = doc["overall"]
+    text.append(f"overall: {o['verdict']} ({o['n_better']} better, {o['n_worse']} worse of {o['n_tasks']} tasks; "
+                f"B = {doc['b']['source']}, A = {doc['a']['source']}; differences B - A)")
+    return "\n".join(text)

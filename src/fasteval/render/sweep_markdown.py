@@ -1,0 +1,126 @@
+"""A sweep's ``report.md``: the report document (:func:`fasteval.doors.sweep.report.report_document`)
+as Markdown tables under its one-sentence summary: the cells, totals, across-env aggregates, paired
+comparisons, errors (with whether a retry could help) and the plots. NaN is written ``NaN``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from fasteval.render.words import NO_SIGNAL
+from fasteval.render.sweep_plots import PLOTS
+
+
+def _fmt(x: float, digits: int = 1) -> str:
+    return "NaN" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def _interval(ci: list[float], digits: int = 1) -> str:
+    return f"[{_fmt(ci[0], digits)}, {_fmt(ci[1], digits)}]"
+
+
+def render_markdown(doc: dict[str, Any], plots_note: str | None = None) -> str:
+    """The Markdown report: the summary, the cells, totals, across-env aggregates, paired comparisons,
+    errors (with whether a retry could help) and the plots."""
+    parts = [
+        ["# Sweep report", "", f"Built from `{doc['store']}` at {doc['generated_at']}."],
+        [f"**{doc['summary']}**"] if doc.get("summary") else [],
+        _cells_markdown(doc["cells"]),
+        _totals_markdown(doc["totals"]),
+        _across_markdown(doc["across_envs"]),
+        _paired_markdown(doc["paired"]),
+        _errors_markdown(doc["cells"]),
+        _plots_markdown(doc, plots_note),
+    ]
+    lines: list[str] = []
+    for part in parts:
+        if part:
+            lines += [*part, ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _cells_markdown(cells: list[dict[str, Any]]) -> list[str]:
+    lines = ["| policy | env | success % [95% CI] | mean return [95% CI] | episodes | NaN-reward eps | errors |",
+             "|---|---|---|---|---|---|---|"]
+    for c in cells:
+        episodes = f"{c['episodes']}" + ("" if c["episodes"] == c["expected_episodes"] else f" of {c['expected_episodes']}")
+        if not c["episodes"]:
+            success = ret = "no episodes" + (" (failed)" if c["errors"] else "")
+        else:
+            success = (f"{_fmt(c['success_pct'])} {_interval(c['success_ci95'])}" if c.get("success_signal", True)
+                       else NO_SIGNAL)
+            ret = f"{_fmt(c['mean_return'], 3)} {_interval(c['return_ci95'], 3)}"
+        lines.append(f"| {c['policy']} | {c['env']} | {success} | {ret} | {episodes} | {c['nan_reward_episodes']} | {c['errors']} |")
+    lines += ["", "Success intervals: Wilson score, 95%. Return intervals: percentile bootstrap of the mean (2000 resamples, "
+              "seed 0). A NaN reward makes an episode's return NaN, and the cell's mean NaN."]
+    if any(not c.get("success_signal", True) for c in cells if c["episodes"]):
+        lines.append(f"{NO_SIGNAL}: no env of the cell ever reported `info[\"is_success\"]`, so there is no success "
+                     "rate to show (it would read 0%); compare those cells by return. They are left out of the "
+                     "success plot, the across-env success aggregates and the McNemar tests.")
+    return lines
+
+
+def _totals_markdown(t: dict[str, Any]) -> list[str]:
+    return ["## Totals", "",
+            f"- episodes: {t['episodes']}",
+            f"- env steps: {t['env_steps']}",
+            f"- wall time: {t['wall_s']:.2f} s over {t['runs']} sweep run(s); engine time {t['engine_s']:.2f} s",
+            f"- episodes/s: {_fmt(t['episodes_per_s'])}; env steps/s: {_fmt(t['steps_per_s'], 0)}",
+            "- jobs: " + ", ".join(f"{k} {v}" for k, v in t["jobs"].items())]
+
+
+def _across_markdown(across: list[dict[str, Any]]) -> list[str]:
+    if not across:
+        return []
+    lines = ["## Across envs", "",
+             "Per policy: the per-seed-block success rate on each env, aggregated across envs (rliable's definitions); "
+             "intervals: stratified bootstrap (seed blocks resampled within each env), 95%.", "",
+             "| policy | envs | mean success % [95% CI] | IQM success % [95% CI] |", "|---|---|---|---|"]
+    for a in across:
+        lines.append(f"| {a['policy']} | {a['envs']} | {_fmt(a['mean_success_pct'])} {_interval(a['mean_success_ci95'])} | "
+                     f"{_fmt(a['iqm_success_pct'])} {_interval(a['iqm_success_ci95'])} |")
+    return lines
+
+
+def _paired_markdown(paired: list[dict[str, Any]]) -> list[str]:
+    if not paired:
+        return []
+    lines = ["## Paired comparisons", "",
+             "Over the episodes both policies ran (same env, task and seed). Success: McNemar's test (exact binomial when "
+             "fewer than 25 discordant pairs, else chi-square with continuity correction; the method column says which). "
+             "Return: mean difference A - B with a paired bootstrap 95% interval.", "",
+             "| env | A | B | episodes | only A / only B succeeded | McNemar p | method | return A - B [95% CI] |",
+             "|---|---|---|---|---|---|---|---|"]
+    for p in paired:
+        m, d = p["success_mcnemar"], p["return_diff"]
+        success = (f"{m['only_a']} / {m['only_b']} | {m['p_value']:.4g} | {m['method']}" if m is not None
+                   else f"{NO_SIGNAL} | - | -")
+        lines.append(f"| {p['env']} | {p['a']} | {p['b']} | {p['episodes']} | {success} | "
+                     f"{_fmt(d['mean_diff'], 3)} {_interval(d['ci'], 3)} |")
+    return lines
+
+
+def _errors_markdown(cells: list[dict[str, Any]]) -> list[str]:
+    """Each failed cell once: its failed jobs' first error lines, and whether a retry could help."""
+    failed = [c for c in cells if c["error_texts"]]
+    if not failed:
+        return []
+    lines = ["## Errors", ""]
+    for c in failed:
+        retry = c.get("retry") or {"helps": None, "why": ""}
+        verdict = {True: "a retry may help", False: "a retry cannot help", None: "a retry may or may not help"}[retry["helps"]]
+        lines.append(f"- **{c['policy']} x {c['env']}** ({verdict}: {retry['why']}):")
+        for e in c["error_texts"]:
+            lines.append(f"  - {e.splitlines()[0] if e else ''}")
+    return lines
+
+
+def _plots_markdown(doc: dict[str, Any], plots_note: str | None) -> list[str]:
+    lines = ["## Plots", ""]
+    if plots_note:
+        return [*lines, plots_note]
+    plots = doc.get("plots") or list(PLOTS)
+    if "success.png" in plots:
+        lines += ["![success rate](success.png)", ""]
+    return [*lines, "![returns](returns.png)"]
