@@ -2,9 +2,10 @@
 
 * A runner declares what it can do in one frozen :class:`~fasteval.core.capabilities.Capabilities`; core
   reads that value, and the loop, the pipeline check and the capture decision follow it.
-* ``getattr(obj, "name", default)`` capability probes are fewer than 5 in ``src/``, each with a comment
-  on its line or the line above saying why it is one (``# probe:``). Dunder reads (``__name__``,
-  ``__dict__``...) are Python's introspection, not capabilities, and are not counted.
+* ``getattr(obj, "name", default)`` capability probes are fewer than 5 in the repository (``src/``,
+  ``benchmarks/``, ``tests/``, ``scripts/``, ``examples/``), each with a comment on its line or the line
+  above saying why it is one (``# probe:``). Dunder reads (``__name__``, ``__dict__``...) are Python's
+  introspection, not capabilities, and are not counted.
 """
 
 from __future__ import annotations
@@ -25,15 +26,16 @@ from fasteval.core.capabilities import NO_RESET, PER_ENV, WAVE, Capabilities
 from fasteval.core.policy import PolicyRunner
 from fasteval.testing import ParityPolicy, StepCounterPolicy
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "fasteval"
+ROOT = Path(__file__).resolve().parents[1]
+SCANNED = [ROOT / "src" / "fasteval", *(ROOT / name for name in ("benchmarks", "tests", "scripts", "examples"))]
 MAX_PROBES = 4
 KA = "fasteval/KnownAnswer-v0"
 
 
 def _probes() -> list[tuple[str, int, str, bool]]:
-    """Every ``getattr(x, "literal", default)`` in src/ (not dunders): (file, line, name, commented)."""
+    """Every ``getattr(x, "literal", default)`` in the scanned folders (not dunders): (file, line, name, commented)."""
     out = []
-    for path in sorted(SRC.rglob("*.py")):
+    for path in sorted(p for folder in SCANNED for p in folder.rglob("*.py")):
         text = path.read_text()
         lines = text.splitlines()
         for node in ast.walk(ast.parse(text)):
@@ -41,7 +43,7 @@ def _probes() -> list[tuple[str, int, str, bool]]:
                     and len(node.args) == 3 and isinstance(node.args[1], ast.Constant)
                     and isinstance(node.args[1].value, str) and not node.args[1].value.startswith("__")):
                 near = " ".join(lines[max(0, node.lineno - 2):node.lineno])
-                out.append((str(path.relative_to(SRC)), node.lineno, node.args[1].value, "# probe:" in near))
+                out.append((path.name, node.lineno, node.args[1].value, "# probe:" in near))
     return out
 
 
@@ -57,7 +59,7 @@ def test_the_probe_scan_sees_a_probe(tmp_path, monkeypatch):
     planted = tmp_path / "fasteval"
     planted.mkdir()
     (planted / "m.py").write_text("x = getattr(object(), 'flag', False)\ny = getattr(object(), '__name__', '')\n")
-    monkeypatch.setattr(sys.modules[__name__], "SRC", planted)
+    monkeypatch.setattr(sys.modules[__name__], "SCANNED", [planted])
     assert _probes() == [("m.py", 1, "flag", False)]
 
 
