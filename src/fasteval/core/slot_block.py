@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from fasteval.core.slots import EnvFailure, _failure, _obs_rows_writer, _obs_writer, call_env
+from fasteval.core.slots import EnvFailure, _failure, _obs_writer, call_env
 from fasteval.types.errors import EnvStepError
 
 
@@ -56,72 +56,34 @@ class SlotBlock:
     def use_obs_buffer(self, obs: Any) -> None:
         """Write observations into ``obs`` (an array, or a dict of arrays) from now on."""
         self.write_obs = _obs_writer(obs)
-        self.write_obs_rows = _obs_rows_writer(obs)
 
     def step(self, slots: Sequence[int], actions: np.ndarray, failures: list[EnvFailure]) -> None:
         """Step ``slots`` with their rows of ``actions``; a slot whose env raises goes to ``failures``.
 
-        The hottest Python loop in fasteval for cheap envs, so it only steps: the loop keeps each env's
-        answer, and the answers are written into the buffers afterwards, one array assignment per buffer
-        for all the slots (:meth:`_write_steps`). ``info["is_success"]`` both sets ``success`` and says
-        that the env reports it (``has_success_signal``).
+        The hottest Python loop in fasteval for cheap envs: one ``info`` lookup per step both stores
+        ``is_success`` and notices that the env reports it (``has_success_signal``).
         """
-        envs, progress = self.envs, self.progress
-        answers = []
-        n_failures = len(failures)
+        envs, write, rewards, terminated, truncated, success, progress = (
+            self.envs, self.write_obs, self.rewards, self.terminated, self.truncated, self.success, self.progress)
+        seen = None  # not None once any info carried is_success (even False)
         for slot in slots:
             progress[1] = slot
             try:  # free when nothing is raised (Python >= 3.11)
-                answers.append(envs[slot].step(actions[slot]))
+                obs, reward, term, trunc, info = envs[slot].step(actions[slot])
+                write(slot, obs)  # an observation that does not fit is this episode's failure too
             except Exception as exc:  # recorded; the owner rebuilds the env and the engine retries the episode
                 failures.append(_failure(slot, "step", exc))
-        if len(failures) != n_failures:
-            failed = {f.slot for f in failures[n_failures:]}
-            slots = [s for s in slots if s not in failed]
-        if slots:
-            self._write_steps(slots, answers, failures)
-
-    def _write_steps(self, slots: Sequence[int], answers: list[tuple], failures: list[EnvFailure]) -> None:
-        """Write the step ``answers`` of ``slots`` (in order) into the buffers: one assignment per buffer
-        (a slice when the slots are contiguous). Values the batched assignment cannot take (an observation
-        that does not fit, an odd reward type) are written slot by slot instead, as :meth:`_write_step`
-        writes them: the same values, and an observation that does not fit is that episode's failure."""
-        obs, rewards, terminated, truncated, infos = zip(*answers)
-        flags = [info.get("is_success") for info in infos]
-        first, last = slots[0], slots[-1]
-        index: Any = slice(first, last + 1) if last - first + 1 == len(slots) else list(slots)
-        try:
-            self.write_obs_rows(index, obs)
-            self.rewards[index] = rewards
-            self.terminated[index] = terminated
-            self.truncated[index] = truncated
-        except Exception:  # the rare path: per slot, with the per-slot rules and errors
-            for slot, answer in zip(slots, answers):
-                self._write_step(slot, answer, failures)
-        if flags.count(None) == len(flags):
-            self.success[index] = False
-            return
-        self.has_success_signal = True
-        values = [False if flag is None else flag for flag in flags]
-        try:
-            self.success[index] = values
-        except Exception:  # a flag the batched assignment cannot take: slot by slot, as it always was
-            for slot, value in zip(slots, values):
-                self.success[slot] = value
-
-    def _write_step(self, slot: int, answer: tuple, failures: list[EnvFailure]) -> None:
-        """Write one slot's step ``answer``: an observation that does not fit is that episode's failure
-        (:class:`~fasteval.core.slots.ObservationMismatch`, to ``failures``); a value the other buffers
-        cannot take raises."""
-        obs, reward, term, trunc, _info = answer
-        try:
-            self.write_obs(slot, obs)
-        except Exception as exc:  # recorded; the owner rebuilds the env and the engine retries the episode
-            failures.append(_failure(slot, "step", exc))
-            return
-        self.rewards[slot] = reward
-        self.terminated[slot] = term
-        self.truncated[slot] = trunc
+                continue
+            rewards[slot] = reward
+            terminated[slot] = term
+            truncated[slot] = trunc
+            flag = info.get("is_success")
+            if flag is None:
+                success[slot] = False
+            else:
+                success[slot] = seen = flag
+        if seen is not None:
+            self.has_success_signal = True
 
     def reset(self, slots: Sequence[int], seeds: Sequence[int], failures: list[EnvFailure]) -> None:
         """Reset each slot with its seed; a slot whose env raises goes to ``failures``."""
