@@ -75,8 +75,9 @@ def env_only_row(env_id: str, n: int, steps: int, seed: int) -> dict[str, Any]:
     import numpy as np
 
     from fasteval.core.envs import make_factory
+    from fasteval.robot.env_kinds import ENV_KINDS
 
-    _factory, env, _cap = make_factory(env_id, dict(PUSHT_KWARGS), steps)  # the env fasteval's rows step
+    _factory, env, _cap = make_factory(env_id, dict(PUSHT_KWARGS), steps, kinds=ENV_KINDS)  # the env fasteval's rows step
     action = np.full(env.action_space.shape, 256.0, dtype=env.action_space.dtype)
     start = time.perf_counter()
     for i in range(n):

@@ -363,8 +363,8 @@ class EnvOnlyRow:
         rec = fasteval.evaluate(env=wl.env_id, policy=case.fasteval_policy, n_episodes=case.n, batch_size=case.b,
                                 device="cpu", seed=case.seed, env_kwargs=wl.env_kwargs, return_episode_data=True)
         data = rec.episode_data
-        ep = data["episode_index"].numpy()
-        fr = data["frame_index"].numpy()
+        ep = data["episode"].numpy()
+        fr = data["step_count"].reshape(-1).numpy()
         order = np.lexsort((fr, ep))
         actions = data["action"].numpy()[order]
         self.lengths = rec.column("length").astype(np.int64)

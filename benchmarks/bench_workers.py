@@ -121,11 +121,12 @@ def env_only(w: dict, workers: int, steps: int, repeats: int) -> list:
     """Env-only batch steps (no policy, no engine), sync vs pool: wall and CPU ms per batch step,
     the pool's CPU split into parent + workers. Fixed random actions; finished envs are reset."""
     from fasteval.core.envs import build_slot_envs, make_factory
+    from fasteval.robot.env_kinds import ENV_KINDS
 
     b = w["batch_size"]
     built = {}
     for row, vec in (("sync", "sync"), ("pool", "async")):
-        factory, probe, _cap = make_factory(w["env"], w.get("env_kwargs", {}), None)
+        factory, probe, _cap = make_factory(w["env"], w.get("env_kwargs", {}), None, kinds=ENV_KINDS)
         built[row] = build_slot_envs(vec, factory, b, probe, 600.0, workers=workers if vec == "async" else None)
     space = built["sync"].action_space
     rng = np.random.default_rng(0)

@@ -19,6 +19,14 @@ def raising_policy():
     return _Raising()
 
 
+def refuses_to_load(**_spaces):
+    """A policy factory that resolves (a sweep's up-front check passes) but fails when a job loads it: bad
+    input, the same every time (the report's failed cell, whose retry cannot help)."""
+    from fasteval.types.errors import UserInputError
+
+    raise UserInputError("this policy refuses to load (a test fixture)")
+
+
 def never_succeeding_env():
     """A 3-step env whose every info says ``is_success: False``: it has a success signal, always negative."""
     import gymnasium as gym

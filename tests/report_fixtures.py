@@ -47,7 +47,7 @@ SWEEP = {
     "episodes": 8,
     "seeds": [0, 100],
     "policies": [{"name": "zero", "ref": "zero"}, {"name": "parity", "ref": PARITY},
-                 {"name": "broken", "ref": "fasteval.testing.policies:NoSuchPolicy"}],
+                 {"name": "broken", "ref": "tests.helpers:refuses_to_load"}],
     "envs": [{"name": "known", "id": KNOWN_ANSWER_ID}, {"name": "cartpole", "id": "CartPole-v1"}],
     "options": {"batch_size": 4, "device": "cpu"},
 }

@@ -66,8 +66,16 @@ def test_bench_cartpole_tiny_json_and_exact_returns(tiny_run):
     ("scaling.py", ["--tiny"], ["| workers | env steps/s | speed-up |", "FixedCostEnv"]),
     ("ab_compare.py", ["--tiny", "--before", str(ROOT)], ["| cartpole zero b16 sync ", "after / before"]),
     ("bench_cli_overhead.py", ["--tiny"], ["| CLI ", "same episodes in every row: True"]),
+    ("bench_rl_hooks.py", ["--tiny"], ["| fasteval EvalCallback ", "| SB3 EvalCallback ",
+                                       "same episodes in the two seeded rows at every evaluation: True"]),
     ("bench_sequential.py", ["--tiny"], ["| Bernoulli(0.05) |", "| success A = B = 0.7, independent |", "p = 0.9 vs threshold 0.8",
                                          "single rule 20/20, paired 20/20", "STEP (Snyder et al."]),
+    ("bench_race.py", ["--tiny"], ["**(a) 10 checkpoints, p from 0.30 to 0.80**", "| 0.0 | `best` | unpaired |",
+                                   "Target declared tied", "or a false tie) <= 0.05 in every paired row: PASS", "`Race` (drops at the same k, stop, tie, leader): 60/60"]),
+    ("bench_truncated.py", ["--tiny"], ["| above=0.8, p = 0.9 | 156 (137) | 0.9 **(design)** |", "| below=0.8, p = 0.7 |",
+                                        "| 0.9 vs 0.6, independent |", ">= 30% fewer episodes on average",
+                                        "truncated 20/20 (chunked feeding 20/20), anytime-valid 20/20"]),
+    ("bench_step_peers.py", ["--tiny"], ["STEP"]),
 ])
 def test_other_benchmarks_run_at_tiny_size(script, args, needles):
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], capture_output=True, text=True,

@@ -468,3 +468,47 @@ def test_videos_of_an_env_kwarg_task_go_into_the_task_folder(tmp_path):
     assert result.exit_code == 0, result.output
     assert [p.relative_to(tmp_path / "out").as_posix() for p in (tmp_path / "out").rglob("*.mp4")] == [
         "videos/alpha/ep000000_seed0_success.mp4"]
+
+
+# -- issue 32: inputs that gave a traceback, a crash or the wrong exit code ---------------------------------------
+
+@pytest.mark.parametrize("args, needle", [
+    (["--policy", "ws://[::1"], "Invalid IPv6 URL"),  # was a ValueError traceback, exit 1
+    (["--policy", "ws://127.0.0.1:99999"], "with a port from 1 to 65535"),  # was a ValueError traceback
+    (["--policy", "ws://127.0.0.1:port"], "with a port from 1 to 65535"),
+    (["-n", "1", "-b", "7", "--pipeline", "--vectorization", "async"], "batch size 7 capped at the 1 episode"),
+])
+def test_bad_input_gives_one_line_and_exit_2(tmp_path, args, needle):
+    result = CliRunner().invoke(main, ["--env", KA, *args, "-o", str(tmp_path / "out")])
+    assert result.exit_code == 2 and needle in result.output, result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1, result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_device_cuda_n_is_accepted_as_evalspec_accepts_it(tmp_path):
+    """``--device cuda:0`` reaches the engine (here: no CUDA, so its own refusal), not click's "not one of"."""
+    import torch
+
+    result = CliRunner().invoke(main, ["--env", KA, "--device", "cuda:0", "-n", "1", "-o", str(tmp_path / "out")])
+    if torch.cuda.is_available():
+        assert result.exit_code == 0, result.output
+    else:
+        assert result.exit_code == 2 and "CUDA is not available" in result.output, result.output
+    assert "is not one of" not in result.output
+    wrong = CliRunner().invoke(main, ["--env", KA, "--device", "gpu0", "-n", "1", "-o", str(tmp_path / "out")])
+    assert wrong.exit_code == 2 and "expected cpu, cuda, cuda:N" in wrong.output, wrong.output
+
+
+def test_trust_remote_code_help_names_envs_too():
+    text = " ".join(CliRunner().invoke(main, ["--help"]).output.split())
+    start = text.index("--trust-remote-code")
+    assert "envs" in text[start:start + 300] and "namespace" in text[start:start + 300]
+
+
+def test_bench_has_no_video_options():
+    """The bench times an evaluation and writes no videos: none of the three video options is offered."""
+    from fasteval.doors.bench.cli import bench
+
+    names = {opt for param in bench.params for opt in param.opts}
+    assert not names & {"--videos", "--max-episodes-rendered", "--video-select", "--video-layout"}
+    assert {"--policy", "--env", "--device"} <= names

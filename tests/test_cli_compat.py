@@ -174,7 +174,7 @@ def test_every_env_type_is_documented():
     (["--trust_remote_code=maybe"], "expected true or false"),
     (["--eval.n_episodes"], "needs a value"),
     (["--eval.n_episodes=0"], "0 is not in the range"),
-    (["--policy.device=tpu"], "'tpu' is not one of"),
+    (["--policy.device=tpu"], "'tpu': expected cpu, cuda, cuda:N"),
     (["--rename_map=notjson"], "JSON object"),
     (["--log", "tensorbord:runs"], "Did you mean tensorboard"),
     (["--log", "wandb:"], "wandb:PROJECT"),

@@ -187,6 +187,15 @@ def test_bad_arguments_exit_2(runs, tmp_path):
     assert "neither eval_info.json" in _compare(runs["good"], empty, "-o", tmp_path).output
 
 
+@pytest.mark.parametrize("option, value", [("--margin", "nan"), ("--margin", "inf"), ("--alpha", "nan"),
+                                           ("--confidence", "nan")])
+def test_non_finite_numbers_exit_2(runs, tmp_path, option, value):
+    """``nan`` passes click's FloatRange (every comparison with NaN is false): it was accepted as a margin."""
+    out = _compare(runs["good"], runs["good"], option, value, "-o", tmp_path)
+    assert out.exit_code == 2 and "not a finite number" in out.output, out.output
+    assert not (tmp_path / "compare.json").exists()
+
+
 def test_run_log_of_an_unfinished_run_compares_like_its_eval_info(runs, tmp_path):
     """A folder with episodes.jsonl + manifest.json (no eval_info.json) pairs by the same rules."""
     from fasteval.run.rundir import RunDirectory, format_records

@@ -30,6 +30,7 @@ FOLDERS: dict[str, int] = {
     "run": 4,       # engine composition, evaluate/Evaluator, run folders, sinks
     "render": 5,    # views of documents: HTML pages, Markdown, terminal tables, plots
     "doors": 6,     # CLI, LeRobot flags, sweeps, bench, suites
+    "integrations": 6,  # doors for training loops: SB3's EvalCallback, TorchRL's trainer hook, lerobot-train
 }
 ROOT_MODULES = {"fasteval", "fasteval.version"}
 # kept for the docs test: every folder as its dotted prefix
@@ -261,3 +262,44 @@ def test_files_the_layers_moved_stay_in_their_layer():
             outside.append(f"{module_name(path)} writes HTML")
     assert not outside, f"renderers outside fasteval/render/: {outside}"
 
+
+ENV_KIND_WORDS = ("mujoco", "metaworld", "meta-world", "gym_pusht", "gym_aloha", "ale_py", "display", "headless")
+
+
+def env_kind_words(path: Path) -> list[tuple[int, str]]:
+    """``(line, text)`` for every name or string in the file's code (docstrings left out) that names an env kind."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    docstrings = {id(body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and (body := node.body) and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            text = node.value
+        elif isinstance(node, ast.Name):
+            text = node.id
+        elif isinstance(node, ast.Attribute):
+            text = node.attr
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            text = node.name
+        elif isinstance(node, ast.alias):
+            text = node.name
+        else:
+            continue
+        if any(word in text.lower() for word in ENV_KIND_WORDS):
+            found.append((node.lineno, text))
+    return found
+
+
+@pytest.mark.parametrize("path", [p for p in SOURCES if module_name(p).startswith("fasteval.core.")],
+                         ids=lambda p: module_name(p))
+def test_core_knows_no_kind_of_env(path: Path):
+    """Plugin namespaces, MuJoCo and headless rendering are the env layer's (``robot/env_kinds/``): core builds an env through the ``EnvKinds`` its parts plug in."""
+    assert env_kind_words(path) == []
+
+
+def test_the_env_kind_walk_sees_a_violation(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text('"""Mentions MuJoCo in a docstring: fine."""\nMUJOCO_MODULES = ("mujoco",)\n'
+                   'def f():\n    """MUJOCO_GL too."""\n    return {"gym_pusht": 1}\n')
+    assert env_kind_words(bad) == [(2, "MUJOCO_MODULES"), (2, "mujoco"), (5, "gym_pusht")]

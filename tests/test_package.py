@@ -28,7 +28,8 @@ def test_the_known_answer_id_builds_in_a_fresh_process_without_importing_fasteva
     command line and in every env worker, though ``import fasteval`` registers nothing."""
     out = _python("import sys\n"
                   "from fasteval.core.envs import EnvFactory\n"
-                  "env = EnvFactory('fasteval/KnownAnswer-v0')()\n"
+                  "from fasteval.robot.env_kinds import ENV_KINDS\n"
+                  "env = EnvFactory('fasteval/KnownAnswer-v0', kinds=ENV_KINDS)()\n"
                   "obs, _ = env.reset(seed=5)\n"
                   "print(env.spec.id, 'fasteval.testing' in sys.modules, obs.tolist())")
     assert out == "fasteval/KnownAnswer-v0 True [0.05154639109969139, 0.0, 1.0]"

@@ -248,7 +248,7 @@ def test_a_failed_cell_says_why_and_that_a_retry_cannot_help(sweep_dir):
     assert {r["attrs"]["policy"] for r in rows} == {"broken"}
     for r in rows:
         assert r["attrs"]["retry-helps"] == "0"
-        assert "NoSuchPolicy" in r["cells"][4][0] and r["cells"][5][0].startswith("a retry cannot help")
+        assert "refuses to load" in r["cells"][4][0] and r["cells"][5][0].startswith("a retry cannot help")
     assert "blank" not in (sweep_dir / "report.html").read_text()
     assert 'data-env="known"' in (sweep_dir / "report.html").read_text()
 
@@ -334,7 +334,7 @@ def test_markdown_summary_and_errors_say_whether_a_retry_helps(sweep_dir):
             "Jobs: 8 done, 4 failed, 0 not finished. A retry cannot help the 2 failed cells") in md
     assert "| broken | known | no episodes (failed) | no episodes (failed) | 0 of 16 |" in md
     assert "NaN [NaN, NaN]" not in md
-    assert "- **broken x known** (a retry cannot help: UserInputError is bad input" in md
+    assert "- **broken x known** (a retry cannot help: PolicyLoadError is bad input" in md
 
 
 def test_sweep_cli_advice_does_not_suggest_retrying_bad_input():

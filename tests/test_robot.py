@@ -331,8 +331,8 @@ def test_continuous_chunks_and_bad_chunk_settings():
     data = evaluate(env=PIXEL, policy=BoxChunks(), n_episodes=6, batch_size=4, return_episode_data=True).episode_data
     assert len(data) == sum(1 + s % 5 for s in range(6))
     for row in range(len(data)):  # the chunk comes from the episode's step 4k state
-        t = int(data["frame_index"][row])
-        s = int(data["episode_index"][row])
+        t = int(data["step_count"][row])
+        s = int(data["episode"][row])
         assert data["action"][row].tolist() == [s + t % 4, (t - t % 4) + t % 4]
     policy = ChunkParity(n_action_steps=5)
     with pytest.raises(UserInputError, match="n_action_steps"):
@@ -454,9 +454,10 @@ def plain_rollout(seed: int, max_steps: int | None = None):
         action = int(round(float(obs[-1])))
         next_obs, reward, terminated, truncated, info = env.step(action)
         capped = max_steps is not None and t + 1 >= max_steps
-        rows.append((obs, action, reward, terminated, truncated, info["is_success"], terminated or truncated or capped))
+        rows.append((obs, action, reward, terminated, truncated, info["is_success"], terminated or truncated or capped,
+                     next_obs))
         obs = next_obs
-        if rows[-1][-1]:
+        if rows[-1][6]:
             return rows
 
 
@@ -466,30 +467,35 @@ def test_episode_data_equals_plain_single_env_rollouts(batch, max_steps):
     result = evaluate(env=KA, policy=ParityPolicy(), n_episodes=n, batch_size=batch, seed=seed, max_steps=max_steps,
                       return_episode_data=True)
     data = result.episode_data
-    assert sorted(set(data["episode_index"].tolist())) == list(range(n))
+    assert sorted(set(data["episode"].tolist())) == list(range(n))
     assert len(data) == sum(r["length"] for r in result.per_episode)
     assert data["index"].tolist() == list(range(len(data)))
+    flat = lambda rows, *key: rows[key].reshape(-1).tolist()  # noqa: E731  (TorchRL's [T, 1] entries)
     for record in result.per_episode:
-        rows = data[data["episode_index"] == record["episode_ix"]]
+        rows = data[data["episode"] == record["episode_ix"]]
         want = plain_rollout(record["seed"], max_steps)
         assert len(rows) == record["length"] == len(want)
-        assert rows["frame_index"].tolist() == list(range(len(want)))
+        assert rows["seed"].tolist() == [record["seed"]] * len(want)
+        assert flat(rows, "step_count") == list(range(len(want)))
         assert np.array_equal(rows["observation"].numpy(), np.stack([w[0] for w in want]))
+        assert np.array_equal(rows["next", "observation"].numpy(), np.stack([w[7] for w in want]))
         assert rows["action"].tolist() == [w[1] for w in want]
-        assert rows["next.reward"].tolist() == [w[2] for w in want]
-        assert rows["next.terminated"].tolist() == [w[3] for w in want]
-        assert rows["next.truncated"].tolist() == [w[4] for w in want]
-        assert rows["next.success"].tolist() == [w[5] for w in want]
-        assert rows["next.done"].tolist() == [False] * (len(want) - 1) + [True]
-        assert float(rows["next.reward"].sum()) == record["sum_reward"]
+        assert flat(rows, "next", "reward") == [w[2] for w in want]
+        assert flat(rows, "next", "terminated") == [w[3] for w in want]
+        assert flat(rows, "next", "truncated") == [w[4] or (w[6] and not w[3]) for w in want]  # the cap truncates
+        assert flat(rows, "next", "success") == [w[5] for w in want]
+        assert flat(rows, "next", "done") == [False] * (len(want) - 1) + [True]
+        assert flat(rows, "done") == flat(rows, "terminated") == flat(rows, "truncated") == [False] * len(want)
+        assert float(rows["next", "reward"].sum()) == record["sum_reward"]
 
 
 def test_episode_data_of_dict_observations_keeps_the_env_keys():
     data = evaluate(env=PIXEL, policy=lambda obs: torch.zeros(len(obs), 2), n_episodes=3, batch_size=2,
                     return_episode_data=True).episode_data
-    assert set(data["observation"].keys()) == {"pixels", "agent_pos"}
-    assert data["observation", "pixels"].dtype == torch.uint8 and data["observation", "agent_pos"].dtype == torch.float64
-    assert data["observation", "agent_pos"][:, 1].tolist() == data["frame_index"].double().tolist()
+    assert {"pixels", "agent_pos"} <= set(data.keys()) and "observation" not in data.keys()  # TorchRL: the env's keys
+    assert data["pixels"].dtype == torch.uint8 and data["agent_pos"].dtype == torch.float64
+    assert data["agent_pos"][:, 1].tolist() == data["step_count"].reshape(-1).double().tolist()
+    assert set(data["next"].keys()) >= {"pixels", "agent_pos", "reward", "done"}
 
 
 # -- CLI ------------------------------------------------------------------------------------------------
@@ -579,7 +585,7 @@ def test_recording_drops_partial_data_of_restarted_episodes(tmp_path, vectorizat
     data = result.episode_data
     assert len(data) == sum(r["length"] for r in result.per_episode)
     for record in result.per_episode:
-        rows = data[data["episode_index"] == record["episode_ix"]]
+        rows = data[data["episode"] == record["episode_ix"]]
         want = plain_rollout(record["seed"])
         assert rows["action"].tolist() == [w[1] for w in want]
         assert np.array_equal(rows["observation"].numpy(), np.stack([w[0] for w in want]))
@@ -593,7 +599,7 @@ def test_failed_episodes_have_no_data_and_no_video(tmp_path):
     result = evaluate(env=FAULTY, env_kwargs=kwargs, policy=ParityPolicy(), n_episodes=5, batch_size=2, retries=0,
                       return_episode_data=True, max_episodes_rendered=rendered, videos_dir=str(tmp_path))
     assert result.n_failed == 1 and [r["episode_ix"] for r in result.per_episode] == [0, 1, 3, 4]
-    assert sorted(set(result.episode_data["episode_index"].tolist())) == [0, 1, 3, 4]
+    assert sorted(set(result.episode_data["episode"].tolist())) == [0, 1, 3, 4]
     if rendered:
         assert [os.path.basename(p) for p in result.video_paths] == [video_name(r) for r in result.per_episode[:3]]
         assert len(list((tmp_path / "fasteval.testing.faulty_make_faulty_env").iterdir())) == 3
@@ -604,7 +610,7 @@ def test_recording_with_pipeline_and_chunks_refuse_pipeline(tmp_path):
                       pipeline=True, return_episode_data=True)
     data = result.episode_data
     for record in result.per_episode:
-        rows = data[data["episode_index"] == record["episode_ix"]]
+        rows = data[data["episode"] == record["episode_ix"]]
         want = plain_rollout(record["seed"])
         assert rows["action"].tolist() == [w[1] for w in want]
         assert np.array_equal(rows["observation"].numpy(), np.stack([w[0] for w in want]))
@@ -667,7 +673,7 @@ def test_mujoco_videos_without_render_mode_exit_2_before_the_run(tmp_path, flag)
 
 
 def test_headless_gl_is_set_once_when_unset_and_there_is_no_display(monkeypatch, caplog):
-    import fasteval.core.headless as headless
+    import fasteval.robot.env_kinds.headless as headless
 
     monkeypatch.setattr(headless, "_said", False)
     with caplog.at_level("WARNING", logger="fasteval"):
@@ -688,32 +694,80 @@ def test_headless_gl_is_set_once_when_unset_and_there_is_no_display(monkeypatch,
 def test_mujoco_envs_set_mujoco_gl_on_a_headless_linux(monkeypatch):
     import sys
 
-    from fasteval.core.envs import import_env_namespace
+    from fasteval.robot.env_kinds import prepare_env
 
     monkeypatch.setattr(sys, "platform", "linux")
     for name in ("MUJOCO_GL", "DISPLAY", "WAYLAND_DISPLAY", "PYOPENGL_PLATFORM"):
         monkeypatch.delenv(name, raising=False)
-    import_env_namespace("CartPole-v1")
+    prepare_env("CartPole-v1", {})
     assert "MUJOCO_GL" not in os.environ  # not a MuJoCo env: nothing changes
-    import_env_namespace("Hopper-v5")
+    prepare_env("Hopper-v5", {})
     assert os.environ["MUJOCO_GL"] == "egl"
     monkeypatch.setenv("MUJOCO_GL", "osmesa")
-    import_env_namespace("Hopper-v5")
+    prepare_env("Hopper-v5", {})
     assert os.environ["MUJOCO_GL"] == "osmesa"  # a user's choice stays
 
 
+@pytest.mark.skipif(not has("mujoco"), reason="MuJoCo envs need gymnasium[mujoco]: pip install 'fasteval[mujoco]'")
+def test_one_mujoco_check_for_ids_references_and_built_envs():
+    from fasteval.robot.env_kinds import is_mujoco
+
+    assert is_mujoco("Hopper-v5") and not is_mujoco("CartPole-v1")
+    assert is_mujoco("fasteval.robot.metaworld:make_metaworld_env") and not is_mujoco(KA)
+    hopper, cartpole = gym.make("Hopper-v5"), gym.make("CartPole-v1")
+    try:
+        assert is_mujoco(hopper) and not is_mujoco(cartpole)  # through the wrappers, by the class's modules
+    finally:
+        hopper.close(), cartpole.close()
+
+
+def test_a_human_render_mode_is_refused_where_no_window_can_open():
+    from fasteval.robot.env_kinds import render_mode_problem
+
+    human = {"render_mode": "human"}
+    assert "no display" in render_mode_problem("CartPole-v1", human, environ={}, platform="linux")
+    assert render_mode_problem("CartPole-v1", human, environ={"DISPLAY": ":0"}, platform="linux") is None
+    assert render_mode_problem("CartPole-v1", {"render_mode": "rgb_array"}, environ={}, platform="linux") is None
+    assert render_mode_problem("CartPole-v1", human, environ={}, platform="darwin") is None
+    if has("mujoco"):  # a display, but MuJoCo told to render off-screen
+        assert "MUJOCO_GL=egl" in render_mode_problem("Hopper-v5", human, {"DISPLAY": ":0", "MUJOCO_GL": "egl"}, "linux")
+        assert render_mode_problem("Hopper-v5", human, {"DISPLAY": ":0", "MUJOCO_GL": "glfw"}, "linux") is None
+        assert render_mode_problem("CartPole-v1", human, {"DISPLAY": ":0", "MUJOCO_GL": "egl"}, "linux") is None
+
+
+@pytest.mark.skipif(not has("mujoco"), reason="MuJoCo envs need gymnasium[mujoco]: pip install 'fasteval[mujoco]'")
+def test_a_human_render_mode_on_a_headless_run_exits_2_and_leaves_no_folder(tmp_path):
+    """In a subprocess: without the refusal, MuJoCo's GLFW aborts the process (exit 134) after the folder's lock."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "MUJOCO_GL")}
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "fasteval.doors.cli", "--env", "HalfCheetah-v5", "--env-kwarg",
+                           "render_mode=human", "-n", "1", "--max-steps", "2", "-o", str(out)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    assert "render_mode='human'" in done.stderr and "no display" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not out.exists()
+
+
 def test_unknown_namespaces_name_the_package_to_install():
-    from fasteval.core.envs import KNOWN_NAMESPACES, make_factory, namespace_module
+    from fasteval.core.envs import make_factory
+    from fasteval.robot.env_kinds import ENV_KINDS, PLUGINS, namespace_module
     from fasteval.types.errors import EnvNotFoundError
 
     assert namespace_module("Meta-World") == "metaworld" and namespace_module("gym_pusht") == "gym_pusht"
     assert namespace_module("Not-A-Module") is None
     if not has("gym_aloha"):
         with pytest.raises(EnvNotFoundError, match="`pip install gym-aloha`"):
-            make_factory("gym_aloha/AlohaInsertion-v0", {}, None)
+            make_factory("gym_aloha/AlohaInsertion-v0", {}, None, kinds=ENV_KINDS)
     with pytest.raises(EnvNotFoundError, match="'no_such_plugin_xyz', which is not installed") as info:
-        make_factory("no_such_plugin_xyz/Env-v0", {}, None)
+        make_factory("no_such_plugin_xyz/Env-v0", {}, None, kinds=ENV_KINDS)
     assert "pip install no-such" not in str(info.value)  # no made-up package name
     with pytest.raises(EnvNotFoundError, match="not a plugin fasteval knows"):
-        make_factory("Some-Thing/Env-v0", {}, None)
-    assert KNOWN_NAMESPACES["Meta-World"] == ("metaworld", "metaworld")
+        make_factory("Some-Thing/Env-v0", {}, None, kinds=ENV_KINDS)
+    assert PLUGINS["Meta-World"] == ("metaworld", "metaworld")
+    with pytest.raises(EnvNotFoundError) as plain:  # core alone knows no plugin: gymnasium's own words
+        make_factory("no_such_plugin_xyz/Env-v0", {}, None)
+    assert "pip install" not in str(plain.value) and "not installed" not in str(plain.value)

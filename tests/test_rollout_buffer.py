@@ -125,7 +125,7 @@ def test_nothing_is_allocated_per_step_with_a_step_cap(monkeypatch):
     assert len(watch.pointers) == 1 and made[0].buffer.frames == 4  # [B, T_cap], never reallocated
     data = result.episode_data
     assert len(data) == sum(r["length"] for r in result.per_episode)
-    assert data["next.done"].sum().item() == 20
+    assert data["next", "done"].sum().item() == 20
 
 
 def test_save_episodes_writes_exactly_n_episodes_that_load_back(tmp_path):
@@ -136,14 +136,14 @@ def test_save_episodes_writes_exactly_n_episodes_that_load_back(tmp_path):
     assert f"wrote 7 episodes" in result.output
     data = load_episodes(episodes)
     info = json.loads((out / "eval_info.json").read_text())
-    assert sorted(set(data["episode_index"].tolist())) == list(range(7))
+    assert sorted(set(data["episode"].tolist())) == list(range(7))
     for record in info["per_episode"]:
-        rows = data[data["episode_index"] == record["episode_ix"]]
+        rows = data[data["episode"] == record["episode_ix"]]
         want = expected_episode(record["seed"])
         assert len(rows) == record["length"] == want["length"]
-        assert rows["frame_index"].tolist() == list(range(want["length"]))
-        assert float(rows["next.reward"].sum()) == record["sum_reward"] == want["sum_reward"]
-        assert rows["next.done"].tolist() == [False] * (len(rows) - 1) + [True]
+        assert rows["step_count"].reshape(-1).tolist() == list(range(want["length"]))
+        assert float(rows["next", "reward"].sum()) == record["sum_reward"] == want["sum_reward"]
+        assert rows["next", "done"].reshape(-1).tolist() == [False] * (len(rows) - 1) + [True]
         assert rows["action"].tolist() == [0] * len(rows)  # the zero policy
     again = CliRunner().invoke(main, [*args[:-4], "-o", str(tmp_path / "run2"), "--save-episodes", str(episodes)])
     assert again.exit_code == 2 and "expected a new or empty folder" in again.output

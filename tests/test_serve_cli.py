@@ -44,6 +44,24 @@ def test_a_server_that_is_down_exits_2_with_one_line(tmp_path):
     assert not (tmp_path / "run" / "manifest.json").exists()
 
 
+@pytest.mark.parametrize("option", ["--max-message-mb", "--max-wait-ms", "--session-ttl", "--max-inflight-mb"])
+def test_serve_refuses_non_finite_numbers_before_it_binds(option):
+    """``nan`` passed click's FloatRange and reached ``int(nan * 2**20)``: a traceback, exit 1."""
+    out = fasteval("serve", "zero", "--port", "0", option, "nan")
+    assert out.returncode == 2 and "not a finite number" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_serve_applies_the_command_lines_env_rules(tmp_path):
+    """``--env subprocess:run --env-kwarg args=[...]`` ran the command (the probe env was built with those
+    kwargs); the main command refuses a callable that is not an env constructor without the flag."""
+    mark = tmp_path / "ran"
+    out = fasteval("serve", "zero", "--port", "0", "--env", "subprocess:run", "--env-kwarg",
+                   f'args=["touch", "{mark}"]')
+    assert out.returncode == 2 and "is not an env constructor" in out.stderr, out.stderr
+    assert not mark.exists()
+
+
 def test_a_bad_token_exits_2(tmp_path):
     with ServerProcess(NOISE, "--token", "right") as server:
         out = fasteval("--policy", server.url, "--env", KNOWN_ANSWER_ID, "-n", "2", "-o", str(tmp_path / "run"),

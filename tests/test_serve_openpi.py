@@ -139,3 +139,63 @@ def test_openpi_clients_websocket_policy_gets_the_local_actions(mlp_server, open
     assert [a[0] for a in got["actions"]] == local_actions(OBS)
     sample = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "s": np.int64(3), "t": "x"}
     assert bytes.fromhex(got["packed"]) == pack(sample)  # openpi-client's encoder and fasteval's: the same bytes
+
+
+def test_a_server_without_env_says_what_is_missing_to_the_client_and_on_its_log():
+    """openpi requests need the spaces: without --env the reply and the server's log both name --env."""
+    from websockets.sync.client import connect
+
+    with ServerProcess("zero") as server:
+        with connect(server.url, compression=None) as ws:
+            ws.recv()
+            ws.send(pack({"observation": OBS[0]}))
+            text = ws.recv()
+        server.stop()
+    assert isinstance(text, str) and "--env is missing" in text.splitlines()[0], text
+    assert "refused an openpi request: --env is missing" in "".join(server.stderr)
+
+
+def test_refusals_have_one_shape_per_protocol(mlp_server):
+    """openpi's shape (a text frame, then the close) for every connection that has not spoken fasteval's
+    protocol, also when its first message is not msgpack at all; fasteval's error map for a fasteval kind."""
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    from fasteval.types.wire import KIND
+
+    heard = {}
+    for name, payload in [("garbage", b"\xc1\xc1"), ("text", "a text frame"), ("openpi", pack({"observation": 1})),
+                          ("fasteval", pack({KIND: "exec"}))]:
+        with connect(mlp_server, compression=None) as ws:
+            ws.recv()
+            ws.send(payload)
+            heard[name] = ws.recv()
+            with pytest.raises(ConnectionClosed):
+                ws.recv()
+    assert all(isinstance(heard[k], str) and heard[k].startswith("fasteval serve: bad request:")
+               for k in ("garbage", "text", "openpi")), heard
+    assert isinstance(heard["fasteval"], bytes) and unpack(heard["fasteval"])["kind"] == "protocol"
+
+
+def test_openpi_clients_hear_what_a_server_without_env_misses(openpi_python):
+    script = ("import sys, numpy as np\nfrom openpi_client.websocket_client_policy import WebsocketClientPolicy\n"
+              "try:\n    WebsocketClientPolicy(sys.argv[1]).infer({'observation': np.zeros(4, np.float32)})\n"
+              "except RuntimeError as exc:\n    print(repr(str(exc)))\n")
+    with ServerProcess("zero") as server:
+        out = subprocess.run([openpi_python, "-c", script, server.url], capture_output=True, text=True, timeout=300,
+                             env={k: v for k, v in repo_env().items() if k != "PYTHONPATH"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "--env is missing" in out.stdout and "fasteval serve POLICY --env ENV" in out.stdout, out.stdout
+
+
+def test_an_ipv6_host_is_printed_in_brackets():
+    from fasteval.doors.serve import server_url
+
+    assert server_url("::1", 8000) == "ws://[::1]:8000" and server_url("127.0.0.1", 1) == "ws://127.0.0.1:1"
+    assert server_url("localhost", 2) == "ws://localhost:2"
+    with ServerProcess("zero", "--host", "::1") as server:
+        assert server.url.startswith("ws://[::1]:"), server.url
+        from websockets.sync.client import connect
+
+        with connect(server.url, compression=None) as ws:  # the printed address is one a client can use
+            assert unpack(ws.recv())["server"] == "fasteval serve"

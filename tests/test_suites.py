@@ -164,7 +164,7 @@ def test_suite_videos_and_episode_data_per_task(tmp_path):
     assert result.per_group()["kitchen"]["video_paths"] and len(result.per_group()["garage"]["video_paths"]) == 1
     assert set(result.episode_data) == {"kitchen/0", "kitchen/1", "garage/0"}
     for key, data in result.episode_data.items():
-        assert sorted(set(data["episode_index"].tolist())) == [0, 1, 2]
+        assert sorted(set(data["episode"].tolist())) == [0, 1, 2]
 
 
 def test_suite_first_k_videos_count_over_the_whole_suite(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import shutil
 import signal
 import sqlite3
@@ -678,3 +679,138 @@ def test_seed_blocks_past_int64_are_refused():
 
     with pytest.raises(SweepSpecError, match="at most 2\\*\\*63 - 1"):
         SweepSpec.from_dict(_with(seeds=[0, 2**64 - 1]))
+
+
+# -- issue 32: a sweep spec is checked before anything runs; the report shows the spec's cells ------------------
+
+def test_an_env_id_typo_exits_2_with_gymnasiums_suggestion_before_any_job(tmp_path):
+    spec_file = tmp_path / "typo.json"
+    spec_file.write_text(json.dumps(_with(envs=[{"name": "good", "id": KNOWN_ANSWER_ID},
+                                                 {"name": "bad", "id": "CartPoel-v1"}])))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["sweep", str(spec_file), "-o", str(out), "-w", "1", "--trust-remote-code"])
+    assert result.exit_code == 2, result.output
+    assert "env 'bad'" in result.output and "Did you mean: `CartPole`?" in result.output and "Nothing ran" in result.output
+    assert not (out / "results.sqlite").exists()  # the good jobs did not run first
+
+
+def test_every_bad_reference_is_named_at_once(tmp_path):
+    spec = SweepSpec.from_dict(_with(
+        policies=[{"name": "ok", "ref": "zero"}, {"name": "gone", "ref": "fasteval.testing.policies:NoSuchPolicy"}],
+        envs=[{"name": "v", "id": "CartPole-v99"}, {"name": "ns", "id": "no_such_plugin_xyz/Thing-v0"},
+              {"name": "call", "id": "fasteval.testing.envs:no_such_env"}]))
+    with pytest.raises(SweepSpecError) as info:
+        plan(spec)
+    text = str(info.value)
+    assert text.startswith("sweep: 4 problems, nothing ran")
+    for needle in ("env 'v'", "CartPole", "env 'ns'", "not installed", "env 'call'",
+                   "policy 'gone'", "has no attribute"):
+        assert needle in text, (needle, text)
+
+
+def test_a_cell_no_longer_in_the_spec_leaves_the_report_and_stays_in_the_store(tmp_path):
+    """A typo'd env fixed and re-run into the same folder: the report shows this spec's cells and their
+    planned episodes only; the store keeps the old cell's rows (a later spec may name it again)."""
+    first = _with(policies=[{"name": "zero", "ref": "zero"}],
+                  envs=[{"name": "known", "id": KNOWN_ANSWER_ID}, {"name": "old", "id": KNOWN_ANSWER_ID,
+                                                                   "kwargs": {"nan_reward_seeds": [1]}}])
+    out = tmp_path / "sweep"
+    run_sweep(SweepSpec.from_dict(first), out, executor=LocalExecutor(workers=1), report=False)
+    second = _with(policies=first["policies"], envs=[first["envs"][0], {"name": "new", "id": "CartPole-v1"}])
+    outcome = run_sweep(SweepSpec.from_dict(second), out, executor=LocalExecutor(workers=1))
+    cells = [(c["policy"], c["env"]) for c in outcome.report["cells"]]
+    assert cells == [("zero", "known"), ("zero", "new")]
+    assert "24 of 24 planned episodes stored" in outcome.report["summary"]
+    assert "Jobs: 4 done" in outcome.report["summary"]
+    assert len(stored_rows(out)) == 36  # the old cell's 12 episodes are kept
+    rebuilt = json.loads((out / "report.json").read_text())
+    assert [(c["policy"], c["env"]) for c in rebuilt["cells"]] == cells
+
+
+# -- issue 32: a sweep stops as a run does (first signal: the jobs in flight finish; second: at once) ----------
+
+SLOW_SWEEP = {
+    "name": "slow", "episodes": 4, "seeds": {"start": 0, "count": 6, "stride": 100},
+    "policies": [{"name": "zero", "ref": "zero"}],
+    "envs": [{"name": "slow", "id": "tests.test_sweep:make_slow_env", "kwargs": {"delay": 0.04}}],
+    "options": {"batch_size": 2, "device": "cpu"},
+}
+
+
+def _start_sweep(tmp_path: Path, workers: int, background: bool = False) -> tuple[subprocess.Popen, Path, Path]:
+    """A real ``fasteval sweep`` process (in a script's background job with ``background``: bash sets its
+    SIGINT to SIG_IGN there), its folder and its stderr file; returns once a job has finished."""
+    spec_file = tmp_path / "slow.json"
+    spec_file.write_text(json.dumps(SLOW_SWEEP))
+    out, log = tmp_path / "out", tmp_path / "stderr.txt"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "fasteval.doors.cli", "sweep", str(spec_file), "-o", str(out), "-w", str(workers),
+           "--trust-remote-code"]
+    if background:  # the PID of the background job, then wait for it; exec keeps that PID the sweep's
+        script = f"exec 2>{shlex.quote(str(log))}; {shlex.join(cmd)} & echo $! > {shlex.quote(str(tmp_path / 'pid'))}; wait $!"
+        proc = subprocess.Popen(["bash", "-c", script], cwd=REPO, env=env)
+    else:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stderr=log.open("w"), stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while "done   zero" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
+        assert proc.poll() is None, log.read_text()
+        time.sleep(0.05)
+    return proc, out, log
+
+
+def _jobs(out: Path) -> dict[str, int]:
+    with sqlite3.connect(out / "results.sqlite") as conn:
+        return dict(conn.execute("SELECT status, COUNT(*) FROM jobs GROUP BY status").fetchall())
+
+
+def _resume_equals_a_clean_run(tmp_path: Path, out: Path) -> None:
+    spec = SweepSpec.from_dict(SLOW_SWEEP)
+    outcome = run_sweep(spec, out, executor=LocalExecutor(workers=1), report=False)
+    assert outcome.ok
+    clean = tmp_path / "clean"
+    run_sweep(spec, clean, executor=LocalExecutor(workers=1), report=False)
+    assert stored_rows(out) == stored_rows(clean)
+    assert_store_is_clean(out, 6 * 4)
+
+
+@pytest.mark.parametrize("workers, sig", [(1, signal.SIGINT), (2, signal.SIGTERM)])
+def test_a_first_signal_finishes_the_jobs_in_flight_and_says_how_to_resume(tmp_path, workers, sig):
+    proc, out, log = _start_sweep(tmp_path, workers)
+    proc.send_signal(sig)
+    proc.wait(120)
+    err = log.read_text()
+    assert proc.returncode == 128 + sig, err
+    assert f"{signal.Signals(sig).name} received: finishing the jobs in flight" in err
+    assert f"Resume with:\n  fasteval sweep {tmp_path / 'slow.json'} -o {out} --trust-remote-code" in err
+    assert "Aborted!" not in err and "Traceback" not in err
+    jobs = _jobs(out)
+    assert "running" not in jobs and jobs.get("pending", 0) >= 1, jobs  # each started job finished, others wait
+    assert len(stored_rows(out)) == 4 * jobs["done"]  # whole jobs only
+    assert (out / "report.md").exists()  # the store and the report were written
+    _resume_equals_a_clean_run(tmp_path, out)
+
+
+def test_a_second_signal_stops_at_once_and_resume_is_exact(tmp_path):
+    proc, out, log = _start_sweep(tmp_path, 1)
+    proc.send_signal(signal.SIGINT)
+    while "SIGINT received" not in log.read_text():
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(120)
+    err = log.read_text()
+    assert proc.returncode == 130, err
+    assert "stopped at once by a second SIGINT" in err and "Resume with:\n  fasteval sweep" in err
+    assert "Traceback" not in err
+    _resume_equals_a_clean_run(tmp_path, out)
+
+
+def test_a_background_sweep_of_a_script_stops_on_sigint_too(tmp_path):
+    """``nohup bash -c '... &'``: bash starts the job with SIGINT ignored; it used to run on and exit 0."""
+    proc, out, log = _start_sweep(tmp_path, 1, background=True)
+    pid = int((tmp_path / "pid").read_text())
+    os.kill(pid, signal.SIGINT)
+    proc.wait(120)  # bash's `wait $!` returns the sweep's exit status
+    err = log.read_text()
+    assert proc.returncode == 130, err
+    assert "SIGINT received" in err and "Resume with:" in err
+    assert _jobs(out).get("pending", 0) >= 1

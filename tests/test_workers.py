@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from fasteval.core.envs import build_slot_envs, make_factory
+from fasteval.robot.env_kinds import ENV_KINDS  # the plugin of a namespaced id (fasteval/ -> fasteval.testing)
 from fasteval.core.workers import WorkerPoolEnvs, default_workers, split_blocks, usable_cores
 from fasteval.types.errors import EnvStepError, UserInputError
 from fasteval.types.spec import EvalSpec
@@ -23,7 +24,7 @@ FAULTY = "fasteval.testing.faulty:make_faulty_env"
 
 
 def build(env: str, n: int, vectorization: str, workers: int | None = None, step_timeout: float | None = 30.0, **kwargs):
-    factory, probe, _cap = make_factory(env, kwargs, None)
+    factory, probe, _cap = make_factory(env, kwargs, None, kinds=ENV_KINDS)
     return build_slot_envs(vectorization, factory, n, probe, step_timeout, workers=workers)
 
 
@@ -328,7 +329,7 @@ def test_a_suite_callable_env_in_workers_is_a_clear_user_error():
     task = as_task(lambda **kwargs: KnownAnswerEnv(**kwargs))
     probe = KnownAnswerEnv()
     with pytest.raises(UserInputError, match="module:callable"):
-        WorkerPoolEnvs(EnvFactory(task.env, dict(task.env_kwargs)), 2, probe.observation_space, probe.action_space,
+        WorkerPoolEnvs(EnvFactory(task.env, dict(task.env_kwargs), kinds=ENV_KINDS), 2, probe.observation_space, probe.action_space,
                        n_workers=1, step_timeout=30.0)
 
 

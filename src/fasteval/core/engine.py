@@ -37,7 +37,7 @@ from fasteval.core.timing import make_stage_timers
 from fasteval.core.transfer import DeviceToHost, HostToDevice, pins_host
 from fasteval.types.errors import EvaluationAborted, UserInputError
 from fasteval.types.results import EarlierSegments, EpisodeTable, EvalResult, run_status
-from fasteval.types.spec import EvalSpec
+from fasteval.types.spec import EvalSpec, env_label
 from fasteval.version import __version__
 
 logger = logging.getLogger(__name__)
@@ -77,12 +77,14 @@ class CoreEngine:
         self.watchdog = Watchdog()
         """Deadlines for the policy (``policy_timeout_s``) and sync envs (``step_timeout``); a door may set
         ``watchdog.on_expire`` (the durable run flushes its records and marks its folder ``failed``)."""
-        factory, probe, cap = make_factory(spec.env, spec.env_kwargs, spec.max_steps, spec.trust_remote_code)
+        factory, probe, cap = make_factory(spec.env, spec.env_kwargs, spec.max_steps, spec.trust_remote_code,
+                                           kinds=parts.env_kinds)
         self.factory = factory
         self.max_steps = cap
         self.envs: SlotEnvs = build_slot_envs(spec.vectorization, factory, self.n_slots, probe, spec.step_timeout,
                                               workers=spec.workers,
                                               watchdog=self.watchdog)
+        self.n_slots = self.envs.n_slots  # a batched env may have fewer workers than slots asked for
         try:
             self._build_policy_side(spec)
         except BaseException:
@@ -121,7 +123,7 @@ class CoreEngine:
                                 self.device, self.pin_memory)
         self.check_actions = make_action_check(action_host_dtype(envs.action_space), envs.action_space)
         if spec.pipeline:
-            check_pipelinable(envs, self.runner, self.n_slots)
+            check_pipelinable(envs, self.runner, self.n_slots, spec.batch_size)
         self.accel_facts: dict[str, Any] = {}
 
     @property
@@ -188,6 +190,7 @@ class CoreEngine:
         self.check_actions.new_run()
         self.timers.reset()
         self.dry_run_s = self.capture_s = 0.0
+        self.envs.start_run(seed)  # a batched env seeds itself once per run (envs.seeding)
         start, captured = perf_counter(), accel.capture_clock.seconds
         try:
             with self._seeded(seed):
@@ -310,7 +313,7 @@ class CoreEngine:
             stop.finish(ledger)
             records, block = cut_at_stop(records, stop)
             meta.update(n_episodes=stop.monitor.cap, **stopping_meta(block, records.tasks[0] if records.tasks else
-                                                                     (self.spec.env, 0, self.spec.env)))
+                                                                     (env_label(self.spec.env), 0, env_label(self.spec.env))))
             if stop.fired:  # the rule decided: the wanted episodes are 0..k-1
                 n_failed = int(ledger.failed[ledger.episode_ids < stop.k].sum())
                 n, stopped = len(records) + n_failed, False
@@ -351,8 +354,9 @@ class CoreEngine:
     def _meta(self, n: int, seed: int) -> dict[str, Any]:
         return {
             "fasteval_version": __version__,
-            "env": self.spec.env,
+            "env": env_label(self.spec.env),
             "env_kwargs": self.spec.env_kwargs,
+            "seeding": self.envs.seeding,
             "policy": self.spec.to_dict()["policy"],
             "n_episodes": n,
             "seed": seed,

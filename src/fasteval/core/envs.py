@@ -14,47 +14,101 @@ ledger runs out.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import gymnasium as gym
 import numpy as np
 
-from fasteval.core.headless import ensure_headless_gl
 from fasteval.core.slot_block import SlotBlock, raise_call_errors
-from fasteval.core.slots import EnvFailure, SlotEnvs, _failure, _obs_writer, allocate_obs_buffer, call_env, env_metadata  # noqa: F401 (re-exported)
+from fasteval.core.slots import EnvFailure, SlotEnvs, SlotEnvsSource, _failure, _obs_writer, allocate_obs_buffer, call_env, env_metadata  # noqa: F401 (re-exported)
 from fasteval.core.watchdog import ENV, Watchdog
 from fasteval.types.errors import EnvNotFoundError, UserInputError
 from fasteval.types.refs import resolve_callable, split_callable_ref
+
+
+class EnvKinds(Protocol):
+    """What the layer that knows kinds of env does around building one (:mod:`fasteval.robot.env_kinds`).
+
+    Core knows no plugin, simulator or display; the layer above plugs them in here (the engine takes
+    its parts' ``env_kinds``). An implementation must pickle: env workers get it with the factory.
+
+    * ``prepare(env, kwargs)``: before ``env`` (an id or ``module:callable``) is built, in every
+      process that builds it: import the plugin that registers the id, set up rendering, or raise
+      :class:`~fasteval.types.errors.UserInputError` for what cannot work on this machine;
+    * ``not_found_hint(env)``: what to do when gymnasium does not know ``env``'s namespace (the package
+      to install), or ``""``;
+    * ``adapt(obj, built)``: turn an env of another library (a live TorchRL env, a factory of one, or what a
+      ``module:callable`` env returned: ``built`` is then True) into a ``gymnasium.Env`` or a
+      :class:`~fasteval.core.slots.SlotEnvsSource` (an env with a batch of its own), or ``None`` (not an
+      env it knows).
+    """
+
+    def prepare(self, env: str, kwargs: Mapping[str, Any]) -> None: ...
+
+    def not_found_hint(self, env: str) -> str: ...
+
+    def adapt(self, obj: Any, built: bool) -> Any: ...
+
+
+@dataclass(frozen=True)
+class PlainEnvs:
+    """No env kinds: an id is built as gymnasium has it registered, nothing is imported first."""
+
+    def prepare(self, env: str, kwargs: Mapping[str, Any]) -> None:
+        pass
+
+    def not_found_hint(self, env: str) -> str:
+        return ""
+
+    def adapt(self, obj: Any, built: bool) -> Any:
+        return None
+
+
+PLAIN_ENVS = PlainEnvs()
 
 
 @dataclass(frozen=True)
 class EnvFactory:
     """Picklable recipe for one sub-env: ``env`` id or ``module:callable``, and kwargs.
 
-    Calling it imports the env's plugin namespace first (``gym_pusht/PushT-v0``
-    imports ``gym_pusht``), so it also works inside async worker processes. A callable from a
-    file path (``path/env.py:make``) runs that file: only with ``trust_remote_code``, as for
-    policies (see docs/security.md).
+    Calling it lets ``kinds`` prepare the env first (fasteval's imports the plugin of a namespaced id:
+    ``gym_pusht/PushT-v0`` imports ``gym_pusht``), so it also works inside async worker processes. A
+    callable from a file path (``path/env.py:make``) runs that file: only with ``trust_remote_code``, as
+    for policies (see docs/security.md).
+
+    ``env`` may also be a live object of the library API (an env of another library, or a factory of
+    one): ``kinds.adapt`` then makes each slot's env from it (:class:`EnvKinds`).
     """
 
-    env: str
+    env: Any
     kwargs: dict = field(default_factory=dict)
     trust_remote_code: bool = False
+    kinds: EnvKinds = PLAIN_ENVS
+    """The env kinds of the layer above (:class:`EnvKinds`); plain gymnasium by default."""
 
     @property
     def is_callable_ref(self) -> bool:
-        return split_callable_ref(self.env) is not None
+        return not isinstance(self.env, str) or split_callable_ref(self.env) is not None
 
-    def __call__(self) -> gym.Env:
+    def __call__(self) -> gym.Env | SlotEnvsSource:
+        if not isinstance(self.env, str):  # a live env object or factory (library API)
+            env = self.kinds.adapt(self.env, False)
+            if env is None:
+                raise UserInputError(f"env {self.env!r}: expected an env id, a module:callable string, a TorchRL env or a "
+                                     f"factory of one.")
+            return env
+        self.kinds.prepare(self.env, self.kwargs)
         if self.is_callable_ref:
             fn = resolve_callable(self.env, what="env", trust_remote_code=self.trust_remote_code)
             env = fn(**self.kwargs)
-            if not isinstance(env, gym.Env):
-                raise UserInputError(f"env {self.env!r} returned {type(env).__name__}; expected a gymnasium.Env.")
-            return env
-        import_env_namespace(self.env)
+            if isinstance(env, gym.Env):
+                return env
+            adapted = self.kinds.adapt(env, True)
+            if adapted is None:
+                raise UserInputError(f"env {self.env!r} returned {type(env).__name__}; expected a gymnasium.Env "
+                                     f"or a TorchRL EnvBase.")
+            return adapted
         return gym.make(lean_spec(self.env), **self.kwargs)
 
 
@@ -73,95 +127,23 @@ def lean_spec(env_id: str) -> gym.envs.registration.EnvSpec:
     return dataclasses.replace(spec, order_enforce=False, disable_env_checker=True, max_episode_steps=None)
 
 
-KNOWN_NAMESPACES: dict[str, tuple[str, str]] = {
-    "Meta-World": ("metaworld", "metaworld"),
-    "gym_pusht": ("gym_pusht", "gym-pusht"),
-    "gym_aloha": ("gym_aloha", "gym-aloha"),
-    "gym_xarm": ("gym_xarm", "gym-xarm"),
-    "gym_hil": ("gym_hil", "gym-hil"),
-    "ALE": ("ale_py", "ale-py"),
-    "fasteval": ("fasteval.testing", "fasteval"),  # the known-answer envs register on importing fasteval.testing
-}
-"""Env id namespaces whose module or pip package is not the namespace itself: ``ns -> (module, package)``."""
-MUJOCO_MODULES = ("mujoco", "metaworld", "gym_aloha")
-"""Entry-point modules of envs that render through MuJoCo (see :func:`uses_mujoco`)."""
-
-
-def namespace_module(namespace: str) -> str | None:
-    """The module that registers the envs of ``namespace`` (``Meta-World`` -> ``metaworld``), or
-    ``None`` when the namespace is not a module name and not a known plugin."""
-    if namespace in KNOWN_NAMESPACES:
-        return KNOWN_NAMESPACES[namespace][0]
-    if all(part.isidentifier() for part in namespace.split(".")):
-        return namespace
-    return None
-
-
-def uses_mujoco(env_id: str) -> bool:
-    """Whether the registered entry point of ``env_id`` is a MuJoCo env (gymnasium's, MetaWorld, ALOHA)."""
-    try:
-        entry = gym.spec(env_id).entry_point
-    except gym.error.Error:
-        return False
-    text = entry if isinstance(entry, str) else f"{getattr(entry, '__module__', '')}"
-    return any(name in text.lower() for name in MUJOCO_MODULES)
-
-
-def import_env_namespace(env_id: str) -> None:
-    """Import the plugin package of a namespaced id (``ns/Name-vN`` -> ``import ns``; known plugins
-    whose module has another name through :data:`KNOWN_NAMESPACES`), if any. For a MuJoCo env on a
-    machine without a display, set ``MUJOCO_GL=egl`` first (:mod:`fasteval.core.headless`)."""
-    if "/" not in env_id:
-        if uses_mujoco(env_id):
-            ensure_headless_gl()
-        return
-    module = namespace_module(env_id.split("/", 1)[0])
-    if module is None:
-        return  # not a module name: gymnasium reports the unknown id
-    try:
-        importlib.import_module(module)
-    except ImportError:
-        pass  # gymnasium raises NamespaceNotFound next; make_factory turns that into a clear error
-    else:
-        if uses_mujoco(env_id):
-            ensure_headless_gl()
-
-
-def namespace_hint(namespace: str) -> str:
-    """What to do about an unknown env namespace: the package to install, or why its import failed."""
-    module = namespace_module(namespace)
-    if module is None:
-        return (f"The namespace {namespace!r} is not a Python module name and not a plugin fasteval knows "
-                f"({', '.join(sorted(KNOWN_NAMESPACES))}); import the package that registers it first, or give "
-                f"the env as module:callable.")
-    package = KNOWN_NAMESPACES.get(namespace, (module, None))[1]
-    try:
-        importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name and module.split(".")[0] == exc.name.split(".")[0]:
-            install = f"`pip install {package}`" if package else "install the package that provides it"
-            return f"The namespace {namespace!r} comes from the plugin module {module!r}, which is not installed: {install}."
-        return f"Importing {module!r} (which registers {namespace!r}) failed: {type(exc).__name__}: {exc}."
-    except Exception as exc:  # a plugin that is installed but broken
-        return f"Importing {module!r} (which registers {namespace!r}) failed: {type(exc).__name__}: {exc}."
-    return f"The module {module!r} is installed but registers no {namespace!r} envs; check the env id."
-
-
-def make_factory(env: str, kwargs: dict, max_steps: int | None,
-                 trust_remote_code: bool = False) -> tuple[EnvFactory, gym.Env, int | None]:
+def make_factory(env: Any, kwargs: dict, max_steps: int | None, trust_remote_code: bool = False,
+                 kinds: EnvKinds = PLAIN_ENVS) -> tuple[EnvFactory, Any, int | None]:
     """Validate ``env`` by building one instance. Returns (factory, probe env, step cap).
 
-    ``trust_remote_code`` (the spec's) allows a ``path/file.py:callable`` env (it runs that file).
+    ``trust_remote_code`` (the spec's) allows a ``path/file.py:callable`` env (it runs that file);
+    ``kinds`` prepares the env, adapts envs of other libraries into slot envs (:class:`EnvKinds`) and
+    explains an unknown namespace.
 
     The step cap is ``max_steps`` if given, else the env spec's ``max_episode_steps``
     (``None`` if neither exists). Raises :class:`EnvNotFoundError` with gymnasium's
     suggestion and the package to install for unknown ids or missing plugins.
     """
-    factory = EnvFactory(env, dict(kwargs), bool(trust_remote_code))
+    factory = EnvFactory(env, dict(kwargs), bool(trust_remote_code), kinds)
     try:
         probe = factory()
     except gym.error.NamespaceNotFound as exc:
-        raise EnvNotFoundError(f"env {env!r}: {exc} {namespace_hint(env.split('/', 1)[0])}") from None
+        raise EnvNotFoundError(f"env {env!r}: {exc} {kinds.not_found_hint(env)}".rstrip()) from None
     except gym.error.Error as exc:  # NameNotFound / VersionNotFound carry gymnasium's suggestion
         raise EnvNotFoundError(f"env {env!r}: {exc}") from None
     except TypeError as exc:
@@ -170,7 +152,7 @@ def make_factory(env: str, kwargs: dict, max_steps: int | None,
     if cap is None and not factory.is_callable_ref:
         registered = gym.spec(env).max_episode_steps  # applied by the engine, not by a TimeLimit wrapper
         cap = int(registered) if registered else None
-    elif cap is None and probe.spec is not None and probe.spec.max_episode_steps:
+    elif cap is None and isinstance(probe, gym.Env) and probe.spec is not None and probe.spec.max_episode_steps:
         cap = int(probe.spec.max_episode_steps)
     return factory, probe, cap
 
@@ -269,12 +251,34 @@ def build_slot_envs(vectorization: str, factory: EnvFactory, n_slots: int, probe
     (:meth:`~fasteval.core.slots.SlotEnvs.pin_host_buffers`: pinned arrays for sync envs, the shared
     mapping registered with CUDA for the pool), so observations cross in one copy.
     """
+    if isinstance(probe, SlotEnvsSource):  # an env with a batch of its own: its workers are the slots
+        if vectorization != "sync":
+            probe.close()
+            raise UserInputError(f"a batched env steps its own workers, so it runs with vectorization 'sync'; got "
+                                 f"{vectorization!r}. Drop --vectorization async (or give a single env, one per slot).")
+        return probe.build(n_slots)
     if vectorization == "sync":
         return SyncSlotEnvs(factory, n_slots, first_env=probe, step_timeout=step_timeout, watchdog=watchdog)
     from fasteval.core.workers import WorkerPoolEnvs
+
+    if not isinstance(factory.env, str):
+        _check_picklable(factory)
 
     probe = probe if probe is not None else factory()
     spaces = (probe.observation_space, probe.action_space, env_metadata(probe))
     probe.close()
     return WorkerPoolEnvs(factory, n_slots, spaces[0], spaces[1], n_workers=workers, step_timeout=step_timeout,
                           metadata=spaces[2])
+
+
+def _check_picklable(factory: EnvFactory) -> None:
+    """A live env (or factory) goes to the async workers by pickle: refuse one that cannot, before any starts."""
+    import pickle
+
+    try:
+        pickle.dumps(factory)
+    except Exception as exc:
+        raise UserInputError(
+            f"vectorization 'async' sends the env to worker processes, but {type(factory.env).__name__} cannot be "
+            f"pickled ({type(exc).__name__}: {exc}). Give the env as a module:callable string, a factory defined at "
+            f"module level, or use vectorization 'sync'.") from None

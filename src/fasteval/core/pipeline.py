@@ -40,13 +40,17 @@ def policy_batch(groups: list[slice]) -> int:
     return max(rows.stop - rows.start for rows in groups)
 
 
-def check_pipelinable(envs: SlotEnvs, runner: PolicyRunner, n_slots: int) -> None:
-    """Raise a clear error when ``--pipeline`` cannot work for this setup."""
+def check_pipelinable(envs: SlotEnvs, runner: PolicyRunner, n_slots: int, batch_size: int | None = None) -> None:
+    """Raise a clear error when ``--pipeline`` cannot work for this setup (``batch_size``: the one asked
+    for, which ``n_slots`` caps at the number of episodes)."""
     if not envs.overlaps:
         raise UserInputError("--pipeline needs --vectorization async: sync envs step in this process, so there is "
                              "nothing to overlap the policy with.")
     if n_slots < 2:
-        raise UserInputError(f"--pipeline needs at least 2 env slots (two groups); got batch size {n_slots}.")
+        capped = (f"batch size {batch_size} capped at the {n_slots} episode to run (-n {n_slots})"
+                  if batch_size is not None and batch_size > n_slots else f"batch size {n_slots}")
+        raise UserInputError(f"--pipeline needs at least 2 env slots (two groups); got {capped}. Run at least 2 "
+                             f"episodes with --batch-size 2 or more, or drop --pipeline.")
     if runner.capabilities.per_slot_state:
         raise UserInputError(
             f"--pipeline needs a stateless policy (no reset method); {type(runner.policy).__name__} has reset(), and its "

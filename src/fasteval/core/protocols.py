@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 if TYPE_CHECKING:
-    from fasteval.core.envs import SlotEnvs
+    from fasteval.core.envs import EnvKinds, SlotEnvs
     from fasteval.core.ledger import Ledger
     from fasteval.core.policy import PolicyRunner
     from fasteval.core.transfer import HostToDevice
@@ -41,8 +41,10 @@ class StepObserver:
 
 
 class EngineParts(Protocol):
-    """What the layer above core plugs into the engine: the policy side and the observers.
+    """What the layer above core plugs into the engine: the env kinds, the policy side and the observers.
 
+    * ``env_kinds``: what is done before an env is built (:class:`~fasteval.core.envs.EnvKinds`: plugin
+      imports, rendering set-up, refusals);
     * ``load_policy(spec, envs, n_slots)``: the policy object (a live module, a loaded checkpoint, ...);
     * ``build_runner(policy, spec, envs, h2d, policy_batch)``: the :class:`PolicyRunner` that calls it
       (observation mapping, normalization, chunk queues, task descriptions are the runner's business);
@@ -54,6 +56,8 @@ class EngineParts(Protocol):
     * ``env_meta(spec)``: facts about the env for the run's metadata (``env_note``: which implementation of
       an env ran; ``{}`` for none).
     """
+
+    env_kinds: "EnvKinds"
 
     def load_policy(self, spec: Any, envs: "SlotEnvs", n_slots: int) -> Any: ...
 

@@ -15,6 +15,12 @@ import numpy as np
 
 from fasteval.types.errors import UserInputError
 
+PER_EPISODE = "per episode"
+"""``SlotEnvs.seeding`` of envs reset with their episode's seed: episode ``i`` depends on ``seed + i`` only."""
+PER_WORKER = "per worker, not per episode"
+"""``SlotEnvs.seeding`` of a batched env (TorchRL's ``ParallelEnv``...) seeded once per run: its workers draw their
+episodes from their own streams, so an episode's numbers depend on the batch size and the finishing order."""
+
 
 def even_ranges(n: int, parts: int) -> list[range]:
     """``parts`` contiguous ranges covering ``0..n``, ``numpy.array_split`` sizes (the first
@@ -92,6 +98,14 @@ class SlotEnvs:
         cannot pin return False (observations are then staged)."""
         return self.pinned
 
+    seeding: str = PER_EPISODE
+    """How episodes are seeded (``meta["seeding"]``): :data:`PER_EPISODE`, or :data:`PER_WORKER` for a batched env
+    whose workers cannot be reset with a seed each."""
+
+    def start_run(self, seed: int) -> None:
+        """Called once at the start of every engine run with its seed (before its first reset); envs seeded
+        per episode ignore it, a batched env seeds itself here."""
+
     has_success_signal: bool = False
     """True once any env step's ``info`` carried ``is_success``. Envs that never report it (classic
     control) leave it False, so reports can say "no success signal" instead of 0% success."""
@@ -131,6 +145,18 @@ class SlotEnvs:
 
     def close(self) -> None:
         raise NotImplementedError
+
+
+class SlotEnvsSource:
+    """An env that steps a batch of its own (a batched TorchRL env): returned by an env factory in place of a
+    ``gymnasium.Env``, it becomes the whole :class:`SlotEnvs` with :meth:`build` (in-process only)."""
+
+    def build(self, n_slots: int) -> SlotEnvs:
+        """The slot envs for up to ``n_slots`` slots (a batched env may have fewer: ``n_slots`` of the result)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the env when it is never built."""
 
 
 class ObservationMismatch(ValueError):

@@ -22,12 +22,13 @@ from typing import Any, Mapping
 
 import click
 
+from fasteval.doors.click_types import DEVICE
 from fasteval.doors.file_options import FileOptions, file_options
 from fasteval.doors.help_sections import Section, SectionedHelp
 from fasteval.doors.lerobot_options import FASTEVAL, LEROBOT
 from fasteval.render.words import plural
 from fasteval.run.paths import UsablePath, path_problem
-from fasteval.types.spec import (AMP_MODES, DEVICES, NOISE_MODES, OBS_DTYPES, OBSERVATION_FORMATS, ON_NAN_ACTIONS,
+from fasteval.types.spec import (AMP_MODES, EXPLORATIONS, NOISE_MODES, OBS_DTYPES, OBSERVATION_FORMATS, ON_NAN_ACTIONS,
                                  RESET_MODES, VECTORIZATIONS, VIDEO_LAYOUTS, VIDEO_SELECTIONS, EvalSpec)
 
 EXIT_OK, EXIT_RUNTIME_ERROR, EXIT_BAD_INPUT = 0, 1, 2
@@ -106,6 +107,10 @@ def format_summary(result: Any, profile: bool) -> str:
         ("episodes_per_s", f"{o['episodes_per_s']:.1f}"),
         ("steps_per_s", f"{o['steps_per_s']:.0f}"),
     ]
+    from fasteval.core.slots import PER_EPISODE
+
+    if result.meta.get("seeding", PER_EPISODE) != PER_EPISODE:  # a batched env: its workers, not its episodes, are seeded
+        rows.append(("seeding", f"{result.meta['seeding']} (a batched env: episode i is not a function of seed + i)"))
     stop = result.meta.get("stopping")
     if stop:
         what = (f"rule {stop['rule']} held at k = {stop['k']}" if stop["reason"] == "rule" else
@@ -145,13 +150,16 @@ EVAL_OPTIONS = [
     click.option("--workers", "workers", type=click.IntRange(min=1), default=None,
                  help="Env worker processes for --vectorization async (capped at the batch size) "
                       "[default: min(batch, usable cores)]."),
-    click.option("--device", type=click.Choice([*DEVICES]), default="auto", show_default=True,
-                 help="Policy device; auto picks cuda when available."),
+    click.option("--device", type=DEVICE, default="auto", show_default=True,
+                 help="Policy device: cpu, cuda, cuda:N or auto (cuda when available)."),
     click.option("--max-steps", type=click.IntRange(min=1), default=None,
                  help="Step cap per episode [default: the env spec's max_episode_steps]."),
     click.option("--reset-mode", type=click.Choice(RESET_MODES), default="auto", show_default=True,
                  help="Stateful policies: per-env resets (continuous batching) or waves."),
-    click.option("--trust-remote-code", is_flag=True, help="Allow --policy path/to/file.py:callable (runs that file)."),
+    click.option("--trust-remote-code", is_flag=True,
+                 help="Allow code for this run: path/to/file.py:callable policies and envs (runs that file), any "
+                      "module:callable env, an env namespace that is not an installed gymnasium plugin (imports it), "
+                      "and the code a --config file names. Only the command line can give it (docs/security.md)."),
     click.option("--pipeline", is_flag=True,
                  help="Double-buffer two slot groups (async envs step while the policy runs). Needs async, stateless policy."),
     click.option("--cuda-graph/--no-cuda-graph", "cuda_graph", default=None,
@@ -180,6 +188,9 @@ EVAL_OPTIONS = [
     click.option("--noise", "noise", type=click.Choice(NOISE_MODES), default="episode", show_default=True,
                  help="Stochastic LeRobot policies (Diffusion): a noise generator per episode (batch-invariant), "
                       "or LeRobot's global RNG aligned with lerobot-eval's (its numbers with --reset-mode wave)."),
+    click.option("--exploration", "exploration", type=click.Choice(EXPLORATIONS), default="deterministic", show_default=True,
+                 help="TorchRL / tensordict actors (set with TorchRL's set_exploration_type) and SB3 policies: the "
+                      "deterministic action, or a random sample drawn per episode (batch-invariant)."),
     click.option("--no-fast-env", "--fast-env", is_flag=True, expose_value=False,
                  help="--env.type=pusht: step gym-pusht's own env instead of fasteval's bit-identical, faster subclass."),
     click.option("--stop-when", "stop_when", default=None, metavar="RULE",
@@ -269,7 +280,7 @@ def lerobot_name_rows() -> list[tuple[str, str]]:
 
 HELP_SECTIONS = (
     Section("What to evaluate", ("policy", "env", "env_kwargs", "n_episodes", "seed", "max_steps", "observation_format",
-                                 "rename", "obs_dtype", "trust_remote_code", "config_file", "resume_dir")),
+                                 "rename", "obs_dtype", "exploration", "trust_remote_code", "config_file", "resume_dir")),
     Section("How it runs", ("batch_size", "vectorization", "workers", "device", "reset_mode", "pipeline", "cuda_graph",
                             "amp", "compile_policy", "cpu_threads", "profile")),
     Section("Outputs", ("output_dir", "report", "max_episodes_rendered", "video_select", "video_layout",

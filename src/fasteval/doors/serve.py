@@ -25,7 +25,9 @@ from typing import Any
 
 import click
 
-from fasteval.types.spec import DEVICES, OBS_DTYPES, OBSERVATION_FORMATS, RESET_MODES
+from fasteval.doors.click_types import DEVICE, FiniteFloatRange
+from fasteval.doors.serve_budget import DEFAULT_MAX_INFLIGHT_MB, MB
+from fasteval.types.spec import OBS_DTYPES, OBSERVATION_FORMATS, RESET_MODES
 
 TOKEN_ENV = "FASTEVAL_SERVE_TOKEN"
 """The environment variable that holds the token, on the server (instead of ``--token``) and on clients."""
@@ -63,13 +65,14 @@ class ServeCommand(click.Command):
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to bind. Anything but a loopback address needs --token.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="Port (0: any free port).")
-@click.option("--device", type=click.Choice([*DEVICES]), default="auto", show_default=True, help="Policy device.")
+@click.option("--device", type=DEVICE, default="auto", show_default=True, help="Policy device: cpu, cuda, cuda:N or auto.")
 @click.option("--max-batch", type=click.IntRange(min=1), default=16, show_default=True,
               help="openpi requests batched into one policy call, at most.")
-@click.option("--max-wait-ms", type=click.FloatRange(min=0), default=2.0, show_default=True,
+@click.option("--max-wait-ms", type=FiniteFloatRange(min=0), default=2.0, show_default=True,
               help="Longest wait for more openpi requests after the first of a batch.")
 @click.option("--token", default=None, help=f"Clients must send it (Authorization: Api-Key TOKEN) [default: ${TOKEN_ENV}].")
-@click.option("--trust-remote-code", is_flag=True, help="Allow POLICY path/to/file.py:callable (runs that file).")
+@click.option("--trust-remote-code", is_flag=True,
+              help="Allow code: POLICY or --env path/to/file.py:callable (runs that file), any module:callable --env.")
 @click.option("--env", "-e", default=None, help="An env whose spaces openpi requests follow (fasteval clients send theirs).")
 @click.option("--env-kwarg", "env_kwargs", multiple=True, metavar="KEY=VALUE", help="Keyword argument for --env; repeatable.")
 @click.option("--max-steps", type=click.IntRange(min=1), default=None, hidden=True)  # from --env.type; clients cap episodes
@@ -84,19 +87,25 @@ class ServeCommand(click.Command):
               help="Capture the policy step per padded batch shape [default: on where CUDA exists].")
 @click.option("--cpu-threads", type=click.IntRange(min=1), default=1, show_default=True,
               help="torch intra-op threads of a CPU policy (the evaluator's default is 1 too).")
-@click.option("--max-message-mb", type=click.FloatRange(min=0, min_open=True), default=256.0, show_default=True,
+@click.option("--max-message-mb", type=FiniteFloatRange(min=0, min_open=True), default=256.0, show_default=True,
               help="Largest message accepted; a bigger one closes that connection.")
-@click.option("--session-ttl", type=click.FloatRange(min=0), default=300.0, show_default=True,
+@click.option("--max-inflight-mb", type=FiniteFloatRange(min=0, min_open=True), default=DEFAULT_MAX_INFLIGHT_MB,
+              show_default=True,
+              help="Most memory held for requests across all connections (at least --max-message-mb); past it, "
+                   "connections wait until answered requests free memory.")
+@click.option("--session-ttl", type=FiniteFloatRange(min=0), default=300.0, show_default=True,
               help="Seconds a fasteval session is kept after its connection dropped (the client may resume it).")
 def serve(policy: str, host: str, port: int, device: str, max_batch: int, max_wait_ms: float, token: str | None,
           trust_remote_code: bool, env: str | None, env_kwargs: tuple[str, ...], max_steps: int | None,
           observation_format: str, rename: tuple[str, ...], obs_dtype: str, reset_mode: str, amp: str,
-          cuda_graph: bool | None, cpu_threads: int, max_message_mb: float, session_ttl: float) -> None:
+          cuda_graph: bool | None, cpu_threads: int, max_message_mb: float, max_inflight_mb: float,
+          session_ttl: float) -> None:
     """Serve POLICY to evaluators over websockets (openpi's protocol and fasteval's batched one)."""
     from fasteval.doors.cli import EXIT_BAD_INPUT, fail, parse_env_kwargs, parse_renames
     from fasteval.types.errors import UserInputError
 
     token = token or os.environ.get(TOKEN_ENV) or None
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host  # --host [::1]
     if not is_local(host) and token is None:
         fail(f"--host {host} is not a loopback address: anyone who can reach it could use the policy. Give --token "
              f"(or ${TOKEN_ENV}); clients then set ${TOKEN_ENV} too.", EXIT_BAD_INPUT)
@@ -105,10 +114,14 @@ def serve(policy: str, host: str, port: int, device: str, max_batch: int, max_wa
         import websockets  # noqa: F401
     except ImportError as exc:
         fail(f"fasteval serve needs the serve extra ({exc.name} is missing): pip install 'fasteval[serve]'.", EXIT_BAD_INPUT)
+    if max_inflight_mb < max_message_mb:
+        fail(f"--max-inflight-mb {max_inflight_mb:g} is below --max-message-mb {max_message_mb:g}: the bound on all "
+             f"requests together must hold one message. Give --max-inflight-mb {max_message_mb:g} or more.", EXIT_BAD_INPUT)
     try:
         config = build_config(policy, host, port, device, max_batch, max_wait_ms, token, trust_remote_code, env,
                               parse_env_kwargs(env_kwargs), observation_format, parse_renames(rename), obs_dtype,
-                              reset_mode, amp, cuda_graph, int(max_message_mb * 1024 * 1024), session_ttl)
+                              reset_mode, amp, cuda_graph, int(max_message_mb * MB), session_ttl,
+                              max_inflight_bytes=int(max_inflight_mb * MB))
     except UserInputError as exc:
         fail(str(exc), EXIT_BAD_INPUT)
     import torch
@@ -120,7 +133,8 @@ def serve(policy: str, host: str, port: int, device: str, max_batch: int, max_wa
 def build_config(policy: str, host: str, port: int, device: str, max_batch: int, max_wait_ms: float,
                  token: str | None, trust_remote_code: bool, env: str | None, env_kwargs: dict[str, Any],
                  observation_format: str, rename: dict[str, str], obs_dtype: str, reset_mode: str, amp: str,
-                 cuda_graph: bool | None, max_message_bytes: int, session_ttl_s: float) -> Any:
+                 cuda_graph: bool | None, max_message_bytes: int, session_ttl_s: float,
+                 max_inflight_bytes: int | None = None) -> Any:
     """The server's config; checks the policy reference and the env before anything binds (UserInputError)."""
     from fasteval.doors.serve_policy import RunnerOptions
     from fasteval.doors.serve_server import ServerConfig
@@ -135,8 +149,11 @@ def build_config(policy: str, host: str, port: int, device: str, max_batch: int,
     spaces = None
     if env is not None:
         from fasteval.core.envs import make_factory
+        from fasteval.robot.env_kinds import ENV_KINDS
+        from fasteval.types.trust import COMMAND_LINE, check_env_ref
 
-        _factory, probe, _cap = make_factory(env, env_kwargs, None)
+        check_env_ref(env, COMMAND_LINE, trust_remote_code)  # the rules of the main command (docs/security.md)
+        _factory, probe, _cap = make_factory(env, env_kwargs, None, trust_remote_code, kinds=ENV_KINDS)
         spaces = (probe.observation_space, probe.action_space)
         probe.close()
         from fasteval.doors.serve_policy import ServedRunner
@@ -144,9 +161,10 @@ def build_config(policy: str, host: str, port: int, device: str, max_batch: int,
         ServedRunner(options, *spaces, 1)  # load it once now: a bad POLICY is an exit 2 before the port opens
     else:  # without --env the policy is loaded per fasteval session, for the spaces that client sends
         check_policy_ref(policy, trust_remote_code)
+    bound = {} if max_inflight_bytes is None else {"max_inflight_bytes": max_inflight_bytes}
     return ServerConfig(options=options, host=host, port=port, token=token, max_batch=max_batch,
                         max_wait_ms=max_wait_ms, max_message_bytes=max_message_bytes, session_ttl_s=session_ttl_s,
-                        openpi_spaces=spaces)
+                        openpi_spaces=spaces, **bound)
 
 
 def check_policy_ref(policy: str, trust_remote_code: bool) -> None:
@@ -184,8 +202,9 @@ def run_server(config: Any) -> int:
 
         def ready(port: int) -> None:
             auth = " (token required)" if config.token else ""
-            click.echo(f"fasteval serve: serving {config.options.policy} on ws://{config.host}:{port}{auth}", err=True)
-            click.echo(f"ws://{config.host}:{port}", nl=True)
+            url = server_url(config.host, port)
+            click.echo(f"fasteval serve: serving {config.options.policy} on {url}{auth}", err=True)
+            click.echo(url, nl=True)
             sys.stdout.flush()
 
         await server.serve(ready=ready, stop=stop)
@@ -193,9 +212,19 @@ def run_server(config: Any) -> int:
     try:
         asyncio.run(main())
     except OSError as exc:
-        click.echo(f"Error: cannot listen on {config.host}:{config.port}: {exc}. Choose another --port.", err=True)
+        click.echo(f"Error: cannot listen on {server_url(config.host, config.port)[5:]}: {exc}. Choose another --port.",
+                   err=True)
         return 2
     return 0
+
+
+def server_url(host: str, port: int) -> str:
+    """``ws://HOST:PORT``, an IPv6 host in brackets (``ws://[::1]:8000``) as URLs write it (RFC 3986)."""
+    try:
+        bracket = ipaddress.ip_address(host.strip("[]")).version == 6
+    except ValueError:
+        bracket = False
+    return f"ws://[{host.strip('[]')}]:{port}" if bracket else f"ws://{host}:{port}"
 
 
 if __name__ == "__main__":

@@ -20,6 +20,13 @@ Safety:
 * messages over ``max_message_bytes`` close that connection (websocket close code 1009); a message
   that is not valid msgpack, names an unknown kind, or breaks the protocol gets an error reply and
   the connection is closed (1008); nothing a client sends reaches pickle or runs code;
+* the bytes held for requests across all connections are bounded (``max_inflight_bytes``,
+  :mod:`fasteval.doors.serve_budget`): past the bound, connections stop reading until answered requests
+  free memory (their clients' sends wait; nothing is refused);
+* errors have one shape per protocol: on a fasteval connection an ``error`` map (``kind`` ``protocol`` or
+  ``policy``, the request's ``seq``); on any other connection openpi's own, a text frame and then the
+  close (openpi-client raises ``RuntimeError("Error in inference server:\n" + text)`` on a text frame),
+  also when the first message is not even valid msgpack;
 * an exception of the policy is reported to the client that made the request, naming it; the
   server and the other clients go on. A session whose connection drops is kept ``session_ttl_s``
   seconds, so the client can reconnect and resume it.
@@ -38,6 +45,7 @@ from time import monotonic
 from typing import Any, Callable
 
 from fasteval.doors.serve_batcher import DynamicBatcher
+from fasteval.doors.serve_budget import DEFAULT_MAX_INFLIGHT_MB, MB, InflightBudget, budgeted_connection
 from fasteval.doors.serve_policy import RunnerOptions, ServedRunner
 from fasteval.doors.serve_sessions import Session
 from fasteval.types.wire import KIND, PROTOCOL, WireError, message_kind, pack, space_to_wire, unpack
@@ -55,6 +63,8 @@ class ServerConfig:
     max_batch: int = 16
     max_wait_ms: float = 2.0
     max_message_bytes: int = 256 * 1024 * 1024
+    max_inflight_bytes: int = int(DEFAULT_MAX_INFLIGHT_MB * MB)
+    """Bytes held for requests across all connections, at most (plus one message: see serve_budget)."""
     session_ttl_s: float = 300.0
     openpi_spaces: tuple[Any, Any] | None = None
     """(observation space, action space) for openpi requests (from ``--env``); None: openpi refused."""
@@ -85,6 +95,7 @@ class PolicyServer:
         self.batcher: DynamicBatcher | None = None
         self.port: int | None = None
         self.lock = asyncio.Lock()
+        self.budget = InflightBudget(config.max_inflight_bytes)
 
     def metadata(self) -> dict[str, Any]:
         from fasteval.version import __version__
@@ -126,7 +137,8 @@ class PolicyServer:
         reaper = asyncio.get_running_loop().create_task(self._reap_sessions())
         async with serve(self._handle, self.config.host, self.config.port, compression=None,
                          max_size=self.config.max_message_bytes, process_request=self._process_request,
-                         ping_interval=None) as server:
+                         ping_interval=None, max_queue=None,  # the budget pauses reading, not the frame queue
+                         create_connection=budgeted_connection(self.budget)) as server:
             self.port = next(iter(server.sockets)).getsockname()[1]
             if ready is not None:
                 ready(self.port)
@@ -155,10 +167,11 @@ class PolicyServer:
             self.batcher.connections += 1
         await ws.send(pack(self.metadata()))
         replies: asyncio.Queue = asyncio.Queue()
-        writer = asyncio.get_running_loop().create_task(self._write(ws, replies))
+        writer = asyncio.get_running_loop().create_task(self._write(ws, replies, self.budget))
         state = _ConnectionState()
         try:
             async for raw in ws:
+                size = self.budget.delivered(ws, raw)  # held until its reply is sent
                 try:
                     message = unpack(raw, self.config.max_message_bytes)
                     kind = message_kind(message)
@@ -169,9 +182,9 @@ class PolicyServer:
                     elif (kind is None) != (state.mode == "openpi"):
                         raise WireError(f"this connection speaks the {state.mode} protocol; one connection cannot mix both")
                 except WireError as exc:
-                    await replies.put(_done(_refusal(state, exc)))
+                    await replies.put((_done(_refusal(state, exc, raw)), size))
                     break
-                await replies.put(self._dispatch(state, kind, message))
+                await replies.put((self._dispatch(state, kind, message), size))
         except websockets.ConnectionClosed:
             pass
         finally:
@@ -188,9 +201,8 @@ class PolicyServer:
             if "__ctrl__" in message:
                 return _done(pack({"__ack__": str(message.get("__ctrl__"))}))
             if self.batcher is None:
-                return _done(_refusal(state, WireError(
-                    "this server was started without --env, so it does not know the observation and action spaces "
-                    "openpi requests need; start it with --env ENV (or talk fasteval's protocol: --policy ws://...)")))
+                logger.warning("fasteval serve: refused an openpi request: %s", NO_ENV)
+                return _done(_refusal(state, WireError(NO_ENV)))
             return loop.create_task(self._openpi(message))
         return loop.create_task(self._fasteval(state, kind, message))
 
@@ -243,15 +255,16 @@ class PolicyServer:
         return {KIND: "closed"}
 
     @staticmethod
-    async def _write(ws: Any, replies: asyncio.Queue) -> None:
+    async def _write(ws: Any, replies: asyncio.Queue, budget: InflightBudget) -> None:
         import websockets
 
         while True:
             item = await replies.get()
             if item is None:
                 return
+            future, size = item
             try:
-                reply = await item
+                reply = await future
                 if isinstance(reply, _Close):
                     await ws.send(reply.payload)
                     await ws.close(reply.code, "fasteval serve: request refused")
@@ -259,6 +272,8 @@ class PolicyServer:
                 await ws.send(reply)
             except websockets.ConnectionClosed:
                 return
+            finally:
+                budget.answered(ws, size)  # the connection's close frees the rest
 
 
 @dataclass
@@ -275,10 +290,28 @@ class _Close:
     code: int
 
 
-def _refusal(state: _ConnectionState, exc: WireError) -> _Close:
-    if state.mode == "openpi":
-        return _Close(f"fasteval serve: bad request: {exc}", 1008)
-    return _Close(pack({KIND: "error", "kind": "protocol", "error": str(exc)}), 1008)
+NO_ENV = ("--env is missing: this server was started without --env, so it does not know the observation and action "
+          "spaces openpi requests need. Restart it with `fasteval serve POLICY --env ENV` (the env the client runs), or "
+          "evaluate with fasteval's protocol (--policy ws://HOST:PORT), whose clients send their spaces.")
+
+
+def _refusal(state: _ConnectionState, exc: WireError, raw: Any = None) -> _Close:
+    """The last reply to a message that breaks the protocol, in the connection's shape (see the module
+    docstring): an error map for fasteval's protocol (a first message that names a fasteval kind counts),
+    openpi's text frame otherwise."""
+    fasteval = state.mode == "fasteval" or (state.mode is None and _names_fasteval(raw))
+    if fasteval:
+        return _Close(pack({KIND: "error", "kind": "protocol", "error": str(exc)}), 1008)
+    return _Close(f"fasteval serve: bad request: {exc}", 1008)
+
+
+def _names_fasteval(raw: Any) -> bool:
+    """Whether an undecoded first message is a map with fasteval's kind key (its kind may still be wrong)."""
+    try:
+        message = unpack(raw)
+    except Exception:
+        return False
+    return isinstance(message, dict) and KIND in message
 
 
 def _done(value: Any) -> "asyncio.Future[Any]":

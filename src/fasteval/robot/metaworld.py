@@ -13,7 +13,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from fasteval.core.headless import ensure_headless_gl
+from fasteval.robot.env_kinds.headless import ensure_headless_gl
 from fasteval.types.errors import UserInputError
 
 METAWORLD_ENV_REF = f"{__name__}:make_metaworld_env"

@@ -29,30 +29,42 @@
   (``--env-kwarg render_mode=rgb_array``; gym-pusht does it by default).
 * ``return_episode_data=True``: ``result.episode_data`` is a TensorDict with one row per step of
   every reported episode (exactly the episodes in ``result.per_episode``), each cut at its end
-  (nothing after ``done``), sorted by episode then frame:
+  (nothing after ``done``), sorted by episode then frame, in TorchRL's key layout (a collector's
+  ``("next", ...)`` nesting, so it trains as TorchRL data does; :mod:`fasteval.run.episode_files`
+  saves it as a TorchRL replay buffer):
 
-  =====================  ================================================================
-  key                    value at row (episode i, frame t)
-  =====================  ================================================================
-  observation keys       the observation the policy acted on at step t, as the env returned
-                         it: ``observation`` (array, or a TensorDict of the env's keys) in
-                         ``raw`` format; the mapped names (``observation.image`` ...) with the
-                         env's dtypes (images stay uint8 HWC) in ``lerobot`` format
-  ``action``             the action sent to the env
-  ``next.reward``        the reward of the step (float64)
-  ``next.terminated``,   the env's flags after the step; ``next.done`` is true exactly on an
-  ``next.truncated``,    episode's last row (this includes the engine's step cap)
-  ``next.done``
-  ``next.success``       ``info["is_success"]`` after the step
-  ``episode_index``,     the episode index, the step index within the episode, and the row index
-  ``frame_index``,
-  ``index``
-  =====================  ================================================================
+  ==========================  ===========================================================
+  key                         value at row (episode i, frame t)
+  ==========================  ===========================================================
+  observation keys            the observation the policy acted on at step t, as the env
+                              returned it: ``observation`` for array observations and the
+                              env's own keys for ``Dict`` ones in ``raw`` format; the mapped
+                              names (``observation.image`` ...) with the env's dtypes
+                              (images stay uint8 HWC) in ``lerobot`` format
+  ``action``                  the action sent to the env
+  ``done``, ``terminated``,   ``[1]`` bool, all False: the flags of the state acted on (a row
+  ``truncated``               is never taken in a terminal state)
+  ``("next", <obs keys>)``    the observation after the step (the next row's, or the
+                              episode's final observation on its last row)
+  ``("next", "reward")``      ``[1]`` float64: the reward of the step, exactly as summed into
+                              the record's ``sum_reward`` (cast with ``.float()`` for float32 losses)
+  ``("next", "terminated")``  ``[1]`` bool, the env's flag after the step
+  ``("next", "truncated")``   ``[1]`` bool, the env's flag, or the engine's step cap reached
+  ``("next", "done")``        ``[1]`` bool, terminated or truncated: true exactly on an
+                              episode's last row
+  ``("next", "success")``     ``[1]`` bool, ``info["is_success"]`` after the step
+  ``episode``, ``seed``       the episode index (TorchRL's ``SliceSampler`` reads trajectories
+                              from ``"episode"`` by default) and its reset seed
+  ``step_count``              ``[1]`` int64, the step index t within the episode (TorchRL's
+                              ``StepCounter`` key)
+  ``index``                   the row index
+  ==========================  ===========================================================
 
   Steps are written into a ``[B, T]`` TensorDict preallocated on the policy device
-  (:mod:`fasteval.robot.buffers.rollout_buffer`); each finished episode is cut out of it at its end, and
-  ``result.episode_data`` is on the policy device. ``--save-episodes DIR`` writes it as a TensorDict
-  memory map (:mod:`fasteval.run.episode_files`).
+  (:mod:`fasteval.robot.buffers.rollout_buffer`); each finished episode is cut out of it at its end (with its
+  final observation, copied from the env's host buffer), and ``result.episode_data`` is on the
+  policy device. ``--save-episodes DIR`` writes it as a TorchRL replay buffer
+  (:mod:`fasteval.run.episode_files`).
 
 An episode restarted after an env failure (``parked`` slots) is recorded from its new start;
 its partial data and video are dropped. If a restart cannot be seen in time (an env reset that
@@ -74,6 +86,7 @@ from fasteval.core.protocols import StepObserver
 from fasteval.types.errors import UserInputError
 from fasteval.types.files import safe_filename
 from fasteval.kernels import IDLE
+from fasteval.robot.env_kinds import is_mujoco
 from fasteval.robot.policies.obs_mapping import RAW, plan_keys
 
 DEFAULT_FPS = 30
@@ -136,18 +149,12 @@ class VideoSelection:
         return True, dropped
 
 
-def is_mujoco_env(env: Any) -> bool:
-    """Whether ``env`` (through its wrappers) is a MuJoCo env: gymnasium's ``MujocoEnv``, MetaWorld..."""
-    unwrapped = env.unwrapped if isinstance(env, gym.Env) else env
-    return any("mujoco" in (cls.__module__ or "") for cls in type(unwrapped).__mro__)
-
-
 def render_problem(env: Any, name: str) -> str | None:
     """Why ``env`` cannot give video frames, known before any episode: a MuJoCo env made without
     ``render_mode="rgb_array"`` (MuJoCo's own error would be ``Unexpected mode: None``). ``None``: no
     known problem (other envs are checked on their first frame)."""
     mode = env.render_mode if isinstance(env, gym.Env) else None
-    if mode == "rgb_array" or not is_mujoco_env(env):
+    if mode == "rgb_array" or not is_mujoco(env):
         return None
     return (f"env {name!r} is a MuJoCo env made with render_mode={mode!r}, so it cannot render videos (MuJoCo "
             f"would stop with 'Unexpected mode: {mode}'). Add --env-kwarg render_mode=rgb_array (and width=, height= "
@@ -355,7 +362,8 @@ class VideoRecorder(StepObserver):
 
 class EpisodeDataRecorder(StepObserver):
     """Records every step into a :class:`~fasteval.robot.buffers.rollout_buffer.RolloutBuffer` on the policy device;
-    a finished episode is cut out of it at once, and :meth:`finish` puts them together in episode order.
+    a finished episode is cut out of it at once (with its final observation), and :meth:`finish` puts
+    them together in episode order, in TorchRL's layout (module docstring).
 
     ``result.episode_data`` lives on the policy device (``.cpu()`` it to keep it on the host).
     """
@@ -377,6 +385,8 @@ class EpisodeDataRecorder(StepObserver):
         """Ledger row of the episode each slot is recording (-1: not recording)."""
         self.episodes: dict[int, Any] = {}
         """Ledger row -> its steps (``{key: Tensor}`` on the device), for episodes whose end was recorded."""
+        self.finals: dict[int, Any] = {}
+        """Ledger row -> its final observation (after its last step), from the env's host buffer."""
 
     def _start(self, rows: dict[int, int]) -> None:
         """Start recording ``{slot: ledger row}`` (rows of parked slots are not in the ledger yet)."""
@@ -414,14 +424,25 @@ class EpisodeDataRecorder(StepObserver):
         if self.cap:
             done |= lengths >= self.cap
         for slot, length in zip(idx[done].tolist(), lengths[done].tolist()):
-            self.episodes[int(self.row[slot])] = self.buffer.episode(slot, length)
+            row = int(self.row[slot])
+            self.episodes[row] = self.buffer.episode(slot, length)
+            self.finals[row] = self._final_observation(slot)
             self.row[slot] = -1
+
+    def _final_observation(self, slot: int) -> Any:
+        """The observation after slot ``slot``'s last step (the env's host buffer holds it now), on the device."""
+        import torch
+
+        device, obs = self.buffer.device, self.envs.obs
+        if isinstance(obs, dict):
+            return {k: torch.from_numpy(np.array(v[slot])).to(device) for k, v in obs.items()}
+        return torch.from_numpy(np.array(obs[slot])).to(device)
 
     def finish(self, result: Any) -> None:
         result.episode_data = self.assemble()
 
     def assemble(self) -> Any:
-        """The reported episodes' steps, sorted by episode then frame (see the module docstring)."""
+        """The reported episodes' steps, sorted by episode then frame, in TorchRL's layout (module docstring)."""
         import torch
         from tensordict import TensorDict
 
@@ -440,25 +461,45 @@ class EpisodeDataRecorder(StepObserver):
             return TensorDict({}, batch_size=[0], device=device)
         steps = concat_episodes([self.episodes[r] for r in complete])
         lengths = L.length[complete].astype(np.int64)
+        ends = torch.from_numpy(np.cumsum(lengths) - 1).to(device)
         starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
         frame_index = np.arange(int(lengths.sum()), dtype=np.int64) - starts
         total = len(frame_index)
-        out: dict[str, Any] = {}
+
+        def after(now: torch.Tensor, finals: list[torch.Tensor]) -> torch.Tensor:
+            """The next observation of every row: the next row's, or the episode's final one on its last row."""
+            nxt = torch.empty_like(now)
+            nxt[:-1] = now[1:]
+            nxt[ends] = torch.stack(finals).to(now.dtype)
+            return nxt
+
         obs = steps["observation"]
-        if self.raw:
-            out["observation"] = obs if isinstance(obs, torch.Tensor) else TensorDict(obs, batch_size=[total], device=device)
-        elif isinstance(obs, torch.Tensor):
-            out[self.names[None]] = obs
+        root: dict[str, Any] = {}
+        following: dict[str, Any] = {}
+        if isinstance(obs, torch.Tensor):
+            name = "observation" if self.raw else self.names[None]
+            root[name] = obs
+            following[name] = after(obs, [self.finals[r] for r in complete])
         else:
             for key, value in obs.items():
-                out[self.names[key]] = value
-        for key in ("action", "next.reward", "next.terminated", "next.truncated"):
-            out[key] = steps[key]
-        out["next.done"] = torch.from_numpy(frame_index == np.repeat(lengths - 1, lengths)).to(device)
-        out["next.success"] = steps["next.success"]
-        out["episode_index"] = torch.from_numpy(np.repeat(L.episode_ids[complete].astype(np.int64), lengths)).to(device)
-        out["frame_index"] = torch.from_numpy(frame_index).to(device)
-        out["index"] = torch.arange(total, dtype=torch.int64, device=device)
+                name = key if self.raw else self.names[key]
+                root[name] = value
+                following[name] = after(value, [self.finals[r][key] for r in complete])
+        last = torch.from_numpy(frame_index == np.repeat(lengths - 1, lengths)).to(device)
+        column = lambda x: x.reshape(total, 1)  # noqa: E731  (TorchRL's [*B, 1] reward and done entries)
+        truncated = steps["next.truncated"]
+        if self.cap:  # the engine's step cap ended an episode the env did not end: TorchRL calls that truncated
+            capped = torch.from_numpy(np.repeat(lengths >= self.cap, lengths)).to(device)
+            truncated = truncated | (capped & last & ~steps["next.terminated"])
+        following.update({"reward": column(steps["next.reward"]), "terminated": column(steps["next.terminated"]),
+                          "truncated": column(truncated), "done": column(last), "success": column(steps["next.success"])})
+        not_done = torch.zeros(total, 1, dtype=torch.bool, device=device)
+        episode = torch.from_numpy(np.repeat(L.episode_ids[complete].astype(np.int64), lengths)).to(device)
+        out = {**root, "action": steps["action"], "done": not_done, "terminated": not_done.clone(),
+               "truncated": not_done.clone(), "episode": episode, "seed": episode + int(L.seed),
+               "step_count": column(torch.from_numpy(frame_index).to(device)),
+               "index": torch.arange(total, dtype=torch.int64, device=device),
+               "next": TensorDict(following, batch_size=[total], device=device)}
         return TensorDict(out, batch_size=[total], device=device)
 
 

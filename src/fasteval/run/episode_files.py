@@ -1,10 +1,20 @@
-"""Episode data on disk (``--save-episodes DIR``): a TensorDict memory map, loaded back with :func:`load_episodes`.
+"""Episode data on disk (``--save-episodes DIR``): a TorchRL replay buffer folder.
 
 The folder holds ``result.episode_data`` (see :mod:`fasteval.robot.recording`): one row per step of every
-reported episode, sorted by episode then frame, with ``episode_index``, ``frame_index``, ``index``,
-``action``, ``next.*`` and the observation keys. It is written with ``TensorDict.memmap`` (one
-``.memmap`` file per key plus ``meta.json``): ``load_episodes(DIR)`` (or
-``tensordict.TensorDict.load_memmap(DIR)``) maps it back without reading it all into memory.
+reported episode, sorted by episode then frame, in TorchRL's key layout (``observation``, ``action``,
+``("next", "observation")``, ``("next", "reward")``, ``("next", "done")``, ``("next", "terminated")``,
+``("next", "truncated")``, ``episode``, ``seed``, ``step_count``, ...). With TorchRL installed it is written
+by TorchRL itself, ``TensorDictReplayBuffer(storage=LazyMemmapStorage(n_steps))`` filled with the steps and
+``dumps(DIR)``, so it loads back as TorchRL loads its own buffers:
+
+    from torchrl.data import LazyMemmapStorage, TensorDictReplayBuffer
+    rb = TensorDictReplayBuffer(storage=LazyMemmapStorage(n_steps)); rb.loads(DIR)   # n_steps: the run's, exactly
+
+``rb.loads`` also reads ``prefetch.pkl``, a pickle TorchRL writes beside the data: load folders you trust
+that way. :func:`load_replay_buffer` needs neither the size nor the pickle: it maps ``DIR/storage`` (a
+TensorDict memory map: one ``.memmap`` file per key plus ``meta.json``, no code) and fills a fresh
+``TensorDictReplayBuffer`` over a ``LazyMemmapStorage`` with it. :func:`load_episodes` maps the steps
+themselves, as a TensorDict (also without TorchRL, which writes only the ``storage`` folder then).
 """
 
 from __future__ import annotations
@@ -14,6 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from fasteval.types.errors import UserInputError
+
+STORAGE = "storage"
+"""The folder of a TorchRL replay buffer's dump that holds its data (a TensorDict memory map)."""
 
 
 def check_episode_folder(folder: str | os.PathLike) -> Path:
@@ -26,15 +39,39 @@ def check_episode_folder(folder: str | os.PathLike) -> Path:
 
 
 def save_episodes(data: Any, folder: str | os.PathLike) -> int:
-    """Write ``data`` (a TensorDict ``[steps]``) into ``folder`` as a memory map; returns the number of episodes."""
+    """Write ``data`` (a TensorDict ``[steps]``) into ``folder`` as a TorchRL replay buffer (module docstring);
+    returns the number of episodes."""
     path = check_episode_folder(folder)
     path.mkdir(parents=True, exist_ok=True)
-    data.cpu().memmap(prefix=str(path))
-    return len(set(data["episode_index"].tolist())) if len(data) else 0
+    data = data.cpu()
+    try:
+        from torchrl.data import LazyMemmapStorage, TensorDictReplayBuffer
+    except ImportError:
+        TensorDictReplayBuffer = None  # noqa: N806
+    if TensorDictReplayBuffer is None or not len(data):
+        data.memmap(prefix=str(path / STORAGE))  # the same storage folder, without the buffer's own files
+    else:
+        buffer = TensorDictReplayBuffer(storage=LazyMemmapStorage(len(data)))
+        buffer.extend(data)
+        buffer.dumps(path)
+    return len(set(data["episode"].tolist())) if len(data) else 0
 
 
 def load_episodes(folder: str | os.PathLike) -> Any:
-    """The TensorDict saved by :func:`save_episodes` (memory-mapped)."""
+    """The steps saved by :func:`save_episodes`, memory-mapped (a TensorDict; nothing is unpickled)."""
     from tensordict import TensorDict
 
-    return TensorDict.load_memmap(str(folder))
+    path = Path(folder)
+    return TensorDict.load_memmap(str(path / STORAGE if (path / STORAGE).is_dir() else path))
+
+
+def load_replay_buffer(folder: str | os.PathLike, **buffer_kwargs: Any) -> Any:
+    """A TorchRL ``TensorDictReplayBuffer`` over a ``LazyMemmapStorage`` holding the steps of ``folder``
+    (``buffer_kwargs`` go to the buffer: ``sampler=``, ``batch_size=``...; the steps are copied into its new storage, so the folder is never written)."""
+    from torchrl.data import LazyMemmapStorage, TensorDictReplayBuffer
+
+    data = load_episodes(folder)
+    buffer = TensorDictReplayBuffer(storage=LazyMemmapStorage(max(1, len(data))), **buffer_kwargs)
+    if len(data):
+        buffer.extend(data)
+    return buffer

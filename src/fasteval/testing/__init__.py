@@ -4,7 +4,10 @@ Every episode of :class:`KnownAnswerEnv` is a pure function of its reset seed (a
 for the reward bonus, of the actions), so an evaluation's per-episode numbers can
 be checked exactly against :func:`expected_episode`. :class:`FaultPlanEnv` and
 :class:`PlannedPolicy` (:mod:`fasteval.testing.fault_plan`) add faults on a plan: raises,
-crashes and hangs per seed and attempt, NaN or hung actions.
+crashes and hangs per seed and attempt, NaN or hung actions. :class:`CheckpointFamily`
+(:mod:`fasteval.testing.checkpoints`) is a family of known-answer checkpoints: policy k succeeds on
+seed s with probability p_k, exactly, with an optional shared per-seed difficulty; it runs as real
+policies on the Bernoulli env and as a vectorised simulator with the same outcomes.
 
 Importing this package registers ``fasteval/KnownAnswer-v0`` with gymnasium
 (:func:`~fasteval.testing.envs.register_envs`); ``import fasteval`` alone registers nothing.
@@ -21,6 +24,7 @@ from typing import Any
 from fasteval.testing.envs import register_envs
 
 _WHERE = {
+    "CheckpointFamily": "checkpoints",
     "KNOWN_ANSWER_ID": "envs",
     "KnownAnswerEnv": "envs",
     "expected_episode": "envs",

@@ -11,6 +11,16 @@ known in advance (:func:`expected_bernoulli_episode`).
 * ``coupling="shared"`` (default): every arm uses the same ``u(s)``, as a real scene that is hard
   for one policy tends to be hard for the other (the two outcomes are comonotone).
   ``coupling="independent"``: arm ``a`` uses ``u(s, a)``, so arms are independent given the seed.
+* ``share=r`` (a number in [0, 1], instead of ``coupling``): a *shared per-seed difficulty* for a
+  share r of the seeds. A fixed uniform ``w(s)`` picks them: where ``w(s) < r`` every arm uses the
+  shared ``u(s)`` (the seed is easy or hard for all of them alike), elsewhere arm ``a`` uses its own
+  ``u(s, a)``. Either way the number compared with ``p_a`` is uniform, so arm a's success rate over
+  seeds is exactly ``p_a`` for every r; ``share=1`` is ``coupling="shared"`` and ``share=0`` is
+  ``coupling="independent"``, seed for seed. Two arms' outcomes are correlated by
+  ``r (min(p_a, p_b) - p_a p_b) / (sd_a sd_b)``.
+* :func:`bernoulli_outcomes` computes the same outcomes for arrays of seeds at once (NumPy, exact
+  integer hashing: equal to the env's, seed for seed); :mod:`fasteval.testing.checkpoints` builds
+  a family of "checkpoints" (arms) on it, for races and their simulations.
 * length ``L = 1 + h(s) % max_length`` steps (1..max_length; mixed lengths make episodes finish
   out of index order in a batch); reward 0 before the last step and, at step L,
   ``(success + v(s)) / 2`` with another fixed uniform ``v(s)``: returns lie in [0, 1] and their
@@ -21,6 +31,7 @@ Imports nothing of fasteval (gymnasium, NumPy and torch only).
 
 from __future__ import annotations
 
+import re
 from typing import Any, Sequence
 
 import gymnasium as gym
@@ -43,6 +54,41 @@ def seed_uniform(seed: int, stream: int = 0) -> float:
     return (_splitmix64((int(seed) & _MASK) ^ _splitmix64(stream)) >> 11) / float(1 << 53)
 
 
+def _splitmix64_array(x: np.ndarray) -> np.ndarray:
+    """:func:`_splitmix64` on a uint64 array (NumPy's uint64 arithmetic wraps modulo 2**64, as the mask does)."""
+    x = x + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def _seed_array(seeds: Any) -> np.ndarray:
+    """Seeds as uint64, two's complement for negative ones (what ``int(seed) & _MASK`` gives)."""
+    return np.atleast_1d(np.asarray(seeds, dtype=np.int64)).astype(np.uint64)
+
+
+def seed_uniforms(seeds: Any, stream: int = 0) -> np.ndarray:
+    """:func:`seed_uniform` for an array of seeds: float64, the same numbers bit for bit (integer
+    hashing, then an exact division of a 53-bit integer by 2**53)."""
+    mixed = _seed_array(seeds) ^ np.uint64(_splitmix64(stream))
+    return (_splitmix64_array(mixed) >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+
+
+def _share_of(coupling: str, share: Any) -> float:
+    """The share of seeds with a shared difficulty: ``share`` if given, else 1 (shared) or 0 (independent)."""
+    if share is None:
+        if coupling not in ("shared", "independent"):
+            raise ValueError(f"BernoulliEnv: coupling must be 'shared' or 'independent', got {coupling!r}.")
+        return 1.0 if coupling == "shared" else 0.0
+    try:
+        value = float(share)
+    except (TypeError, ValueError):
+        raise ValueError(f"BernoulliEnv: share must be a number in [0, 1], got {share!r}.") from None
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"BernoulliEnv: share must be a number in [0, 1], got {share!r}.")
+    return value
+
+
 def _rates(p: Any) -> tuple[float, ...]:
     rates = (float(p),) if np.isscalar(p) else tuple(float(v) for v in p)
     if not rates or any(not 0.0 <= r <= 1.0 for r in rates):
@@ -50,14 +96,21 @@ def _rates(p: Any) -> tuple[float, ...]:
     return rates
 
 
+_SHARED, _WHICH, _BONUS = 1, 3, 2
+"""Hash streams: the shared difficulty u(s), the uniform w(s) that says whether seed s shares it,
+the return bonus v(s). Arm a's own difficulty is stream ``100 + a``."""
+
+
 def expected_bernoulli_episode(seed: int, p: Any = 0.5, arm: int = 0, coupling: str = "shared",
-                               max_length: int = 5) -> dict[str, Any]:
+                               max_length: int = 5, share: float | None = None) -> dict[str, Any]:
     """The exact record of the episode with reset seed ``seed`` when the policy picks ``arm``."""
     rate = _rates(p)[arm]
-    u = seed_uniform(seed, 1 if coupling == "shared" else 100 + arm)
+    r = _share_of(coupling, share)
+    shared = r >= 1.0 or (r > 0.0 and seed_uniform(seed, _WHICH) < r)
+    u = seed_uniform(seed, _SHARED if shared else 100 + arm)
     success = u < rate
     length = 1 + _splitmix64(int(seed) & _MASK) % int(max_length)
-    reward = (float(success) + seed_uniform(seed, 2)) / 2.0
+    reward = (float(success) + seed_uniform(seed, _BONUS)) / 2.0
     return {"seed": int(seed), "length": int(length), "success": bool(success), "sum_reward": reward,
             "max_reward": reward}  # earlier steps pay 0 <= reward
 
@@ -67,9 +120,8 @@ class BernoulliEnv(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, p: Any = 0.5, coupling: str = "shared", max_length: int = 5):
-        if coupling not in ("shared", "independent"):
-            raise ValueError(f"BernoulliEnv: coupling must be 'shared' or 'independent', got {coupling!r}.")
+    def __init__(self, p: Any = 0.5, coupling: str = "shared", max_length: int = 5, share: float | None = None):
+        self.share = _share_of(coupling, share)
         if int(max_length) < 1:
             raise ValueError(f"BernoulliEnv: max_length must be >= 1, got {max_length!r}.")
         self.p = _rates(p)
@@ -95,7 +147,7 @@ class BernoulliEnv(gym.Env):
         if self._done:
             raise RuntimeError(f"BernoulliEnv stepped after its episode ended (seed {self._seed}).")
         arm = int(np.asarray(action).reshape(-1)[0])
-        record = expected_bernoulli_episode(self._seed, self.p, arm, self.coupling, self.max_length)
+        record = expected_bernoulli_episode(self._seed, self.p, arm, max_length=self.max_length, share=self.share)
         self._t += 1
         last = self._t >= record["length"]
         self._done = last
@@ -131,6 +183,52 @@ def arm_2() -> ArmPolicy:
     return ArmPolicy(2)
 
 
-def success_rate(seeds: Sequence[int], p: Any = 0.5, arm: int = 0, coupling: str = "shared") -> float:
+_ARM = re.compile(r"^arm_(0|[1-9][0-9]{0,3})$")
+
+
+def __getattr__(name: str) -> Any:
+    """``arm_N`` for any N (up to 9999): the factory of :class:`ArmPolicy` ``(N)``, so that
+    ``--policy fasteval.testing.bernoulli:arm_7`` names the eighth arm (PEP 562)."""
+    match = _ARM.match(name)
+    if match is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    arm = int(match[1])
+
+    def factory() -> ArmPolicy:
+        return ArmPolicy(arm)
+
+    factory.__name__ = factory.__qualname__ = name
+    factory.__doc__ = f"Always picks arm {arm}."
+    return factory
+
+
+def success_rate(seeds: Sequence[int], p: Any = 0.5, arm: int = 0, coupling: str = "shared",
+                 share: float | None = None) -> float:
     """The exact success rate of the episodes with these reset seeds."""
-    return float(np.mean([expected_bernoulli_episode(s, p, arm, coupling)["success"] for s in seeds]))
+    return float(np.mean([expected_bernoulli_episode(s, p, arm, coupling, share=share)["success"] for s in seeds]))
+
+
+def bernoulli_outcomes(seeds: Any, p: Any = 0.5, share: float = 1.0, max_length: int = 5) -> dict[str, np.ndarray]:
+    """Every arm's episode on every seed at once: the vectorised form of :func:`expected_bernoulli_episode`.
+
+    ``seeds``: int array of shape ``S`` (any shape); ``p``: ``K`` rates. Returns ``success`` (bool,
+    ``(K,) + S``: arm k's success on each seed), ``sum_reward`` (float64, same shape: the episode's
+    return, ``(success + v(s)) / 2``) and ``length`` (int64, shape ``S``: the same for every arm).
+    The numbers are those of the env, seed for seed and bit for bit (same integer hashes).
+    """
+    rates = np.asarray(_rates(p), dtype=np.float64)
+    r = _share_of("shared", share)
+    flat = _seed_array(seeds).reshape(-1)
+    shape = np.shape(seeds)
+    shared = np.ones(flat.shape, dtype=bool) if r >= 1.0 else (seed_uniforms(flat, _WHICH) < r if r > 0.0
+                                                                 else np.zeros(flat.shape, dtype=bool))
+    common = seed_uniforms(flat, _SHARED)
+    success = np.empty((rates.size, flat.size), dtype=bool)
+    for arm, rate in enumerate(rates):
+        own = seed_uniforms(flat, 100 + arm) if not shared.all() else common
+        success[arm] = np.where(shared, common, own) < rate
+    bonus = seed_uniforms(flat, _BONUS)
+    length = (1 + _splitmix64_array(flat) % np.uint64(int(max_length))).astype(np.int64)
+    return {"success": success.reshape((rates.size,) + shape),
+            "sum_reward": ((success + bonus[None]) / 2.0).reshape((rates.size,) + shape),
+            "length": length.reshape(shape)}

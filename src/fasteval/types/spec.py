@@ -24,6 +24,7 @@ OBS_DTYPES = ("auto", "keep", "float32", "float64")
 VIDEO_SELECTIONS = ("first", "failures", "successes", "per-task")
 VIDEO_LAYOUTS = ("fasteval", "lerobot")
 NOISE_MODES = ("episode", "global")
+EXPLORATIONS = ("deterministic", "random")
 MAX_SEED = 2**63 - 1
 """The largest episode seed: the engine keeps seeds as int64 (``seed + n_episodes - 1`` must fit)."""
 MAX_TIMEOUT_S = 1_000_000.0
@@ -34,8 +35,10 @@ MAX_TIMEOUT_S = 1_000_000.0
 class EvalSpec:
     """One evaluation. Episode ``i`` (0 <= i < n_episodes) is reset with seed ``seed + i``."""
 
-    env: str
-    """Gymnasium id (``CartPole-v1``, ``gym_pusht/PushT-v0``) or ``module:callable`` returning an Env."""
+    env: Any
+    """Gymnasium id (``CartPole-v1``, ``gym_pusht/PushT-v0``) or ``module:callable`` returning an Env (a
+    gymnasium or a TorchRL env); from the library API also a live TorchRL ``EnvBase`` or a zero-argument
+    factory of one (:mod:`fasteval.robot.torchrl.envs`)."""
 
     policy: Any = "zero"
     """Policy reference (``zero``, ``random``, a checkpoint folder, ``module:callable``) or a live object."""
@@ -136,6 +139,13 @@ class EvalSpec:
     ``lerobot-eval``'s: its per-seed numbers; needs wave mode, which ``reset_mode="auto"`` then picks;
     see :mod:`fasteval.robot.lerobot.policy`)."""
 
+    exploration: str = "deterministic"
+    """What is evaluated (it changes the numbers): the exploration type of a TorchRL / tensordict actor
+    (``--exploration``), set around each call with TorchRL's ``set_exploration_type``: ``deterministic``
+    (the distribution's deterministic sample, TorchRL's default for evaluation) or ``random`` (a sample,
+    drawn for each episode from a generator seeded with its seed, so that it does not depend on the batch;
+    :mod:`fasteval.robot.policies.torchrl_actors`). An SB3 policy takes it as ``deterministic=``."""
+
     return_episode_data: bool = False
     """Also return the rollout data of every episode (observation, action, reward, done, episode
     and frame index) as ``result.episode_data``, a TensorDict with one row per step."""
@@ -174,7 +184,9 @@ class EvalSpec:
     needed by ``return:`` rules; a return outside them stops the run with an error."""
 
     def __post_init__(self) -> None:
-        _require(isinstance(self.env, str) and self.env.strip() != "", "env", "a non-empty env id or module:callable", self.env)
+        _require((isinstance(self.env, str) and self.env.strip() != "") or (not isinstance(self.env, str) and self.env is not None),
+                 "env", "a non-empty env id or module:callable, or a live env (a TorchRL EnvBase or a factory of one)",
+                 self.env)
         _require(_is_int(self.n_episodes) and self.n_episodes >= 1, "n_episodes", "an integer >= 1", self.n_episodes)
         _require(_is_int(self.batch_size) and self.batch_size >= 1, "batch_size", "an integer >= 1", self.batch_size)
         _require(_is_int(self.seed) and self.seed >= 0, "seed", "an integer >= 0", self.seed)
@@ -222,6 +234,7 @@ class EvalSpec:
                  "videos_dir", "None or a folder path string", self.videos_dir)
         _require(self.video_layout in VIDEO_LAYOUTS, "video_layout", " or ".join(VIDEO_LAYOUTS), self.video_layout)
         _require(self.noise in NOISE_MODES, "noise", " or ".join(NOISE_MODES), self.noise)
+        _require(self.exploration in EXPLORATIONS, "exploration", " or ".join(EXPLORATIONS), self.exploration)
         if self.noise == "global" and self.reset_mode == "auto":  # LeRobot's draws need LeRobot's batches
             object.__setattr__(self, "reset_mode", "wave")
         _require(self.noise != "global" or self.reset_mode == "wave", "reset_mode",
@@ -257,9 +270,20 @@ class EvalSpec:
         ``dataclasses.asdict`` would deep-copy a whole model, or fail on an uncopyable one)."""
         return {
             f.name: (self.policy if isinstance(self.policy, str) else f"<{type(self.policy).__name__}>")
-            if f.name == "policy" else copy.deepcopy(getattr(self, f.name))
+            if f.name == "policy" else env_label(self.env) if f.name == "env" else copy.deepcopy(getattr(self, f.name))
             for f in dataclasses.fields(self)
         }
+
+
+def env_label(env: Any) -> str:
+    """How a run names its env: the id or reference itself, ``<ClassName>`` for a live env object, and the
+    function's name (``<make_env>``) for a live factory."""
+    if isinstance(env, str):
+        return env
+    if callable(env) and hasattr(env, "__qualname__") and not hasattr(env, "batch_size"):
+        name = env.__qualname__
+        return name if name.startswith("<") else f"<{name}>"
+    return f"<{type(env).__name__}>"
 
 
 def _is_timeout(value: Any) -> bool:

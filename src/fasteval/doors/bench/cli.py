@@ -22,7 +22,8 @@ DEFAULT_EPISODES = 100
 
 def bench_options(fn):
     """The eval options, with ``-n`` defaulting to :data:`DEFAULT_EPISODES`, ``--vectorization``
-    taking a comma-separated list, and no ``--max-episodes-rendered`` (the bench does not render)."""
+    taking a comma-separated list, and none of the video options (``--videos``, ``--video-select``,
+    ``--video-layout``): the bench times the evaluation, and writes no files but ``--json``."""
     fn = eval_options(fn)
     vectorizations = click.option(
         "--vectorization", "vectorizations", default="sync", show_default=True, metavar="LIST",
@@ -30,7 +31,7 @@ def bench_options(fn):
     )(lambda: None).__click_params__[0]
     params = []
     for param in fn.__click_params__:
-        if param.name == "max_episodes_rendered":
+        if param.name in ("max_episodes_rendered", "video_select", "video_layout"):
             continue
         if param.name == "vectorization":
             param = vectorizations

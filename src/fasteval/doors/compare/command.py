@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from fasteval.doors.click_types import FiniteFloatRange
 from fasteval.doors.compare.document import build_document, write_outputs
 from fasteval.doors.compare.inputs import load_side
 from fasteval.doors.compare.live import run_live
@@ -19,15 +20,15 @@ EXIT_OK, EXIT_BAD_INPUT = 0, 2
 # -- the command ----------------------------------------------------------------------------------------
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("runs", nargs=-1, metavar="[RUN_A RUN_B]")
-@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05, show_default=True,
+@click.option("--alpha", type=FiniteFloatRange(0, 1, min_open=True, max_open=True), default=0.05, show_default=True,
               help="Significance level (two-sided; Holm's correction across tasks).")
-@click.option("--margin", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--margin", type=FiniteFloatRange(min=0, min_open=True), default=None,
               help="Non-inferiority margin (a success-rate difference such as 0.05, or return units when the env has no success signal).")
 @click.option("--fail-if-worse", is_flag=True, help="Exit 3 when B is significantly worse than A on any task (with --margin: not shown non-inferior).")
 @click.option("--output-dir", "-o", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True,
               help="Where compare.json and compare.md go.")
 @click.option("--n-boot", type=click.IntRange(min=100), default=2000, show_default=True, help="Bootstrap resamples.")
-@click.option("--confidence", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95, show_default=True,
+@click.option("--confidence", type=FiniteFloatRange(0, 1, min_open=True, max_open=True), default=0.95, show_default=True,
               help="Level of the intervals (bootstrap; anytime-valid sequences in live mode).")
 @click.option("--policy-a", default=None, help="Live mode: policy A (the baseline).")
 @click.option("--policy-b", default=None, help="Live mode: policy B (the candidate).")

@@ -3,8 +3,10 @@
 Exit codes of ``fasteval sweep``:
   0  every job is complete in the store;
   1  some jobs failed (their errors are in the store and the report; re-run to retry them);
-  2  bad input: unreadable or invalid sweep file, unknown policy reference, missing Ray,
-     a store made with other settings, or a folder another sweep is writing to.
+  2  bad input: unreadable or invalid sweep file, unknown env or policy reference, missing Ray,
+     a store made with other settings, or a folder another sweep is writing to (nothing ran);
+  130/143  stopped by SIGINT/SIGTERM: the first finishes the jobs in flight, a second stops at once
+     (:mod:`fasteval.doors.sweep.signals`); the command printed resumes it.
 
 ``fasteval report DIR`` rebuilds the report of a sweep folder (it holds ``results.sqlite``:
 ``report.md``, ``report.json``, the PNG plots and ``report.html`` with a page per cell under
@@ -16,6 +18,7 @@ exits 0, or 2 when the folder holds neither (or ``--out`` is given for a run fol
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -42,8 +45,9 @@ from fasteval.run.paths import UsablePath
               help="ray: retries of a job whose worker died.")
 @click.option("--no-report", is_flag=True, help="Skip the report at the end (build it later with `fasteval report`).")
 @click.option("--trust-remote-code", is_flag=True,
-              help="Allow the file's module:callable and path/file.py:callable policies and envs (they run code). "
-                   "A sweep file cannot allow them itself.")
+              help="Allow the file's module:callable and path/file.py:callable policies and envs (they run code), "
+                   "and env namespaces that are not installed gymnasium plugins (importing one runs it). A sweep "
+                   "file cannot allow them itself.")
 @click.option("--max-jobs", type=click.IntRange(min=1), default=None,
               help="Most jobs (policies x envs x seed blocks) the file may ask for [default: 10000].")
 def sweep(spec_file: Path, out_dir: Path | None, backend: str, workers: int | None, address: str | None,
@@ -53,12 +57,14 @@ def sweep(spec_file: Path, out_dir: Path | None, backend: str, workers: int | No
 
     \b
     Re-running the same command resumes: finished episodes are skipped, failed jobs retried.
+    SIGINT/SIGTERM: the first finishes the jobs in flight (exit 130/143), a second stops at once.
     Example:
       fasteval sweep examples/sweep.yaml --workers 2
     """
     from fasteval.types.errors import UserInputError
     from fasteval.doors.sweep.executors import LocalExecutor, RayExecutor
     from fasteval.doors.sweep.runner import run_sweep
+    from fasteval.doors.sweep.signals import SweepStop
     from fasteval.doors.sweep.spec import load_sweep_file, trusted_sweep
 
     if backend == "local" and address is not None:
@@ -66,15 +72,27 @@ def sweep(spec_file: Path, out_dir: Path | None, backend: str, workers: int | No
     if backend == "ray" and workers is not None:
         raise click.BadParameter("--workers is for --backend local; with Ray, size jobs with --num-cpus/--num-gpus.",
                                  param_hint="--workers")
+    out = out_dir
+    stop = SweepStop(lambda line: click.echo(line, err=True))
     try:
         spec = trusted_sweep(load_sweep_file(spec_file), f"sweep file {str(spec_file)!r}", trust_remote_code, max_jobs)
         executor = (RayExecutor(address, num_cpus, num_gpus, max_retries) if backend == "ray" else LocalExecutor(workers))
         out = out_dir or Path("outputs") / "sweeps" / spec.name
         click.echo(f"sweep {spec.name!r}: {spec.n_jobs} jobs -> {out}", err=True)
-        outcome = run_sweep(spec, out, executor=executor, base_dir=spec_file.resolve().parent,
-                            report=not no_report, progress=lambda line: click.echo(line, err=True))
+        with stop:
+            outcome = run_sweep(spec, out, executor=executor, base_dir=spec_file.resolve().parent,
+                                report=not no_report, progress=lambda line: click.echo(line, err=True),
+                                stop=stop.requested)
     except UserInputError as exc:
         fail(str(exc), EXIT_BAD_INPUT)
+    except KeyboardInterrupt:  # a second signal (or a Ctrl-C before the handlers were in place)
+        if out is None or not (Path(out) / "results.sqlite").exists():
+            click.echo("Error: interrupted before anything was stored.", err=True)
+            sys.exit(stop.exit_code)
+        click.echo(f"Error: stopped at once by a second {stop.name}: the episodes finished so far are in "
+                   f"{Path(out) / 'results.sqlite'}; no report was written.", err=True)
+        click.echo(resume_line(spec_file, out, backend, trust_remote_code), err=True)
+        sys.exit(stop.exit_code)
     ran = outcome.done + len(outcome.failed)
     click.echo(f"this run: {plural(ran, 'job')} ran ({outcome.done} finished, {len(outcome.failed)} failed); "
                f"{outcome.skipped} {'was' if outcome.skipped == 1 else 'were'} already complete and skipped; "
@@ -82,10 +100,28 @@ def sweep(spec_file: Path, out_dir: Path | None, backend: str, workers: int | No
                f"now stored in {out / 'results.sqlite'}")
     if outcome.report is not None:
         click.echo(f"report: {outcome.report['paths']['md']} and {outcome.report['paths']['html']}")
+    if stop.received is not None:
+        click.echo(f"interrupted by {stop.name}: the jobs in flight finished; {plural(outcome.not_started, 'job')} "
+                   f"did not start.", err=True)
+        if outcome.failed:
+            click.echo(failure_advice(outcome.failed), err=True)
+        click.echo(resume_line(spec_file, out, backend, trust_remote_code), err=True)
+        sys.exit(stop.exit_code)
     if outcome.failed:
         click.echo(failure_advice(outcome.failed), err=True)
         sys.exit(EXIT_RUNTIME_ERROR)
     sys.exit(EXIT_OK)
+
+
+def resume_line(spec_file: Path, out: Path, backend: str, trust_remote_code: bool) -> str:
+    """How to resume an interrupted sweep: the same command (its folder named, its backend, and the flag a file
+    cannot give; workers and resources may change, results do not)."""
+    args = ["fasteval", "sweep", str(spec_file), "-o", str(out)]
+    if backend != "local":
+        args += ["--backend", backend]
+    if trust_remote_code:
+        args.append("--trust-remote-code")
+    return f"Resume with:\n  {shlex.join(args)}"
 
 
 def failure_advice(failed: list[tuple[str, str]]) -> str:

@@ -41,10 +41,17 @@ FLUSH_EPISODES = 256
 
 
 class Sink(Protocol):
-    """What an executor reports to (the driver's store writer)."""
+    """What an executor reports to (the driver's store writer), and asks whether to start more jobs.
+
+    ``stop_requested()`` true (a first SIGINT/SIGTERM, :mod:`fasteval.doors.sweep.signals`): start no
+    other job and let the jobs in flight finish; a job that never started is not reported (it stays
+    pending in the store). ``started_ids``: the jobs whose ``("start", job_id)`` came in."""
+
+    started_ids: set[str]
 
     def message(self, msg: Message) -> None: ...
     def finished(self, job: Job, outcome: dict[str, Any]) -> None: ...
+    def stop_requested(self) -> bool: ...
 
 
 # -- the worker function ---------------------------------------------------------------------------
@@ -155,6 +162,8 @@ class LocalExecutor:
         workers = min(self.workers, len(items))
         if workers <= 1:
             for job, episodes in items:
+                if sink.stop_requested():
+                    return
                 sink.finished(job, run_job(job, episodes, sink.message, self.flush_s))
             return
         self._run_pool(items, sink, workers)
@@ -165,11 +174,24 @@ class LocalExecutor:
         jobs = {job.job_id: job for job, _ in items}
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_pool_worker,
                                    initargs=(queue, os.getpid()))
+        processes: dict = pool._processes  # (kept to kill them on a second signal: shutdown() forgets them)
+        futures: dict[Any, Job] = {}
+        pending: set[Any] = set()
+        waiting = iter(items)
+
+        def submit_next() -> None:  # at most `workers` jobs out: the ones in flight are the ones running
+            for job, episodes in waiting:
+                future = pool.submit(_pool_job, job, episodes, self.flush_s)
+                futures[future] = job
+                pending.add(future)
+                return
+
         try:
-            futures = {pool.submit(_pool_job, job, episodes, self.flush_s): job for job, episodes in items}
-            pending = set(futures)
+            for _ in range(workers):
+                submit_next()
             while pending:
-                done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                done, _ = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                pending -= done
                 _drain_mp(queue, sink)
                 for future in done:
                     job = futures[future]
@@ -180,9 +202,17 @@ class LocalExecutor:
                     except Exception as exc:
                         outcome = {"ok": False, "error": describe_error(exc)}
                     sink.finished(jobs[job.job_id], outcome)
+                    if not sink.stop_requested():  # a first signal: the jobs in flight finish, no other starts
+                        submit_next()
             _drain_mp(queue, sink)
-        except BaseException:  # Ctrl-C or a store error: do not wait for the queued jobs
+        except BaseException:  # a second signal or a store error: do not wait for the queued jobs
             pool.shutdown(wait=False, cancel_futures=True)
+            for process in list(processes.values()):
+                process.kill()  # they ignore SIGINT/SIGTERM (the driver's to decide)
+            try:
+                _drain_mp(queue, sink)  # what they sent before is stored
+            except Exception:
+                pass
             raise
         pool.shutdown(wait=True)
 
@@ -192,8 +222,11 @@ _PARENT: int | None = None
 
 
 def _init_pool_worker(queue: Any, parent_pid: int) -> None:
+    from fasteval.doors.sweep.signals import ignore_in_workers
+
     global _QUEUE, _PARENT
     _QUEUE, _PARENT = queue, parent_pid
+    ignore_in_workers()
 
 
 def _pool_emit(msg: Message) -> None:
@@ -271,6 +304,13 @@ class RayExecutor:
             refs = {task.remote(job, episodes, queue, self.flush_s): job for job, episodes in items}
             pending = list(refs)
             while pending:
+                if sink.stop_requested():  # tasks that have not started are cancelled; those in flight finish
+                    waiting = [ref for ref in pending if refs[ref].job_id not in sink.started_ids]
+                    for ref in waiting:
+                        ray.cancel(ref, force=False)
+                    pending = [ref for ref in pending if ref not in waiting]
+                    if not pending:
+                        break
                 ready, pending = ray.wait(pending, num_returns=1, timeout=0.2)
                 _drain_ray(queue, sink)
                 for ref in ready:

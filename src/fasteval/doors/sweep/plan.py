@@ -131,8 +131,36 @@ def resolve_policy(ref: str, base_dir: str | Path | None = None) -> tuple[str, s
     )
 
 
+def check_refs(spec: SweepSpec) -> None:
+    """Every env and ``module:callable`` policy of ``spec`` resolves, checked before any job runs: an env id
+    typo (``CartPoel-v1``) is a :class:`SweepSpecError` with gymnasium's suggestion (exit 2), not a failed
+    job after the good ones ran. Each problem is named, all of them at once. Nothing is built: a plugin's
+    module and a callable's module are imported (the trust rules were applied to the file before)."""
+    from fasteval.robot.env_kinds import check_env_known
+    from fasteval.types.refs import resolve_callable
+
+    trust = spec.options.trust_remote_code
+    problems = []
+    for env in spec.envs:
+        try:
+            check_env_known(env.id, env.kwargs, trust)
+        except UserInputError as exc:
+            problems.append(f"env {env.name!r}: {exc}")
+    for policy in spec.policies:
+        if split_callable_ref(policy.ref) is not None and not is_remote_ref(policy.ref):
+            try:
+                resolve_callable(policy.ref, what="policy", trust_remote_code=trust)
+            except UserInputError as exc:
+                problems.append(f"policy {policy.name!r}: {exc}")
+    if len(problems) == 1:
+        raise SweepSpecError(f"sweep: {problems[0]} Nothing ran.")
+    if problems:
+        raise SweepSpecError(f"sweep: {len(problems)} problems, nothing ran: " + " | ".join(problems))
+
+
 def plan(spec: SweepSpec, base_dir: str | Path | None = None) -> list[Job]:
-    """All jobs of ``spec``, in (policy, env, seed block) order. Checks that digests are distinct."""
+    """All jobs of ``spec``, in (policy, env, seed block) order. Checks that digests are distinct, and that
+    every env and policy resolves (:func:`check_refs`)."""
     resolved: list[tuple[Any, str, str]] = []
     seen: dict[str, str] = {}
     for entry in spec.policies:
@@ -144,6 +172,7 @@ def plan(spec: SweepSpec, base_dir: str | Path | None = None) -> list[Job]:
             )
         seen[digest] = entry.name
         resolved.append((entry, ref, digest))
+    check_refs(spec)
     jobs = []
     for entry, ref, digest in resolved:
         for env in spec.envs:

@@ -60,9 +60,24 @@ def _cell_key(row: dict[str, Any]) -> tuple[str, str, str]:
     return (row["policy_digest"], row["env_id"], row["env_kwargs"])
 
 
+def planned_rows(store: Store) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The store's jobs and episodes that belong to the latest sweep spec run into it: the cells the
+    report shows. A cell no longer in the spec (an env id fixed after a typo, a dropped policy) leaves the
+    report; its rows stay in the store. A store written before plans were kept: every row."""
+    jobs, episodes = store.jobs(), store.episodes()
+    plan = store.planned_job_ids()
+    if plan is None:
+        return jobs, episodes
+    jobs = [j for j in jobs if j["job_id"] in plan]
+    blocks: dict[tuple[str, str, str, str], list[range]] = {}
+    for j in jobs:  # an episode belongs by its key and seed (an earlier plan's job may have stored it)
+        blocks.setdefault((*_cell_key(j), j["task"]), []).append(range(j["seed"], j["seed"] + j["n_episodes"]))
+    return jobs, [e for e in episodes if any(e["seed"] in r for r in blocks.get((*_cell_key(e), e["task"]), ()))]
+
+
 def build_report(store: Store) -> dict[str, Any]:
-    """The report document (plain data) from the store's jobs, episodes and runs."""
-    return report_document(store.jobs(), store.episodes(), store.runs(), store.path)
+    """The report document (plain data) from the store's jobs, episodes and runs (:func:`planned_rows`)."""
+    return report_document(*planned_rows(store), store.runs(), store.path)
 
 
 def report_document(jobs: list[dict[str, Any]], episodes: list[dict[str, Any]], runs: list[dict[str, Any]],
@@ -238,7 +253,7 @@ def write_report(store_dir: str | Path, out_dir: str | Path | None = None) -> di
     Returns the report document plus ``paths`` (the files written).
     """
     with Store(store_dir, create=False) as store:
-        jobs, episodes = store.jobs(), store.episodes()
+        jobs, episodes = planned_rows(store)
         doc = report_document(jobs, episodes, store.runs(), store.path)
     out = Path(out_dir) if out_dir is not None else store.path.parent
     out.mkdir(parents=True, exist_ok=True)

@@ -37,6 +37,8 @@ class SweepOutcome:
     """Episodes written to the store by this invocation."""
     episodes_stored: int = 0
     """Episodes the store holds after this invocation (earlier runs included)."""
+    not_started: int = 0
+    """Jobs this invocation did not start because ``stop`` asked it to (they stay pending)."""
     report: dict[str, Any] | None = None
 
     @property
@@ -48,14 +50,20 @@ class StoreSink:
     """The driver's end of an executor: writes every batch of episodes in one transaction."""
 
     def __init__(self, store: Store, jobs: Sequence[Job], run_id: int, outcome: SweepOutcome,
-                 progress: Callable[[str], None], total: int):
+                 progress: Callable[[str], None], total: int, stop: Callable[[], bool] | None = None):
         self.store, self.run_id, self.outcome, self.progress, self.total = store, run_id, outcome, progress, total
         self.jobs = {job.job_id: job for job in jobs}
         self.finished_ids: set[str] = set()
+        self.started_ids: set[str] = set()
+        self.stop = stop
+
+    def stop_requested(self) -> bool:
+        return self.stop is not None and self.stop()
 
     def message(self, msg: Message) -> None:
         kind, job_id = msg[0], msg[1]
         if kind == "start":
+            self.started_ids.add(job_id)
             if job_id not in self.finished_ids:  # a late "start" must not undo a finished job
                 self.store.job_started(job_id)
         elif kind == "episodes":
@@ -88,9 +96,12 @@ def run_sweep(
     base_dir: str | Path | None = None,
     report: bool = True,
     progress: Callable[[str], None] = lambda line: None,
+    stop: Callable[[], bool] | None = None,
 ) -> SweepOutcome:
     """Run (or resume) ``spec`` into ``out_dir/results.sqlite`` and, with ``report``, write the report.
 
+    ``stop``: once it returns true, no other job starts and the jobs in flight finish
+    (:mod:`fasteval.doors.sweep.signals`); ``outcome.not_started`` counts the others (still pending).
     ``base_dir`` resolves relative checkpoint folders (the sweep file's folder). Raises
     :class:`~fasteval.types.errors.UserInputError` for a bad spec, a locked folder, or a store made with
     other result-affecting settings; job failures are recorded and returned, not raised.
@@ -102,18 +113,20 @@ def run_sweep(
     with SweepLock(out_dir), Store(out_dir) as store:
         store.check_settings(spec.options.result_settings())
         missing = store.sync_jobs(jobs, done_is_final=spec.options.stop_when is not None)
+        store.set_plan([job.job_id for job in jobs])  # the report shows this spec's cells only
         items = [(job, missing[job.job_id]) for job in jobs if missing[job.job_id]]
         outcome.skipped = len(jobs) - len(items)
         if outcome.skipped:
             progress(f"{outcome.skipped} of {len(jobs)} jobs already complete in {store.path}; skipping them")
         run_id = store.start_run(executor.name, executor.workers, spec.to_dict())
-        sink = StoreSink(store, jobs, run_id, outcome, progress, len(items))
+        sink = StoreSink(store, jobs, run_id, outcome, progress, len(items), stop)
         try:
             if items:
                 executor.run(items, sink)
         finally:  # also on Ctrl-C: the run's wall time counts; unfinished jobs stay "running" until resumed
             store.finish_run(run_id)
             outcome.episodes_stored = store.count_episodes()
+        outcome.not_started = len(items) - len(sink.finished_ids)
     if report:
         from fasteval.doors.sweep.report import write_report
 

@@ -165,6 +165,17 @@ class Store:
                     "output folder (--out), or restore the old settings."
                 )
 
+    def set_plan(self, job_ids: Sequence[str]) -> None:
+        """Remember the jobs of the latest sweep spec run into this store (its report shows those cells;
+        the jobs and episodes of cells no longer in the spec stay stored)."""
+        with self.transaction():
+            self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('plan', ?)", (json.dumps(list(job_ids)),))
+
+    def planned_job_ids(self) -> set[str] | None:
+        """The job ids of the latest plan (:meth:`set_plan`), or ``None`` for a store written before plans were kept."""
+        text = self.meta("plan")
+        return None if text is None else set(json.loads(text))
+
     # -- jobs ------------------------------------------------------------------------------------
     def sync_jobs(self, jobs: Sequence[Job], done_is_final: bool = False) -> dict[str, list[int]]:
         """Record ``jobs`` and return ``job_id -> missing episode indices`` (empty when complete).

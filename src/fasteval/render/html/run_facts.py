@@ -74,6 +74,9 @@ def _seeds_text(manifest: dict[str, Any], meta: dict[str, Any]) -> str | None:
     per_task = manifest.get("n_episodes_per_task")
     if isinstance(seed, int) and isinstance(per_task, int):
         return f"{seed} .. {seed + per_task - 1} in every task (episode i uses seed {seed} + i)"
+    if isinstance(seed, int) and isinstance(n, int) and meta.get("seeding", "per episode") != "per episode":
+        return (f"seed {seed}, {meta['seeding']}: a batched env is seeded once per run and its workers draw their "
+                f"episodes from their own streams (episode i is not a function of seed + i)")
     if isinstance(seed, int) and isinstance(n, int):
         return f"{seed} .. {seed + n - 1} (episode i uses seed {seed} + i)"
     return None

@@ -12,8 +12,9 @@ maps as LeRobot's ``preprocess_observation`` maps the nested dicts. The env's ``
 vector env LeRobot built around it (:class:`ClosesVector`).
 
 MuJoCo: every function here that reaches LeRobot's env modules (which import MuJoCo: Meta-World, LIBERO,
-ALOHA) first sets ``MUJOCO_GL=egl`` on a machine without a display (:func:`fasteval.core.headless.ensure_headless_gl`),
-before MuJoCo is imported, since MuJoCo reads it at import.
+ALOHA) first sets ``MUJOCO_GL=egl`` on a machine without a display
+(:func:`fasteval.robot.env_kinds.headless.ensure_headless_gl`), before MuJoCo is imported, since MuJoCo reads
+it at import.
 
 The policy loader rebuilds the same env config from the spec's env kwargs (:func:`config_for`), so
 that it pairs the env-side processors LeRobot pairs with that env type.
@@ -27,7 +28,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from fasteval.core.headless import ensure_headless_gl
+from fasteval.robot.env_kinds.headless import ensure_headless_gl
 from fasteval.types.errors import UserInputError
 from fasteval.robot.lerobot.extra import require_lerobot
 

@@ -81,7 +81,7 @@ def _resolve(module: str, path: str) -> Any:
 
 def missing_internals() -> list[str]:
     """One line per internal that is not where fasteval expects it (empty: all there)."""
-    from fasteval.core.headless import ensure_headless_gl
+    from fasteval.robot.env_kinds.headless import ensure_headless_gl
 
     ensure_headless_gl()  # lerobot.envs.metaworld imports MuJoCo
     problems = []

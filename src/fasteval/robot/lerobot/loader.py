@@ -89,6 +89,16 @@ def load_lerobot_policy(folder: str | Path, n_slots: int, device: str = "auto",
     require_lerobot(f"the LeRobot checkpoint {folder} (type {kind!r})")
     config, policy, target = _load_model(folder, kind, device)
     pipelines = _Pipelines(_pipeline_builder(config, folder, kind, dict(rename_map or {}), env_config), target)
+    return wrap_lerobot_policy(policy, pipelines, n_slots, cuda_graph=cuda_graph, noise=noise)
+
+
+def wrap_lerobot_policy(policy: Any, pipelines: _Pipelines, n_slots: int, cuda_graph: bool | None = None,
+                        noise: str = EPISODE_NOISE) -> Any:
+    """The fasteval policy object over a LeRobot policy and its four processors (``pipelines``): per-slot queues for
+    :data:`PER_SLOT_TYPES`, else wave mode. Also for a live policy (``fasteval-lerobot-train`` wraps the one being
+    trained, with the processors ``lerobot-train`` built)."""
+    config = policy.config
+    kind = str(config.type)
     if kind in PER_SLOT_TYPES and (kind != "act" or config.temporal_ensemble_coeff is None):  # ACT's option only
         shape = internals.noise_shape(policy)
         scheduler = shape is not None and internals.has_noise_scheduler(policy)

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from fasteval.core.headless import ensure_headless_gl
+from fasteval.robot.env_kinds.headless import ensure_headless_gl
 from fasteval.robot.lerobot.extra import require_lerobot
 
 

@@ -10,6 +10,8 @@ References, tried in this order:
   (see :mod:`fasteval.robot.policies.hub`);
 * ``ws://HOST:PORT`` / ``openpi+ws://HOST:PORT``: a policy served by ``fasteval serve`` or an openpi
   server (:mod:`fasteval.robot.policies.remote`; the ``serve`` extra);
+* ``path/model.zip``: a Stable-Baselines3 checkpoint (``model.save``), whose policy is loaded through SB3
+  (:mod:`fasteval.robot.policies.sb3`); its data holds pickles, so it needs ``trust_remote_code``;
 * ``module:callable`` (or ``path/file.py:callable`` with ``trust_remote_code``): the callable
   is called with ``observation_space`` and/or ``action_space`` keyword arguments if it takes
   them, and must return an ``nn.Module`` or an object with ``select_action``;
@@ -47,8 +49,13 @@ def load_policy(
     cuda_graph: bool | None = None,
     rename: dict[str, str] | None = None,
     noise: str = "episode",
+    exploration: str = "deterministic",
 ) -> Any:
     """Return a policy object for ``ref`` (see the module docstring). Raises PolicyLoadError/UserInputError.
+
+    ``exploration`` (the spec's): a TorchRL / tensordict actor is wrapped to run under that exploration type
+    (:mod:`fasteval.robot.policies.torchrl_actors`), an SB3 model or policy is adapted with
+    ``deterministic=(exploration == "deterministic")`` (:mod:`fasteval.robot.policies.sb3`).
 
     ``device`` (the spec's) places a LeRobot policy as LeRobot's ``--policy.device`` does; ``env`` and
     ``env_kwargs`` (the spec's) tell which LeRobot env config, if any, pairs its env-side processors;
@@ -57,6 +64,31 @@ def load_policy(
     comes from (``episode`` or ``global``; :func:`fasteval.robot.lerobot.loader.load_lerobot_policy`).
     """
     lerobot_args = (n_slots, device, env, env_kwargs or {}, cuda_graph, dict(rename or {}), noise)
+    policy = _load(ref, observation_space, action_space, n_slots, trust_remote_code, lerobot_args)
+    return with_exploration(policy, exploration, action_space, n_slots)
+
+
+def with_exploration(policy: Any, exploration: str, action_space: gym.Space, n_slots: int) -> Any:
+    """``policy`` under the spec's exploration type: TorchRL / tensordict actors wrapped, SB3 models and policies
+    adapted; any other policy only with the default (``deterministic``: nothing to set)."""
+    from fasteval.core.tensordict_policy import is_tensordict_module
+    from fasteval.robot.policies.sb3 import adapt_sb3, is_sb3_policy
+
+    if is_tensordict_module(policy):
+        from fasteval.robot.policies.torchrl_actors import wrap_actor
+
+        return wrap_actor(policy, exploration, action_space, n_slots)
+    if is_sb3_policy(policy):
+        return adapt_sb3(policy, deterministic=exploration == "deterministic", n_slots=n_slots)
+    if exploration != "deterministic":
+        from fasteval.robot.policies.torchrl_actors import refuse_exploration
+
+        refuse_exploration(policy)
+    return policy
+
+
+def _load(ref: Any, observation_space: gym.Space, action_space: gym.Space, n_slots: int, trust_remote_code: bool,
+          lerobot_args: tuple) -> Any:
     if not isinstance(ref, str):
         return ref
     if is_remote_ref(ref):  # ws://HOST:PORT, openpi+ws://HOST:PORT: a served policy (the serve extra)
@@ -80,6 +112,10 @@ def load_policy(
         raise PolicyLoadError(
             f"policy {ref!r} is a folder but has no config.json; a checkpoint folder needs config.json and {WEIGHTS_NAME}."
         )
+    if path.is_file() and path.suffix == ".zip":  # a Stable-Baselines3 checkpoint (pickles inside)
+        from fasteval.robot.policies.sb3 import load_sb3_zip
+
+        return load_sb3_zip(path, trust_remote_code=trust_remote_code, device=lerobot_args[1])
     if path.is_file() and path.suffix in (".pt", ".pth", ".bin", ".pkl", ".ckpt"):
         raise PolicyLoadError(
             f"policy {ref!r} is a bare {path.suffix} file. fasteval loads checkpoint folders "

@@ -62,9 +62,14 @@ def parse_remote_ref(ref: str) -> tuple[str, str]:
     scheme, _, rest = ref.partition("://")
     protocol = SCHEMES.get(scheme)
     url = f"{scheme.split('+')[-1]}://{rest}"
-    parts = urlsplit(url)
-    if protocol is None or not parts.hostname or parts.port is None:
-        raise UserInputError(f"policy {ref!r}: expected ws://HOST:PORT or openpi+ws://HOST:PORT (with a port).")
+    expected = "expected ws://HOST:PORT or openpi+ws://HOST:PORT (with a port from 1 to 65535; an IPv6 host in brackets, ws://[::1]:8000)"
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises for a port out of range or not a number
+    except ValueError as exc:
+        raise UserInputError(f"policy {ref!r}: {exc}; {expected}.") from None
+    if protocol is None or not parts.hostname or port is None or port == 0:
+        raise UserInputError(f"policy {ref!r}: {expected}.")
     if parts.query and "token" in parts.query:
         raise UserInputError(f"policy {ref!r}: do not put the token in the URL (it is written into the run's manifest); "
                              f"set ${TOKEN_ENV} instead.")

@@ -11,10 +11,19 @@ Section 5.1, the same defaults as their ``confseq`` package's ``betting_cs``):
 * for a candidate mean m, two gamblers: ``K+_t(m) = prod (1 + min(lam_i, c/m) (x_i - m))`` bets
   that the mean is above m, ``K-_t(m) = prod (1 - min(lam_i, c/(1-m)) (x_i - m))`` below it;
   ``c = 1/2`` keeps every factor >= 1/2, so the wealth never hits 0;
-* the hedged wealth ``K_t(m) = max(theta K+_t(m), (1 - theta) K-_t(m))`` with ``theta = 1/2``
-  is a nonnegative martingale at the true mean, so by Ville's inequality it ever reaches
-  ``1/alpha`` with probability at most alpha: ``C_t = {m : K_t(m) < 1/alpha}`` covers the true
-  mean at *every* t at once with probability >= 1 - alpha. Any stopping rule may read it.
+* at the true mean m, ``K+_t(m)`` and ``K-_t(m)`` are each a nonnegative martingale that starts
+  at 1 (each factor has conditional mean 1, because the bet is fixed before ``x_t`` is seen and
+  ``E[x_t - m | past] = 0``; it is >= 1/2, so the wealth stays positive). The hedged wealth
+  ``K_t(m) = max(theta K+_t(m), (1 - theta) K-_t(m))`` (``theta = 1/2``) is *not* a martingale
+  (a maximum of martingales is a submartingale), but it is at most the mixture
+  ``M_t = theta K+_t(m) + (1 - theta) K-_t(m)``, which is a nonnegative martingale with
+  ``M_0 = theta + (1 - theta) = 1``. Ville's inequality for ``M`` gives
+  ``P(exists t: M_t >= 1/alpha) <= alpha``, and ``K_t <= M_t`` carries it over to ``K``:
+  ``C_t = {m : K_t(m) < 1/alpha}`` covers the true mean at *every* t at once with probability
+  >= 1 - alpha. Any stopping rule may read it. One-sided claims read one gambler alone: the
+  lower bound passes m only once ``theta K+_t(m) >= 1/alpha``; when the observations'
+  conditional mean stays at or below m, ``K+(m)`` is a nonnegative supermartingale from 1, and
+  Ville's inequality bounds that by ``theta alpha`` (the 2.5% of ``above=T`` at 95%).
 
 ``K+_t(m)`` is nonincreasing in m and ``K-_t(m)`` nondecreasing, so ``C_t`` is an interval.
 :class:`BettingCS` finds it on the grid ``m = 0, 1/G, ..., 1`` and reports the outer grid points

@@ -147,6 +147,11 @@ class StopMonitor:
     def n(self) -> int:
         return self.cs.n
 
+    @property
+    def stopped(self) -> bool:
+        """The run stops at ``n`` (here: the rule fired; a truncated design also stops for futility)."""
+        return self.fired
+
     def _unit(self, values: Any) -> np.ndarray:
         if self.rule.metric == "success":
             return np.asarray(values, dtype=bool).reshape(-1).astype(np.float64)
@@ -235,7 +240,9 @@ class StopMonitor:
 
 
 class PrefixGate:
-    """Finished episodes in any order in, the contiguous index prefix out, to a :class:`StopMonitor`.
+    """Finished episodes in any order in, the contiguous index prefix out, to a :class:`StopMonitor`
+    (or any monitor with its ``feed``/``n``/``stopped``/``cap``/``summary``, such as
+    :class:`~fasteval.types.sequential.truncated.TruncatedThreshold`).
 
     ``add(ixs, values)``: episode indices (relative to the task's first, 0-based) and their
     outcomes; ``None`` for an episode that failed for good (it counts as finished and carries no
@@ -311,7 +318,7 @@ class PrefixGate:
         k = self.k if self.k is not None else self.next_index
         cap = self.monitor.cap
         out["k"] = k
-        if not self.monitor.fired:
+        if not self.monitor.stopped:
             out["reason"] = "cap" if cap is not None and k >= cap else "incomplete"
         out["n_failed_in_prefix"] = self.n_failed
         out["computed_past_stop"] = sorted(set(self.past_stop))

@@ -10,9 +10,12 @@ a display; without one, rendering fails. :func:`ensure_headless_gl` sets ``MUJOC
 * the platform is Linux (macOS and Windows have their own backends).
 
 It says so once per process (a ``logging`` warning on the ``fasteval`` logger). It is called
-where an env of a MuJoCo plugin is about to be built (:func:`fasteval.core.envs.import_env_namespace`,
-:class:`fasteval.doors.suites.MetaWorldEnv`), in the main process before any env worker starts, so the
-workers inherit the variable. See docs/robot.md ("Headless MuJoCo rendering").
+where an env of a MuJoCo plugin is about to be built (:func:`fasteval.robot.env_kinds.prepare_env`,
+:class:`fasteval.robot.metaworld.MetaWorldEnv`, LeRobot's env types), in the main process before any env
+worker starts, so the workers inherit the variable. See docs/robot.md ("Headless MuJoCo rendering").
+
+:func:`headless` is also what refuses a ``render_mode="human"`` run that could not open a window
+(:func:`fasteval.robot.env_kinds.render_mode_problem`).
 """
 
 from __future__ import annotations

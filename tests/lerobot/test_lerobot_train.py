@@ -1,0 +1,123 @@
+"""``fasteval-lerobot-train``: a few real training steps of ``lerobot-train`` on a tiny local PushT dataset, its
+periodic evaluation run by fasteval, checked against ``lerobot-eval``'s numbers for the saved checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("lerobot")
+pytest.importorskip("gym_pusht")
+
+REPO = Path(__file__).resolve().parents[2]
+SEED, EPISODES, LENGTH = 1000, 2, 20
+
+
+def write_tiny_pusht_dataset(root: Path) -> Path:
+    """Three 12-frame episodes of gym-pusht under random actions, as a local LeRobot dataset (images, no videos)."""
+    import gymnasium as gym
+    import gym_pusht  # noqa: F401
+    import numpy as np
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    features = {
+        "observation.image": {"dtype": "image", "shape": (96, 96, 3), "names": ["height", "width", "channel"]},
+        "observation.state": {"dtype": "float32", "shape": (2,), "names": None},
+        "action": {"dtype": "float32", "shape": (2,), "names": None},
+    }
+    dataset = LeRobotDataset.create("local/pusht_tiny", fps=10, features=features, root=root, use_videos=False)
+    env = gym.make("gym_pusht/PushT-v0", obs_type="pixels_agent_pos")
+    rng = np.random.default_rng(0)
+    for episode in range(3):
+        obs, _ = env.reset(seed=episode)
+        for _ in range(12):
+            action = rng.uniform(0, 512, size=2).astype(np.float32)
+            dataset.add_frame({"observation.image": obs["pixels"], "observation.state": obs["agent_pos"].astype(np.float32),
+                               "action": action, "task": "Push the T-shaped block onto the T-shaped target."})
+            obs, *_ = env.step(action)
+        dataset.save_episode()
+    dataset.finalize()
+    env.close()
+    return root
+
+
+TRAIN_ARGS = [
+    "--policy.type=act", "--policy.device=cpu", "--policy.push_to_hub=false", "--policy.pretrained_backbone_weights=null",
+    "--policy.chunk_size=5", "--policy.n_action_steps=5", "--policy.dim_model=32", "--policy.n_heads=2",
+    "--policy.dim_feedforward=64", "--policy.n_encoder_layers=1", "--policy.n_decoder_layers=1",
+    "--env.type=pusht", f"--env.episode_length={LENGTH}", "--steps=4", "--env_eval_freq=2", "--save_freq=4",
+    f"--eval.n_episodes={EPISODES}", "--eval.batch_size=2", "--eval.use_async_envs=false", "--batch_size=2",
+    "--num_workers=0", "--wandb.enable=false", "--log_freq=1", f"--seed={SEED}",
+]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    pytest.importorskip("accelerate", reason="lerobot-train needs LeRobot's training extra (lerobot[training])")
+    root = tmp_path_factory.mktemp("lerobot_train")
+    dataset = write_tiny_pusht_dataset(root / "dataset")
+    out = root / "out"
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "HF_HUB_OFFLINE": "1", "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
+    proc = subprocess.run([sys.executable, "-m", "fasteval.integrations.lerobot_train",
+                           "--dataset.repo_id=local/pusht_tiny", f"--dataset.root={dataset}", f"--output_dir={out}",
+                           *TRAIN_ARGS], capture_output=True, text=True, timeout=1500, env=env, cwd=root)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return out, proc.stdout + proc.stderr
+
+
+def test_evaluations_run_through_fasteval_with_lerobots_files(trained):
+    out, log = trained
+    for step in ("000002", "000004"):
+        videos = sorted((out / "eval" / f"videos_step_{step}" / "pusht_0").glob("eval_episode_*.mp4"))
+        assert [v.name for v in videos] == ["eval_episode_0.mp4", "eval_episode_1.mp4"]
+        info = json.loads((out / "eval" / f"eval_info_step_{step}.json").read_text())
+        assert [r["seed"] for r in info["per_episode"]] == [SEED, SEED + 1]
+        assert [r["length"] for r in info["per_episode"]] == [LENGTH] * EPISODES
+    assert "Suite overall aggregated" in log  # lerobot-train logged the dictionary fasteval returned
+    assert "Running rollout" not in log  # LeRobot's own rollout loop never ran
+
+
+def test_the_last_evaluation_equals_lerobot_eval_of_the_saved_checkpoint(trained):
+    """Step 4's evaluation saw the weights of step 4's checkpoint: lerobot-eval gives the same per-seed numbers."""
+    from fasteval.robot.lerobot.reference import lerobot_eval
+
+    out, log = trained
+    ours = json.loads((out / "eval" / "eval_info_step_000004.json").read_text())["per_episode"]
+    assert any(r["sum_reward"] > 0 for r in ours)  # a comparison of numbers, not of zeros
+    theirs = lerobot_eval(out / "checkpoints" / "000004" / "pretrained_model", n_episodes=EPISODES, batch_size=2,
+                          seed=SEED, episode_length=LENGTH)["per_episode"]
+    for a, b in zip(ours, theirs):
+        assert (a["seed"], a["success"]) == (b["seed"], b["success"])
+        assert a["sum_reward"] == pytest.approx(b["sum_reward"], abs=1e-4)
+        assert a["max_reward"] == pytest.approx(b["max_reward"], abs=1e-4)
+    logged = [line for line in log.splitlines() if "Suite overall aggregated" in line][-1]
+    mean = sum(r["sum_reward"] for r in ours) / EPISODES
+    assert f"'avg_sum_reward': {mean}" in logged or f"'avg_sum_reward': {mean!r}" in logged
+
+
+def test_install_refuses_a_script_without_the_patch_points():
+    import types
+
+    from fasteval.integrations.lerobot_train import install
+    from fasteval.types.errors import UserInputError
+
+    with pytest.raises(UserInputError, match="_make_eval_envs"):
+        install(types.SimpleNamespace(eval_policy_all=lambda **kw: None))
+
+
+def test_lerobot_summary_aggregates_as_lerobot_does():
+    from fasteval.integrations.lerobot_train import lerobot_summary
+
+    per_task = [{"task_group": "g", "task_id": 0, "metrics": {"sum_rewards": [1.0, float("nan"), 3.0],
+                                                             "max_rewards": [1.0, 1.0, 2.0],
+                                                             "successes": [True, False, False], "video_paths": []}}]
+    out = lerobot_summary(per_task, 2.0)
+    assert out["overall"]["avg_sum_reward"] == 2.0  # nanmean, as LeRobot's _agg_from_list
+    assert out["overall"]["pc_success"] == pytest.approx(100 / 3) and out["overall"]["eval_ep_s"] == pytest.approx(2 / 3)
+    assert set(out) == {"per_task", "per_group", "overall"} and out["per_group"]["g"]["n_episodes"] == 3
