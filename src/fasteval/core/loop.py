@@ -29,7 +29,7 @@ are built; the loop body only calls what was bound there:
 * ``group.call_policy(active)`` (step 2): the runner's call, told the active slots first when it
   wants them (``capabilities.wants_active``), armed with the watchdog under ``--policy-timeout``;
 * ``group.copy_actions`` (step 3): the actions' copy to the host (disarming that watchdog);
-* ``ctx.fold_step`` (step 6): the kernel, the observer's ``on_step`` first when one is attached;
+* ``group.fold_step`` (step 6): the kernel, the observer's ``on_step`` first when one is attached;
 * ``ctx.started`` (step 7, after the env resets of refilled slots): the policy's resets, the observer's
   ``on_start`` after them when one is attached.
 """
