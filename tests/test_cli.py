@@ -184,11 +184,18 @@ def test_resume_accepts_the_original_command_line_and_refuses_only_what_differs(
     assert "6 episodes were already recorded" in same.output
     faster = run([*original, "-b", "3", "--resume", str(out)])  # how it runs may change
     assert faster.exit_code == 0, faster.output
-    differ = CliRunner().invoke(main, [*original, "--seed", "5", "-n", "7", "--resume", str(out)])
+    differ = CliRunner().invoke(main, [*original, "--seed", "5", "-n", "5", "--resume", str(out)])
     assert differ.exit_code == 2, differ.output
     assert "--seed: the run has 4, this command has 5" in differ.output
-    assert "--n-episodes: the run has 6, this command has 7" in differ.output
+    assert "--n-episodes: the run has 6, this command has 5 (a resume may only extend a run" in differ.output
     assert "--env-kwarg" not in differ.output and "--policy" not in differ.output  # equal ones are not named
+    lines = (out / "episodes.jsonl").read_text()
+    extended = run([*original, "-n", "8", "--resume", str(out)])  # a larger -n extends the run (issue 31)
+    assert extended.exit_code == 0, extended.output
+    assert (out / "episodes.jsonl").read_text().startswith(lines)  # the 6 recorded episodes are kept, not rerun
+    info = json.loads((out / "eval_info.json").read_text())
+    assert [e["seed"] for e in info["per_episode"]] == list(range(4, 12)) and info["meta"]["status"] == "complete"
+    assert json.loads((out / "manifest.json").read_text())["what"]["n_episodes"] == 8
     other_dir = CliRunner().invoke(main, ["-o", str(tmp_path / "elsewhere"), "--resume", str(out)])
     assert other_dir.exit_code == 2 and "--output-dir" in other_dir.output
     kwargs = CliRunner().invoke(main, ["--env-kwarg", "nan_reward_seeds=[1]", "--resume", str(out)])
@@ -405,7 +412,7 @@ def test_a_manifest_cannot_grant_trust_on_resume(tmp_path, monkeypatch):
     (tmp_path / "evil.py").write_text(EVIL)
     out = tmp_path / "run"
     assert run(["--env", "./evil.py:make", "-n", "3", "-o", str(out), "--trust-remote-code"]).exit_code == 0
-    assert json.loads((out / "manifest.json").read_text())["spec"]["trust_remote_code"] is True
+    assert json.loads((out / "manifest.json").read_text())["how"]["trust_remote_code"] is True
     _as_if_killed(out)
     (tmp_path / "PWNED").unlink()
     refused = CliRunner().invoke(main, ["--resume", str(out)])
@@ -427,7 +434,7 @@ def test_a_resume_keeps_the_runs_fault_handling(tmp_path):
     again = CliRunner().invoke(main, ["--resume", str(out), "--trust-remote-code"])
     # --retries 0 from the manifest (the command line's default of 1 would retry seed 2 and finish it)
     assert again.exit_code == 1 and "1 episode failed for good" in again.output, again.output
-    assert json.loads((out / "manifest.json").read_text())["spec"]["retries"] == 0
+    assert json.loads((out / "manifest.json").read_text())["how"]["retries"] == 0
 
 
 def silent_known_answer(**kwargs) -> "FaultyEnv":

@@ -404,8 +404,9 @@ def test_tensorboard_sink_with_a_video_is_best_effort(tmp_path, capsys):
 
     video = tmp_path / "eval_episode_0.mp4"
     iio.imwrite(video, np.zeros((4, 16, 16, 3), dtype=np.uint8), fps=10)
-    result = evaluate(env=KA, n_episodes=2, device="cpu")
-    result.video_paths = [str(video)]
+    import dataclasses
+
+    result = dataclasses.replace(evaluate(env=KA, n_episodes=2, device="cpu"), video_paths=[str(video)])
     TensorBoardSink(str(tmp_path / "tb")).write(result, spec=None)  # no moviepy: the video is skipped, with a note
     acc = event_accumulator.EventAccumulator(str(tmp_path / "tb"))
     acc.Reload()

@@ -394,10 +394,14 @@ def test_a_resumed_run_lists_its_segments(run_dir, tmp_path):
 
 
 def test_groups_of_several_tasks_get_their_own_table(tmp_path):
+    import dataclasses
+
     big = _big_result(400)
-    big.per_episode.tasks = [("g1", 0, "a"), ("g1", 1, "b"), ("g2", 0, "c"), ("g2", 1, "d")]
-    for e in big.errors:  # the planted failures of task k go to that task's group
-        e["task_group"], e["task_id"] = big.per_episode.tasks[e["task_id"]][:2]
+    tasks = [("g1", 0, "a"), ("g1", 1, "b"), ("g2", 0, "c"), ("g2", 1, "d")]
+    table = EpisodeTable(big.per_episode.columns, big.per_episode.task_codes, tasks)
+    # the planted failures of task k go to that task's group (a record is built once: build another)
+    errors = [{**e, "task_group": tasks[e["task_id"]][0], "task_id": tasks[e["task_id"]][1]} for e in big.errors]
+    big = dataclasses.replace(big, per_episode=table, errors=errors)
     doc = big.eval_info_document()
     page = Tables(write_run_report(tmp_path, doc, manifest={"status": "complete"}).read_text())
     rows = {r["attrs"]["group"]: dict(zip(page.headers["per-group"], r["cells"])) for r in page.tables["per-group"]}

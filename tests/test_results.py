@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import math
 import tracemalloc
 
@@ -87,10 +88,13 @@ def test_concat_sort_and_merge_keep_rows_and_tasks():
     assert merge_episodes([], new) is new  # a fresh run converts nothing
 
 
-def test_set_task_relabels_every_row():
-    table = EpisodeTable.from_records(records(4))
-    table.set_task("suite", 3, "reach")
-    assert {(r["task_group"], r["task_id"], r["task"]) for r in table} == {("suite", 3, "reach")}
+def test_with_task_relabels_every_row_in_a_new_table():
+    want = records(4)
+    table = EpisodeTable.from_records(want)
+    labelled = table.with_task("suite", 3, "reach")
+    assert_rows(labelled, [dict(r, task_group="suite", task_id=3, task="reach") for r in want])
+    assert_rows(table, want)  # the original is not changed (a record is never patched)
+    assert all(labelled.columns[k] is table.columns[k] for k in table.columns)  # columns shared, not copied
 
 
 def test_aggregates_per_group_and_task_match_the_records():
@@ -241,11 +245,33 @@ def test_an_env_that_always_reports_failure_has_a_success_signal(vectorization):
     assert result.meta["has_success_signal"] is True and result.overall()["pc_success"] == 0.0
 
 
-def test_aggregated_is_a_deprecated_alias_of_overall():
-    """``EvalResult.aggregated`` (in earlier docs) still answers, warns, and equals ``overall()``."""
+def test_a_record_is_never_changed_after_it_is_built():
+    """The record of a run is built once (fasteval.run.record): its fields, meta, timings and errors refuse changes."""
+    import dataclasses
+
     from fasteval import evaluate
 
-    result = evaluate(env="CartPole-v1", policy="zero", n_episodes=2)
-    with pytest.warns(DeprecationWarning, match="overall"):
-        old = result.aggregated
-    assert old == result.overall()
+    result = evaluate(env=KNOWN_ANSWER_ID, policy="zero", n_episodes=3, batch_size=2, device="cpu")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.video_paths = ["x.mp4"]  # type: ignore[misc]
+    for change in (lambda: result.meta.__setitem__("status", "failed"), lambda: result.meta.update(n_episodes=9),
+                   lambda: result.meta.pop("status"), lambda: result.timings.__setitem__("policy", 0.0)):
+        with pytest.raises(TypeError, match="built once"):
+            change()
+    assert result.meta["status"] == "complete" and result.meta["n_episodes"] == 3
+    assert not hasattr(result, "aggregated")  # the deprecated alias is gone: overall() is the one name
+    copied = pickle.loads(pickle.dumps(result))  # evaluate_async and sweeps send records between processes
+    assert dict(copied.meta) == dict(result.meta) and copied.per_episode == result.per_episode
+
+
+def test_one_success_signal_rule_for_runs_and_sweep_cells():
+    """types/ holds the one rule; an empty group has no signal in both the run's aggregates and a sweep cell's."""
+    from fasteval.doors.sweep.report import has_success_signal as cell_rule
+    from fasteval.types.eval_result import has_success_signal
+
+    assert aggregate([])["has_success_signal"] is False and aggregate([])["pc_success"] is None
+    assert cell_rule([]) is False is has_success_signal([])
+    for flags in ([True], [False], [None], [False, None], [False, False, True]):
+        eps = [{"has_success_signal": f} for f in flags]
+        assert cell_rule(eps) is has_success_signal(flags) is any(f is not False for f in flags)
+    assert has_success_signal(np.array([False, True])) is True and has_success_signal(np.zeros(0, bool)) is False

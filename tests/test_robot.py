@@ -437,7 +437,7 @@ def test_videos_of_the_first_k_episodes_by_index(tmp_path, vectorization):
         assert len(frames) == record["length"] + 1  # the reset frame + one per step
         reds = [float(f[..., 0].mean()) for f in frames]
         assert reds == pytest.approx([16.0 * t for t in range(len(frames))], abs=4)  # frame t shows step t
-    assert result.overall()["video_paths"] == result.video_paths
+    assert result.overall()["video_paths"] == list(result.video_paths)
 
 
 def test_render_none_is_a_clear_error(tmp_path):

@@ -87,7 +87,7 @@ def test_an_edited_manifest_cannot_import_a_module_on_resume(tmp_path):
     first = _fasteval(["--env", "CartPole-v1", "-p", "zero", "-n", "2", "-o", str(run), "--no-report"], env, tmp_path)
     assert first.returncode == 0, first.stderr
     manifest = json.loads((run / "manifest.json").read_text())
-    manifest["spec"]["env"] = f"{name}/Foo-v0"
+    manifest["what"]["env"] = f"{name}/Foo-v0"  # what is evaluated: the half a resume reads back
     manifest["status"] = "interrupted"
     (run / "manifest.json").write_text(json.dumps(manifest))
     resumed = _fasteval(["--resume", str(run)], env, tmp_path)

@@ -1,11 +1,13 @@
 """The engine: built once from an :class:`~fasteval.types.spec.EvalSpec`, run many times.
 
 Building resolves and validates everything (env, spaces, policy, device, buffers,
-kernel backend); :meth:`CoreEngine.run` then runs a ledger of episodes through the hot
-loop and returns an :class:`~fasteval.types.results.EvalResult`. Every door (CLI, library
-API, bench, sweeps) goes through this class, as :class:`fasteval.run.engine.Engine`, which plugs
-in the policy loaders, the robot steps and the recorders (:class:`~fasteval.core.protocols.EngineParts`):
-core itself imports none of them.
+kernel backend); :meth:`CoreEngine.run_segment` then runs a ledger of episodes through the hot
+loop and hands up a :class:`~fasteval.core.outcome.Segment` (the ledger's final rows, the faults, the
+stop rule, the facts only the engine knows), from which the run layer builds the one record of the
+run (:mod:`fasteval.run.record`). Every door (CLI, library API, bench, sweeps) goes through this
+class, as :class:`fasteval.run.engine.Engine`, which plugs in the policy loaders, the robot steps and
+the recorders (:class:`~fasteval.core.protocols.EngineParts`) and builds the record: core itself
+imports none of them.
 """
 
 from __future__ import annotations
@@ -30,15 +32,15 @@ from fasteval.core.faults import Faults, make_action_check
 from fasteval.core.watchdog import POLICY, Watchdog
 from fasteval.core.ledger import Ledger, check_fits_in_memory
 from fasteval.core.loop import StepContext, run_episodes, start_wave
-from fasteval.core.stopping import StopWhen, cut_at_stop, stopping_meta
+from fasteval.core.outcome import Segment, SegmentAborted
+from fasteval.core.stopping import StopRuleError, StopWhen
 from fasteval.core.pipeline import check_pipelinable, group_rows, policy_batch
 from fasteval.core.protocols import EngineParts, StepObserver
 from fasteval.core.timing import make_stage_timers
 from fasteval.core.transfer import DeviceToHost, HostToDevice, pins_host
-from fasteval.types.errors import EvaluationAborted, UserInputError
-from fasteval.types.results import EarlierSegments, EpisodeTable, EvalResult, run_status
-from fasteval.types.spec import EvalSpec, env_label
-from fasteval.version import __version__
+from fasteval.types.errors import UserInputError
+from fasteval.types.results import EarlierSegments
+from fasteval.types.spec import EvalSpec
 
 logger = logging.getLogger(__name__)
 
@@ -155,7 +157,7 @@ class CoreEngine:
         self.runner.use_step(step)
         self._checked = True
 
-    def run(
+    def run_segment(
         self,
         n_episodes: int | None = None,
         seed: int | None = None,
@@ -164,26 +166,31 @@ class CoreEngine:
         on_error: Callable[[dict[str, Any]], None] | None = None,
         observer: StepObserver | None = None,
         earlier: EarlierSegments | None = None,
-    ) -> EvalResult:
-        """Run episodes ``0..n-1`` with seeds ``seed + i``; return their exact results.
+    ) -> Segment:
+        """Run episodes ``0..n-1`` with seeds ``seed + i``; hand up what the run made (a :class:`Segment`).
 
         ``episodes`` restricts the run to those episode indices (a resumed run passes the
-        missing ones); results then cover exactly those, with the same numbers they would
-        have in a full run. ``on_finished(ledger, rows)`` is called as episodes finish, with
-        ledger rows (``ledger.episode_ids[rows]`` are the episode indices); rows are final.
-        Global torch/numpy/python RNG states are restored afterwards; torch is seeded with
-        ``seed`` inside the run so stochastic policies are reproducible. ``earlier`` (a resumed run):
-        the records of its earlier segments, folded into the one result of the run.
+        missing ones); they get the same numbers they would have in a full run. ``on_finished(ledger,
+        rows)`` is called as episodes finish, with ledger rows (``ledger.episode_ids[rows]`` are the episode
+        indices); rows are final. Global torch/numpy/python RNG states are restored afterwards; torch is
+        seeded with ``seed`` inside the run so stochastic policies are reproducible. ``earlier`` (a resumed
+        run): the records of its earlier segments, which the stop rule is fed first.
+
+        Raises :class:`SegmentAborted` (its ``segment`` holds every episode finished before the stop) when
+        the run stops early, :class:`UserInputError` when the input is bad before any episode finished (the
+        dry run failed: nothing was evaluated). The
+        record of the run is built above core, from the segment (:mod:`fasteval.run.record`).
         """
         cap = self.spec.n_episodes if episodes is not None else n_episodes
         n, seed, episodes = self._plan(n_episodes, seed, episodes)
-        stop = self._stop_rule(n if cap is None else int(cap), earlier)
+        cap = n if cap is None else int(cap)
+        stop = self._stop_rule(cap, earlier)
         if stop is not None and stop.fired:
             n, episodes = 0, []  # the rule held on the earlier segments: the run stays stopped
         ledger = Ledger(n, self.n_slots, seed, episodes)
         self.ledger = ledger
         if n == 0:
-            return self._result(ledger, [], 0.0, seed, earlier, stop=stop)
+            return self._segment(ledger, [], 0.0, cap, stop=stop)
         observer = self.parts.attach_observers(self, ledger, observer)  # videos / episode data when the spec asks
         callback = self._finished_callback(ledger, on_finished, stop)
         faults = Faults(self.envs, self.runner, ledger, self.spec.retries, self.spec.on_nan_action, on_error)
@@ -195,21 +202,22 @@ class CoreEngine:
         try:
             with self._seeded(seed):
                 self._step_episodes(ledger, faults, callback, observer)
-        except UserInputError:
-            raise  # the dry run: nothing was evaluated
+        except UserInputError as exc:
+            if not ledger.finished.any() and not faults.errors:
+                raise  # the dry run (or the first steps): nothing was evaluated, nothing is lost
+            self.watchdog.disarm()  # bad input met mid-run (frames a video cannot take): keep what finished
+            partial = self._segment(ledger, faults.errors, self._eval_seconds(start, captured), cap, stop, exc,
+                                    observer)
+            raise SegmentAborted(partial) from exc
         except BaseException as exc:
             self.watchdog.disarm()  # a call that raised left its deadline armed
-            partial = self._result(ledger, faults.errors, self._eval_seconds(start, captured), seed, earlier, exc, stop)
-            self.parts.finish_observers(observer, partial)
-            raise EvaluationAborted(
-                f"evaluation stopped early after {len(partial.per_episode)} finished episodes: "
-                f"{type(exc).__name__}: {exc}", partial) from exc
+            partial = self._segment(ledger, faults.errors, self._eval_seconds(start, captured), cap, stop, exc,
+                                    observer)
+            raise SegmentAborted(partial) from exc
         finally:
             self.watchdog.disarm()
         self.runs += 1
-        result = self._result(ledger, faults.errors, self._eval_seconds(start, captured), seed, earlier, stop=stop)
-        self.parts.finish_observers(observer, result)
-        return result
+        return self._segment(ledger, faults.errors, self._eval_seconds(start, captured), cap, stop, None, observer)
 
     def _stop_rule(self, cap: int, earlier: EarlierSegments | None) -> StopWhen | None:
         """The spec's ``stop_when`` as this run's :class:`StopWhen` (fed the earlier segments' episodes)."""
@@ -219,20 +227,23 @@ class CoreEngine:
         stop = StopWhen(self.spec.stop_when, self.spec.confidence, self.spec.return_bounds, cap=cap,
                         min_feed=max(1, self.n_slots // 4))
         if earlier is not None:
-            stop.prime(earlier.records)
+            stop.prime(earlier.records, earlier.n_cancelled)
         return stop
 
-    @staticmethod
-    def _finished_callback(ledger: Ledger, on_finished: Callable[[Ledger, np.ndarray], None] | None,
+    def _finished_callback(self, ledger: Ledger, on_finished: Callable[[Ledger, np.ndarray], None] | None,
                            stop: StopWhen | None) -> Callable[[np.ndarray], None]:
-        """The loop's ``on_finished``: the caller's (the run log first: nothing computed is lost), then the rule's."""
-        if stop is None:
-            return (lambda done: on_finished(ledger, done)) if on_finished is not None else (lambda done: None)
+        """The loop's ``on_finished``: the caller's (the run log first: nothing computed is lost), then the rule's.
+        The rows go up with the envs' success signal as it stands (``ledger.success_signal``): what a
+        record of them says."""
+        envs = self.envs
+        if on_finished is None:
+            return (lambda done: stop.on_finished(ledger, done)) if stop is not None else (lambda done: None)
 
         def finished(done: np.ndarray) -> None:
-            if on_finished is not None:
-                on_finished(ledger, done)
-            stop.on_finished(ledger, done)
+            ledger.success_signal = envs.has_success_signal
+            on_finished(ledger, done)
+            if stop is not None:
+                stop.on_finished(ledger, done)
         return finished
 
     def _eval_seconds(self, start: float, captured: float) -> float:
@@ -297,81 +308,45 @@ class CoreEngine:
         if self.ledger is not None:
             self.ledger.stop_starting()
 
-    def _result(self, ledger: Ledger, errors: Sequence[dict[str, Any]], eval_s: float, seed: int,
-                earlier: EarlierSegments | None = None, error: BaseException | None = None,
-                stop: StopWhen | None = None) -> EvalResult:
-        """The one result of the run (with ``earlier``: of every segment of a resumed run; with ``stop``:
-        cut to the episodes ``0..k-1`` its rule stopped at)."""
-        records, n = self.records(ledger), ledger.n_episodes
-        meta = self._meta(n, seed)
-        if earlier is not None:
-            records, eval_s, n = earlier.merged(records), earlier.eval_s + eval_s, n + len(earlier.records)
-            meta.update(n_episodes=n, segments=earlier.segments + 1)
-        n_failed = int(ledger.failed.sum())
-        stopped = ledger.limit < ledger.n_episodes
+    def _segment(self, ledger: Ledger, errors: Sequence[dict[str, Any]], eval_s: float, cap: int,
+                 stop: StopWhen | None = None, error: BaseException | None = None,
+                 observer: StepObserver | None = None) -> Segment:
+        """The run handed up: the ledger (its finished rows final), the faults, the stop rule finished, the
+        recorders closed, and the facts only the engine knows."""
         if stop is not None:
-            stop.finish(ledger)
-            records, block = cut_at_stop(records, stop)
-            meta.update(n_episodes=stop.monitor.cap, **stopping_meta(block, records.tasks[0] if records.tasks else
-                                                                     (env_label(self.spec.env), 0, env_label(self.spec.env))))
-            if stop.fired:  # the rule decided: the wanted episodes are 0..k-1
-                n_failed = int(ledger.failed[ledger.episode_ids < stop.k].sum())
-                n, stopped = len(records) + n_failed, False
-        meta["status"] = run_status(len(records), n, n_failed, error, stopped=stopped)
-        result = EvalResult(records, eval_s, self.timers.as_dict(), meta, errors=list(errors), n_failed=n_failed)
-        result.meta["has_success_signal"] = self._success_signal()
-        result.meta["n_out_of_range_actions"] = self.check_actions.out_of_range
-        # the intra-op threads the run used (run() sets them for CPU policies, then restores them)
-        cpu = self.device.type == "cpu" and self.spec.cpu_threads is not None
-        result.meta["torch_threads"] = int(self.spec.cpu_threads) if cpu else torch.get_num_threads()
-        return result
+            try:
+                stop.finish(ledger)
+            except StopRuleError as exc:  # a return outside --return-bounds: the run's error
+                error = error or exc
+        outputs = self.parts.finish_observers(observer) if observer is not None else None
+        return Segment(ledger=ledger, errors=tuple(errors), eval_s=eval_s, timings=self.timers.as_dict(),
+                       facts=self._facts(ledger), success_signal=self._success_signal(), stop=stop, cap=cap,
+                       error=error, outputs=outputs or {})
 
     def _success_signal(self) -> bool:
         """Whether the envs have reported ``info["is_success"]`` so far (the env layer's ``has_success_signal``)."""
         return bool(self.envs.has_success_signal)
 
-    def records(self, ledger: Ledger, rows: Any = None) -> EpisodeTable:
-        """The per-episode records of ledger rows ``rows`` (default: every finished row) as a columnar
-        table: the one place records are built (the result, the run log, the sweep batches). With every
-        row finished the columns are views of the ledger's arrays (a later run builds a new ledger)."""
-        n = ledger.n_episodes
-        if rows is None:
-            rows = np.flatnonzero(ledger.finished[:n])
-            pick = (lambda a: a[:n]) if rows.size == n else (lambda a: a[rows])
-        else:
-            rows = np.asarray(rows, dtype=np.int64)
-            pick = lambda a: a[rows]  # noqa: E731
-        ids = pick(ledger.episode_ids)
-        columns = {
-            "episode_ix": ids, "seed": ids + ledger.seed, "sum_reward": pick(ledger.sum_reward),
-            "max_reward": pick(ledger.max_reward), "length": pick(ledger.length), "success": pick(ledger.success),
-            "nan_rewards": pick(ledger.nan_rewards),
-            "has_success_signal": np.broadcast_to(np.bool_(self._success_signal()), (rows.size,)),
-        }
-        group, task = self.parts.task_names(self.spec)  # LeRobot's names for its env types (pusht, push-v3, ...)
-        return EpisodeTable(columns, np.zeros(1, np.int64), [(group, 0, task)])
-
-    def _meta(self, n: int, seed: int) -> dict[str, Any]:
+    def _facts(self, ledger: Ledger) -> dict[str, Any]:
+        """What the engine alone knows of a run (the spec's own facts are the run layer's to add)."""
+        cpu = self.device.type == "cpu" and self.spec.cpu_threads is not None
         return {
-            "fasteval_version": __version__,
-            "env": env_label(self.spec.env),
-            "env_kwargs": self.spec.env_kwargs,
+            "seed": ledger.seed,
             "seeding": self.envs.seeding,
-            "policy": self.spec.to_dict()["policy"],
-            "n_episodes": n,
-            "seed": seed,
             "batch_size": self.n_slots,
-            "vectorization": self.spec.vectorization,
             "device": str(self.device),
             "max_steps": self.max_steps,
             "batching": "continuous" if self.runner.continuous else "wave",
             "kernel_backend": kernels.BACKEND,
-            "pipeline": self.spec.pipeline,
             "dry_run_s": self.dry_run_s,
             "capture_s": self.capture_s,
             **{f"policy_{k}": v for k, v in self.accel_facts.items()},
             **self._policy_facts(),
             **self._env_facts(),
+            "has_success_signal": self._success_signal(),
+            "n_out_of_range_actions": self.check_actions.out_of_range,
+            # the intra-op threads the run used (run() sets them for CPU policies, then restores them)
+            "torch_threads": int(self.spec.cpu_threads) if cpu else torch.get_num_threads(),
         }
 
     def _env_facts(self) -> dict[str, Any]:

@@ -107,6 +107,9 @@ class Ledger:
         """Set by :meth:`request_stop` (a ``--stop-when`` rule held): the loop cancels what is in flight."""
         self.n_cancelled = 0
         """Episodes in flight that :meth:`cancel_in_flight` dropped (they have no record)."""
+        self.success_signal = False
+        """Whether the envs had reported ``info["is_success"]`` when the engine last handed finished rows up
+        (it sets this before each ``on_finished``): what the records of those rows say."""
 
     def seeds_of(self, rows) -> list[int]:
         """Seeds of ledger rows ``rows``."""

@@ -50,9 +50,8 @@ class EngineParts(Protocol):
       (observation mapping, normalization, chunk queues, task descriptions are the runner's business);
     * ``attach_observers(engine, ledger, observer)``: the observer of one run (recorders the spec asks
       for, plus the caller's ``observer``), or ``None`` for none;
-    * ``finish_observers(observer, result)``: close them and put what they made into ``result``;
-    * ``task_names(spec)``: the ``(task_group, task)`` every episode record carries (the env id for both,
-      unless the layer above knows better names: LeRobot's env types);
+    * ``finish_observers(observer)``: close them and return what they made (``video_paths``,
+      ``episode_data``), which the run's record is built with;
     * ``env_meta(spec)``: facts about the env for the run's metadata (``env_note``: which implementation of
       an env ran; ``{}`` for none).
     """
@@ -66,8 +65,6 @@ class EngineParts(Protocol):
 
     def attach_observers(self, engine: Any, ledger: "Ledger", observer: StepObserver | None) -> StepObserver | None: ...
 
-    def finish_observers(self, observer: StepObserver | None, result: Any) -> None: ...
-
-    def task_names(self, spec: Any) -> tuple[str, str]: ...
+    def finish_observers(self, observer: StepObserver | None) -> dict[str, Any]: ...
 
     def env_meta(self, spec: Any) -> dict[str, Any]: ...

@@ -40,6 +40,7 @@ class StopWhen:
         self.gate = PrefixGate(self.monitor, min_feed=min_feed)
         self._field = "success" if self.monitor.rule.metric == "success" else "sum_reward"
         self.n_cancelled = 0
+        """Episodes cancelled in flight when the rule fired, over every segment of the run."""
 
     @property
     def k(self) -> int | None:
@@ -56,8 +57,10 @@ class StopWhen:
         except ValueError as exc:  # a return outside --return-bounds
             raise error(str(exc)) from None
 
-    def prime(self, table: Any) -> int | None:
-        """Feed the episodes recorded by earlier segments of a resumed run (an EpisodeTable, any order)."""
+    def prime(self, table: Any, n_cancelled: int = 0) -> int | None:
+        """Feed the episodes recorded by earlier segments of a resumed run (an EpisodeTable, any order);
+        ``n_cancelled``: the episodes their rule cancelled in flight (the summary counts every segment's)."""
+        self.n_cancelled += int(n_cancelled)
         ixs = np.asarray(table.columns["episode_ix"]).tolist()
         if not ixs:
             return None

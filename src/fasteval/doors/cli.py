@@ -52,9 +52,13 @@ def parse_env_kwargs(pairs: tuple[str, ...]) -> dict[str, Any]:
 
 
 def default_output_dir(env: str) -> Path:
+    """``outputs/eval/<date>_<time>-<6 hex>_<env>``: sortable by start time, and unique (the random suffix),
+    so that runs started in the same second without ``-o`` never share a folder."""
+    import uuid
+
     from fasteval.types.files import safe_filename
 
-    return Path("outputs") / "eval" / f"{time.strftime('%Y-%m-%d_%H-%M-%S')}_{safe_filename(env)}"
+    return Path("outputs") / "eval" / f"{time.strftime('%Y-%m-%d_%H-%M-%S')}-{uuid.uuid4().hex[:6]}_{safe_filename(env)}"
 
 
 class _Progress:
@@ -92,12 +96,19 @@ def format_success(agg: Mapping[str, Any], ci: bool = True) -> str:
     return f"{agg['pc_success']:.1f}%  (95% CI {lo:.1f}-{hi:.1f}%)"
 
 
-def format_summary(result: Any, profile: bool) -> str:
+def format_summary(result: Any, profile: bool, logged: int | None = None, log_file: Any = None) -> str:
+    """The terminal summary of a run's record; ``logged``: the episodes its ``log_file`` (``episodes.jsonl``)
+    holds, said when fewer than the record's (a write failed)."""
     o = result.overall()
     rows = [
         ("env", result.meta.get("env")),
         ("policy", result.meta.get("policy")),
         ("episodes", o["n_episodes"]),
+    ]
+    if logged is not None and logged < o["n_episodes"]:
+        rows.append(("recorded", f"only {logged} of these {o['n_episodes']} episodes are in {log_file} (a write "
+                                 f"failed); --resume runs the others again"))
+    rows += [
         ("avg_sum_reward", f"{o['avg_sum_reward']:.4f}"),
         ("avg_max_reward", f"{o['avg_max_reward']:.4f}"),
         ("pc_success", format_success(o)),
@@ -285,7 +296,7 @@ HELP_SECTIONS = (
                             "amp", "compile_policy", "cpu_threads", "profile")),
     Section("Outputs", ("output_dir", "report", "max_episodes_rendered", "video_select", "video_layout",
                         "save_episodes_dir", "export_formats", "log_targets", "print_config")),
-    Section("Faults and limits", ("retries", "on_nan_action", "step_timeout", "policy_timeout_s")),
+    Section("Faults and limits", ("retries", "on_nan_action", "step_timeout", "policy_timeout_s", "stop_grace_s")),
     Section("Statistics", ("stop_when", "confidence", "return_bounds")),
     Section("LeRobot names", ("noise", "no_fast_env"),
             intro="LeRobot's own option names are accepted as they are, rewritten into the options above before "
@@ -371,6 +382,11 @@ class LazyGroup(SectionedHelp, click.Group):
               help="Seconds the policy may take for one step: then the run ends (records kept, exit 1, resume "
                    "with --resume); a served policy's dropped connection is retried for that long "
                    "[default: no limit; 30 s for ws:// policies].")
+@click.option("--stop-grace", "stop_grace_s", type=click.FloatRange(min=0, min_open=True), default=30.0,
+              show_default=True,
+              help="After a first SIGINT/SIGTERM the episodes in flight finish; if no env step lands for this many "
+                   "seconds (a hung policy or env call), the run stops as a second signal would (finished episodes "
+                   "kept, exit 130/143).")
 @click.option("--profile", is_flag=True, help="Show the per-stage time breakdown.")
 @click.option("--report/--no-report", "report", default=True, show_default=True,
               help="Write OUTPUT_DIR/report.html: one self-contained page with the results, plots, videos, errors "
@@ -382,7 +398,7 @@ class LazyGroup(SectionedHelp, click.Group):
 @click.version_option(package_name="fasteval")
 @click.pass_context
 def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, retries: int, on_nan_action: str,
-         step_timeout: float, policy_timeout_s: float | None, profile: bool, report: bool,
+         step_timeout: float, policy_timeout_s: float | None, stop_grace_s: float, profile: bool, report: bool,
          save_episodes_dir: Path | None, **options: Any) -> None:
     """Evaluate a policy on a gymnasium env: exactly N episodes, seeds SEED..SEED+N-1.
 
@@ -404,7 +420,7 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
 
     try:
         fault_fields = dict(retries=retries, on_nan_action=on_nan_action, step_timeout=step_timeout,
-                            policy_timeout_s=policy_timeout_s)
+                            policy_timeout_s=policy_timeout_s, stop_grace_s=stop_grace_s)
         if resume_dir is not None:  # a resume keeps the run's fault handling, unless the command line changes it
             from fasteval.run.config import given_on_command_line
 
@@ -544,35 +560,54 @@ def end_of_run(outcome: Any, spec: Any, out_dir: Path, files: FileOptions, profi
     """The end of every ``fasteval`` run (one task or a suite): the summary, the files written (``report.html``
     with ``report``), the failed episodes and how to resume; returns the exit code. ``wanted``: the episodes
     the command asked for; ``wrote``: said before the status on the ``wrote eval_info.json`` line."""
-    from fasteval.run.durable import STATUS_COMPLETE, STATUS_INTERRUPTED
+    from fasteval.run.rundir import EPISODES, EVAL_INFO
 
     result = outcome.result
     resumed = outcome.resumed_episodes
     if resumed:
         click.echo(f"resumed: {plural(resumed, 'episode')} {'was' if resumed == 1 else 'were'} already recorded in {out_dir}")
-    click.echo(format_summary(result, profile))
-    click.echo(f"wrote {out_dir / 'eval_info.json'} ({wrote}status: {outcome.status})")
+    written, logged = outcome.wrote, outcome.logged  # logged: None for a suite (each task logs its own)
+    click.echo(format_summary(result, profile, logged, out_dir / EPISODES))
+    if EVAL_INFO in written:
+        click.echo(f"wrote {out_dir / EVAL_INFO} ({wrote}status: {outcome.status})")
+    else:
+        click.echo(f"Error: {out_dir / EVAL_INFO} was not written (status: {outcome.status}); the records in "
+                   f"{out_dir / EPISODES} are kept.", err=True)
     if save_episodes_dir is not None and result.episode_data is not None:
         from fasteval.run.episode_files import save_episodes
 
         n_saved = save_episodes(result.episode_data, save_episodes_dir)
         click.echo(f"wrote {n_saved} episodes ({len(result.episode_data)} steps) to {save_episodes_dir}")
     problems = files.finish(spec, out_dir, result)  # config.json, --export, --log
-    if report:
+    if report and EVAL_INFO in written:  # the page is drawn from eval_info.json
         problems += write_html_report(out_dir)
     for problem in problems:
         click.echo(f"Error: {problem} (the results are in {out_dir})", err=True)
-    if outcome.status == STATUS_COMPLETE and not problems:
-        return EXIT_OK
+    code = exit_code(outcome.status, outcome.signal_number)
+    if code == EXIT_OK:  # the run is complete; an extra output (or a suite's merged eval_info.json) is not
+        return EXIT_RUNTIME_ERROR if problems or EVAL_INFO not in written else EXIT_OK
     if result.n_failed or result.errors:
         errors_at = out_dir / "tasks" / "*" / "errors.jsonl" if suite else out_dir / "errors.jsonl"
         click.echo("\n".join(describe_failures(result, errors_at)), err=True)
-    if outcome.status != STATUS_COMPLETE:
-        click.echo(resume_hint(outcome.status, len(result.per_episode), wanted, out_dir, suite, spec), err=True)
-    if outcome.status == STATUS_INTERRUPTED:
-        return 128 + (outcome.signal_number or 2)
+    recorded = len(result.per_episode) if logged is None else min(len(result.per_episode), logged)
+    click.echo(resume_hint(outcome.status, recorded, wanted, out_dir, suite, spec), err=True)
+    if code != EXIT_RUNTIME_ERROR:  # interrupted
+        return code
     if outcome.error is not None:
         click.echo(f"Error: {outcome.error}", err=True)
+    return code
+
+
+def exit_code(status: str, signal_number: int | None) -> int:
+    """The exit code of a run's end state (the one mapping; the manifest and eval_info.json say the status):
+    complete (a ``--stop-when`` run stopped by its rule included) 0; interrupted 128 + the signal (130
+    SIGINT, 143 SIGTERM); failed 1."""
+    from fasteval.run.durable import STATUS_COMPLETE, STATUS_INTERRUPTED
+
+    if status == STATUS_COMPLETE:
+        return EXIT_OK
+    if status == STATUS_INTERRUPTED:
+        return 128 + (signal_number or 2)
     return EXIT_RUNTIME_ERROR
 
 
@@ -637,39 +672,23 @@ def check_output_paths(out_dir: Path, spec: Any) -> None:
             raise UserInputError(f"the {what} {str(path)!r} is not usable: {problem}. Choose another folder.")
 
 
-HOW_IT_RUNS = ("batch_size", "vectorization", "workers", "device", "pipeline", "cuda_graph", "max_episodes_rendered", "video_select")
-"""Spec fields a resumed run may change: they change how the episodes run (or what is rendered),
-never their results."""
-
-
-def _same_value(field: str, a: Any, b: Any) -> bool:
-    """Equal as the manifest stores them (JSON); checkpoint folders by their resolved path."""
-    import json
-
-    def norm(value: Any) -> Any:
-        return json.loads(json.dumps(value, default=str))
-
-    if norm(a) == norm(b):
-        return True
-    if field == "policy" and isinstance(a, str) and isinstance(b, str) and Path(a).exists() and Path(b).exists():
-        return Path(a).resolve() == Path(b).resolve()
-    return False
-
-
 def spec_from_manifest(ctx: click.Context, run_dir: Any, options: dict[str, Any], output_dir: Path | None = None,
                        config_file: Any = None):
     """The spec of an earlier run, from its manifest, for ``--resume DIR``.
 
     The original command line may be given again: every option (and ``--config`` key) given is
-    compared with the manifest; equal values are accepted, options in :data:`HOW_IT_RUNS` take
-    the new value, and any other difference is refused with a UserInputError naming each one.
+    compared with the manifest. An option of *how* it runs (a :class:`~fasteval.types.spec.How`
+    field) takes the new value; one of *what* is evaluated must be equal, except a larger ``-n``,
+    which extends the run. Any other difference is refused with a UserInputError naming each one.
     """
     from fasteval.run.config import PARAM_FOR_FIELD, given_on_command_line
-    from fasteval.run.rundir import raises_the_cap
+    from fasteval.run.record import manifest_spec
+    from fasteval.run.rundir import what_differences
     from fasteval.types.errors import UserInputError
+    from fasteval.types.spec import HOW_FIELDS
 
     manifest = run_dir.read_manifest()
-    saved = dict(manifest["spec"])
+    saved = manifest_spec(manifest)
     long_name = {p.name: next((o for o in p.opts if o.startswith("--")), p.opts[0])
                  for p in ctx.command.params if isinstance(p, click.Option)}
     given = {f: long_name.get(PARAM_FOR_FIELD.get(f, f), f) for f in given_on_command_line(ctx)
@@ -687,36 +706,32 @@ def spec_from_manifest(ctx: click.Context, run_dir: Any, options: dict[str, Any]
             if output_dir is None and config_out is not None:
                 output_dir = Path(config_out)
         values = wanted.to_dict()
-        for field_name, label in sorted(given.items()):
-            if field_name not in values or field_name == "trust_remote_code":  # trust: the command line's, below
-                continue
-            if field_name in HOW_IT_RUNS or raises_the_cap(field_name, saved, values):
-                saved[field_name] = values[field_name]
-            elif not _same_value(field_name, saved.get(field_name), values[field_name]):
-                differ.append(f"{label}: the run has {saved.get(field_name)!r}, this command has {values[field_name]!r}")
+        asked = {k: v for k, v in values.items() if k in given and k != "trust_remote_code"}  # trust: below
+        saved.update({k: v for k, v in asked.items() if k in HOW_FIELDS})  # how it runs: this command's
+        for field_name, had, has in what_differences(saved, {**saved, **asked}):
+            hint = " (a resume may only extend a run: give a larger -n, or none)" if field_name == "n_episodes" else ""
+            differ.append(f"{given[field_name]}: the run has {had!r}, this command has {has!r}{hint}")
+        saved.update({k: v for k, v in asked.items() if k not in HOW_FIELDS})  # equal, or a larger -n
     if output_dir is not None and Path(output_dir).resolve() != Path(run_dir.path).resolve():
         differ.append(f"--output-dir: the run is in {str(run_dir.path)!r}, this command has {str(output_dir)!r}")
     if differ:
         raise UserInputError(
             f"--resume {run_dir.path}: this command differs from the run in {run_dir.path / 'manifest.json'}: "
             + "; ".join(differ) + ". Drop those options (the run's values are used), or start a new run with "
-            "another --output-dir. Only " + ", ".join(long_name.get(PARAM_FOR_FIELD.get(f, f), "--" + f.replace("_", "-"))
-                                                       for f in HOW_IT_RUNS)
-            + " may change on resume."
+            "another --output-dir. What is evaluated (env, policy, seed, step cap, stop rule, observation format, "
+            "precision...) must match, and a larger -n extends the run; how it runs (batch size, vectorization, "
+            "workers, device, pipeline, graphs, threads, timeouts, videos...) may change on resume."
         )
     # A manifest is a file: it cannot grant trust, and the code it names needs this command's flag.
-    from fasteval.types.trust import check_env_ref, check_policy_ref
-
     # A reference repeated on this command line (equal to the manifest's, or refused above) is the command line's.
-    from fasteval.types.trust import COMMAND_LINE
+    from fasteval.types.trust import COMMAND_LINE, check_env_ref, check_policy_ref
 
     saved["trust_remote_code"] = bool(options.get("trust_remote_code"))
     manifest_source = f"the manifest {str(run_dir.path / 'manifest.json')!r}"
     check_env_ref(saved.get("env"), COMMAND_LINE if "env" in given else manifest_source, saved["trust_remote_code"])
     check_policy_ref(saved.get("policy"), COMMAND_LINE if "policy" in given else manifest_source,
                      saved["trust_remote_code"])
-    known = set(EvalSpec.__dataclass_fields__)
-    return EvalSpec(**{k: v for k, v in saved.items() if k in known})
+    return EvalSpec.from_dict(saved)
 
 
 def suite_command(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], out_dir: str | Path, files: FileOptions,

@@ -63,7 +63,7 @@ from fasteval.robot.metaworld import (  # noqa: F401  (re-exported: "fasteval.do
     METAWORLD_BENCHMARKS, METAWORLD_ENV_REF, METAWORLD_ENV_REFS, MetaWorldEnv, import_metaworld, make_metaworld_env,
     metaworld_task_description)
 from fasteval.types.eval_result import task_folder
-from fasteval.types.results import EpisodeTable, EvalResult
+from fasteval.types.results import EvalResult
 from fasteval.types.spec import EvalSpec
 
 
@@ -205,9 +205,7 @@ def run_suite(
         group, task_id, task = tasks[index]
         spec = specs[index].replace(policy=_policy_for(policy, policy_factory, concurrent))
         with Engine(spec) as engine, policy_eval_mode(engine.policy):
-            result = engine.run()
-        label_result(result, group, task_id, task.name or task.env)
-        return result
+            return engine.run(task=(group, task_id, task.name or task.env))
 
     start = perf_counter()
     if concurrent:
@@ -216,15 +214,6 @@ def run_suite(
     else:
         results = [run_one(i) for i in range(len(tasks))]
     return _merge(tasks, results, perf_counter() - start, concurrency)
-
-
-def label_result(result: EvalResult, group: str, task_id: Any, name: str) -> None:
-    """Label every episode and error of one task's result with its group, id and name."""
-    result.per_episode.set_task(group, task_id, name)  # the table is columnar: relabel it, not row copies
-    for error in result.errors:
-        error.update(task_group=group, task_id=task_id, task=name)
-    for block in result.meta.get("stopping_per_task", []):  # --stop-when: the task's stopping block
-        block.update(task_group=group, task_id=task_id, task=name)
 
 
 def video_budgets(k: int, select: str, n_episodes: Sequence[int]) -> list[int]:
@@ -243,46 +232,15 @@ def video_budgets(k: int, select: str, n_episodes: Sequence[int]) -> list[int]:
     return out
 
 
-def _merge(tasks: list[tuple[str, Any, Task]], results: list[EvalResult], eval_s: float, concurrency: int) -> EvalResult:
-    records = EpisodeTable.concat([result.per_episode for result in results])
-    timings: dict[str, float] = {}
-    for result in results:
-        for stage, seconds in result.timings.items():
-            timings[stage] = timings.get(stage, 0.0) + seconds
-    meta = dict(results[0].meta)
-    for key in ("env", "env_kwargs"):
-        meta.pop(key, None)
-    meta["suite"] = True
-    meta["concurrency"] = concurrency
-    meta.update(_suite_stopping(results))
-    meta["n_episodes"] = sum(r.meta.get("n_episodes", len(r.per_episode)) for r in results)
-    meta["tasks"] = [
-        {"task_group": group, "task_id": task_id, "task": task.name or task.env, "env": task.env,
-         "env_kwargs": {k: v for k, v in dict(task.env_kwargs).items() if k != "_key"},
-         "n_episodes": len(result.per_episode), "eval_s": result.eval_s, "status": result.meta.get("status")}
-        for (group, task_id, task), result in zip(tasks, results)
-    ]
-    merged = EvalResult(records, eval_s, timings, meta,
-                        video_paths=[p for r in results for p in r.video_paths],
-                        errors=[e for r in results for e in r.errors],
-                        n_failed=sum(r.n_failed for r in results))
-    data = {f"{group}/{task_id}": r.episode_data for (group, task_id, _), r in zip(tasks, results)
-            if r.episode_data is not None}
-    if data:
-        merged.episode_data = data
-    return merged
+def _merge(tasks: list[tuple[str, Any, Task]], results: list[EvalResult], eval_s: float, concurrency: int,
+           env: str | None = None) -> EvalResult:
+    """The suite's record: its tasks' records, merged by :func:`fasteval.run.record.merge_records`."""
+    from fasteval.run.record import merge_records
 
-
-def _suite_stopping(results: list[EvalResult]) -> dict[str, Any]:
-    """``--stop-when`` suites: every task stopped on its own; the tasks' blocks and the overall one."""
-    from fasteval.types.sequential.rules import overall_stopping
-
-    blocks = [block for r in results for block in r.meta.get("stopping_per_task", [])]
-    if not blocks:
-        return {}
-    column = "success" if blocks[0]["metric"] == "success" else "sum_reward"
-    outcomes = [r.column(column) for r in results if r.meta.get("stopping_per_task")]
-    return {"stopping_per_task": blocks, "stopping": overall_stopping(blocks, outcomes)}
+    labels = [{"task_group": group, "task_id": task_id, "task": task.name or task.env, "env": task.env,
+               "env_kwargs": {k: v for k, v in dict(task.env_kwargs).items() if k != "_key"}}
+              for group, task_id, task in tasks]
+    return merge_records(labels, results, eval_s, concurrency, env=env)
 
 
 # -- several tasks from one command line --------------------------------------------------------------
@@ -322,17 +280,25 @@ def suite_from_spec(spec: EvalSpec) -> dict[str, dict[int, Task]] | None:
     return None
 
 
-@dataclass
+@dataclass(frozen=True)
 class SuiteOutcome:
-    """A command-line suite: the merged result, its status, and each task's run folder."""
+    """A command-line suite: the merged record (its ``meta["status"]`` is the suite's end state: the first
+    task's that did not complete), and each task's run folder."""
 
     result: EvalResult
-    status: str
     folders: list[Path]
     error: BaseException | None = None
     signal_number: int | None = None
     resumed_episodes: int = 0
     """Episodes recorded by earlier segments (a suite is not resumed as one run: 0), as a durable run's outcome says."""
+    wrote: tuple[str, ...] = ("eval_info.json",)
+    """The suite's own end files that were written (its merged ``eval_info.json``)."""
+    logged: int | None = None
+    """None: each task's run folder logs its own records (a durable run's outcome counts them)."""
+
+    @property
+    def status(self) -> str:
+        return self.result.meta["status"]
 
 
 def run_suite_durable(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], out_dir: str | Path,
@@ -356,7 +322,7 @@ def run_suite_durable(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], ou
     tasks = flatten_suite(suite)
     budgets = video_budgets(spec.max_episodes_rendered, spec.video_select, [spec.n_episodes] * len(tasks))
     videos_root = Path(spec.videos_dir or out_dir / "videos")
-    results, folders, status, error, signal_number = [], [], STATUS_COMPLETE, None, None
+    results, folders, error, signal_number = [], [], None, None
     start = perf_counter()
     for (group, task_id, task), budget in zip(tasks, budgets):
         label = task_folder(group, task_id)
@@ -370,17 +336,23 @@ def run_suite_durable(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], ou
                 from fasteval.robot.recording import check_renderable
 
                 check_renderable(engine)
-            outcome = run_durable(engine, run_dir, resume=resume, announce=announce)
-        label_result(outcome.result, group, task_id, task.name or task.env)
+            outcome = run_durable(engine, run_dir, resume=resume, announce=announce,
+                                  task=(group, task_id, task.name or task.env))
         results.append(outcome.result)
         folders.append(folder)
         if outcome.status != STATUS_COMPLETE:
-            status, error, signal_number = outcome.status, outcome.error, outcome.signal_number
+            error, signal_number = outcome.error, outcome.signal_number
             break
-    merged = _merge(tasks[: len(results)], results, perf_counter() - start, 1)
-    merged.meta["env"] = ", ".join(f"{group}/{task.name or task.env}" for group, _, task in tasks)
-    merged.to_json(out_dir / "eval_info.json")
-    return SuiteOutcome(merged, status, folders, error, signal_number)
+    merged = _merge(tasks[: len(results)], results, perf_counter() - start, 1,
+                    env=", ".join(f"{group}/{task.name or task.env}" for group, _, task in tasks))
+    wrote: tuple[str, ...] = ("eval_info.json",)
+    try:
+        merged.to_json(out_dir / "eval_info.json")
+    except OSError as exc:  # a full disk: the tasks' folders hold their records; say only what was written
+        from fasteval.run.record_file import write_error
+
+        error, wrote = error or write_error(out_dir / "eval_info.json", exc, out_dir), ()
+    return SuiteOutcome(merged, folders, error, signal_number, wrote)
 
 
 # -- MetaWorld suites -------------------------------------------------------------------------------

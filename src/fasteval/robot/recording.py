@@ -354,10 +354,11 @@ class VideoRecorder(StepObserver):
                     self._discard(slot)
                 raise
 
-    def finish(self, result: Any) -> None:
+    def finish(self) -> dict[str, Any]:
+        """Close the open videos; what this recorder made: ``{"video_paths": [...]}`` in episode order."""
         for slot in list(self.open):
             self._close(slot)
-        result.video_paths = [self.done[e] for e in sorted(self.done)]
+        return {"video_paths": [self.done[e] for e in sorted(self.done)]}
 
 
 class EpisodeDataRecorder(StepObserver):
@@ -438,8 +439,9 @@ class EpisodeDataRecorder(StepObserver):
             return {k: torch.from_numpy(np.array(v[slot])).to(device) for k, v in obs.items()}
         return torch.from_numpy(np.array(obs[slot])).to(device)
 
-    def finish(self, result: Any) -> None:
-        result.episode_data = self.assemble()
+    def finish(self) -> dict[str, Any]:
+        """What this recorder made: ``{"episode_data": TensorDict}``."""
+        return {"episode_data": self.assemble()}
 
     def assemble(self) -> Any:
         """The reported episodes' steps, sorted by episode then frame, in TorchRL's layout (module docstring)."""
@@ -518,9 +520,12 @@ class Recorders(StepObserver):
         for observer in self.observers:
             observer.on_step(active, actions, parked)
 
-    def finish(self, result: Any) -> None:
+    def finish(self) -> dict[str, Any]:
+        """Every recorder's outputs, merged (the record of the run is built from them)."""
+        out: dict[str, Any] = {}
         for part in self.parts:
-            part.finish(result)
+            out.update(part.finish())
+        return out
 
 
 def attach_recorders(engine: Any, ledger: Any, observer: StepObserver | None) -> StepObserver | None:
@@ -539,7 +544,7 @@ def attach_recorders(engine: Any, ledger: Any, observer: StepObserver | None) ->
     return Recorders(parts, observer) if parts else observer
 
 
-def finish_recorders(observer: Any, result: Any) -> None:
-    """Close videos and assemble episode data into ``result`` (no-op without recorders)."""
-    if isinstance(observer, Recorders):
-        observer.finish(result)
+def finish_recorders(observer: Any) -> dict[str, Any]:
+    """Close videos and assemble episode data: ``{"video_paths": [...], "episode_data": ...}`` as the spec
+    asked (``{}`` without recorders)."""
+    return observer.finish() if isinstance(observer, Recorders) else {}

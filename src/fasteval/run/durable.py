@@ -2,11 +2,13 @@
 
 Used by the CLI. The sequence:
 
-1. nothing is written until the run has passed its dry run: ``manifest.json`` (status
-   ``running``) is written just before the first record (a finished episode or an error), so a
-   run that fails its dry run leaves the folder as it was, free for the next run. A resumed run
-   checks that its spec and policy digest match the manifest, and runs only the episodes that
-   are not in ``episodes.jsonl`` yet;
+1. nothing is written, not even the folder, until the run has passed its dry run: the folder, its lock
+   and ``manifest.json`` (status ``running``) are made just before the first record (a finished episode
+   or an error), so a run that does not start (a failed dry run, a crash or a kill before its first
+   episode) leaves no folder behind, and one that fails its dry run leaves an existing folder as it was.
+   A resumed run takes the folder's lock first, checks that its *what* and policy digest match the
+   manifest (any *how* may change; a larger ``n_episodes`` extends the run), and runs only the
+   episodes that are not in ``episodes.jsonl`` yet;
 2. finished episodes are appended to ``episodes.jsonl`` by a group commit
    (:class:`GroupCommitLog`): the records of the episodes finished in a step are buffered
    together, and each group is encoded at once and written with one ``write``; that happens when
@@ -16,9 +18,15 @@ Used by the CLI. The sequence:
    A kill (SIGKILL, power loss of the process) loses at most that window; ``--resume`` reruns
    exactly the episodes that are not in the log;
 3. the first SIGINT/SIGTERM stops starting new episodes (in-flight ones finish and are kept);
-   a second one stops at once;
-4. at the end, ``eval_info.json`` is written atomically from *all* recorded episodes (earlier
-   segments included), and the manifest gets its final status.
+   a second one stops at once. If no env step lands for ``stop_grace_s`` seconds after the first (a hung
+   policy or env call), the run stops as a second signal would; a call stuck in C that even that cannot
+   interrupt ends the process after the records are flushed and the manifest says ``interrupted``;
+4. at the end, the one record of the run is built (:func:`fasteval.run.record.build_record`, with the
+   final flush's outcome: a write that failed makes the run ``failed``), ``eval_info.json`` is written
+   atomically from it (earlier segments included), then the manifest with the same status. A file
+   that cannot be written is not there (and a previous segment's ``eval_info.json`` is removed when a
+   resumed segment starts), so the folder never holds an ``eval_info.json`` that disagrees with its
+   manifest.
 
 Around all of it, the folder is locked (:mod:`fasteval.run.folder_lock`): a second process on it
 exits 2 naming the holder. Every record carries the run's ``run_id``; a resume refuses records of
@@ -32,7 +40,6 @@ prints the resume command and ends the process with exit code 1.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -42,47 +49,46 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
+from fasteval.core.outcome import Segment, SegmentAborted
 from fasteval.run.engine import Engine
 from fasteval.run.folder_lock import FolderLock
 from fasteval.run.provenance import collect_provenance
-from fasteval.types.errors import EvaluationAborted, FastevalError, UserInputError
+from fasteval.run.record import EpisodeRows, Label, build_record, default_label, manifest_document
+from fasteval.types.errors import FastevalError, UserInputError
 from fasteval.types.results import (STATUS_COMPLETE, STATUS_FAILED, STATUS_INTERRUPTED, STATUS_RUNNING,  # noqa: F401
                                     EarlierSegments, EpisodeTable, EvalResult)
-from fasteval.run.rundir import RunDirectory, RunIdentity, check_resumable, format_records, policy_digest, resume_command
+from fasteval.run.rundir import (EVAL_INFO, MANIFEST, RunDirectory, RunIdentity, check_resumable, format_records,
+                                  policy_digest, resume_command)
 from fasteval.types.spec import EvalSpec
 
 
-
-@dataclass
+@dataclass(frozen=True)
 class DurableOutcome:
-    """What happened: the merged result, the final status, and the signal that stopped it (if any)."""
+    """What happened: the run's record, the signal that stopped it (if any), what reached the folder."""
 
     result: EvalResult
-    status: str
+    """The one record of the run (earlier segments included); its ``meta["status"]`` is the end state."""
     signal_number: int | None = None
     error: BaseException | None = None
     resumed_episodes: int = 0
     notes: list[str] = field(default_factory=list)
+    logged: int = 0
+    """Episodes recorded in ``episodes.jsonl`` at the end (earlier segments' included): what a resume keeps."""
+    wrote: tuple[str, ...] = ()
+    """The end files that were written (``eval_info.json``, ``manifest.json``); a write that failed is not here."""
+
+    @property
+    def status(self) -> str:
+        """The run's end state (the record's, which the manifest and ``eval_info.json`` repeat)."""
+        return self.result.meta["status"]
 
 
-def manifest_fields(spec: EvalSpec, engine: Engine) -> dict[str, Any]:
-    from fasteval.version import __version__
-
-    return {
-        "env": spec.env,
-        "env_kwargs": spec.env_kwargs,
-        "policy": spec.to_dict()["policy"],
-        "policy_digest": policy_digest(engine.policy, spec.policy),
-        "seed": spec.seed,
-        "n_episodes": spec.n_episodes,
-        "max_steps": engine.max_steps,
-        "batch_size": spec.batch_size,
-        "vectorization": spec.vectorization,
-        "fasteval_version": __version__,
-        # a --stop-when run: its rule must match on resume (its -n, the cap, may grow)
-        **({"stop_when": spec.stop_when, "confidence": spec.confidence,
-            "return_bounds": list(spec.return_bounds) if spec.return_bounds else None} if spec.stop_when else {}),
-    }
+def run_identity(spec: EvalSpec, engine: Engine) -> dict[str, Any]:
+    """What the manifest holds besides the spec and must match on resume: the policy's weight digest and
+    the step cap the env resolved to."""
+    return {"policy_digest": policy_digest(engine.policy, spec.policy), "max_steps": engine.max_steps}
 
 
 @dataclass(frozen=True)
@@ -128,6 +134,8 @@ class GroupCommitLog:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.groups_written = 0
+        self.records_written = 0
+        """Records that reached the file (a group whose write failed is not counted: it is not there)."""
         if background:
             self._thread = threading.Thread(target=self._run, name="fasteval-log-flush", daemon=True)
             self._thread.start()
@@ -178,6 +186,7 @@ class GroupCommitLog:
             records = self.render(records)
         self.write(format_records(records))
         self.groups_written += 1
+        self.records_written += len(records)
 
     def _run(self) -> None:
         while not self._stop.wait(self.policy.max_delay_s / 2):
@@ -193,13 +202,24 @@ class GroupCommitLog:
             raise error
 
 
-class _StopOnSignal:
-    """First SIGINT/SIGTERM: stop starting episodes. Second: raise KeyboardInterrupt (stop now)."""
+HARD_STOP_S = 5.0
+"""Seconds the grace's second signal may take to stop the run before the process is ended instead (a call
+stuck in C never returns to Python, so it never sees the signal)."""
 
-    def __init__(self, engine: Engine, announce: Callable[[str], None]):
-        self.engine, self.announce = engine, announce
+
+class _StopOnSignal:
+    """First SIGINT/SIGTERM: stop starting episodes. Second: raise KeyboardInterrupt (stop now). After the
+    first, a thread watches the run: when no env step lands for ``grace_s`` seconds (a hung call), it sends
+    the second signal itself; if the run has not ended :data:`HARD_STOP_S` later, ``hard_stop(signum)``
+    ends the process (the records flushed, the manifest ``interrupted``)."""
+
+    def __init__(self, engine: Engine, announce: Callable[[str], None], grace_s: float,
+                 hard_stop: Callable[[int], None]):
+        self.engine, self.announce, self.grace_s, self.hard_stop = engine, announce, float(grace_s), hard_stop
         self.received: int | None = None
         self._previous: dict[int, Any] = {}
+        self._ended = threading.Event()
+        self._main = threading.main_thread().ident
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.received is not None:
@@ -207,7 +227,31 @@ class _StopOnSignal:
         self.received = signum
         self.engine.stop_starting()
         self.announce(f"{signal.Signals(signum).name} received: finishing the episodes in flight, starting no new ones "
-                      f"(send it again to stop at once).")
+                      f"(send it again to stop at once; without an env step for {self.grace_s:g} s, it stops by "
+                      f"itself, --stop-grace).")
+        threading.Thread(target=self._watch, args=(signum,), name="fasteval-stop-grace", daemon=True).start()
+
+    def _progress(self) -> bytes:
+        """What changes with every env step that lands: the slots' step counts and the next episode."""
+        ledger = self.engine.ledger
+        if ledger is None:
+            return b""
+        return ledger.acc_len.tobytes() + np.int64(ledger.next_episode).tobytes()
+
+    def _watch(self, signum: int) -> None:
+        last, quiet_since = self._progress(), time.monotonic()
+        poll = min(1.0, max(0.01, self.grace_s / 20))
+        while not self._ended.wait(poll):
+            now = self._progress()
+            if now != last:
+                last, quiet_since = now, time.monotonic()
+            elif time.monotonic() - quiet_since >= self.grace_s:
+                self.announce(f"no env step landed for {self.grace_s:g} s after {signal.Signals(signum).name} (a hung "
+                              f"policy or env call): stopping as a second signal would. Every finished episode is kept.")
+                signal.pthread_kill(self._main, signum)
+                if not self._ended.wait(HARD_STOP_S):
+                    self.hard_stop(signum)
+                return
 
     def __enter__(self) -> "_StopOnSignal":
         if threading.current_thread() is threading.main_thread():
@@ -216,112 +260,178 @@ class _StopOnSignal:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        self._ended.set()
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
 
 
+class FolderUnavailable(FastevalError, RuntimeError):
+    """The run folder could not be set up at the first record (another process holds it, it is unusable):
+    raised through the engine, which keeps what finished; the durable run then writes nothing and reports
+    the cause (:attr:`_SegmentLog.unavailable`, exit 2)."""
+
+
 class _SegmentLog:
     """This segment's writes to the run folder. Nothing is written before the first record (a finished
-    episode or an error: the dry run has passed); then the manifest (status ``running``), then the logs."""
+    episode or an error: the dry run has passed); then the folder (with its lock), the manifest (status
+    ``running``), then the logs."""
 
-    def __init__(self, engine: Engine, run_dir: RunDirectory, fields: dict[str, Any], segments: list[dict[str, Any]],
+    def __init__(self, engine: Engine, run_dir: RunDirectory, identity: dict[str, Any], segments: list[dict[str, Any]],
                  flush_policy: FlushPolicy, on_finished: Callable[[Any, Any], None] | None,
-                 announce: Callable[[str], None] = lambda message: None):
-        self.engine, self.run_dir, self.fields, self.segments = engine, run_dir, fields, segments
+                 announce: Callable[[str], None], lock: FolderLock, resume: bool, label: Label):
+        self.engine, self.run_dir, self.identity, self.segments = engine, run_dir, identity, segments
         self.flush_policy, self.on_finished, self.announce = flush_policy, on_finished, announce
-        self.run_id = fields["run_id"]
+        self.lock, self.resume, self.label = lock, resume, label
+        self.run_id = identity["run_id"]
         self.log: GroupCommitLog | None = None
+        self.rows: EpisodeRows | None = None
+        self.created_folder = False
+        self.owns_folder = False
+        """A new run's folder, once locked and found free: what :meth:`undo` may clean up."""
+        self.unavailable: UserInputError | None = None
+        """Why the folder could not be set up at the first record (held by another process...): nothing is written."""
+
+    @property
+    def started(self) -> bool:
+        return self.log is not None
+
+    @property
+    def written(self) -> int:
+        """Records of this segment in ``episodes.jsonl``."""
+        return self.log.records_written if self.log is not None else 0
 
     def start(self) -> GroupCommitLog:
         if self.log is None:
-            for name, n in self.run_dir.cut_torn_tails().items():
-                self.announce(f"{name} ended in a torn line (an interrupted write): cut {n} bytes back to its last "
-                              f"complete record before appending.")
-            self.run_dir.open_logs()
-            self.write_manifest(STATUS_RUNNING)
-            # ledger rows are buffered; the engine's one record builder turns each group into records
-            self.log = GroupCommitLog(self.run_dir.append_episode_text, self.flush_policy, render=self._render)
+            if self.unavailable is not None:
+                raise FolderUnavailable(str(self.unavailable))
+            try:
+                self._open()
+            except UserInputError as exc:  # the folder is another process's, or unusable: this run writes nothing
+                self.unavailable = exc
+                raise FolderUnavailable(str(exc)) from None
         return self.log
 
+    def _open(self) -> None:
+        """The folder (a new run's, with its lock), the record files, the manifest (status ``running``)."""
+        if not self.resume:  # a new run: its folder and lock now (a run that never got here left nothing)
+            self.created_folder = not self.run_dir.path.exists()
+            try:
+                self.run_dir.path.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise UserInputError(f"cannot create the output folder {self.run_dir.path}: "
+                                     f"{exc.strerror or exc}. Choose another --output-dir.") from None
+            self.lock.acquire()  # a second process on the folder exits 2 naming us
+            check_new_folder(self.run_dir)  # again, under the lock
+            self.owns_folder = True
+        for name, n in self.run_dir.cut_torn_tails().items():
+            self.announce(f"{name} ended in a torn line (an interrupted write): cut {n} bytes back to its last "
+                          f"complete record before appending.")
+        self.run_dir.open_logs()
+        self.run_dir.remove_eval_info()  # an earlier segment's end: this segment is running now
+        self.write_manifest(STATUS_RUNNING)
+        # ledger rows are buffered; the run layer's one record builder turns each group into records
+        self.log = GroupCommitLog(self.run_dir.append_episode_text, self.flush_policy, render=self._render)
+
     def _render(self, rows: list[int]) -> list[dict[str, Any]]:
-        records = self.engine.records(self.engine.ledger, rows).to_list()
-        for record in records:
-            record["run_id"] = self.run_id
-        return records
+        return self.rows.table(rows, run_id=self.run_id).to_list()
 
     def finished(self, ledger: Any, rows: Any) -> None:
         """The engine's ``on_finished``: buffer the rows (their records are built when written)."""
+        if self.rows is None or self.rows.ledger is not ledger:
+            self.rows = EpisodeRows(ledger, self.label)
         self.start().add(rows.tolist())
         if self.on_finished is not None:
             self.on_finished(ledger, rows)
 
     def error(self, record: dict[str, Any]) -> None:
-        """The engine's ``on_error``: the record (stamped with the run id, in the result's errors too) to errors.jsonl."""
+        """The engine's ``on_error``: the fault record, stamped with the run id, to errors.jsonl."""
         self.start()
-        record["run_id"] = self.run_id
-        self.run_dir.append_errors([record])
+        self.run_dir.append_errors([{**record, "run_id": self.run_id}])
 
     def expire(self, cause: str) -> None:
         """The watchdog's expiry (from its thread; the engine's thread is stuck in the hung call): flush the
         records, mark the manifest ``failed`` with the cause, say how to resume, end the process (exit 1)."""
         from fasteval.core.watchdog import EXIT_CODE
 
+        self.end_now(STATUS_FAILED, TimeoutError(cause),
+                     f"Error: {cause}. A hung call cannot be interrupted in its thread, so the run ends here", EXIT_CODE)
+
+    def hard_stop(self, signum: int) -> None:
+        """The stop grace's last resort (from its thread; the engine's thread is stuck in a call that did not
+        see the signal): as :meth:`expire`, with the manifest ``interrupted`` and exit code 128 + ``signum``."""
+        name = signal.Signals(signum).name
+        self.end_now(STATUS_INTERRUPTED, KeyboardInterrupt(f"{name}: a call did not return within the stop grace"),
+                     f"{name}: a call did not return after the stop grace and the second signal, so the run ends "
+                     f"here", 128 + signum)
+
+    def end_now(self, status: str, error: BaseException, message: str, exit_code: int) -> None:
+        """Flush the records, write the manifest with ``status``, print ``message`` and the resume command,
+        end the process with ``exit_code`` (the engine's thread is stuck: nothing else can end the run)."""
         try:
-            self.close()
-            self.run_dir.close()
-            self.write_manifest(STATUS_FAILED, TimeoutError(cause))
-            self.announce(f"Error: {cause}. A hung call cannot be interrupted in its thread, so the run ends here; "
-                          f"every finished episode is in {self.run_dir.path}. Resume with:\n"
-                          f"  {resume_command(self.run_dir.path, self.engine.spec)}")
+            if self.log is not None:
+                self.close()
+                self.run_dir.close()
+                self.write_manifest(status, error)
+            where = (f"every finished episode is in {self.run_dir.path}. Resume with:\n"
+                     f"  {resume_command(self.run_dir.path, self.engine.spec)}") if self.log is not None else \
+                "no episode had finished, so nothing was written."
+            self.announce(f"{message}; {where}")
             sys.stdout.flush()
             sys.stderr.flush()
         finally:
-            os._exit(EXIT_CODE)
+            os._exit(exit_code)
 
     def write_manifest(self, status: str, error: BaseException | None = None) -> None:
-        self.run_dir.write_manifest({**self.fields, "spec": self.engine.spec.to_dict(), "status": status,
-                                     "segments": self.segments,
-                                     **({"error": f"{type(error).__name__}: {error}"} if error is not None else {})})
+        self.run_dir.write_manifest(manifest_document(self.engine.spec, self.identity, status, self.segments, error))
 
     def close(self) -> None:
         """Every buffered record reaches the file (safe to call twice)."""
         if self.log is not None:
             self.log.close()
 
-    def undo(self, original_manifest: dict[str, Any] | None, folder_existed: bool) -> None:
-        """The dry run failed: leave the folder as it was before this segment."""
-        if self.log is None:
-            return
-        self.log.close()
+    def undo(self, original_manifest: dict[str, Any] | None) -> None:
+        """The run did not start (its dry run failed, its folder could not be set up): leave the folder as it
+        was before this segment, and a new run's folder not there at all."""
+        if self.log is not None:
+            self.log.close()
         self.run_dir.close()
-        if original_manifest is not None:
-            self.run_dir.write_manifest(original_manifest)
-        else:
-            self.run_dir.remove_new_run(remove_folder=not folder_existed)
+        if self.resume:
+            if self.log is not None and original_manifest is not None:
+                self.run_dir.write_manifest(original_manifest)
+        elif self.owns_folder:
+            self.run_dir.remove_new_run(remove_folder=self.created_folder)
 
 
-def _earlier_segments(run_dir: RunDirectory, fields: dict[str, Any], n_episodes: int,
+def check_new_folder(run_dir: RunDirectory) -> None:
+    """A new run's folder must hold no run (no manifest, no records): UserInputError with the fix."""
+    if run_dir.has_manifest():
+        raise UserInputError(f"{run_dir.path} already holds a fasteval run. Pass --resume {run_dir.path} to finish it, "
+                             f"or choose another --output-dir.")
+    if run_dir.has_records():
+        raise UserInputError(f"{run_dir.path} holds fasteval records (episodes.jsonl or errors.jsonl) but no "
+                             f"manifest.json: they belong to some other run, and a new run would mix its records "
+                             f"with theirs. Choose another --output-dir, or remove those files.")
+
+
+def _earlier_segments(run_dir: RunDirectory, spec: EvalSpec, identity: dict[str, Any],
                       resume: bool) -> tuple[dict[str, Any] | None, EarlierSegments, list[dict[str, Any]]]:
     """``(original manifest, what earlier segments recorded, their segment list)``; for a new run,
     checks that the folder holds no run yet (no manifest, no records), and gives it a run id; a resume
     takes the manifest's and refuses records of another run. Raises :class:`UserInputError` with the fix."""
     if not resume:
-        if run_dir.has_manifest():
-            raise UserInputError(f"{run_dir.path} already holds a fasteval run. Pass --resume {run_dir.path} to finish it, "
-                                 f"or choose another --output-dir.")
-        if run_dir.has_records():
-            raise UserInputError(f"{run_dir.path} holds fasteval records (episodes.jsonl or errors.jsonl) but no "
-                                 f"manifest.json: they belong to some other run, and a new run would mix its records "
-                                 f"with theirs. Choose another --output-dir, or remove those files.")
-        fields["run_id"] = uuid.uuid4().hex
+        if run_dir.path.exists():
+            check_new_folder(run_dir)
+        identity["run_id"] = uuid.uuid4().hex
         return None, EarlierSegments(EpisodeTable.empty()), []
     manifest = run_dir.read_manifest()
-    check_resumable(manifest, fields, run_dir.path)
-    fields["run_id"] = manifest.get("run_id")  # None: a run folder of an older fasteval, whose records carry none
-    identity = RunIdentity(fields["run_id"], manifest["seed"], n_episodes)
-    done = run_dir.records(identity)
+    check_resumable(manifest, spec, identity, run_dir.path)
+    identity["run_id"] = manifest.get("run_id")  # None: a run folder of an older fasteval, whose records carry none
+    seed = manifest["what"]["seed"] if "what" in manifest else manifest["seed"]
+    done = run_dir.records(RunIdentity(identity["run_id"], seed, spec.n_episodes))
     segments = list(manifest.get("segments", []))
-    return manifest, EarlierSegments(EpisodeTable.from_records(done), sum(s["eval_s"] for s in segments), len(segments)), segments
+    earlier = EarlierSegments(EpisodeTable.from_records(done), sum(s["eval_s"] for s in segments), len(segments),
+                              n_cancelled=sum(int(s.get("n_cancelled", 0)) for s in segments))
+    return manifest, earlier, segments
 
 
 def run_durable(
@@ -331,68 +441,94 @@ def run_durable(
     on_finished: Callable[[Any, Any], None] | None = None,
     announce: Callable[[str], None] = lambda message: print(message, file=sys.stderr),
     flush_policy: FlushPolicy = FlushPolicy(),
+    task: Label | None = None,
 ) -> DurableOutcome:
-    """Run ``engine.spec`` into ``run_dir`` (see the module docstring).
+    """Run ``engine.spec`` into ``run_dir`` (see the module docstring); ``task``: the label of its records
+    (a suite's task; default: the env's names).
 
     Loses no finished episode on a normal exit, an error or a signal, and at most
     ``flush_policy``'s window on a kill. Raises :class:`~fasteval.types.errors.UserInputError` (the
     folder holds another run, the resume does not match, the dry run failed) with the folder
-    left as it was. The result is the engine's, built once: it folds in the earlier segments.
+    left as it was (a new run's folder not made at all). The record is built once, from the engine's
+    segment, the earlier segments and the final flush (:func:`fasteval.run.record.build_record`).
     """
-    folder_existed = run_dir.path.exists()
+    lock = FolderLock(run_dir.path)
     try:
-        run_dir.path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserInputError(f"cannot create the output folder {run_dir.path}: {exc.strerror or exc}. "
-                             f"Choose another --output-dir.") from None
-    lock = FolderLock(run_dir.path).acquire()  # held to the last write; a second process exits 2 naming us
-    try:
-        return _run_locked(engine, run_dir, resume, on_finished, announce, flush_policy, folder_existed)
-    except UserInputError:
-        if not folder_existed or not run_dir.has_manifest():
-            lock.remove()  # nothing of this run is there: leave the folder as it was
-            if not folder_existed:
-                try:
-                    run_dir.path.rmdir()
-                except OSError:
-                    pass
-        raise
+        if resume:
+            if not run_dir.path.is_dir():
+                run_dir.read_manifest()  # raises: "no manifest.json there"
+            lock.acquire()  # before anything is read: a second process on the folder exits 2 naming us
+        return _run(engine, run_dir, resume, on_finished, announce, flush_policy, lock, task)
     finally:
         lock.release()
 
 
-def _run_locked(engine: Engine, run_dir: RunDirectory, resume: bool, on_finished: Callable[[Any, Any], None] | None,
-                announce: Callable[[str], None], flush_policy: FlushPolicy, folder_existed: bool) -> DurableOutcome:
+def _run(engine: Engine, run_dir: RunDirectory, resume: bool, on_finished: Callable[[Any, Any], None] | None,
+         announce: Callable[[str], None], flush_policy: FlushPolicy, lock: FolderLock,
+         task: Label | None) -> DurableOutcome:
     spec = engine.spec
-    fields = manifest_fields(spec, engine)
-    original_manifest, earlier, segments = _earlier_segments(run_dir, fields, spec.n_episodes, resume)
+    identity = run_identity(spec, engine)
+    original_manifest, earlier, segments = _earlier_segments(run_dir, spec, identity, resume)
     this_segment = collect_provenance()  # the command, versions, git commit, machine and date (the report shows them)
-    fields["provenance"] = (original_manifest or {}).get("provenance") or this_segment  # the run's first segment
+    identity["provenance"] = (original_manifest or {}).get("provenance") or this_segment  # the run's first segment
     done_ix = set(earlier.records.column("episode_ix").tolist())
     missing = [i for i in range(spec.n_episodes) if i not in done_ix] if done_ix else None  # None: all, no O(n) list
-    log = _SegmentLog(engine, run_dir, fields, segments, flush_policy, on_finished, announce)
+    log = _SegmentLog(engine, run_dir, identity, segments, flush_policy, on_finished, announce, lock, resume,
+                      task if task is not None else default_label(spec))
     engine.watchdog.on_expire = log.expire
-    error: BaseException | None = None
-    with _StopOnSignal(engine, announce) as stopper:
+    with _StopOnSignal(engine, announce, spec.stop_grace_s, log.hard_stop) as stopper:
         try:
-            result = engine.run(episodes=missing, on_finished=log.finished, on_error=log.error, earlier=earlier)
-        except EvaluationAborted as exc:
-            result, error = exc.partial, exc.__cause__ or exc
-        except UserInputError:  # the dry run failed: nothing was evaluated
-            log.undo(original_manifest, folder_existed)
+            segment = engine.run_segment(episodes=missing, on_finished=log.finished, on_error=log.error, earlier=earlier)
+        except SegmentAborted as exc:
+            segment = exc.segment
+            if log.unavailable is not None:  # the folder is not this run's to write: nothing was recorded
+                log.undo(original_manifest)
+                raise log.unavailable from None
+        except UserInputError:  # the dry run failed: nothing of this run was recorded
+            _kept_first(None, log.close)
+            log.undo(original_manifest)
             raise
-        finally:
-            error = _kept_first(error, log.close)
-    error = _kept_first(error, lambda: (log.start(), log.close()))
+        except BaseException:
+            _kept_first(None, log.close)
+            raise
+        write_error = _kept_first(None, lambda: (log.start(), log.close()))  # the final flush
     run_dir.close()
-    status = STATUS_FAILED if isinstance(error, FastevalError) else result.meta["status"]  # a write failed
-    segments.append({"episodes": len(result.per_episode) - len(earlier.records),
-                     "eval_s": result.eval_s - earlier.eval_s, "status": status,
-                     "command": this_segment["command"], "started_at": this_segment["date"]})
-    wrote = _kept_first(None, lambda: run_dir.write_eval_info(result.eval_info_document()))  # streamed
-    error, status = (error or wrote, STATUS_FAILED) if wrote is not None else (error, status)
-    _kept_first(None, lambda: log.write_manifest(status, error))  # disk full: it may not be writable either
-    return DurableOutcome(result, status, stopper.received, error, resumed_episodes=len(earlier.records))
+    if log.unavailable is not None:  # the folder could not be set up: this run wrote nothing there
+        log.undo(original_manifest)
+        raise log.unavailable
+    return _finish(spec, segment, earlier, log, write_error, stopper.received, this_segment, task)
+
+
+def _finish(spec: EvalSpec, segment: Segment, earlier: EarlierSegments, log: _SegmentLog,
+            write_error: BaseException | None, signal_number: int | None, this_segment: dict[str, Any],
+            task: Label | None) -> DurableOutcome:
+    """Build the record, write ``eval_info.json`` and the manifest from it, say what reached the folder."""
+    run_dir = log.run_dir
+
+    def build(write_failure: BaseException | None) -> EvalResult:
+        return build_record(spec, segment, earlier=earlier, task=task, write_error=write_failure, run_id=log.run_id)
+
+    record = build(write_error)
+    wrote: list[str] = []
+    info_error = _kept_first(None, lambda: run_dir.write_eval_info(record.eval_info_document()))  # streamed
+    if info_error is None:
+        wrote.append(EVAL_INFO)
+    else:  # the run's results are not all kept: it ended failed (the same builder, one decision)
+        record = build(write_error or info_error)
+    error = segment.error or write_error or info_error
+    log.segments.append({"episodes": len(record.per_episode) - len(earlier.records),
+                         "eval_s": record.eval_s - earlier.eval_s, "status": record.meta["status"],
+                         "n_cancelled": int(segment.ledger.n_cancelled),
+                         "command": this_segment["command"], "started_at": this_segment["date"]})
+    manifest_error = _kept_first(None, lambda: log.write_manifest(record.meta["status"], error))
+    if manifest_error is None:
+        wrote.append(MANIFEST)
+    elif info_error is None:  # eval_info.json says an end the manifest does not: take it back
+        _kept_first(None, run_dir.remove_eval_info)
+        wrote.remove(EVAL_INFO)
+        record = build(manifest_error)
+    return DurableOutcome(record, signal_number, error or manifest_error, resumed_episodes=len(earlier.records),
+                          logged=len(earlier.records) + log.written, wrote=tuple(wrote))
 
 
 def _kept_first(error: BaseException | None, write: Callable[[], Any]) -> BaseException | None:

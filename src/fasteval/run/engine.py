@@ -11,22 +11,30 @@ the layer above core and hands them to it:
 * the recorders (:mod:`fasteval.robot.recording`: videos, episode data);
 * the env kinds (:mod:`fasteval.robot.env_kinds`: plugin namespaces, headless rendering, and envs beyond
   gymnasium through :func:`fasteval.robot.torchrl.envs.adapt_env`: TorchRL envs, live or by constructor,
-  single or batched).
+  single or batched);
+
+and builds the one record of each run from what the core engine hands up (:mod:`fasteval.run.record`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Sequence
+
+import numpy as np
 
 from fasteval.core.engine import CoreEngine
+from fasteval.core.ledger import Ledger
+from fasteval.core.outcome import SegmentAborted
 from fasteval.core.protocols import StepObserver
 from fasteval.robot.env_kinds import ENV_KINDS
-from fasteval.robot.env_names import task_names
 from fasteval.robot.fast_envs import env_note
 from fasteval.robot.policies.loaders import load_policy
 from fasteval.robot.policies.runner import build_policy_runner
 from fasteval.robot.recording import attach_recorders, finish_recorders
-from fasteval.types.spec import EvalSpec, env_label
+from fasteval.run.record import Label, build_record
+from fasteval.types.errors import EvaluationAborted
+from fasteval.types.results import EarlierSegments, EvalResult
+from fasteval.types.spec import EvalSpec
 
 
 class FastevalParts:
@@ -47,13 +55,8 @@ class FastevalParts:
     def attach_observers(self, engine: Any, ledger: Any, observer: StepObserver | None) -> StepObserver | None:
         return attach_recorders(engine, ledger, observer)
 
-    def finish_observers(self, observer: StepObserver | None, result: Any) -> None:
-        finish_recorders(observer, result)
-
-    def task_names(self, spec: EvalSpec) -> tuple[str, str]:
-        if not isinstance(spec.env, str):  # a live env object or factory
-            return env_label(spec.env), env_label(spec.env)
-        return task_names(spec.env, spec.env_kwargs)
+    def finish_observers(self, observer: StepObserver | None) -> dict[str, Any]:
+        return finish_recorders(observer)
 
     def env_meta(self, spec: EvalSpec) -> dict[str, Any]:
         note = env_note(spec.env) if isinstance(spec.env, str) else None
@@ -69,3 +72,30 @@ class Engine(CoreEngine):
     def __init__(self, spec: EvalSpec, n_slots: int | None = None, pin_memory: bool = True,
                  parts: Any = PARTS):
         super().__init__(spec, parts, n_slots=n_slots, pin_memory=pin_memory)
+
+    def run(
+        self,
+        n_episodes: int | None = None,
+        seed: int | None = None,
+        on_finished: Callable[[Ledger, np.ndarray], None] | None = None,
+        episodes: Sequence[int] | None = None,
+        on_error: Callable[[dict[str, Any]], None] | None = None,
+        observer: StepObserver | None = None,
+        earlier: EarlierSegments | None = None,
+        task: Label | None = None,
+    ) -> EvalResult:
+        """Run episodes ``0..n-1`` with seeds ``seed + i`` (see :meth:`CoreEngine.run_segment` for the
+        arguments) and return the run's record (:func:`fasteval.run.record.build_record`; ``task``: the
+        label its records carry, a suite's task). A run that stops early raises
+        :class:`~fasteval.types.errors.EvaluationAborted`, whose ``partial`` is the record of every episode
+        that finished before the stop."""
+        try:
+            segment = self.run_segment(n_episodes, seed, on_finished, episodes, on_error, observer, earlier)
+        except SegmentAborted as exc:
+            segment = exc.segment
+        record = build_record(self.spec, segment, earlier=earlier, task=task)
+        if segment.error is not None:
+            raise EvaluationAborted(
+                f"evaluation stopped early after {len(record.per_episode)} finished episodes: "
+                f"{type(segment.error).__name__}: {segment.error}", record) from segment.error
+        return record

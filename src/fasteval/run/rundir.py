@@ -1,10 +1,12 @@
 """The output directory of one CLI run: durable, crash-safe, resumable.
 
 Layout:
-  manifest.json    written before the first step: the spec, the policy digest, the
-                   fasteval version, the provenance (command line, package versions, git commit,
-                   machine, date: :mod:`fasteval.run.provenance`) and a ``status``
-                   (running / complete / interrupted / failed)
+  manifest.json    written before the first record: the spec's two halves (``what``: what is evaluated,
+                   which a resume must keep; ``how``: how it runs, which a resume may change), the
+                   run's facts (env, policy, seed, n_episodes, the resolved max_steps, the policy digest,
+                   the fasteval version), the provenance (command line, package versions, git commit,
+                   machine, date: :mod:`fasteval.run.provenance`), its segments and a ``status``
+                   (running / complete / interrupted / failed; :mod:`fasteval.run.record` decides it)
   episodes.jsonl   one JSON record per finished episode, appended in groups (see
                    :class:`fasteval.run.durable.GroupCommitLog`: at most 50 ms or 256 episodes late)
   errors.jsonl     one JSON record per env/policy fault (retried ones included)
@@ -24,6 +26,7 @@ never half-written.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -44,12 +47,6 @@ class HasWeights(Protocol):
 
 
 MANIFEST, EPISODES, ERRORS, EVAL_INFO = "manifest.json", "episodes.jsonl", "errors.jsonl", "eval_info.json"
-
-RESUME_MUST_MATCH = ("env", "env_kwargs", "policy", "policy_digest", "seed", "n_episodes", "max_steps",
-                     "stop_when", "confidence", "return_bounds")
-"""Manifest fields a resumed run must share with the original: anything else (batch size,
-vectorization, device) may change, because results do not depend on it."""
-
 
 _encode = json.JSONEncoder(check_circular=False, separators=(",", ":")).encode
 
@@ -127,8 +124,9 @@ class RunDirectory:
             raise UserInputError(f"--resume {self.path}: no {MANIFEST} there; expected the output folder of an earlier fasteval run.") from None
         except (OSError, ValueError) as exc:
             raise UserInputError(f"--resume {self.path}: {MANIFEST} is unreadable ({exc}).") from None
-        if not isinstance(manifest, dict) or "spec" not in manifest:
-            raise UserInputError(f"--resume {self.path}: {MANIFEST} is not a fasteval manifest (no 'spec').")
+        if not isinstance(manifest, dict) or not ("what" in manifest or "spec" in manifest):
+            raise UserInputError(f"--resume {self.path}: {MANIFEST} is not a fasteval manifest (no 'what', nor an "
+                                 f"older fasteval's 'spec').")
         return manifest
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
@@ -222,6 +220,15 @@ class RunDirectory:
             except OSError:
                 pass  # not empty (something else is there): leave it
 
+    def remove_eval_info(self) -> None:
+        """Remove ``eval_info.json`` (an earlier segment's end, or one its manifest could not follow)."""
+        try:
+            (self.path / EVAL_INFO).unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise write_error(self.path / EVAL_INFO, exc, self.path) from None
+
     def write_eval_info(self, document: dict[str, Any]) -> Path:
         path = self.path / EVAL_INFO
         with _write_guard(path):
@@ -246,26 +253,55 @@ class RunIdentity:
         return None
 
 
-def check_resumable(manifest: dict[str, Any], current: dict[str, Any], folder: Path) -> None:
-    """Refuse to resume when the run would not be the same evaluation."""
-    diffs = [
-        f"{key}: the original run had {manifest.get(key)!r}, this one has {current.get(key)!r}"
-        for key in RESUME_MUST_MATCH
-        if manifest.get(key) != current.get(key) and not raises_the_cap(key, manifest, current)
-    ]
+RESUME_IDENTITY = ("policy_digest", "max_steps")
+"""Facts of a run, besides its *what*, that a resume must share: the weights and the step cap the env resolved to."""
+
+
+def same_value(field: str, a: Any, b: Any) -> bool:
+    """Equal as a manifest stores them (JSON: a tuple reads back as a list); checkpoint folders by their
+    resolved path."""
+    def norm(value: Any) -> Any:
+        return json.loads(json.dumps(value, default=str))
+
+    if norm(a) == norm(b):
+        return True
+    if field == "policy" and isinstance(a, str) and isinstance(b, str) and Path(a).exists() and Path(b).exists():
+        return Path(a).resolve() == Path(b).resolve()
+    return False
+
+
+def what_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``[(field, the run's value, this one's)]`` for every *what* field that differs (a field an older
+    manifest lacks counts as its default). ``n_episodes`` may grow: a larger one extends the run."""
+    from fasteval.types.spec import WHAT_FIELDS, What
+
+    defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())  # type: ignore[misc]
+                for f in dataclasses.fields(What) if f.default is not dataclasses.MISSING
+                or f.default_factory is not dataclasses.MISSING}
+    out = []
+    for key in WHAT_FIELDS:
+        had, has = saved.get(key, defaults.get(key)), now.get(key, defaults.get(key))
+        if key == "n_episodes" and isinstance(had, int) and isinstance(has, int) and has >= had:
+            continue
+        if not same_value(key, had, has):
+            out.append((key, had, has))
+    return out
+
+
+def check_resumable(manifest: dict[str, Any], spec: Any, identity: dict[str, Any], folder: Path) -> None:
+    """Refuse to resume when the run would not be the same evaluation: its *what* (any *how* may change;
+    a larger ``n_episodes`` extends the run), its policy weights or its resolved step cap differ."""
+    from fasteval.run.record import manifest_spec
+
+    diffs = [f"{key}: the original run had {had!r}, this one has {has!r}"
+             for key, had, has in what_differences(manifest_spec(manifest), spec.what.to_dict())]
+    diffs += [f"{key}: the original run had {manifest.get(key)!r}, this one has {identity.get(key)!r}"
+              for key in RESUME_IDENTITY if key in manifest and manifest.get(key) != identity.get(key)]
     if diffs:
         raise UserInputError(
             f"refusing to resume {folder}: this is not the same evaluation ({'; '.join(diffs)}). "
             f"Resume with the original settings and weights, or start a new run with another --output-dir."
         )
-
-
-def raises_the_cap(key: str, manifest: dict[str, Any], current: dict[str, Any]) -> bool:
-    """A ``--stop-when`` run may resume with a larger ``-n`` (its cap): a run that stopped by its
-    rule stays stopped; one that reached its cap goes on to the new one."""
-    if key != "n_episodes" or not manifest.get("stop_when") or manifest.get("stop_when") != current.get("stop_when"):
-        return False
-    return int(current.get(key) or 0) >= int(manifest.get(key) or 0)
 
 
 def resume_command(folder: str | os.PathLike, spec: Any = None) -> str:

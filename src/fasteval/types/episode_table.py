@@ -27,6 +27,8 @@ COLUMN_DTYPES: dict[str, Any] = {
 """The array dtype of every numeric per-episode field."""
 
 _DEFAULTS = {"has_success_signal": True}
+_TASK_AT = EPISODE_FIELDS.index(TASK_FIELDS[0])
+"""Where the task fields sit among :data:`EPISODE_FIELDS` (rows are dicts in that order)."""
 CHUNK_ROWS = 1024
 """Rows turned into Python objects at a time (iteration, JSON streaming)."""
 
@@ -42,7 +44,11 @@ class EpisodeTable(Sequence):
     dicts with the fields of :data:`EPISODE_FIELDS` (then the extra ones) as plain Python
     values (``bool``, ``int``, ``float``, ``str``); ``table[a:b]`` and ``list + table`` give
     lists of dicts; ``table == list_of_dicts`` compares rows. Rows are built on demand and are
-    copies: changing one does not change the table (use :meth:`set_task` to relabel).
+    copies: changing one does not change the table (:meth:`with_task` gives a relabelled table).
+
+    A new numeric per-episode field is one entry of :data:`COLUMN_DTYPES` (and of
+    :data:`EPISODE_FIELDS`); a new label (a suite's task today, the policy of a many-policy run later) is
+    a code column indexing a short list of values, as ``task_codes`` and ``tasks`` are.
     """
 
     def __init__(self, columns: Mapping[str, Any], task_codes: Any, tasks: Sequence[tuple[Any, Any, Any]],
@@ -137,10 +143,9 @@ class EpisodeTable(Sequence):
             return self
         return self.take(np.argsort(ix, kind="stable"))
 
-    def set_task(self, task_group: Any, task_id: Any, task: Any) -> None:
-        """Label every row with one task (a suite labels each task's table this way)."""
-        self.tasks = [(task_group, task_id, task)]
-        self.task_codes = np.broadcast_to(np.int64(0), (self.n,))
+    def with_task(self, task_group: Any, task_id: Any, task: Any) -> "EpisodeTable":
+        """The same rows, every one labelled with one task (the columns are shared, not copied)."""
+        return EpisodeTable(self.columns, np.zeros(1, np.int64), [(task_group, task_id, task)], self.extra)
 
     # -- reading -----------------------------------------------------------------------------------
     @property
@@ -181,19 +186,19 @@ class EpisodeTable(Sequence):
 
     def iter_chunks(self, chunk: int = CHUNK_ROWS) -> Iterator[list[dict[str, Any]]]:
         """Rows as dicts, ``chunk`` at a time (the cost of Python objects stays bounded)."""
-        names = list(COLUMN_DTYPES)
+        first = [k for k in EPISODE_FIELDS if k in COLUMN_DTYPES and EPISODE_FIELDS.index(k) < _TASK_AT]
+        after = [k for k in EPISODE_FIELDS if k in COLUMN_DTYPES and EPISODE_FIELDS.index(k) > _TASK_AT]
         for start in range(0, self.n, chunk):
             stop = min(self.n, start + chunk)
-            cols = [self.columns[k][start:stop].tolist() for k in names]
+            head = [(k, self.columns[k][start:stop].tolist()) for k in first]
+            tail = [(k, self.columns[k][start:stop].tolist()) for k in after]
+            tail += [(k, v[start:stop].tolist()) for k, v in self.extra.items()]
             tasks = [self.tasks[c] for c in self.task_codes[start:stop].tolist()]
-            extras = [(k, v[start:stop].tolist()) for k, v in self.extra.items()]
             rows = []
             for j in range(stop - start):
-                row = {k: cols[i][j] for i, k in enumerate(names[:7])}
-                t = tasks[j]
-                row["task_group"], row["task_id"], row["task"] = t
-                row["has_success_signal"] = cols[7][j]
-                for k, v in extras:
+                row = {k: v[j] for k, v in head}
+                row["task_group"], row["task_id"], row["task"] = tasks[j]
+                for k, v in tail:
                     row[k] = v[j]
                 rows.append(row)
             yield rows

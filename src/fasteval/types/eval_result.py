@@ -16,12 +16,12 @@ NaN rewards are never dropped: averages over an episode with a NaN reward are Na
 
 from __future__ import annotations
 
+import copy
 import math
-import warnings
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -35,17 +35,45 @@ STATUS_RUNNING, STATUS_COMPLETE, STATUS_INTERRUPTED, STATUS_FAILED = "running", 
 """A run's status (``meta["status"]``, and the manifest's: ``running`` until the run has ended)."""
 
 
-def run_status(n_recorded: int, n_wanted: int, n_failed: int, error: BaseException | None, stopped: bool) -> str:
-    """The status of a run that ended: every wanted episode recorded (a stop request that came after
-    the last episode started changes nothing) -> ``complete``; stopped early (a stop request, a second
-    signal) -> ``interrupted``; an error or episodes that failed for good -> ``failed``."""
-    if n_recorded == n_wanted and error is None and not n_failed:
-        return STATUS_COMPLETE
-    if stopped or isinstance(error, KeyboardInterrupt):
-        return STATUS_INTERRUPTED
-    if error is not None or n_failed:
-        return STATUS_FAILED
-    return STATUS_COMPLETE
+class FrozenDict(dict):
+    """A ``dict`` that refuses every change after construction: a record's ``meta`` and ``timings`` (a
+    record is built once; to change it, build another). Reads, ``dict(d)`` copies, JSON and pickling
+    work as for a dict."""
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("a run record is built once and never changed: build a new one (fasteval.run.record) "
+                        "or copy its fields with dict(...)")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _refuse  # type: ignore[assignment]
+
+    def __reduce__(self) -> Any:
+        return (FrozenDict, (dict(self),))
+
+    def __copy__(self) -> "FrozenDict":
+        return self
+
+    def __deepcopy__(self, memo: dict) -> "FrozenDict":
+        return FrozenDict(copy.deepcopy(dict(self), memo))
+
+
+def lerobot_empty_keys() -> dict[str, Any]:
+    """Keys of ``lerobot-eval``'s ``eval_info.json`` layout (0.6.1) that fasteval has nothing for, written
+    empty beside ``video_paths`` in ``overall``, each ``per_group`` entry and each ``per_task`` entry's
+    ``metrics``, so that a reader of LeRobot's layout finds every key it knows
+    (``tests/lerobot/test_differential.py``): ``predicted_video_paths`` lists the videos of a policy's
+    predicted latents (LeRobot's ``save_predicted_video``), which fasteval does not render."""
+    return {"predicted_video_paths": []}
+
+
+def has_success_signal(flags: Any) -> bool:
+    """The one success-signal rule of a group of episodes (a run, a task, a sweep cell): it has a success
+    signal when the env of at least one of its episodes had reported ``info["is_success"]``. ``flags``: the
+    episodes' ``has_success_signal`` values (an array, or a sequence where ``None`` means unknown, as in
+    stores made before the field, and counts as reporting). A group of no episodes has none: there is no
+    rate to give, so its success fields are ``None`` rather than a made-up 0% or NaN."""
+    if isinstance(flags, np.ndarray):
+        return bool(flags.any())
+    return any(flag is not False for flag in flags)
 
 
 @dataclass(frozen=True)
@@ -57,30 +85,35 @@ class EarlierSegments:
     eval_s: float = 0.0
     segments: int = 0
     """How many segments ran before this one."""
+    n_cancelled: int = 0
+    """Episodes the earlier segments' stop rule cancelled in flight (their stopping blocks' ``n_cancelled``)."""
 
     def merged(self, new: EpisodeTable) -> EpisodeTable:
         """The earlier records plus ``new``, in episode order."""
         return merge_episodes(self.records, new)
 
 
-@dataclass
+@dataclass(frozen=True)
 class EvalResult:
-    """Per-episode results (``per_episode``, an :class:`EpisodeTable` in episode order) plus run facts.
+    """The record of a run: per-episode results (``per_episode``, an :class:`EpisodeTable` in episode
+    order) plus its facts, built once (:mod:`fasteval.run.record` builds a run's) and never changed:
+    every file, page and summary of a run is a view of it.
 
     Attributes:
         per_episode: the per-episode table; a list of dicts with ``EPISODE_FIELDS`` is accepted and
             converted. It reads like a list of dicts (see :class:`EpisodeTable`).
         eval_s: engine wall time in seconds (env building and start-up excluded).
         timings: seconds per stage (see ``fasteval.core.timing``).
-        meta: free-form run facts (spec, kernel backend, batch size, fasteval version).
+        meta: the run's facts (spec, kernel backend, batch size, fasteval version, ``status``), read-only.
     """
 
     per_episode: EpisodeTable
     eval_s: float
-    timings: dict[str, float] = field(default_factory=dict)
-    meta: dict[str, Any] = field(default_factory=dict)
-    video_paths: list[str] = field(default_factory=list)
-    errors: list[dict[str, Any]] = field(default_factory=list)
+    timings: Mapping[str, float] = field(default_factory=dict)
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    video_paths: Sequence[str] = ()
+    """The videos the run rendered (paths), in episode order."""
+    errors: Sequence[dict[str, Any]] = ()
     """Fault records (env raised/hung/died, non-finite actions), retried ones included."""
     n_failed: int = 0
     """Episodes that failed for good; they are not in ``per_episode`` nor in any average."""
@@ -89,15 +122,13 @@ class EvalResult:
 
     def __post_init__(self) -> None:
         if not isinstance(self.per_episode, EpisodeTable):
-            self.per_episode = EpisodeTable.from_records(self.per_episode)
+            object.__setattr__(self, "per_episode", EpisodeTable.from_records(self.per_episode))
+        object.__setattr__(self, "timings", FrozenDict(self.timings))
+        object.__setattr__(self, "meta", FrozenDict(self.meta))
+        object.__setattr__(self, "video_paths", tuple(str(p) for p in self.video_paths))
+        object.__setattr__(self, "errors", tuple(FrozenDict(e) for e in self.errors))
 
     # -- aggregates ---------------------------------------------------------------------------
-    @property
-    def aggregated(self) -> dict[str, Any]:
-        """Deprecated name of :meth:`overall`, kept because earlier docs and scripts use it."""
-        warnings.warn("EvalResult.aggregated is deprecated: use EvalResult.overall()", DeprecationWarning, stacklevel=2)
-        return self.overall()
-
     def overall(self) -> dict[str, Any]:
         """What the CLI writes under ``overall``."""
         out = aggregate(self.per_episode)
@@ -111,7 +142,7 @@ class EvalResult:
             n_failed_episodes=self.n_failed,
             n_env_errors=len(self.errors),
             video_paths=list(self.video_paths),
-            predicted_video_paths=[],
+            **lerobot_empty_keys(),
         )
         return out
 
@@ -131,7 +162,7 @@ class EvalResult:
             agg = aggregate(part)
             agg["video_paths"] = [p for group, task_id in tasks if str(group) == name
                                   for p in self.task_videos(group, task_id)]
-            agg["predicted_video_paths"] = []
+            agg.update(lerobot_empty_keys())
             out[name] = agg
         return out
 
@@ -154,7 +185,7 @@ class EvalResult:
                     "lengths": part.columns["length"],
                     "seeds": part.columns["seed"],
                     "video_paths": self.task_videos(group, task_id),
-                    "predicted_video_paths": [],
+                    **lerobot_empty_keys(),
                 },
                 "aggregated": aggregate(part),
             })
@@ -178,7 +209,7 @@ class EvalResult:
             "per_group": self.per_group(),
             "overall": self.overall(),
             "timings": self.timings,
-            "errors": self.errors,
+            "errors": list(self.errors),
             "meta": self.meta,
         }
         return _with_stopping(doc) if "stopping" in self.meta else doc
@@ -229,14 +260,14 @@ def _plain_task(task: dict[str, Any]) -> dict[str, Any]:
 
 def aggregate(records: EpisodeTable | Iterable[dict[str, Any]]) -> dict[str, Any]:
     """Aggregates over episodes (a table or records). Averages are plain means: a NaN episode makes
-    them NaN. ``has_success_signal`` is True when any episode's env reported ``is_success``; without it
-    the success fields are ``None`` (no rate was measured)."""
+    them NaN. ``has_success_signal`` follows :func:`has_success_signal`; without a signal the success
+    fields are ``None`` (no rate was measured)."""
     table = records if isinstance(records, EpisodeTable) else EpisodeTable.from_records(records)
     c = table.columns
     n = len(table)
     successes = int(np.count_nonzero(c["success"]))
     lo, hi = wilson_interval(successes, n)
-    signal = bool(c["has_success_signal"].any())
+    signal = has_success_signal(c["has_success_signal"])
     return {
         "avg_sum_reward": float(c["sum_reward"].mean()) if n else math.nan,
         "avg_max_reward": float(c["max_reward"].mean()) if n else math.nan,

@@ -10,9 +10,10 @@
 from fasteval.types.episode_table import (COLUMN_DTYPES, EPISODE_FIELDS, NUMBER_FIELDS, TASK_FIELDS, EpisodeTable,
                                           merge_episodes)
 from fasteval.types.eval_result import (STATUS_COMPLETE, STATUS_FAILED, STATUS_INTERRUPTED, STATUS_RUNNING, EarlierSegments,
-                                         EvalResult, aggregate, run_status)
+                                         EvalResult, FrozenDict, aggregate, has_success_signal)
 from fasteval.types.json_writer import write_json_atomic
 
-__all__ = ["STATUS_COMPLETE", "STATUS_FAILED", "STATUS_INTERRUPTED", "STATUS_RUNNING", "EarlierSegments", "run_status",
+__all__ = ["STATUS_COMPLETE", "STATUS_FAILED", "STATUS_INTERRUPTED", "STATUS_RUNNING", "EarlierSegments", "FrozenDict",
+           "has_success_signal",
            "COLUMN_DTYPES", "EPISODE_FIELDS", "NUMBER_FIELDS", "TASK_FIELDS", "EpisodeTable", "EvalResult",
            "aggregate", "merge_episodes", "write_json_atomic"]

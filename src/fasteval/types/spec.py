@@ -1,7 +1,25 @@
-"""The frozen description of one evaluation: what to evaluate, and how.
+"""The frozen description of one evaluation, in two halves: *what* is evaluated, and *how* it runs.
 
-Built by every door (CLI, library API, bench, sweeps), validated once here, then
-trusted by the engine. It does no argv parsing and touches no files.
+* :class:`What`: everything that decides the numbers (env and its kwargs, policy, seeds, ``n``, the
+  step cap, the stop rule, what the policy is shown and at which precision it computes). Two runs with
+  the same ``What`` give the same per-episode results.
+* :class:`How`: everything else (batch size, vectorization, workers, device, pipeline, graphs, compile,
+  threads, timeouts, retries, outputs, videos). Changing a ``How`` field changes how fast a run goes
+  and what it writes besides its results, never a number (``tests/test_what_and_how.py`` runs a
+  known-answer env with each of them changed and compares every episode).
+
+The rule for a new field: if any value of it can change a recorded number beyond the rounding of the
+same float32 computation (a batched matmul at another batch size, another device, compiled kernels,
+another thread count), it is *what*; otherwise *how*. Each field's docstring says which half and why.
+
+:class:`EvalSpec` is the flat union of the two (every door builds it with keywords,
+``EvalSpec(env=..., n_episodes=..., batch_size=...)``); ``spec.what`` and ``spec.how`` give the
+halves, ``EvalSpec.of(what, how)`` joins them. A run folder's manifest stores both halves, and
+``--resume`` compares the *what* only (a larger ``n_episodes`` extends a run). A field added to a half
+is in the spec, its config files, its manifest and its resume check at once.
+
+Built by every door (CLI, library API, bench, sweeps), validated once here, then trusted by the
+engine. It does no argv parsing and touches no files.
 """
 
 from __future__ import annotations
@@ -27,197 +45,116 @@ NOISE_MODES = ("episode", "global")
 EXPLORATIONS = ("deterministic", "random")
 MAX_SEED = 2**63 - 1
 """The largest episode seed: the engine keeps seeds as int64 (``seed + n_episodes - 1`` must fit)."""
+MAX_STEPS = 2**63 - 1
+"""The largest step cap: the bookkeeping kernel counts an episode's steps in an int64."""
 MAX_TIMEOUT_S = 1_000_000.0
 """The longest timeout in seconds (11.6 days): the OS's waits take at most about 2**31 ms."""
+MAX_CPU_THREADS = 1024
+"""The most torch intra-op threads a run may ask for. More threads than cores only slow a policy down, and
+1024 is above the hardware threads of any one machine fasteval targets (a two-socket 192-core CPU has 768);
+far beyond it, OpenMP fails to create the threads and the process crashes (``--cpu-threads 100000``
+segfaulted in libgomp)."""
 
 
 @dataclass(frozen=True)
-class EvalSpec:
-    """One evaluation. Episode ``i`` (0 <= i < n_episodes) is reset with seed ``seed + i``."""
+class What:
+    """What is evaluated: the fields that decide the numbers. Episode ``i`` (0 <= i < n_episodes) is reset
+    with seed ``seed + i``. Two runs with equal ``What`` give the same per-episode results."""
 
     env: Any
-    """Gymnasium id (``CartPole-v1``, ``gym_pusht/PushT-v0``) or ``module:callable`` returning an Env (a
-    gymnasium or a TorchRL env); from the library API also a live TorchRL ``EnvBase`` or a zero-argument
-    factory of one (:mod:`fasteval.robot.torchrl.envs`)."""
+    """What: the env is what is evaluated. Gymnasium id (``CartPole-v1``, ``gym_pusht/PushT-v0``) or
+    ``module:callable`` returning an Env (a gymnasium or a TorchRL env); from the library API also a live
+    TorchRL ``EnvBase`` or a zero-argument factory of one (:mod:`fasteval.robot.torchrl.envs`)."""
 
     policy: Any = "zero"
-    """Policy reference (``zero``, ``random``, a checkpoint folder, ``module:callable``) or a live object."""
+    """What: the policy is what is evaluated. Policy reference (``zero``, ``random``, a checkpoint
+    folder, ``module:callable``) or a live object. (Several policies in one run, later, make this a tuple.)"""
 
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    """Keyword arguments passed to ``gymnasium.make`` or to the env callable, once per sub-env."""
+    """What: they configure the env. Keyword arguments passed to ``gymnasium.make`` or to the env callable,
+    once per sub-env."""
 
     n_episodes: int = 10
-    """Exactly this many episodes are run and reported. >= 1."""
-
-    batch_size: int = 16
-    """Number of env slots stepped together. Capped at ``n_episodes``. >= 1."""
+    """What: which episodes are reported. Exactly this many episodes are run and reported (``--stop-when``:
+    the cap). >= 1. A resumed run may give a larger one: it extends the run with the episodes after."""
 
     seed: int = 0
-    """Seed of episode 0; episode ``i`` uses ``seed + i``. >= 0."""
-
-    vectorization: str = "sync"
-    """``sync``: envs in this process. ``async``: a pool of worker processes, each stepping a
-    contiguous block of slots (pays when a block's step outweighs one round trip, ~0.1 ms)."""
-
-    workers: int | None = None
-    """Worker processes for ``vectorization="async"`` (capped at the number of slots). ``None``:
-    ``min(batch, usable cores)``. Ignored by sync envs. >= 1."""
-
-    device: str = "auto"
-    """Where the policy runs: ``cpu``, ``cuda`` (or ``cuda:N``), or ``auto`` (cuda when available)."""
+    """What: the seeds decide every episode. Seed of episode 0; episode ``i`` uses ``seed + i``. >= 0."""
 
     max_steps: int | None = None
-    """Step cap per episode. ``None`` uses the env spec's ``max_episode_steps`` (no cap if it has none)."""
-
-    reset_mode: str = "auto"
-    """Stateful policies: ``per-env`` resets one slot at a time (continuous batching), ``wave`` starts
-    all slots together, ``auto`` picks ``per-env`` when the policy's ``reset`` takes env ids."""
-
-    trust_remote_code: bool = False
-    """Allow ``module:callable`` policies from a file path (arbitrary Python)."""
-
-    retries: int = 1
-    """Times an episode is retried from its seed after its env raised, hung or died. >= 0."""
-
-    on_nan_action: str = "error"
-    """Non-finite policy actions: ``error`` stops the run (finished episodes kept);
-    ``skip-episode`` records the episode as failed and goes on. Never sent to the env."""
-
-    step_timeout: float | None = 300.0
-    """Seconds an env may take for one step or reset. An async env's worker is then killed and replaced,
-    and the episode handled like a crash (retried). An in-process (sync) env cannot be interrupted, so
-    the watchdog (:mod:`fasteval.core.watchdog`) ends the run instead: the records are flushed, the run
-    folder's manifest says ``failed`` with the cause, and the process exits 1 (resume it with
-    ``--resume``). ``None`` waits forever."""
-
-    policy_timeout_s: float | None = None
-    """Seconds the policy may take for one step (or its dry run) before the watchdog ends the run as
-    ``step_timeout`` does for sync envs (``--policy-timeout``). For a served policy (``--policy ws://...``):
-    also how long a reply may take, and how long a dropped connection is retried with backoff before the
-    run stops (finished episodes kept). ``None``: no limit in-process, 30 s for served policies."""
+    """What: the cap ends (truncates) episodes, so it decides their returns. Step cap per episode, at most
+    2**63 - 1. ``None`` uses the env spec's ``max_episode_steps`` (no cap if it has none)."""
 
     observation_format: str = "raw"
-    """What the policy receives: ``raw`` (the env's observation: a Tensor, or a TensorDict of the
-    env's Dict keys) or ``lerobot`` (a TensorDict with LeRobot keys: ``observation.image`` /
+    """What: it decides what the policy is shown. ``raw`` (the env's observation: a Tensor, or a TensorDict
+    of the env's Dict keys) or ``lerobot`` (a TensorDict with LeRobot keys: ``observation.image`` /
     ``observation.images.<camera>`` as float CHW in [0, 1], ``observation.state``,
     ``observation.environment_state``; see :mod:`fasteval.robot.policies.obs_mapping`)."""
 
     rename: Mapping[str, str] = field(default_factory=dict)
-    """Observation key renames applied after the mapping, ``{key: new_key}`` (``--rename key=new``).
-    A key may name the mapped key or the env's raw key; for array observations in ``raw`` format
-    the key is ``observation``."""
+    """What: it decides which input the policy reads under which key. Observation key renames applied after
+    the mapping, ``{key: new_key}`` (``--rename key=new``). A key may name the mapped key or the env's raw
+    key; for array observations in ``raw`` format the key is ``observation``."""
 
     obs_dtype: str = "auto"
-    """The dtype of float observations the policy receives (``--obs-dtype``), cast on the policy
-    device into buffers allocated once: ``auto`` (the dtype of an ``nn.Module`` policy's first
-    floating parameter; other policies get the env's dtypes), ``float32``, ``float64``, or ``keep``
-    (no cast). Integer and uint8 entries (raw images) are never cast. See
-    :mod:`fasteval.robot.policies.obs_dtype`."""
-
-    max_episodes_rendered: int = 0
-    """Number of videos K (``--videos K``; LeRobot's ``--max-episodes-rendered``), rendered with
-    ``env.render()`` into ``<videos_dir>/<task>/ep<episode:06d>_seed<seed>_<success|failure>.mp4``;
-    ``video_select`` says which episodes. The env must render ``rgb_array`` frames. >= 0."""
-
-    video_select: str = "first"
-    """Which episodes get the ``max_episodes_rendered`` videos (see :mod:`fasteval.robot.recording`):
-    ``first`` (the K smallest episode indices), ``failures`` / ``successes`` (the K episodes with
-    the smallest indices among those that fail / succeed), ``per-task`` (the first K of every task
-    of a suite; ``first`` for one env)."""
-
-    videos_dir: str | None = None
-    """Folder for videos. ``None``: ``videos`` under the CLI's output folder, or ``./videos`` for the library."""
-
-    video_layout: str = "fasteval"
-    """Video file names: ``fasteval`` (``<videos_dir>/<task>/ep<episode:06d>_seed<seed>_<outcome>.mp4``) or
-    ``lerobot`` (``<videos_dir>/eval_episode_<episode>.mp4``, ``videos_dir`` being the task's
-    ``videos/<group>_<task_id>`` folder, as ``lerobot-eval`` writes them)."""
+    """What: float64 and float32 observations are different inputs (their numbers differ past float32's
+    precision). The dtype of float observations the policy receives (``--obs-dtype``), cast on the
+    policy device into buffers allocated once: ``auto`` (the dtype of an ``nn.Module`` policy's first
+    floating parameter; other policies get the env's dtypes), ``float32``, ``float64``, or ``keep`` (no
+    cast). Integer and uint8 entries (raw images) are never cast. See :mod:`fasteval.robot.policies.obs_dtype`."""
 
     noise: str = "episode"
-    """Where a stochastic LeRobot policy's noise comes from: ``episode`` (a generator per episode, seeded
-    with its seed: batch-invariant) or ``global`` (LeRobot's global torch RNG, aligned with
-    ``lerobot-eval``'s: its per-seed numbers; needs wave mode, which ``reset_mode="auto"`` then picks;
-    see :mod:`fasteval.robot.lerobot.policy`)."""
+    """What: it decides a stochastic policy's draws. Where a stochastic LeRobot policy's noise comes from:
+    ``episode`` (a generator per episode, seeded with its seed: batch-invariant) or ``global`` (LeRobot's
+    global torch RNG, aligned with ``lerobot-eval``'s: its per-seed numbers; needs wave mode, which
+    ``reset_mode="auto"`` then picks; see :mod:`fasteval.robot.lerobot.policy`). With ``global`` the draws
+    also follow the waves, so that run's numbers depend on its batch size: resume it at the same one."""
 
     exploration: str = "deterministic"
-    """What is evaluated (it changes the numbers): the exploration type of a TorchRL / tensordict actor
-    (``--exploration``), set around each call with TorchRL's ``set_exploration_type``: ``deterministic``
-    (the distribution's deterministic sample, TorchRL's default for evaluation) or ``random`` (a sample,
-    drawn for each episode from a generator seeded with its seed, so that it does not depend on the batch;
+    """What: it changes the numbers. The exploration type of a TorchRL / tensordict actor (``--exploration``),
+    set around each call with TorchRL's ``set_exploration_type``: ``deterministic`` (the distribution's
+    deterministic sample, TorchRL's default for evaluation) or ``random`` (a sample, drawn for each episode
+    from a generator seeded with its seed, so that it does not depend on the batch;
     :mod:`fasteval.robot.policies.torchrl_actors`). An SB3 policy takes it as ``deterministic=``."""
 
-    return_episode_data: bool = False
-    """Also return the rollout data of every episode (observation, action, reward, done, episode
-    and frame index) as ``result.episode_data``, a TensorDict with one row per step."""
-
-    pipeline: bool = False
-    """Double-buffer two slot groups: one group's async envs step while the policy runs on the
-    other. Needs ``vectorization="async"`` and a stateless policy; same results."""
-
-    cuda_graph: bool | None = None
-    """Capture the policy step in a CUDA graph and replay it. ``None``: on where CUDA exists."""
-
     amp: str = "none"
-    """Autocast for the policy: ``none``, ``bf16``, ``fp16`` or ``auto`` (the device's default autocast dtype:
-    fp16 on CUDA, bf16 on CPU, as LeRobot's ``--policy.use_amp``). Lower precision, may change results."""
-
-    compile: bool = False
-    """Wrap the policy step in ``torch.compile`` (pays for large policies and long runs)."""
-
-    cpu_threads: int | None = 1
-    """torch intra-op threads while a CPU policy runs (restored afterwards). One is fastest for
-    small policies beside env stepping: a second thread stalls whenever the other core is busy
-    (40x slower seen on a loaded 2-core box). ``None`` keeps torch's setting (big CNNs)."""
+    """What, although it is a speed setting: autocast computes the policy in bf16/fp16, a precision that
+    changes its actions by more than rounding (and so the episodes), on purpose. A run evaluates the policy
+    *at that precision*, and a resume must keep it. ``none``, ``bf16``, ``fp16`` or ``auto`` (the device's
+    default autocast dtype: fp16 on CUDA, bf16 on CPU, as LeRobot's ``--policy.use_amp``)."""
 
     stop_when: str | None = None
-    """Stop as soon as a rule holds (``--stop-when``; ``n_episodes`` is then the cap): ``ci<=EPS``,
-    ``above=T``, ``below=T`` for the success rate, ``return:ci<=E`` / ``return:above=T`` /
-    ``return:below=T`` for the mean return (needs ``return_bounds``). Checked on prefixes of episode
-    indices with an anytime-valid confidence sequence: a stopped run reports exactly episodes
-    ``0..k-1`` whatever the batch size or mode. See docs/how-many-episodes.md."""
+    """What: it decides which episodes are reported. Stop as soon as a rule holds (``--stop-when``;
+    ``n_episodes`` is then the cap): ``ci<=EPS``, ``above=T``, ``below=T`` for the success rate,
+    ``return:ci<=E`` / ``return:above=T`` / ``return:below=T`` for the mean return (needs
+    ``return_bounds``). Checked on prefixes of episode indices with an anytime-valid confidence
+    sequence: a stopped run reports exactly episodes ``0..k-1`` whatever the batch size or mode. See
+    docs/how-many-episodes.md."""
 
     confidence: float = 0.95
-    """Level of ``stop_when``'s anytime-valid confidence sequence (``--confidence``), in (0, 1)."""
+    """What: it decides where ``stop_when`` stops. Level of its anytime-valid confidence sequence
+    (``--confidence``), in (0, 1)."""
 
     return_bounds: tuple[float, float] | None = None
-    """``(LO, HI)``: the smallest and largest possible episode return (``--return-bounds LO,HI``),
-    needed by ``return:`` rules; a return outside them stops the run with an error."""
+    """What: they decide the ``return:`` rules' intervals and stop. ``(LO, HI)``: the smallest and largest
+    possible episode return (``--return-bounds LO,HI``); a return outside them stops the run with an error."""
 
     def __post_init__(self) -> None:
+        What._check(self)
+
+    def _check(self) -> None:
         _require((isinstance(self.env, str) and self.env.strip() != "") or (not isinstance(self.env, str) and self.env is not None),
                  "env", "a non-empty env id or module:callable, or a live env (a TorchRL EnvBase or a factory of one)",
                  self.env)
         _require(_is_int(self.n_episodes) and self.n_episodes >= 1, "n_episodes", "an integer >= 1", self.n_episodes)
-        _require(_is_int(self.batch_size) and self.batch_size >= 1, "batch_size", "an integer >= 1", self.batch_size)
         _require(_is_int(self.seed) and self.seed >= 0, "seed", "an integer >= 0", self.seed)
         _require(self.seed + self.n_episodes - 1 <= MAX_SEED, "seed",
                  f"a seed whose last episode's seed (seed + n_episodes - 1) is at most 2**63 - 1 = {MAX_SEED} "
                  f"(seeds are int64); with n_episodes={self.n_episodes} use seed <= {MAX_SEED - self.n_episodes + 1}",
                  self.seed)
-        _require(self.vectorization in VECTORIZATIONS, "vectorization", " or ".join(VECTORIZATIONS), self.vectorization)
-        _require(self.workers is None or (_is_int(self.workers) and self.workers >= 1), "workers", "None or an integer >= 1",
-                 self.workers)
-        _require(
-            isinstance(self.device, str) and (self.device in DEVICES or self.device.startswith("cuda:")),
-            "device", "cpu, cuda, cuda:N or auto", self.device,
-        )
-        _require(
-            self.max_steps is None or (_is_int(self.max_steps) and self.max_steps >= 1),
-            "max_steps", "None or an integer >= 1", self.max_steps,
-        )
-        _require(self.reset_mode in RESET_MODES, "reset_mode", " or ".join(RESET_MODES), self.reset_mode)
-        _require(_is_int(self.retries) and self.retries >= 0, "retries", "an integer >= 0", self.retries)
-        _require(self.on_nan_action in ON_NAN_ACTIONS, "on_nan_action", " or ".join(ON_NAN_ACTIONS), self.on_nan_action)
-        _require(_is_timeout(self.step_timeout), "step_timeout",
-                 f"None (no timeout) or a finite number of seconds > 0 and <= {MAX_TIMEOUT_S:.0f}", self.step_timeout)
-        _require(_is_timeout(self.policy_timeout_s), "policy_timeout_s",
-                 f"None (no timeout) or a finite number of seconds > 0 and <= {MAX_TIMEOUT_S:.0f}", self.policy_timeout_s)
-        _require(self.cpu_threads is None or (_is_int(self.cpu_threads) and self.cpu_threads >= 1),
-                 "cpu_threads", "None or an integer >= 1", self.cpu_threads)
-        _require(self.amp in AMP_MODES, "amp", " or ".join(AMP_MODES), self.amp)
-        _require(self.cuda_graph in (None, True, False), "cuda_graph", "None, True or False", self.cuda_graph)
-        _require(isinstance(self.pipeline, bool), "pipeline", "True or False", self.pipeline)
-        _require(isinstance(self.compile, bool), "compile", "True or False", self.compile)
+        _require(self.max_steps is None or (_is_int(self.max_steps) and 1 <= self.max_steps <= MAX_STEPS),
+                 "max_steps", f"None or an integer from 1 to 2**63 - 1 = {MAX_STEPS} (steps are counted in int64)",
+                 self.max_steps)
         _require(isinstance(self.env_kwargs, Mapping), "env_kwargs", "a mapping of keyword arguments", self.env_kwargs)
         object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))
         _require(self.observation_format in OBSERVATION_FORMATS, "observation_format", " or ".join(OBSERVATION_FORMATS),
@@ -226,20 +163,10 @@ class EvalSpec:
                                                           for k, v in self.rename.items()),
                  "rename", "a mapping of non-empty key strings to new key strings", self.rename)
         object.__setattr__(self, "rename", dict(self.rename))
-        _require(_is_int(self.max_episodes_rendered) and self.max_episodes_rendered >= 0,
-                 "max_episodes_rendered", "an integer >= 0", self.max_episodes_rendered)
         _require(self.obs_dtype in OBS_DTYPES, "obs_dtype", " or ".join(OBS_DTYPES), self.obs_dtype)
-        _require(self.video_select in VIDEO_SELECTIONS, "video_select", " or ".join(VIDEO_SELECTIONS), self.video_select)
-        _require(self.videos_dir is None or (isinstance(self.videos_dir, str) and self.videos_dir != ""),
-                 "videos_dir", "None or a folder path string", self.videos_dir)
-        _require(self.video_layout in VIDEO_LAYOUTS, "video_layout", " or ".join(VIDEO_LAYOUTS), self.video_layout)
         _require(self.noise in NOISE_MODES, "noise", " or ".join(NOISE_MODES), self.noise)
         _require(self.exploration in EXPLORATIONS, "exploration", " or ".join(EXPLORATIONS), self.exploration)
-        if self.noise == "global" and self.reset_mode == "auto":  # LeRobot's draws need LeRobot's batches
-            object.__setattr__(self, "reset_mode", "wave")
-        _require(self.noise != "global" or self.reset_mode == "wave", "reset_mode",
-                 "wave (or auto) with noise='global': LeRobot's global-RNG draws follow its waves", self.reset_mode)
-        _require(isinstance(self.return_episode_data, bool), "return_episode_data", "True or False", self.return_episode_data)
+        _require(self.amp in AMP_MODES, "amp", " or ".join(AMP_MODES), self.amp)
         self._check_stop_fields()
 
     def _check_stop_fields(self) -> None:
@@ -256,23 +183,234 @@ class EvalSpec:
         except ValueError as exc:
             raise UserInputError(str(exc)) from None
 
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready view of the *what* fields (a live policy object shown by its class name)."""
+        return _fields_dict(self, WHAT_FIELDS)
+
+
+@dataclass(frozen=True)
+class How:
+    """How a run goes: fields that change its speed, its fault handling and its outputs, never a number.
+    Each docstring says why it cannot change one."""
+
+    batch_size: int = 16
+    """How: episode ``i`` gets seed ``seed + i`` in whichever slot it runs. Number of env slots stepped
+    together. Capped at ``n_episodes``. >= 1."""
+
+    vectorization: str = "sync"
+    """How: where the envs step, not what they compute. ``sync``: envs in this process. ``async``: a pool
+    of worker processes, each stepping a contiguous block of slots (pays when a block's step outweighs one
+    round trip, ~0.1 ms)."""
+
+    workers: int | None = None
+    """How: the pool's size. Worker processes for ``vectorization="async"`` (capped at the number of
+    slots). ``None``: ``min(batch, usable cores)``. Ignored by sync envs. >= 1."""
+
+    device: str = "auto"
+    """How: the same float32 computation on another processor (its rounding may differ, as a batched
+    matmul's does at another batch size; :attr:`What.amp` is the setting that changes the precision).
+    Where the policy runs: ``cpu``, ``cuda`` (or ``cuda:N``), or ``auto`` (cuda when available)."""
+
+    reset_mode: str = "auto"
+    """How: when a slot's policy state is reset, not what an episode sees (each episode starts fresh from
+    its seed either way; :attr:`What.noise` ``global`` is the exception it notes). Stateful policies:
+    ``per-env`` resets one slot at a time (continuous batching), ``wave`` starts all slots together,
+    ``auto`` picks ``per-env`` when the policy's ``reset`` takes env ids."""
+
+    pipeline: bool = False
+    """How: two slot groups overlap in time; each episode's steps are the same. Double-buffer two slot
+    groups: one group's async envs step while the policy runs on the other. Needs
+    ``vectorization="async"`` and a stateless policy; same results."""
+
+    cuda_graph: bool | None = None
+    """How: a graph replays the same kernels. Capture the policy step in a CUDA graph and replay it.
+    ``None``: on where CUDA exists."""
+
+    compile: bool = False
+    """How: the same float32 computation, fused (rounding only, as for ``device``). Wrap the policy step
+    in ``torch.compile`` (pays for large policies and long runs)."""
+
+    cpu_threads: int | None = 1
+    """How: the same computation split over threads (rounding only: per-seed equality with ``lerobot-eval``
+    down to 1e-12 needs the same count on both sides). torch intra-op threads while a CPU policy runs
+    (restored afterwards), 1 to 1024. One is fastest for small policies beside env stepping: a second thread
+    stalls whenever the other core is busy (40x slower seen on a loaded 2-core box). ``None`` keeps torch's
+    setting (big CNNs)."""
+
+    trust_remote_code: bool = False
+    """How: a permission, not a setting of the evaluation (and only the command line grants it). Allow
+    ``module:callable`` policies and envs from a file path (arbitrary Python)."""
+
+    retries: int = 1
+    """How: a retried episode restarts from its seed, so its numbers are those of a clean run. Times an
+    episode is retried from its seed after its env raised, hung or died. >= 0."""
+
+    on_nan_action: str = "error"
+    """How: it decides what happens to a faulty episode, never the numbers of a recorded one. Non-finite
+    policy actions: ``error`` stops the run (finished episodes kept); ``skip-episode`` records the
+    episode as failed and goes on. Never sent to the env."""
+
+    step_timeout: float | None = 300.0
+    """How: a deadline, not a result. Seconds an env may take for one step or reset. An async env's
+    worker is then killed and replaced, and the episode handled like a crash (retried). An in-process
+    (sync) env cannot be interrupted, so the watchdog (:mod:`fasteval.core.watchdog`) ends the run
+    instead: the records are flushed, the run folder's manifest says ``failed`` with the cause, and the
+    process exits 1 (resume it with ``--resume``). ``None`` waits forever."""
+
+    policy_timeout_s: float | None = None
+    """How: a deadline, not a result. Seconds the policy may take for one step (or its dry run) before
+    the watchdog ends the run as ``step_timeout`` does for sync envs (``--policy-timeout``). For a served
+    policy (``--policy ws://...``): also how long a reply may take, and how long a dropped connection is
+    retried with backoff before the run stops (finished episodes kept). ``None``: no limit in-process,
+    30 s for served policies."""
+
+    stop_grace_s: float = 30.0
+    """How: a deadline, not a result. After the first SIGINT/SIGTERM of a durable run (the CLI), the
+    episodes in flight may finish; if no env step lands for this many seconds (a hung policy or env
+    call), the run stops as a second signal would: the episodes in flight are dropped, every finished one
+    is kept, exit 130/143 (``--stop-grace``)."""
+
+    max_episodes_rendered: int = 0
+    """How: an output (videos are rendered beside the episodes, not into them). Number of videos K
+    (``--videos K``; LeRobot's ``--max-episodes-rendered``), rendered with ``env.render()`` into
+    ``<videos_dir>/<task>/ep<episode:06d>_seed<seed>_<success|failure>.mp4``; ``video_select`` says
+    which episodes. The env must render ``rgb_array`` frames. >= 0."""
+
+    video_select: str = "first"
+    """How: an output. Which episodes get the ``max_episodes_rendered`` videos (see
+    :mod:`fasteval.robot.recording`): ``first`` (the K smallest episode indices), ``failures`` /
+    ``successes`` (the K episodes with the smallest indices among those that fail / succeed),
+    ``per-task`` (the first K of every task of a suite; ``first`` for one env)."""
+
+    videos_dir: str | None = None
+    """How: an output. Folder for videos. ``None``: ``videos`` under the CLI's output folder, or
+    ``./videos`` for the library."""
+
+    video_layout: str = "fasteval"
+    """How: an output. Video file names: ``fasteval``
+    (``<videos_dir>/<task>/ep<episode:06d>_seed<seed>_<outcome>.mp4``) or ``lerobot``
+    (``<videos_dir>/eval_episode_<episode>.mp4``, ``videos_dir`` being the task's
+    ``videos/<group>_<task_id>`` folder, as ``lerobot-eval`` writes them)."""
+
+    return_episode_data: bool = False
+    """How: an output. Also return the rollout data of every episode (observation, action, reward, done,
+    episode and frame index) as ``result.episode_data``, a TensorDict with one row per step."""
+
+    def __post_init__(self) -> None:
+        How._check(self)
+
+    def _check(self) -> None:
+        _require(_is_int(self.batch_size) and self.batch_size >= 1, "batch_size", "an integer >= 1", self.batch_size)
+        _require(self.vectorization in VECTORIZATIONS, "vectorization", " or ".join(VECTORIZATIONS), self.vectorization)
+        _require(self.workers is None or (_is_int(self.workers) and self.workers >= 1), "workers", "None or an integer >= 1",
+                 self.workers)
+        _require(
+            isinstance(self.device, str) and (self.device in DEVICES or self.device.startswith("cuda:")),
+            "device", "cpu, cuda, cuda:N or auto", self.device,
+        )
+        _require(self.reset_mode in RESET_MODES, "reset_mode", " or ".join(RESET_MODES), self.reset_mode)
+        _require(_is_int(self.retries) and self.retries >= 0, "retries", "an integer >= 0", self.retries)
+        _require(self.on_nan_action in ON_NAN_ACTIONS, "on_nan_action", " or ".join(ON_NAN_ACTIONS), self.on_nan_action)
+        _require(_is_timeout(self.step_timeout), "step_timeout",
+                 f"None (no timeout) or a finite number of seconds > 0 and <= {MAX_TIMEOUT_S:.0f}", self.step_timeout)
+        _require(_is_timeout(self.policy_timeout_s), "policy_timeout_s",
+                 f"None (no timeout) or a finite number of seconds > 0 and <= {MAX_TIMEOUT_S:.0f}", self.policy_timeout_s)
+        _require(self.stop_grace_s is not None and _is_timeout(self.stop_grace_s), "stop_grace_s",
+                 f"a finite number of seconds > 0 and <= {MAX_TIMEOUT_S:.0f}", self.stop_grace_s)
+        _require(self.cpu_threads is None or (_is_int(self.cpu_threads) and 1 <= self.cpu_threads <= MAX_CPU_THREADS),
+                 "cpu_threads", f"None or an integer from 1 to {MAX_CPU_THREADS} (more threads than cores only slow "
+                 f"a policy down)", self.cpu_threads)
+        _require(self.cuda_graph in (None, True, False), "cuda_graph", "None, True or False", self.cuda_graph)
+        _require(isinstance(self.pipeline, bool), "pipeline", "True or False", self.pipeline)
+        _require(isinstance(self.compile, bool), "compile", "True or False", self.compile)
+        _require(isinstance(self.trust_remote_code, bool), "trust_remote_code", "True or False", self.trust_remote_code)
+        _require(_is_int(self.max_episodes_rendered) and self.max_episodes_rendered >= 0,
+                 "max_episodes_rendered", "an integer >= 0", self.max_episodes_rendered)
+        _require(self.video_select in VIDEO_SELECTIONS, "video_select", " or ".join(VIDEO_SELECTIONS), self.video_select)
+        _require(self.videos_dir is None or (isinstance(self.videos_dir, str) and self.videos_dir != ""),
+                 "videos_dir", "None or a folder path string", self.videos_dir)
+        _require(self.video_layout in VIDEO_LAYOUTS, "video_layout", " or ".join(VIDEO_LAYOUTS), self.video_layout)
+        _require(isinstance(self.return_episode_data, bool), "return_episode_data", "True or False", self.return_episode_data)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready view of the *how* fields."""
+        return _fields_dict(self, HOW_FIELDS)
+
+
+WHAT_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(What))
+"""The fields of :class:`What`, in order."""
+HOW_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(How))
+"""The fields of :class:`How`, in order."""
+
+
+@dataclass(frozen=True)
+class EvalSpec(How, What):
+    """One evaluation: the fields of :class:`What` then those of :class:`How`, flat (see the module
+    docstring). ``spec.what`` / ``spec.how`` are the halves; ``EvalSpec.of(what, how)`` joins two."""
+
+    def __post_init__(self) -> None:
+        What._check(self)
+        How._check(self)
+        if self.noise == "global" and self.reset_mode == "auto":  # LeRobot's draws need LeRobot's batches
+            object.__setattr__(self, "reset_mode", "wave")
+        _require(self.noise != "global" or self.reset_mode == "wave", "reset_mode",
+                 "wave (or auto) with noise='global': LeRobot's global-RNG draws follow its waves", self.reset_mode)
+        object.__setattr__(self, "_halves", (What(**{k: getattr(self, k) for k in WHAT_FIELDS}),
+                                             How(**{k: getattr(self, k) for k in HOW_FIELDS})))
+
+    @classmethod
+    def of(cls, what: What, how: How | None = None) -> "EvalSpec":
+        """The spec of ``what`` evaluated ``how`` (default: every *how* field at its default)."""
+        how = how if how is not None else How()
+        return cls(**{k: getattr(what, k) for k in WHAT_FIELDS}, **{k: getattr(how, k) for k in HOW_FIELDS})
+
+    @property
+    def what(self) -> What:
+        """What is evaluated: the half that decides the numbers (a resume must keep it)."""
+        return self._halves[0]  # type: ignore[attr-defined]
+
+    @property
+    def how(self) -> How:
+        """How it runs: the half a resume may change."""
+        return self._halves[1]  # type: ignore[attr-defined]
+
     @property
     def n_slots(self) -> int:
         """Env slots actually built: ``min(batch_size, n_episodes)``."""
         return min(self.batch_size, self.n_episodes)
 
     def replace(self, **changes: Any) -> "EvalSpec":
-        """A copy with ``changes`` applied (validated again)."""
+        """A copy with ``changes`` applied (validated again). ``what=`` / ``how=`` replace a whole half."""
+        for half, names in (("what", WHAT_FIELDS), ("how", HOW_FIELDS)):
+            if half in changes:
+                value = changes.pop(half)
+                changes = {**{k: getattr(value, k) for k in names}, **changes}
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready view; a live policy object is shown by its class name (and never copied:
-        ``dataclasses.asdict`` would deep-copy a whole model, or fail on an uncopyable one)."""
-        return {
-            f.name: (self.policy if isinstance(self.policy, str) else f"<{type(self.policy).__name__}>")
-            if f.name == "policy" else env_label(self.env) if f.name == "env" else copy.deepcopy(getattr(self, f.name))
-            for f in dataclasses.fields(self)
-        }
+        """JSON-ready view of every field (a config document's keys); a live policy object is shown by its
+        class name (and never copied: ``dataclasses.asdict`` would deep-copy a whole model, or fail on an
+        uncopyable one)."""
+        return _fields_dict(self, SPEC_FIELDS)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "EvalSpec":
+        """The spec of a document: flat fields (a config, an older manifest's ``spec``) or the two halves
+        (``{"what": {...}, "how": {...}}``, a manifest's). Keys that are no field are ignored."""
+        flat = {**data.get("what", {}), **data.get("how", {})} if "what" in data else dict(data)
+        return cls(**{k: v for k, v in flat.items() if k in SPEC_FIELDS})
+
+
+SPEC_FIELDS: tuple[str, ...] = (*WHAT_FIELDS, *HOW_FIELDS)
+"""Every field of :class:`EvalSpec`: the *what* fields, then the *how* fields."""
+
+
+def _fields_dict(spec: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    return {
+        name: (spec.policy if isinstance(spec.policy, str) else f"<{type(spec.policy).__name__}>")
+        if name == "policy" else env_label(spec.env) if name == "env" else copy.deepcopy(getattr(spec, name))
+        for name in names
+    }
 
 
 def env_label(env: Any) -> str:

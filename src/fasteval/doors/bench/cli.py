@@ -83,12 +83,11 @@ def bench(repeats: int, warmup_episodes: int | None, sweep_batch: str | None, js
         spec = build_spec(vectorization=vecs[0], **options)
     except UserInputError as exc:
         fail(str(exc), EXIT_BAD_INPUT)
+    from fasteval.run.record import spec_facts
+
     machine = machine_info()
-    facts = {
-        "env": spec.env, "env_kwargs": dict(spec.env_kwargs), "policy": spec.to_dict()["policy"], "seed": spec.seed,
-        "n_episodes": spec.n_episodes, "batch_sizes": batches, "vectorizations": vecs, "device": spec.device,
-        "repeats": repeats, "warmup_episodes": warmup_episodes, "max_steps": spec.max_steps,
-    }
+    facts = {**spec_facts(spec), "batch_sizes": batches, "vectorizations": vecs, "repeats": repeats,
+             "warmup_episodes": warmup_episodes}  # the spec's facts as a run's record and manifest give them
 
     def progress(cell) -> None:
         s = cell.summary()

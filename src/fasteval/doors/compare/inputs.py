@@ -68,7 +68,9 @@ def _from_run_log(folder: Path, label: str) -> Side:
     from fasteval.run.rundir import RunDirectory
 
     run = RunDirectory(folder)
-    spec = _read_json(folder / "manifest.json", label).get("spec") or {}
+    from fasteval.run.record import manifest_spec
+
+    spec = manifest_spec(_read_json(folder / "manifest.json", label))
     return Side(label, str(folder), spec.get("policy"), spec.get("env"), spec.get("env_kwargs") or {},
                 spec.get("seed"), run.records())
 

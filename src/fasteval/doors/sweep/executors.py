@@ -57,15 +57,23 @@ class Sink(Protocol):
 # -- the worker function ---------------------------------------------------------------------------
 
 class _Batcher:
-    """``on_finished`` callback: collects records, emits them every ``flush_s`` s or ``max_episodes``."""
+    """``on_finished`` callback: collects records (built by the run layer's one record builder from the rows
+    the engine hands up), emits them every ``flush_s`` s or ``max_episodes``."""
 
-    def __init__(self, engine: Any, job_id: str, emit: Callable[[Message], None], flush_s: float):
-        self.engine, self.job_id, self.emit, self.flush_s = engine, job_id, emit, flush_s
+    def __init__(self, spec: Any, job_id: str, emit: Callable[[Message], None], flush_s: float):
+        from fasteval.run.record import default_label
+
+        self.label, self.job_id, self.emit, self.flush_s = default_label(spec), job_id, emit, flush_s
+        self.rows: Any = None
         self.buffer: list[dict[str, Any]] = []
         self.last = perf_counter()
 
     def __call__(self, ledger: Any, rows: Any) -> None:
-        self.buffer.extend(self.engine.records(ledger, rows))
+        from fasteval.run.record import EpisodeRows
+
+        if self.rows is None or self.rows.ledger is not ledger:
+            self.rows = EpisodeRows(ledger, self.label)
+        self.buffer.extend(self.rows.table(rows))
         if len(self.buffer) >= FLUSH_EPISODES or perf_counter() - self.last >= self.flush_s:
             self.flush()
 
@@ -105,7 +113,7 @@ def run_job(job: Job, episodes: Sequence[int], emit: Callable[[Message], None], 
             if job.options.stop_when is not None:  # the whole seed block; only episodes 0..k-1 are returned
                 result = engine.run()
             else:
-                batcher = _Batcher(engine, job.job_id, emit, flush_s)
+                batcher = _Batcher(engine.spec, job.job_id, emit, flush_s)
                 result = engine.run(episodes=list(episodes), on_finished=batcher)
                 batcher.flush()
         if result.n_failed:  # the engine gave up on some episodes (env errors past `retries`)

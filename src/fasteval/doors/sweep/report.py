@@ -149,9 +149,11 @@ def summary_line(cells: list[dict[str, Any]], jobs: dict[str, int]) -> str:
 
 
 def has_success_signal(eps: list[dict[str, Any]]) -> bool:
-    """False only when every episode says its env never reported ``is_success`` (``False``); an
-    unknown flag (``None``: a store written before it was recorded) or no episodes count as True."""
-    return not eps or any(ep.get("has_success_signal") is not False for ep in eps)
+    """The one rule (:func:`fasteval.types.eval_result.has_success_signal`) on stored episodes: an unknown
+    flag (``None``: a store written before it was recorded) counts as reporting; no episodes, no signal."""
+    from fasteval.types.eval_result import has_success_signal as rule
+
+    return rule([ep.get("has_success_signal") for ep in eps])
 
 
 def _cell(policy: str, env: str, env_id: str, env_kwargs: str, eps: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -134,7 +134,9 @@ def provenance_section(inp: RunPageInput) -> str:
     manifest = dict(inp.manifest or {})
     if len(manifest.get("segments") or []) > 1:
         out.append(_segments_table(manifest["segments"]))
-    config = inp.config or manifest.get("spec")
+    from fasteval.run.record import manifest_spec
+
+    config = inp.config or manifest_spec(manifest)
     if config:
         out.append("<h3>Resolved config</h3><pre id=\"config\">" + escape(json.dumps(config, indent=2, default=str)) + "</pre>")
     links = [f'<a href="{page.relative_href(inp.page_dir / name, inp.page_dir)}">{escape(name)}</a>'
