@@ -96,6 +96,7 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 from fasteval.core.protocols import StepObserver
@@ -170,7 +171,7 @@ def render_problem(env: Any, name: str) -> str | None:
     """Why ``env`` cannot give video frames, known before any episode: a MuJoCo env made without
     ``render_mode="rgb_array"`` (MuJoCo's own error would be ``Unexpected mode: None``). ``None``: no
     known problem (other envs are checked on their first frame)."""
-    mode = getattr(env, "render_mode", None)
+    mode = env.render_mode if isinstance(env, gym.Env) else None
     if mode == "rgb_array" or not is_mujoco(env):
         return None
     return (f"env {name!r} is a MuJoCo env made with render_mode={mode!r}, so it cannot render videos (MuJoCo "
@@ -181,7 +182,7 @@ def render_problem(env: Any, name: str) -> str | None:
 def _inspect_env(engine: Any, look: Any) -> Any:
     """``look(env)`` on one env of ``engine``: a sync env in place; for async envs one env built in this
     process from the engine's factory, and closed again."""
-    local = getattr(engine.envs, "envs", None)  # in-process envs only (the worker pool holds none in this process)
+    local = engine.envs.local_envs  # in-process envs only (the worker pool holds none in this process)
     own = None if local else engine.factory()
     try:
         return look(local[0] if local else own)
@@ -232,7 +233,7 @@ class VideoRecorder(StepObserver):
                  select: str = FIRST, task: str | None = None, layout: str = "fasteval",
                  factory: Any = None, timers: Any = None):
         imageio = load_video_writer()
-        local = getattr(envs, "envs", None)  # in-process envs only (the worker pool holds none in this process)
+        local = envs.local_envs  # in-process envs only (the worker pool holds none in this process)
         problem = render_problem(local[0], env) if local else None
         if problem is not None:
             raise UserInputError(problem)
@@ -245,7 +246,7 @@ class VideoRecorder(StepObserver):
         self.replays = self.selection.mode != FIRST
         if self.replays and factory is None:
             raise ValueError("VideoRecorder: video_select failures/successes replays episodes and needs the env factory.")
-        metadata = getattr(envs, "metadata", None) or {}  # the env's metadata (render_fps), for sync and async envs
+        metadata = envs.metadata or {}  # the env's metadata (render_fps), for sync and async envs
         self.fps = int(metadata.get("render_fps") or DEFAULT_FPS)
         self.encoder = VideoEncoder(imageio, self.fps, lambda frame: _check_frame(frame, env),
                                     factory if self.replays else None)
@@ -269,7 +270,7 @@ class VideoRecorder(StepObserver):
     def _path(self, row: int) -> Path:
         L = self.ledger
         episode = self._episode(row)
-        signal = bool(getattr(self.envs, "has_success_signal", True))  # none: no outcome in the name
+        signal = bool(self.envs.has_success_signal)  # none: no outcome in the name
         return video_path(self.videos_dir, self.task, episode, L.seed + episode,
                           bool(L.success[row]) if signal else None, self.layout)
 
@@ -332,7 +333,7 @@ class VideoRecorder(StepObserver):
 
     # -- the observer ------------------------------------------------------------------------------------
     def on_start(self, slots: list[int]) -> None:
-        failing = {f.slot for f in getattr(self.envs, "failures", [])}
+        failing = {f.slot for f in self.envs.failures}
         for slot in slots:
             if slot in self.open:
                 self._close(slot)
@@ -451,7 +452,7 @@ class EpisodeDataRecorder(StepObserver):
         self.buffer.start(np.asarray(slots, dtype=np.int64))
 
     def on_start(self, slots: list[int]) -> None:
-        failing = {f.slot for f in getattr(self.envs, "failures", [])}
+        failing = {f.slot for f in self.envs.failures}
         for slot in failing:
             self.row[slot] = -1
         self._start({s: int(self.ledger.slot_episode[s]) for s in slots if s not in failing})
