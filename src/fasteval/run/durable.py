@@ -60,7 +60,7 @@ from fasteval.types.errors import FastevalError, UserInputError
 from fasteval.types.results import (STATUS_COMPLETE, STATUS_FAILED, STATUS_INTERRUPTED, STATUS_RUNNING,  # noqa: F401
                                     EarlierSegments, EpisodeTable, EvalResult)
 from fasteval.run.rundir import (EVAL_INFO, MANIFEST, RunDirectory, RunIdentity, check_resumable, format_records,
-                                  policy_digest, resume_command)
+                                  policy_digest, resume_command, table_lines)
 from fasteval.types.spec import EvalSpec
 
 
@@ -120,14 +120,15 @@ class GroupCommitLog:
     raised by ``write`` in the thread is re-raised by the next :meth:`add`, :meth:`flush` or
     :meth:`close`. ``clock`` is injectable for tests (seconds, monotonic).
 
-    ``render(items) -> records`` (optional) turns the buffered items into records when a group is
-    written: the engine's run log buffers ledger row numbers and builds their records 256 at a
-    time, column by column, instead of one small batch per step (rows are final once finished).
+    ``render(items) -> text`` (optional) turns the buffered items (one per record) into their JSON
+    lines when a group is written: the engine's run log buffers ledger row numbers and encodes their
+    records a group at a time, column by column, instead of one small batch per step (rows are final
+    once finished).
     """
 
     def __init__(self, write: Callable[[str], None], policy: FlushPolicy = FlushPolicy(),
                  clock: Callable[[], float] = time.monotonic, background: bool = True,
-                 render: Callable[[list[Any]], Sequence[dict[str, Any]]] | None = None):
+                 render: Callable[[list[Any]], str] | None = None):
         self.write, self.policy, self.clock = write, policy, clock
         self.render = render
         self._records: list[Any] = []
@@ -185,9 +186,7 @@ class GroupCommitLog:
         if not self._records:
             return
         records, self._records = self._records, []
-        if self.render is not None:
-            records = self.render(records)
-        self.write(format_records(records))
+        self.write(format_records(records) if self.render is None else self.render(records))
         self.groups_written += 1
         self.records_written += len(records)
 
@@ -335,8 +334,8 @@ class _SegmentLog:
         # ledger rows are buffered; the run layer's one record builder turns each group into records
         self.log = GroupCommitLog(self.run_dir.append_episode_text, self.flush_policy, render=self._render)
 
-    def _render(self, rows: list[int]) -> list[dict[str, Any]]:
-        return self.rows.table(rows, run_id=self.run_id).to_list()
+    def _render(self, rows: list[int]) -> str:
+        return table_lines(self.rows.table(rows, run_id=self.run_id))
 
     def finished(self, ledger: Any, rows: Any) -> None:
         """The engine's ``on_finished``: buffer the rows (their records are built when written)."""

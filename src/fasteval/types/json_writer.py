@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from fasteval.types.episode_table import CHUNK_ROWS, EpisodeTable
+from fasteval.types.episode_table import _TASK_AT, CHUNK_ROWS, EPISODE_FIELDS, TASK_FIELDS, EpisodeTable
 from fasteval.types.files import atomic_file
 
 
@@ -46,6 +46,65 @@ def encoded_records(records: list[dict[str, Any]]) -> list[str]:
     return [_encode(record) for record in records]
 
 
+_value_text = json.JSONEncoder(check_circular=False, separators=(",", ":")).encode
+"""A list of numbers or bools as compact JSON (``1,2.5,NaN,true``: no value holds a comma)."""
+
+
+def record_texts(table: EpisodeTable, compact: bool = False, encode: Callable[[Any], str] | None = None,
+                 start: int = 0, stop: int | None = None) -> list[str]:
+    """The JSON text of rows ``start:stop`` of ``table``, one string per row: exactly
+    ``encode(row)`` for each row dict :meth:`EpisodeTable.iter_chunks` gives (the same keys, order
+    and values), without building the dicts. ``compact``: ``","`` and ``":"`` separators (the lines
+    of ``episodes.jsonl``) instead of ``", "`` and ``": "`` (``eval_info.json``); ``encode``: the
+    encoder of the task and extra values (default: ``json.dumps(value, default=_leaf)``'s), which
+    must use the same separators.
+
+    Built column by column: a numeric column is one encoder call (its values' texts hold no comma,
+    so the list's text is cut at the commas), each task is encoded once, and each row is one ``%``
+    format of a template holding the keys. Floats are written as ``json`` writes them (``repr``,
+    ``NaN``, ``Infinity``), as are ints and bools; an extra value (``run_id``...) with ``encode``,
+    once per distinct string.
+    """
+    stop = table.n if stop is None else min(stop, table.n)
+    if stop <= start:
+        return []
+    encode = encode or _encode
+    kv, sep = (":", ",") if compact else (": ", ", ")
+    cols = table.columns
+    first = [k for k in EPISODE_FIELDS[:_TASK_AT]]
+    after = [k for k in EPISODE_FIELDS[_TASK_AT + len(TASK_FIELDS):]]
+    values = [_value_text(cols[k][start:stop].tolist())[1:-1].split(",") for k in first]
+    task_text: dict[int, str] = {}
+
+    def task_of(code: int) -> str:
+        text = task_text.get(code)
+        if text is None:
+            group, task_id, task = table.tasks[code]
+            text = task_text[code] = sep.join(
+                encode(k) + kv + encode(v) for k, v in zip(TASK_FIELDS, (group, task_id, task)))
+        return text
+
+    values.append([task_of(c) for c in table.task_codes[start:stop].tolist()])
+    values += [_value_text(cols[k][start:stop].tolist())[1:-1].split(",") for k in after]
+    names = [*first, None, *after]
+    for name, column in table.extra.items():
+        names.append(name)
+        seen: dict[str, str] = {}
+        texts = []
+        for v in column[start:stop].tolist():
+            if type(v) is str:
+                text = seen.get(v)
+                if text is None:
+                    text = seen[v] = encode(v)
+            else:
+                text = encode(v)
+            texts.append(text)
+        values.append(texts)
+    template = "{" + sep.join("%s" if name is None else (encode(name) + kv).replace("%", "%%") + "%s"
+                              for name in names) + "}"
+    return [template % row for row in zip(*values)]
+
+
 def _needs_stream(value: Any) -> bool:
     if isinstance(value, (EpisodeTable, np.ndarray)):
         return True
@@ -71,8 +130,8 @@ def _stream(write: Any, value: Any, pad: str) -> None:
             return
         write("[")
         sep = "\n"
-        for rows in value.iter_chunks():
-            write(sep + inner + (",\n" + inner).join(encoded_records(rows)))
+        for start in range(0, len(value), CHUNK_ROWS):
+            write(sep + inner + (",\n" + inner).join(record_texts(value, start=start, stop=start + CHUNK_ROWS)))
             sep = ",\n"
         write("\n" + pad + "]")
     elif isinstance(value, np.ndarray):
