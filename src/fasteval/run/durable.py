@@ -60,7 +60,7 @@ from fasteval.types.errors import FastevalError, UserInputError
 from fasteval.types.results import (STATUS_COMPLETE, STATUS_FAILED, STATUS_INTERRUPTED, STATUS_RUNNING,  # noqa: F401
                                     EarlierSegments, EpisodeTable, EvalResult)
 from fasteval.run.rundir import (EVAL_INFO, MANIFEST, RunDirectory, RunIdentity, check_resumable, format_records,
-                                  policy_digest, resume_command, table_lines)
+                                  episode_lines, policy_digest, resume_command)
 from fasteval.types.spec import EvalSpec
 
 
@@ -335,7 +335,7 @@ class _SegmentLog:
         self.log = GroupCommitLog(self.run_dir.append_episode_text, self.flush_policy, render=self._render)
 
     def _render(self, rows: list[int]) -> str:
-        return table_lines(self.rows.table(rows, run_id=self.run_id))
+        return episode_lines(self.rows, rows, self.run_id)
 
     def finished(self, ledger: Any, rows: Any) -> None:
         """The engine's ``on_finished``: buffer the rows (their records are built when written)."""

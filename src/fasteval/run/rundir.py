@@ -78,9 +78,19 @@ def format_records(records: Sequence[dict[str, Any]]) -> str:
 def table_lines(table: EpisodeTable) -> str:
     """The rows of ``table`` as JSON lines: exactly ``format_records(table.to_list())``, built column by
     column (:func:`~fasteval.types.json_writer.record_texts`) without the per-row dicts."""
-    if not len(table):
-        return ""
-    return "\n".join(record_texts(table, compact=True, encode=_encode)) + "\n"
+    return lines_of(record_texts(table, compact=True, encode=_encode))
+
+
+def episode_lines(rows: Any, items: Sequence[int], run_id: str | None) -> str:
+    """The lines of ``episodes.jsonl`` for the ledger rows ``items`` of ``rows`` (an
+    :class:`~fasteval.run.record.EpisodeRows`), each record carrying ``run_id``: exactly
+    ``format_records(rows.table(items, run_id=run_id).to_list())``."""
+    return lines_of(rows.texts(items, run_id=run_id, compact=True, encode=_encode))
+
+
+def lines_of(texts: Sequence[str]) -> str:
+    """Records' JSON texts as JSON lines (``""`` for none)."""
+    return "\n".join(texts) + "\n" if texts else ""
 
 
 def policy_digest(policy: Any, reference: Any) -> str:

@@ -46,8 +46,95 @@ def encoded_records(records: list[dict[str, Any]]) -> list[str]:
     return [_encode(record) for record in records]
 
 
-_value_text = json.JSONEncoder(check_circular=False, separators=(",", ":")).encode
-"""A list of numbers or bools as compact JSON (``1,2.5,NaN,true``: no value holds a comma)."""
+_BOOL_TEXT = {False: "false", True: "true"}
+_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def column_texts(column: np.ndarray) -> list[Any]:
+    """A numeric column's values, each of whose ``%s`` is its JSON text: ints and finite floats as
+    ``tolist()`` gives them (``str`` of a Python int or float is what ``json`` writes), bools as
+    ``"true"``/``"false"``, NaN and infinities as ``json`` writes them (``NaN``, ``Infinity``)."""
+    values = column.tolist()
+    kind = column.dtype.kind
+    if kind == "b":
+        return list(map(_BOOL_TEXT.__getitem__, values))
+    if kind == "f":
+        for i in np.flatnonzero(~np.isfinite(column)).tolist():
+            values[i] = _NON_FINITE[repr(values[i])]
+    return values
+
+
+def scalar_text(value: Any, encode: Callable[[Any], str]) -> str:
+    """``encode(value)``, without the encoder's per-call set-up for the plain scalars (a str, int,
+    float, bool, None: the same text); anything else goes to ``encode`` (its ``default`` or its error)."""
+    kind = type(value)
+    if kind is str:
+        return encode(value)
+    if kind is bool or value is None:
+        return "null" if value is None else _BOOL_TEXT[value]
+    if kind is int:
+        return int.__repr__(value)
+    if kind is float:
+        text = float.__repr__(value)
+        return _NON_FINITE.get(text, text)
+    return encode(value)
+
+
+_TEMPLATES: dict[Any, str] = {}
+"""Templates by their key (a run log's are the same for every group); cleared when it grows past 64."""
+
+
+def row_texts(numbers: dict[str, list[Any]], n: int, task: tuple[Any, Any, Any] | None = None,
+              task_rows: list[str] | None = None, extra: dict[str, list[str]] | None = None,
+              constants: dict[str, Any] | None = None, compact: bool = False,
+              encode: Callable[[Any], str] | None = None) -> list[str]:
+    """``n`` records' JSON texts, from their fields' texts (the low level of :func:`record_texts`):
+    ``numbers``: the fields of :data:`~fasteval.types.episode_table.COLUMN_DTYPES` as
+    :func:`column_texts` gives them; the task fields: one ``task`` for every row, or each row's text
+    of them (``task_rows``); ``extra``: further fields' texts per row; ``constants``: fields whose
+    value is the same in every row (one of ``COLUMN_DTYPES``'s instead of its column, or a further
+    field, after the extra ones). Keys in :data:`EPISODE_FIELDS` order, then the further ones in
+    order. Each row is one ``%`` format of a template that holds the keys and the constant values."""
+    encode = encode or _encode
+    constants = constants or {}
+    extra = extra or {}
+    try:
+        cache_key: Any = (compact, encode, None if task is None else tuple((type(v), v) for v in task), tuple(extra),
+                          tuple((k, type(v), v) for k, v in constants.items()))
+        template = _TEMPLATES.get(cache_key)
+    except TypeError:  # an unhashable task or constant: built every time
+        cache_key = template = None
+    if template is None:
+        template = _template(task, extra, constants, compact, encode)
+        if cache_key is not None:
+            if len(_TEMPLATES) >= 64:
+                _TEMPLATES.clear()
+            _TEMPLATES[cache_key] = template
+    slots = [numbers[name] for name in EPISODE_FIELDS[:_TASK_AT] if name not in constants]
+    if task is None:
+        slots.append(task_rows)
+    slots += [numbers[name] for name in EPISODE_FIELDS[_TASK_AT + len(TASK_FIELDS):] if name not in constants]
+    slots += extra.values()
+    return [template % row for row in zip(*slots)] if slots else [template] * n
+
+
+def _template(task: tuple[Any, Any, Any] | None, extra: dict[str, Any], constants: dict[str, Any], compact: bool,
+              encode: Callable[[Any], str]) -> str:
+    """:func:`row_texts`'s ``%`` template: ``%s`` where a row's text goes, everything else literal."""
+    kv, sep = (":", ",") if compact else (": ", ", ")
+
+    def field(name: str) -> str:
+        head = encode(name) + kv
+        return (head + scalar_text(constants[name], encode)).replace("%", "%%") if name in constants else \
+            head.replace("%", "%%") + "%s"
+
+    parts = [field(name) for name in EPISODE_FIELDS[:_TASK_AT]]
+    parts.append("%s" if task is None else sep.join(encode(k) + kv + scalar_text(v, encode)
+                                                    for k, v in zip(TASK_FIELDS, task)).replace("%", "%%"))
+    parts += [field(name) for name in EPISODE_FIELDS[_TASK_AT + len(TASK_FIELDS):]]
+    parts += [(encode(name) + kv).replace("%", "%%") + "%s" for name in extra]
+    parts += [field(name) for name in constants if name not in EPISODE_FIELDS]
+    return "{" + sep.join(parts) + "}"
 
 
 def record_texts(table: EpisodeTable, compact: bool = False, encode: Callable[[Any], str] | None = None,
@@ -59,50 +146,44 @@ def record_texts(table: EpisodeTable, compact: bool = False, encode: Callable[[A
     encoder of the task and extra values (default: ``json.dumps(value, default=_leaf)``'s), which
     must use the same separators.
 
-    Built column by column: a numeric column is one encoder call (its values' texts hold no comma,
-    so the list's text is cut at the commas), each task is encoded once, and each row is one ``%``
-    format of a template holding the keys. Floats are written as ``json`` writes them (``repr``,
-    ``NaN``, ``Infinity``), as are ints and bools; an extra value (``run_id``...) with ``encode``,
-    once per distinct string.
+    Built column by column (:func:`row_texts`): a numeric column is one ``tolist()``, each task is
+    encoded once, each distinct string of an extra field once, and each row is one ``%`` format.
+    Floats are written as ``json`` writes them (``repr``, ``NaN``, ``Infinity``), as are ints, bools
+    and the plain scalars; any other value with ``encode``.
     """
     stop = table.n if stop is None else min(stop, table.n)
     if stop <= start:
         return []
     encode = encode or _encode
-    kv, sep = (":", ",") if compact else (": ", ", ")
-    cols = table.columns
-    first = [k for k in EPISODE_FIELDS[:_TASK_AT]]
-    after = [k for k in EPISODE_FIELDS[_TASK_AT + len(TASK_FIELDS):]]
-    values = [_value_text(cols[k][start:stop].tolist())[1:-1].split(",") for k in first]
-    task_text: dict[int, str] = {}
-
-    def task_of(code: int) -> str:
-        text = task_text.get(code)
-        if text is None:
-            group, task_id, task = table.tasks[code]
-            text = task_text[code] = sep.join(
-                encode(k) + kv + encode(v) for k, v in zip(TASK_FIELDS, (group, task_id, task)))
-        return text
-
-    values.append([task_of(c) for c in table.task_codes[start:stop].tolist()])
-    values += [_value_text(cols[k][start:stop].tolist())[1:-1].split(",") for k in after]
-    names = [*first, None, *after]
+    numbers = {k: column_texts(c[start:stop]) for k, c in table.columns.items()}
+    codes = table.task_codes[start:stop]
+    task, task_rows = None, None
+    if len(table.tasks) == 1:
+        task = table.tasks[0]
+    else:
+        kv, sep = (":", ",") if compact else (": ", ", ")
+        texts: dict[int, str] = {}
+        task_rows = []
+        for c in codes.tolist():
+            text = texts.get(c)
+            if text is None:
+                text = texts[c] = sep.join(encode(k) + kv + scalar_text(v, encode)
+                                           for k, v in zip(TASK_FIELDS, table.tasks[c]))
+            task_rows.append(text)
+    extra = {}
     for name, column in table.extra.items():
-        names.append(name)
         seen: dict[str, str] = {}
-        texts = []
+        out = []
         for v in column[start:stop].tolist():
             if type(v) is str:
                 text = seen.get(v)
                 if text is None:
                     text = seen[v] = encode(v)
             else:
-                text = encode(v)
-            texts.append(text)
-        values.append(texts)
-    template = "{" + sep.join("%s" if name is None else (encode(name) + kv).replace("%", "%%") + "%s"
-                              for name in names) + "}"
-    return [template % row for row in zip(*values)]
+                text = scalar_text(v, encode)
+            out.append(text)
+        extra[name] = out
+    return row_texts(numbers, stop - start, task, task_rows, extra, compact=compact, encode=encode)
 
 
 def _needs_stream(value: Any) -> bool:
