@@ -34,7 +34,7 @@ from fasteval.core.stopping import cut_at_stop, stopping_meta
 from fasteval.types.eval_result import (STATUS_COMPLETE, STATUS_FAILED, STATUS_INTERRUPTED, EarlierSegments,
                                         EvalResult)
 from fasteval.types.episode_table import EpisodeTable
-from fasteval.types.json_writer import column_texts, row_texts
+from fasteval.types.json_writer import column_texts, row_template, row_texts
 from fasteval.types.spec import EvalSpec, env_label
 from fasteval.version import __version__
 
@@ -105,6 +105,7 @@ class EpisodeRows:
 
     def __init__(self, ledger: Ledger, label: Label):
         self.ledger, self.label = ledger, tuple(label)
+        self._templates: dict[Any, str] = {}
 
     def table(self, rows: Any = None, signal: bool | None = None, run_id: str | None = None) -> EpisodeTable:
         """The records of ``rows``; with ``run_id``, each also carries the run folder's id (the lines of
@@ -123,10 +124,14 @@ class EpisodeRows:
         ``compact``), from the same columns, without the table or a dict per row."""
         columns = self._columns(rows)
         numbers = {k: column_texts(c) for k, c in columns.items()}
-        constants = {"has_success_signal": bool(self.ledger.success_signal),
-                     **({} if run_id is None else {"run_id": run_id})}
+        signal = bool(self.ledger.success_signal)
+        constants = {"has_success_signal": signal, **({} if run_id is None else {"run_id": run_id})}
+        key = (signal, run_id, compact, encode)  # a run log's groups share one template
+        template = self._templates.get(key)
+        if template is None:
+            template = self._templates[key] = row_template(self.label, (), constants, compact, encode)
         return row_texts(numbers, columns["episode_ix"].size, task=self.label, constants=constants,
-                         compact=compact, encode=encode)
+                         template=template)
 
     def _columns(self, rows: Any) -> dict[str, np.ndarray]:
         """Every numeric column but ``has_success_signal`` (a run's constant), for ``rows``."""

@@ -8,9 +8,10 @@ ever held whole.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -58,9 +59,8 @@ def column_texts(column: np.ndarray) -> list[Any]:
     kind = column.dtype.kind
     if kind == "b":
         return list(map(_BOOL_TEXT.__getitem__, values))
-    if kind == "f":
-        for i in np.flatnonzero(~np.isfinite(column)).tolist():
-            values[i] = _NON_FINITE[repr(values[i])]
+    if kind == "f" and not all(map(math.isfinite, values)):  # (a ufunc costs more than this on a few rows)
+        values = [v if math.isfinite(v) else _NON_FINITE[repr(v)] for v in values]
     return values
 
 
@@ -80,36 +80,22 @@ def scalar_text(value: Any, encode: Callable[[Any], str]) -> str:
     return encode(value)
 
 
-_TEMPLATES: dict[Any, str] = {}
-"""Templates by their key (a run log's are the same for every group); cleared when it grows past 64."""
-
-
 def row_texts(numbers: dict[str, list[Any]], n: int, task: tuple[Any, Any, Any] | None = None,
               task_rows: list[str] | None = None, extra: dict[str, list[str]] | None = None,
               constants: dict[str, Any] | None = None, compact: bool = False,
-              encode: Callable[[Any], str] | None = None) -> list[str]:
+              encode: Callable[[Any], str] | None = None, template: str | None = None) -> list[str]:
     """``n`` records' JSON texts, from their fields' texts (the low level of :func:`record_texts`):
     ``numbers``: the fields of :data:`~fasteval.types.episode_table.COLUMN_DTYPES` as
     :func:`column_texts` gives them; the task fields: one ``task`` for every row, or each row's text
     of them (``task_rows``); ``extra``: further fields' texts per row; ``constants``: fields whose
     value is the same in every row (one of ``COLUMN_DTYPES``'s instead of its column, or a further
     field, after the extra ones). Keys in :data:`EPISODE_FIELDS` order, then the further ones in
-    order. Each row is one ``%`` format of a template that holds the keys and the constant values."""
-    encode = encode or _encode
+    order. Each row is one ``%`` format of :func:`row_template`'s template (``template``: that
+    template for these arguments, made earlier)."""
     constants = constants or {}
     extra = extra or {}
-    try:
-        cache_key: Any = (compact, encode, None if task is None else tuple((type(v), v) for v in task), tuple(extra),
-                          tuple((k, type(v), v) for k, v in constants.items()))
-        template = _TEMPLATES.get(cache_key)
-    except TypeError:  # an unhashable task or constant: built every time
-        cache_key = template = None
     if template is None:
-        template = _template(task, extra, constants, compact, encode)
-        if cache_key is not None:
-            if len(_TEMPLATES) >= 64:
-                _TEMPLATES.clear()
-            _TEMPLATES[cache_key] = template
+        template = row_template(task, tuple(extra), constants, compact, encode)
     slots = [numbers[name] for name in EPISODE_FIELDS[:_TASK_AT] if name not in constants]
     if task is None:
         slots.append(task_rows)
@@ -118,9 +104,11 @@ def row_texts(numbers: dict[str, list[Any]], n: int, task: tuple[Any, Any, Any] 
     return [template % row for row in zip(*slots)] if slots else [template] * n
 
 
-def _template(task: tuple[Any, Any, Any] | None, extra: dict[str, Any], constants: dict[str, Any], compact: bool,
-              encode: Callable[[Any], str]) -> str:
-    """:func:`row_texts`'s ``%`` template: ``%s`` where a row's text goes, everything else literal."""
+def row_template(task: tuple[Any, Any, Any] | None, extra: Sequence[str], constants: dict[str, Any], compact: bool,
+                 encode: Callable[[Any], str] | None = None) -> str:
+    """:func:`row_texts`'s ``%`` template for records of ``task`` (``None``: a slot per row), with the
+    ``extra`` fields' slots and the ``constants``: ``%s`` where a row's text goes, the rest literal."""
+    encode = encode or _encode
     kv, sep = (":", ",") if compact else (": ", ", ")
 
     def field(name: str) -> str:
