@@ -235,12 +235,13 @@ class CoreEngine:
         The rows go up with the envs' success signal as it stands (``ledger.success_signal``): what a
         record of them says."""
         envs = self.envs
-        if on_finished is None:
-            return (lambda done: stop.on_finished(ledger, done)) if stop is not None else (lambda done: None)
+        if on_finished is None and stop is None:
+            return lambda done: None
 
         def finished(done: np.ndarray) -> None:
             ledger.success_signal = envs.has_success_signal
-            on_finished(ledger, done)
+            if on_finished is not None:
+                on_finished(ledger, done)
             if stop is not None:
                 stop.on_finished(ledger, done)
         return finished

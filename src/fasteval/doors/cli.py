@@ -6,7 +6,9 @@ Exit codes:
   2  bad input: unknown env id or option value, an unusable path (NUL byte, empty, a folder
      below a file), unloadable policy, action shape mismatch, a policy that raises on its dry
      run, a --resume whose options differ from the run's. Nothing was evaluated, and nothing
-     was written to the output folder.
+     was written to the output folder. Also bad input that shows only once episodes have run
+     (a success-rate --stop-when rule on an env that reports no success): the finished episodes
+     are kept in the output folder.
 
 ``fasteval --help`` imports neither torch nor the engine: subcommands are listed from
 :data:`SUBCOMMAND_HELP` and imported on use, and a run imports the engine when it starts.
@@ -93,6 +95,8 @@ def format_success(agg: Mapping[str, Any], ci: bool = True) -> str:
     if not ci:
         return f"{agg['pc_success']:.1f}%"
     lo, hi = agg["pc_success_ci95"]
+    if agg.get("pc_success_ci95_fixed_n") is not None:  # the run stopped on its data: the anytime-valid interval
+        return f"{agg['pc_success']:.1f}%  (95% anytime-valid CI {lo:.1f}-{hi:.1f}%, valid at the stop)"
     return f"{agg['pc_success']:.1f}%  (95% CI {lo:.1f}-{hi:.1f}%)"
 
 
@@ -589,6 +593,11 @@ def end_of_run(outcome: Any, spec: Any, out_dir: Path, files: FileOptions, profi
     if result.n_failed or result.errors:
         errors_at = out_dir / "tasks" / "*" / "errors.jsonl" if suite else out_dir / "errors.jsonl"
         click.echo("\n".join(describe_failures(result, errors_at)), err=True)
+    from fasteval.types.errors import UserInputError
+
+    if isinstance(outcome.error, UserInputError):  # bad input met once episodes ran (they are kept): fix it, not resume
+        click.echo(f"Error: {outcome.error}", err=True)
+        return EXIT_BAD_INPUT
     recorded = min(len(result.per_episode), getattr(outcome, "logged", len(result.per_episode)))
     click.echo(resume_hint(outcome.status, recorded, wanted, out_dir, suite, spec), err=True)
     if code != EXIT_RUNTIME_ERROR:  # interrupted

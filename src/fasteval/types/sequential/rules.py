@@ -358,10 +358,18 @@ def overall_stopping(blocks: list[dict[str, Any]], outcomes: list[Any]) -> dict[
         "rule": first["rule"], "metric": first["metric"], "confidence": confidence,
         "return_bounds": first["return_bounds"], "cap": first["cap"],
         "k": int(sum(b["k"] for b in blocks)), "n_tasks": n, "n_fired": n_fired, "n_capped": n - n_fired,
-        "reason": "rule" if n_fired == n else ("cap" if n_fired == 0 else "mixed"),
+        "reason": _overall_reason([b["reason"] for b in blocks]),
         "estimate": estimate, "cs_low": low, "cs_high": high,
         "n_computed_past_stop": int(sum(b["n_computed_past_stop"] for b in blocks)),
         "n_cancelled": int(sum(b["n_cancelled"] for b in blocks)),
         "resumable": any(b["reason"] == "cap" for b in blocks),
         **({"trajectory": first["trajectory"]} if n == 1 and "trajectory" in first else {}),
     }
+
+
+def _overall_reason(reasons: list[str]) -> str:
+    """One word for the tasks' reasons: theirs when they agree, ``incomplete`` when some task has not
+    finished (an interrupted or failed run), else ``mixed`` (some stopped by the rule, some at the cap)."""
+    if len(set(reasons)) == 1:
+        return reasons[0]
+    return "incomplete" if "incomplete" in reasons else "mixed"
