@@ -224,7 +224,7 @@ class CoreEngine:
             return None
         # the prefix reaches the rule a quarter batch at a time: k is the same, the cost per step is bounded
         stop = StopWhen(self.spec.stop_when, self.spec.confidence, self.spec.return_bounds, cap=cap,
-                        min_feed=max(1, self.n_slots // 4))
+                        min_feed=max(1, self.n_slots // 4), design=self.spec.design)
         if earlier is not None:
             stop.prime(earlier.records, earlier.n_cancelled)
         return stop

@@ -18,7 +18,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from fasteval.types.errors import FastevalError, UserInputError
-from fasteval.types.sequential import PrefixGate, StopMonitor
+from fasteval.types.sequential import PrefixGate, StopMonitor, TruncatedStopMonitor
 from fasteval.types.sequential.rules import overall_stopping
 
 
@@ -48,9 +48,10 @@ class StopWhen:
     segment (a resumed run), in any order; ``on_finished(ledger, rows)`` the ones this run finishes."""
 
     def __init__(self, rule: Any, confidence: float = 0.95, return_bounds: Any = None, cap: int | None = None,
-                 min_feed: int = 1):
+                 min_feed: int = 1, design: str = "anytime"):
         try:
-            self.monitor = StopMonitor(rule, confidence, return_bounds, cap)
+            self.monitor = (TruncatedStopMonitor(rule, confidence, cap) if design == "truncated" else
+                            StopMonitor(rule, confidence, return_bounds, cap))
         except ValueError as exc:
             raise UserInputError(str(exc)) from None
         self.gate = PrefixGate(self.monitor, min_feed=min_feed)
@@ -125,6 +126,10 @@ class StopWhen:
                 self.gate.flush()
             except ValueError as exc:
                 raise StopRuleError(str(exc)) from None
+            monitor = self.monitor
+            if (not self.fired and isinstance(monitor, TruncatedStopMonitor) and monitor.cap is not None
+                    and self.gate.next_index >= monitor.cap):  # every episode up to the cap ended, some failed for good
+                monitor.finish()
         self.n_cancelled += int(getattr(ledger, "n_cancelled", 0))
 
     def summary(self) -> dict[str, Any]:
