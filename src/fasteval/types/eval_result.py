@@ -204,7 +204,7 @@ class EvalResult:
         betting confidence sequence at the stop over ``tasks`` (the aggregate's tasks; several: each at
         ``1 - 0.05 / T``, count-weighted), Wilson's kept as ``pc_success_ci95_fixed_n``. Cached: the
         record never changes."""
-        if "stopping" not in self.meta or agg["pc_success_ci95"] is None:
+        if not ("stopping" in self.meta or self.meta.get("stop_when")) or agg["pc_success_ci95"] is None:
             return agg
         cache = self.__dict__.setdefault("_stopped_intervals", {})
         key = tuple((len(t), int(t.columns["episode_ix"][0]) if len(t) else -1, t.tasks[int(t.task_codes[0])]
