@@ -19,7 +19,7 @@ sum_e (1 / E^2) / n_e`` and at ``E min_e n_e`` (the lattice of the estimate is n
 has the same number of episodes (a sweep's default), ``n*`` is the total count: the Clopper-Pearson
 interval of all episodes pooled, conservative because a stratified sample varies less than a binomial
 one; unequal counts (a partial cell) weigh the small envs more, as their share of the mean asks. Its
-exact coverage in ``tests/test_stratified.py`` (2 to 4 envs, equal and unequal counts, rates from 0.05
+exact coverage in ``tests/test_honest_intervals.py`` (2 to 4 envs, equal and unequal counts, rates from 0.05
 to 0.999) is at least 0.95 in every case; in a simulation of 275 settings (2 to 10 envs, 10 to 300
 episodes each or unequal counts from 5 to 300, rates from 0 to 1; 20,000 sweeps each) the lowest was
 0.948, a pooled Clopper-Pearson case (exact coverage >= 0.95: simulation noise). Without the shrunk rates

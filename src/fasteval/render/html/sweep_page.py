@@ -159,7 +159,8 @@ def plots(doc: Mapping[str, Any]) -> str:
         signal = [c for c in members if c.get("success_signal", True)]
         if signal:
             rows = [(c["policy"], c["success_pct"], *c["success_ci95"]) for c in signal]
-            parts.append(svg.intervals(rows, "success % (Wilson 95% CI)", f"{env}: success rate", width=420,
+            axis = "success % (anytime-valid 95% CI)" if doc.get("stop_when") else "success % (Wilson 95% CI)"
+            parts.append(svg.intervals(rows, axis, f"{env}: success rate", width=420,
                                        colours=[colour_of[c["policy"]] for c in signal], ylabel="policy"))
         else:
             parts.append(page.note(f"{env}: {NO_SIGNAL}; compare by return."))
