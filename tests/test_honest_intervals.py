@@ -335,3 +335,20 @@ def test_a_suites_page_says_its_per_task_claims_are_not_corrected_for_the_number
     write_run_report(tmp_path, json.loads((tmp_path / "eval_info.json").read_text()))
     html = (tmp_path / "report.html").read_text()
     assert "not corrected for the number of tasks" in html and "1 - 0.05/T" in html
+
+
+def test_the_distribution_functions_match_scipy():
+    sps = pytest.importorskip("scipy.stats")
+    from fasteval.types.distributions import beta_ppf, betainc, clopper_pearson, student_t_ppf
+
+    rng = np.random.default_rng(3)
+    for a, b, x in zip(rng.uniform(0.3, 60, 40), rng.uniform(0.3, 60, 40), rng.uniform(0, 1, 40)):
+        assert betainc(a, b, x) == pytest.approx(sps.beta.cdf(x, a, b), abs=1e-10)
+        assert beta_ppf(x, a, b) == pytest.approx(sps.beta.ppf(x, a, b), abs=1e-8)
+    for x, n in [(0, 10), (10, 10), (3, 17), (40, 123), (7.5, 20.3)]:
+        lo, hi = clopper_pearson(x, n, 0.95)
+        ref_lo = 0.0 if x == 0 else sps.beta.ppf(0.025, x, n - x + 1)
+        ref_hi = 1.0 if x == n else sps.beta.ppf(0.975, x + 1, n - x)
+        assert (lo, hi) == pytest.approx((ref_lo, ref_hi), abs=1e-8)
+    for q, nu in [(0.95, 1), (0.975, 2), (0.95, 9), (0.99, 30.5), (0.9, 400)]:
+        assert student_t_ppf(q, nu) == pytest.approx(sps.t.ppf(q, nu), rel=1e-8)
