@@ -352,3 +352,24 @@ def test_the_distribution_functions_match_scipy():
         assert (lo, hi) == pytest.approx((ref_lo, ref_hi), abs=1e-8)
     for q, nu in [(0.95, 1), (0.975, 2), (0.95, 9), (0.99, 30.5), (0.9, 400)]:
         assert student_t_ppf(q, nu) == pytest.approx(sps.t.ppf(q, nu), rel=1e-8)
+
+
+def test_comparing_run_folders_that_stopped_on_their_data_labels_the_fixed_n_tests(tmp_path):
+    base = ["--env", BERNOULLI_ENV, "--env-kwarg", "p=[0.7,0.8]", "--env-kwarg", "coupling=independent", "-b", 16,
+            "--device", "cpu"]
+    assert cli(*base, "--policy", "zero", "-n", 200, "--stop-when", "above=0.6", "-o", tmp_path / "a").exit_code == 0
+    assert cli(*base, "--policy", ARM_1, "-n", 200, "-o", tmp_path / "b").exit_code == 0
+    res = compare_cli(tmp_path / "a", tmp_path / "b", "-o", tmp_path / "cmp")
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    assert doc["a"]["stop_when"] == "above=0.6" and doc["b"]["stop_when"] is None
+    assert doc["overall"]["stopped_runs"] == ["A"] and doc["tasks"][0]["fixed_n_tests"].startswith("descriptive")
+    assert "stopped on its data" in res.output and "stopped on its data" in (tmp_path / "cmp" / "compare.md").read_text()
+    from fasteval.render.html.compare_page import render_compare_page
+
+    assert "stopped on its data" in render_compare_page(doc)
+    # two runs of fixed n: nothing to label
+    assert cli(*base, "--policy", "zero", "-n", 60, "-o", tmp_path / "c").exit_code == 0
+    compare_cli(tmp_path / "c", tmp_path / "b", "-o", tmp_path / "cmp2")
+    plain = json.loads((tmp_path / "cmp2" / "compare.json").read_text())
+    assert "stopped_runs" not in plain["overall"] and "fixed_n_tests" not in plain["tasks"][0]

@@ -54,7 +54,20 @@ def render_markdown(doc: dict[str, Any]) -> str:
               + (f"; non-inferior within {doc['margin']}: {o['non_inferior']}" if doc["margin"] is not None else "")
               + (f"; gate: {'FAILED (exit 3)' if o['exit_code'] else 'passed'}" if o["fail_if_worse"] else "") + "."]
     lines += [""] + [f"{line}" for line in sequential_lines(doc)] if sequential_lines(doc) else []
+    lines += ["", stopped_runs_line(doc)] if stopped_runs_line(doc) else []
     return "\n".join(lines) + "\n"
+
+
+def stopped_runs_line(doc: dict[str, Any]) -> str:
+    """For two run folders of which one stopped on its data: why its fixed-n tests are descriptive ("" otherwise)."""
+    stopped = (doc.get("overall") or {}).get("stopped_runs")
+    if not stopped:
+        return ""
+    rules = ", ".join(f"{label}: --stop-when {doc[label.lower()]['stop_when']}" for label in stopped
+                      if isinstance(doc.get(label.lower()), dict))
+    return (f"Run {' and '.join(stopped)} stopped on its data ({rules}): its n was not fixed in advance, so the p-values, "
+            f"intervals and verdicts above are descriptive. To decide with a stop, use the live comparison "
+            f"(--policy-a/--policy-b/--env --stop-when decided).")
 
 
 def sequential_lines(doc: dict[str, Any]) -> list[str]:
@@ -84,4 +97,4 @@ def render_table(doc: dict[str, Any]) -> str:
     o = doc["overall"]
     text.append(f"overall: {o['verdict']} ({o['n_better']} better, {o['n_worse']} worse of {o['n_tasks']} tasks; "
                 f"B = {doc['b']['source']}, A = {doc['a']['source']}; differences B - A)")
-    return "\n".join(text + sequential_lines(doc))
+    return "\n".join(text + sequential_lines(doc) + ([stopped_runs_line(doc)] if stopped_runs_line(doc) else []))

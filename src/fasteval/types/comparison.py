@@ -28,6 +28,8 @@ from fasteval.types.stats import DEFAULT_N_BOOT, mcnemar_from_counts, paired_boo
 SCHEMA = "fasteval.compare/1"
 DESCRIPTIVE = "descriptive, not valid after the stop"
 """What the fixed-n p-values and bootstrap intervals of a comparison that stopped on its data are."""
+STOPPED_RUNS = "descriptive: a compared run stopped on its data (--stop-when), so its n was not fixed in advance"
+"""What the fixed-n tests of two run folders are when one of them stopped on its data (``overall.stopped_runs``)."""
 
 
 def sequential_basis(seq: dict[str, Any]) -> str:

@@ -16,6 +16,7 @@ from html import escape
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from fasteval.render.compare_text import stopped_runs_line
 from fasteval.render.html import page, svg
 
 VERDICT_KIND = {"better": "better", "worse": "worse", "no difference": "neutral"}
@@ -67,6 +68,8 @@ def verdict_basis_text(doc: Mapping[str, Any]) -> str:
                 "mixed": "the sequential test"}[basis]
         return (f"The verdict comes from {test} that stopped the comparison (see Sequential test); the McNemar and "
                 f"signed-rank p-values and the bootstrap intervals are descriptive, not valid after the stop.")
+    if stopped_runs_line(dict(doc)):
+        return "The verdict of a task uses its primary metric's Holm-adjusted p-value. " + stopped_runs_line(dict(doc))
     return "The verdict of a task uses its primary metric's Holm-adjusted p-value."
 
 
@@ -105,7 +108,8 @@ def task_table(doc: Mapping[str, Any]) -> str:
                                 page.interval(r.get("diff_ci"), 3), page.pnum(r.get("p_value")), page.pnum(r.get("p_holm")),
                                 page.num(r.get("prob_improvement"), 3), page.interval(r.get("prob_improvement_ci"), 3)]))
     stopped = any(t.get("fixed_n_tests") for t in tasks)
-    after = " (descriptive, not valid after the stop)" if stopped else ""
+    after = ((" (descriptive, not valid after the stop)" if any(t.get("sequential") for t in tasks) else
+              " (descriptive: a run stopped on its data)") if stopped else "")
     out = [page.table("compare-tasks", ["task", "pairs", "primary metric", "p (Holm)" + after]
                       + (["non-inferiority"] if with_margin else []) + ["verdict"], verdicts)]
     out.append("<h3>Success</h3>")
