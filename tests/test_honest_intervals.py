@@ -120,6 +120,11 @@ def test_design_truncated_on_the_command_line_decides_as_its_monitor(tmp_path):
     bad = cli("--env", BERNOULLI_ENV, "--policy", "zero", "-n", 150, "--stop-when", "ci<=0.05", "--design", "truncated",
               "-o", tmp_path / "bad")
     assert bad.exit_code == 2 and "above=T or below=T" in bad.output
+    for batch in (1, 64):  # the same stop at any batch size (decisions on index prefixes, at the design's looks)
+        again = cli("--env", BERNOULLI_ENV, "--env-kwarg", "p=0.95", "--policy", "zero", "-n", 150, "-b", batch,
+                    "--device", "cpu", "--stop-when", "above=0.8", "--design", "truncated", "-o", tmp_path / f"b{batch}")
+        assert again.exit_code == 0, again.output
+        assert json.loads((tmp_path / f"b{batch}" / "eval_info.json").read_text())["stopping"]["k"] == k
 
 
 # -- the live comparison ---------------------------------------------------------------------------------------
@@ -157,6 +162,13 @@ def test_live_comparison_interval_of_b_minus_a_labels_and_plot(tmp_path):
     html = render_compare_page(doc)
     assert "anytime-valid bounds on B - A" in html and "descriptive, not valid after the stop" in html
     assert "Holm-adjusted p-value." not in html  # the page and compare.json give the same verdict basis
+
+
+def test_the_truncated_design_of_a_comparison_needs_a_live_stop(tmp_path):
+    res = compare_cli("--policy-a", ARM_1, "--policy-b", "zero", *LIVE, "-n", 100, "--design", "truncated", "-o", tmp_path)
+    assert res.exit_code == 2 and "--stop-when decided" in res.output
+    runs = compare_cli(tmp_path / "x", tmp_path / "y", "--design", "truncated", "-o", tmp_path)
+    assert runs.exit_code == 2 and "live comparisons" in runs.output
 
 
 def test_live_comparison_with_the_truncated_design_decides_as_its_test(tmp_path):
