@@ -130,7 +130,7 @@ class StopWhen:
             if (not self.fired and isinstance(monitor, TruncatedStopMonitor) and monitor.cap is not None
                     and self.gate.next_index >= monitor.cap):  # every episode up to the cap ended, some failed for good
                 monitor.finish()
-        self.n_cancelled += int(getattr(ledger, "n_cancelled", 0))
+        self.n_cancelled += int(ledger.n_cancelled)
 
     def summary(self) -> dict[str, Any]:
         return self.gate.summary(self.n_cancelled)

@@ -600,17 +600,17 @@ def end_of_run(outcome: Any, spec: Any, out_dir: Path, files: FileOptions, profi
     from fasteval.run.rundir import EPISODES, EVAL_INFO
 
     result = outcome.result
-    resumed = getattr(outcome, "resumed_episodes", 0)
+    resumed = outcome.resumed_episodes
     if resumed:
         click.echo(f"resumed: {plural(resumed, 'episode')} {'was' if resumed == 1 else 'were'} already recorded in {out_dir}")
-    written = getattr(outcome, "wrote", (EVAL_INFO,))
-    click.echo(format_summary(result, profile, getattr(outcome, "logged", None), out_dir / EPISODES))
+    written, logged = outcome.wrote, outcome.logged  # logged: None for a suite (each task logs its own)
+    click.echo(format_summary(result, profile, logged, out_dir / EPISODES))
     if EVAL_INFO in written:
         click.echo(f"wrote {out_dir / EVAL_INFO} ({wrote}status: {outcome.status})")
     else:
         click.echo(f"Error: {out_dir / EVAL_INFO} was not written (status: {outcome.status}); the records in "
                    f"{out_dir / EPISODES} are kept.", err=True)
-    if save_episodes_dir is not None and getattr(result, "episode_data", None) is not None:
+    if save_episodes_dir is not None and result.episode_data is not None:
         from fasteval.run.episode_files import save_episodes
 
         n_saved = save_episodes(result.episode_data, save_episodes_dir)
@@ -631,7 +631,7 @@ def end_of_run(outcome: Any, spec: Any, out_dir: Path, files: FileOptions, profi
     if isinstance(outcome.error, UserInputError):  # bad input met once episodes ran (they are kept): fix it, not resume
         click.echo(f"Error: {outcome.error}", err=True)
         return EXIT_BAD_INPUT
-    recorded = min(len(result.per_episode), getattr(outcome, "logged", len(result.per_episode)))
+    recorded = len(result.per_episode) if logged is None else min(len(result.per_episode), logged)
     click.echo(resume_hint(outcome.status, recorded, wanted, out_dir, suite, spec), err=True)
     if code != EXIT_RUNTIME_ERROR:  # interrupted
         return code
@@ -706,7 +706,7 @@ def check_output_paths(out_dir: Path, spec: Any) -> None:
     usable before anything runs; raises UserInputError (exit 2) naming the path and the problem."""
     from fasteval.types.errors import UserInputError
 
-    for what, path in (("output folder", out_dir), ("videos folder", getattr(spec, "videos_dir", None))):
+    for what, path in (("output folder", out_dir), ("videos folder", spec.videos_dir)):
         if path is None:
             continue
         problem = path_problem(path, kind="dir", writable=True)
