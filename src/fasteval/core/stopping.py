@@ -96,7 +96,7 @@ class StopWhen:
         if self.fired:
             self.gate.add(ledger.episode_ids[rows].tolist(), [None] * len(rows))  # listed as computed past the stop
             return None
-        if self._field == "success" and not getattr(ledger, "success_signal", True):
+        if self._field == "success" and not ledger.success_signal:
             raise NoSuccessSignalError(no_signal_message(self.monitor.rule.text, int(ledger.finished.sum())))
         values = getattr(ledger, self._field)[rows]
         fired = self._add(ledger.episode_ids[rows].tolist(), values.tolist())
