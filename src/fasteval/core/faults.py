@@ -82,7 +82,7 @@ class Faults:
         self.runner.reset_slots([slot], seeds)
 
     def _give_up(self, slot: int, row: int, parked: dict[int, int]) -> None:
-        self.ledger.failed[row] = True
+        self.ledger.fail(row)
         self._seat(slot, self.ledger.take_next(), parked)
 
     # -- env failures -------------------------------------------------------------------

@@ -36,6 +36,7 @@ from fasteval.core.envs import SlotEnvs
 from fasteval.core.faults import Faults
 from fasteval.core.ledger import Ledger
 from fasteval.core.policy import PolicyRunner
+from fasteval.core.policy_set import PolicySet
 from fasteval.core.protocols import StepObserver
 from fasteval.core.timing import StageTimers
 from fasteval.core.watchdog import Watchdog
@@ -114,6 +115,8 @@ class StepGroup:
             if ctx.runner.reads_observation is not None and ctx.observer is None else copy
         """The group's observation copy; skipped for a call that will not read it (a chunk served from a
         queue), unless an observer is attached (recorders read the device buffer)."""
+        self.call_policy = _policy_call(ctx, rows, self.policy_input)
+        """Step 2: ``call_policy(active) -> actions`` (one policy's runner, or a many-policy run's group call)."""
         self.copy_actions = ctx.d2h.group(rows)
         envs = ctx.envs
         self.kernel_views = (
@@ -136,6 +139,16 @@ class StepGroup:
             self._active = (np.flatnonzero(self.slot_episode != IDLE) + self.offset).tolist()
             self.stale = False
         return self._active
+
+
+def _policy_call(ctx: StepContext, rows: slice, policy_input: Any) -> Callable[[list[int]], Any]:
+    """The group's policy call, bound once: the runner on the group's input, or, for a many-policy run
+    (:class:`~fasteval.core.policy_set.PolicySet`), its call path for the group (each slot's action from
+    its policy's runner)."""
+    runner = ctx.runner
+    if isinstance(runner, PolicySet):
+        return runner.group_call(ctx.ledger, rows, policy_input)
+    return lambda active: runner(policy_input)
 
 
 def _copy_when_read(copy: Callable[[], None], reads: Callable[[slice], bool], rows: slice) -> Callable[[], None]:
@@ -163,7 +176,7 @@ def launch(ctx: StepContext, group: StepGroup) -> None:
     guard = ctx.policy_guard  # None without --policy-timeout (the default): nothing to arm
     if guard is not None:
         ctx.watchdog.arm(guard)
-    actions = ctx.runner(group.policy_input)
+    actions = group.call_policy(active)
     t = add("policy", t)
     host = group.copy_actions(actions)  # on a GPU, where an asynchronous policy call is waited for
     if guard is not None:
@@ -267,6 +280,57 @@ def cancel_in_flight(ctx: StepContext, groups: list[StepGroup]) -> None:
         group.stale = True
 
 
+def at_stop_request(ctx: StepContext, groups: list[StepGroup]) -> bool:
+    """The ledger asked for something at this step boundary (``ledger.stop_requested``). A stop rule held
+    (``ledger.halting``): cancel what is in flight and end the run (True). A race dropped policies
+    (:meth:`~fasteval.core.ledger.Ledger.drop_policies`): abandon their episodes in the slots of every group
+    with no step in flight, give those slots their next episodes at once, and keep the request up until
+    the groups still in flight have landed and been cleared too (False: the run goes on)."""
+    if ctx.ledger.halting:
+        cancel_in_flight(ctx, groups)
+        return True
+    L, pending = ctx.ledger, False
+    for group in groups:
+        slots = L.dropped_slots(group.active())
+        if not slots:
+            continue
+        if group.sent:
+            pending = True
+            continue
+        abandon_and_refill(ctx, slots)
+        group.stale = True
+    L.stop_requested = pending
+    return False
+
+
+def abandon_and_refill(ctx: StepContext, slots: list[int]) -> None:
+    """Drop the episodes in ``slots`` (their rows stay unfinished, counted in ``ledger.n_cancelled``) and,
+    with continuous batching, give the slots the ledger's next episodes (env and policy resets)."""
+    t = perf_counter()
+    L = ctx.ledger
+    for slot in slots:
+        L.slot_episode[slot] = IDLE
+        L.clear_slot(slot)
+    L.n_cancelled += len(slots)
+    refilled = []
+    if ctx.refill:
+        for slot in slots:
+            row = L.take_next()
+            if row == IDLE:
+                break
+            L.slot_episode[slot] = row
+            refilled.append(slot)
+    if refilled:
+        seeds = L.seeds_of(L.slot_episode[refilled])
+        ctx.envs.reset_slots(refilled, seeds)
+        ctx.runner.reset_slots(refilled, seeds)
+        if ctx.envs.failures:
+            ctx.recover()
+        if ctx.observer is not None:
+            ctx.observer.on_start(refilled)
+    ctx.timers.add("bookkeeping", t)
+
+
 def run_episodes(ctx: StepContext, group_rows: list[slice]) -> None:
     """Run the ledger to the end over groups of slots ``group_rows``. The first wave must already
     be started (:func:`start_wave`)."""
@@ -282,8 +346,7 @@ def run_episodes(ctx: StepContext, group_rows: list[slice]) -> None:
         for group in groups:
             if group.sent:
                 land(ctx, group)
-            if L.stop_requested:
-                cancel_in_flight(ctx, groups)
+            if L.stop_requested and at_stop_request(ctx, groups):
                 return
             launch(ctx, group)
         if any(group.sent for group in groups):
