@@ -63,6 +63,8 @@ class Faults:
             "traceback": traceback,
             "exit_code": exit_code,
         }
+        if L.policy_names is not None:  # a many-policy run: whose episode it was
+            record["policy"] = L.policy_names[int(L.policy_ids[row])]
         self.errors.append(record)
         self.on_error(record)
 

@@ -79,11 +79,13 @@ def spec_facts(spec: EvalSpec) -> dict[str, Any]:
     """The facts of a run that its spec gives, as every view of the run shows them (the record's ``meta``,
     the manifest, the bench report): the version that ran it, the env, the policy (a live object by its
     class name), the seed of episode 0, the episodes asked for, the step cap and device asked for."""
+    what = spec.what.to_dict()
     return {
         "fasteval_version": __version__,
         "env": env_label(spec.env),
-        "env_kwargs": spec.what.to_dict()["env_kwargs"],
-        "policy": spec.what.to_dict()["policy"],
+        "env_kwargs": what["env_kwargs"],
+        "policy": what["policy"],
+        **({"policy_names": what["policy_names"]} if spec.n_policies > 1 else {}),
         "seed": spec.seed,
         "n_episodes": spec.n_episodes,
         "max_steps": spec.max_steps,
@@ -124,8 +126,13 @@ class EpisodeRows:
             "nan_rewards": pick(ledger.nan_rewards),
             "has_success_signal": np.broadcast_to(np.bool_(signal), (rows.size,)),
         }
-        extra = None if run_id is None else {"run_id": np.full(rows.size, run_id, dtype=object)}
-        return EpisodeTable(columns, np.zeros(1, np.int64), [self.label], extra)
+        extra = {}
+        if ledger.policy_names is not None:  # a many-policy run: each record names its policy
+            names = np.asarray(ledger.policy_names, dtype=object)
+            extra["policy"] = names[pick(ledger.policy_ids)]
+        if run_id is not None:
+            extra["run_id"] = np.full(rows.size, run_id, dtype=object)
+        return EpisodeTable(columns, np.zeros(1, np.int64), [self.label], extra or None)
 
 
 def build_record(spec: EvalSpec, segment: Segment, *, earlier: EarlierSegments | None = None,
@@ -133,7 +140,13 @@ def build_record(spec: EvalSpec, segment: Segment, *, earlier: EarlierSegments |
                  run_id: str | None = None) -> EvalResult:
     """The one record of a run (see the module docstring): this segment's finished rows merged with the
     earlier segments', cut at the stop rule's ``k``, its end state decided by :func:`end_status`.
-    ``run_id``: a durable run's folder id, which its fault records carry (as in ``errors.jsonl``)."""
+    ``run_id``: a durable run's folder id, which its fault records carry (as in ``errors.jsonl``). A
+    many-policy run's record is a :class:`~fasteval.types.many_result.ManyPolicyResult`
+    (:func:`fasteval.run.record_many.build_many_record`)."""
+    if spec.n_policies > 1:
+        from fasteval.run.record_many import build_many_record
+
+        return build_many_record(spec, segment, earlier=earlier, task=task, write_error=write_error, run_id=run_id)
     ledger = segment.ledger
     label = tuple(task) if task is not None else default_label(spec)
     records = EpisodeRows(ledger, label).table(signal=segment.success_signal)
