@@ -80,7 +80,7 @@ def test_job_name_names_lerobots_default_output_folder():
     (["--policy.use_peft=true"], "PEFT"),
     (["--policy.type=act"], "save_pretrained"),
     (["--policy.pretrained_path=x"], "give --policy.path"),
-    (["--policy.n_action_steps=8"], "as saved"),
+    (["--policy.n_action_steps=8"], "LeRobot checkpoints only"),  # a field override needs a LeRobot checkpoint
     (["--env.disable_env_checker=false"], "env checker"),
     (["--env.features={}"], "layout of an env type"),
     (["--seed=null"], "every episode i runs with seed"),
@@ -191,6 +191,102 @@ def test_pusht_run_has_lerobots_names_and_video_layout(tmp_path):
     assert info["per_task"][0]["metrics"]["video_paths"] == videos
     assert info["overall"]["predicted_video_paths"] == [] == info["per_task"][0]["metrics"]["predicted_video_paths"]
     assert json.loads((out / "config.json").read_text())["defaults"] == "lerobot"
+    assert "env             pusht/0 PushT-v0" in result.stdout  # LeRobot's names on the summary, not an import path
+    assert "fast_envs" not in result.stdout
+
+
+# -- the last mile of the drop-in (issue 33) ------------------------------------------------------------
+
+def test_summary_env_line_names_tasks_as_lerobot_does(tmp_path):
+    from fasteval.robot.env_names import summary_name
+
+    assert summary_name("fasteval.robot.fast_envs.pusht:make_pusht", [("pusht", 0, "PushT-v0")]) == "pusht/0 PushT-v0"
+    assert summary_name("fasteval.robot.metaworld:make_metaworld_env", [("push-v3", 0, "push-v3")]) == "push-v3/0"
+    assert summary_name("fasteval.robot.lerobot.envs:make_env", [("libero_spatial", 3, "pick_up")]) == \
+        "libero_spatial/3 pick_up"
+    assert summary_name("CartPole-v1", [("CartPole-v1", 0, "CartPole-v1")]) == "CartPole-v1"  # no LeRobot name
+    assert summary_name("a/x, b/y", [("a", 0, "x"), ("b", 0, "y")], suite=True) == "a/x, b/y"
+    result = invoke(["--env", KA, "-n", "1", "-o", tmp_path / "o"])
+    assert result.exit_code == 0 and f"env             {KA}" in result.stdout
+
+
+def test_policy_fields_are_overrides_of_the_checkpoints_config():
+    """``--policy.<field>=value`` is LeRobot's override of the saved config: ``--policy-field field=value``, in the
+    spec (and so in the manifest and config.json); LeRobot's config class parses it at load time
+    (tests/lerobot/test_drop_in.py runs it). A typo of an option fasteval maps is still caught here."""
+    args = rewrite(["--policy.path=zero", "--policy.n_action_steps=10", "--policy.num_inference_steps", "4",
+                    "policy.use_amp=false"], main.params, lambda m: None).args
+    assert "--policy-field=n_action_steps=10" in args and "--policy-field=num_inference_steps=4" in args
+    assert "--amp=none" in args  # a mapped option stays mapped
+    doc, _ = printed(["--env", KA, "--policy.n_action_steps=10", "--policy-field", "temporal_ensemble_coeff=0.01"])
+    assert doc["policy_overrides"] == {"n_action_steps": "10", "temporal_ensemble_coeff": "0.01"}
+    with pytest.raises(ValueError, match="Did you mean --policy.device"):
+        rewrite(["--policy.devcie=cpu"], main.params)
+    result = invoke(["--env", KA, "--policy-field", "n_action_steps"])
+    assert result.exit_code == 2 and "field=value" in result.output
+
+
+def _checkpoint(tmp_path, kind: str):
+    folder = tmp_path / kind
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"type": kind}))
+    return folder
+
+
+def test_diffusion_under_lerobots_flags_gets_lerobots_noise_with_one_line(tmp_path):
+    """LeRobot's command line promises LeRobot's numbers: Diffusion's noise comes from LeRobot's global RNG in its
+    waves (``--noise global``), and one line says so and how to get per-episode noise. fasteval's own command line,
+    an explicit ``--noise`` or ``--reset-mode``, and deterministic types keep per-episode noise."""
+    diffusion, act = _checkpoint(tmp_path, "diffusion"), _checkpoint(tmp_path, "act")
+    notes: list[str] = []
+    rewritten = rewrite([f"--policy.path={diffusion}", "--env.type=known_answer"], main.params, notes.append)
+    assert rewritten.defaults["noise"] == "global"
+    assert len(notes) == 1 and "lerobot-eval" in notes[0] and "--noise episode" in notes[0]
+    for args in ([f"--policy.path={diffusion}", "--env.type=known_answer", "--noise=episode"],
+                 [f"--policy.path={diffusion}", "--env.type=known_answer", "--reset-mode", "continuous"],
+                 [f"--policy.path={act}", "--env.type=known_answer"],
+                 ["--policy", str(diffusion), "--env", KA]):
+        notes.clear()
+        assert "noise" not in rewrite(args, main.params, notes.append).defaults, args
+        assert notes == [], args
+
+
+def test_a_lerobot_style_rerun_into_the_same_output_dir_keeps_the_earlier_run(tmp_path):
+    """LeRobot writes over its --output_dir; fasteval keeps the earlier run as <dir>-earlier-<k>, says where, and the
+    new run's folder holds only its own records. Native options keep refusing (use --resume or another folder)."""
+    out = tmp_path / "eval"
+    args = ["--env.type=known_answer", "--policy.path=zero", "--eval.n_episodes=2", f"--output_dir={out}"]
+    ids = []
+    for k in range(3):
+        result = invoke(args)
+        assert result.exit_code == 0, result.output
+        ids.append(json.loads((out / "manifest.json").read_text())["run_id"])
+        assert len((out / "episodes.jsonl").read_text().splitlines()) == 2  # this run's records only
+        if k:
+            assert f"kept as {out}-earlier-{k}" in result.stderr
+            earlier = json.loads((tmp_path / f"eval-earlier-{k}" / "manifest.json").read_text())
+            assert earlier["run_id"] == ids[k - 1] and earlier["status"] == "complete"
+        else:
+            assert "earlier" not in result.stderr
+    assert len(set(ids)) == 3
+    native = invoke(["--env", KA, "-n", "2", "-o", out])
+    assert native.exit_code == 2 and "already holds a fasteval run" in native.output
+    assert not (tmp_path / "eval-earlier-3").exists()
+    resumed = invoke(["--resume", out])  # a resume is never set aside
+    assert resumed.exit_code == 0, resumed.output
+
+
+def test_an_unfinished_suite_is_left_for_the_same_command(tmp_path):
+    from fasteval.doors.lerobot_options import set_aside_earlier_run
+
+    folder = tmp_path / "suite"
+    (folder / "tasks" / "g_0").mkdir(parents=True)
+    (folder / "tasks" / "g_0" / "manifest.json").write_text(json.dumps({"status": "interrupted"}))
+    assert set_aside_earlier_run(folder, ["g_0", "g_1"]) is None and folder.is_dir()  # the same command finishes it
+    (folder / "tasks" / "g_0" / "manifest.json").write_text(json.dumps({"status": "complete"}))
+    assert set_aside_earlier_run(folder, ["g_0", "g_1"]) == tmp_path / "suite-earlier-1"
+    assert not folder.exists() and (tmp_path / "suite-earlier-1" / "tasks" / "g_0").is_dir()
+    assert set_aside_earlier_run(tmp_path / "nothing-here") is None
 
 
 # -- Python first --------------------------------------------------------------------------------------

@@ -64,6 +64,7 @@ WHAT_CHANGES = {
     "rename": {"rename": {"observation": "observation.state"}},
     "obs_dtype": {"obs_dtype": "float64"},
     "noise": {"noise": "global"},
+    "policy_overrides": {"policy_overrides": {"n_action_steps": "3"}},
     "exploration": {"exploration": "random"},
     "amp": {"amp": "bf16"},
     "stop_when": {"stop_when": "ci<=0.4"},

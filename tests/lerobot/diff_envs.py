@@ -1,4 +1,4 @@
-"""A LeRobot env type whose episodes end early, for the differential test's done-mask case.
+"""LeRobot env types of the differential test: episodes that end early, and LIBERO with a dense witness reward.
 
 Importing this module registers, in the importing process only:
 
@@ -8,7 +8,13 @@ Importing this module registers, in the importing process only:
 * the LeRobot env type ``fasteval_varying`` (``--env.type=fasteval_varying``), built by LeRobot's own
   ``EnvConfig.create_envs`` (gymnasium's same-step autoreset, as LeRobot builds PushT's vector envs).
 
-Both ``lerobot-eval`` and ``fasteval`` then take it on the command line, with no other change.
+* the LeRobot env type ``libero_witness`` (``--env.type=libero_witness``): LeRobot's own LIBERO env type (its
+  config class, factory, tasks, init states, processors) whose sub-envs add a dense reward, the distance the
+  end effector has moved from where the episode started (:class:`EefDistanceReward`). LIBERO's own reward is
+  1 on success only, so a random policy's episodes all score 0, and two runs that agree on zeros may still have
+  taken different paths; with this reward, equal per-episode sums and maxima mean equal trajectories.
+
+Both ``lerobot-eval`` and ``fasteval`` then take them on the command line, with no other change.
 """
 
 from __future__ import annotations
@@ -86,3 +92,50 @@ def _register_env_type() -> None:
 
 
 _register_env_type()
+
+
+# -- LIBERO with a witness reward --------------------------------------------------------------------------
+LIBERO_WITNESS = "libero_witness"
+
+
+class EefDistanceReward(gym.Wrapper):
+    """LIBERO's reward plus the distance (metres) of the end effector from its position after the reset."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.start = np.zeros(3)
+
+    @staticmethod
+    def _eef(obs) -> np.ndarray:
+        return np.asarray(obs["robot_state"]["eef"]["pos"], dtype=np.float64)
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self.start = self._eef(obs)
+        return obs, info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, float(reward) + float(np.linalg.norm(self._eef(obs) - self.start)), terminated, truncated, info
+
+
+def _register_libero_witness() -> None:
+    try:
+        from lerobot.envs.configs import EnvConfig, LiberoEnv
+    except Exception:  # LeRobot without its LIBERO config: no such type
+        return
+    if LIBERO_WITNESS in EnvConfig.get_known_choices():
+        return
+
+    @EnvConfig.register_subclass(LIBERO_WITNESS)
+    @dataclass
+    class LiberoWitnessConfig(LiberoEnv):
+        def create_envs(self, n_envs: int, use_async_envs: bool = False):
+            suites = super().create_envs(n_envs, use_async_envs)
+            for tasks in suites.values():
+                for vector in tasks.values():
+                    vector.envs = [EefDistanceReward(env) for env in vector.envs]  # SyncVectorEnv steps these
+            return suites
+
+
+_register_libero_witness()

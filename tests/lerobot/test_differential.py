@@ -24,7 +24,10 @@ episode that ends last in its batch agrees, every other one differs, and LeRobot
 PushT's reward moves only once the agent pushes the T, so two runs can agree on the rewards of 20 steps with
 different actions; the videos are the witness of the agent's path (the first 10 episodes of each case).
 
-The cases are tiny (1-3 episodes of 10-20 steps): the table runs in about four minutes on two busy cores.
+The cases are tiny (1-3 episodes of 10-20 steps): the PushT table runs in about four minutes on two busy cores;
+the two LIBERO cases (``libero``: LeRobot's LIBERO as it is; ``libero-witness``: with a dense reward, so that equal
+sums mean equal paths) add about as much (a LIBERO reset costs seconds). ``FASTEVAL_DIFFERENTIAL_CASES=a,b`` runs
+only the named cases.
 """
 
 from __future__ import annotations
@@ -73,6 +76,9 @@ class Case:
     expect: str = "equal"
     """``equal``: per-episode numbers within TOL; ``done-mask``: LeRobot's extra step past the end (see above)."""
     why: str = ""
+    zeros: bool = False
+    """Every reward is 0 on both sides (LIBERO's reward is 1 on success only): the names, files and videos are
+    the witnesses, and ``libero-witness`` compares the same episodes with a dense reward."""
 
 
 CASES = (
@@ -88,6 +94,11 @@ CASES = (
     Case("diffusion-global-noise", "diffusion", (*COMMON, "--eval.n_episodes=3", "--eval.batch_size=2"),
          fasteval_flags=("--reset-mode=wave", "--noise=global"),
          why="Diffusion (DDIM) with LeRobot's global-RNG noise: the same draws in the same order"),
+    Case("diffusion-lerobot-noise", "diffusion", (*COMMON, "--eval.n_episodes=3", "--eval.batch_size=2"),
+         why="the same command line, nothing added: under LeRobot's flags Diffusion draws LeRobot's noise by default"),
+    Case("act-n-action-steps", "act", (*COMMON, "--eval.n_episodes=2", "--eval.batch_size=2",
+                                       "--policy.n_action_steps=4"),
+         why="a --policy.<field> override, applied by LeRobot's config class on both sides"),
     Case("done-mask", "act", ("--env.type=fasteval_varying", "--policy.device=cpu", SYNC, "--eval.n_episodes=3",
                               "--eval.batch_size=3", "--seed=3"),
          expect="done-mask", why="episodes of 10, 11, 12 steps in one batch: LeRobot counts one step past the end"),
@@ -116,13 +127,48 @@ def _metaworld_cases() -> tuple[Case, ...]:
                  why="LeRobot's Meta-World (its camera, 500 steps: LeRobot ignores env.episode_length there)"),)
 
 
-ALL_CASES = CASES + _metaworld_cases()
+LIBERO_STEPS = 6
+LIBERO_SYNC = ("--policy.device=cpu", SYNC)
+
+
+def _libero_cases() -> tuple[Case, ...]:
+    """LIBERO, offline (its assets from the package registry, linked where hf-libero looks by the install step;
+    lerobot-eval needs that link), with small images and short episodes (a LIBERO reset takes seconds)."""
+    try:
+        from fasteval.robot.lerobot.libero import assets_dir, libero_dir
+    except Exception:
+        return ()
+    if libero_dir() is None or assets_dir() is None or os.environ.get("FASTEVAL_LIBERO_ASSETS"):
+        return ()
+    return (
+        Case("libero", "libero_act",
+             ("--env.type=libero", "--env.task=libero_spatial", "--env.task_ids=[0]", *LIBERO_SYNC,
+              "--eval.n_episodes=1", "--eval.batch_size=1", "--env.episode_length=4",
+              "--env.observation_height=64", "--env.observation_width=64"),
+             zeros=True, why="LeRobot's LIBERO as it is: libero_spatial task 0, LeRobot's names, files and video"),
+        Case("libero-witness", "libero_act",
+             ("--env.type=libero_witness", "--env.task=libero_spatial,libero_object", "--env.task_ids=[0]",
+              *LIBERO_SYNC, "--eval.n_episodes=2", "--eval.batch_size=2", f"--env.episode_length={LIBERO_STEPS}",
+              "--env.observation_height=32", "--env.observation_width=32"),
+             why="LeRobot's LIBERO env type plus a dense reward (the end effector's distance from its start): task 0 "
+                 "of libero_spatial and of libero_object, init states 0 and 1, the same paths on both sides"),
+    )
+
+
+ALL_CASES = CASES + _metaworld_cases() + _libero_cases()
+if os.environ.get("FASTEVAL_DIFFERENTIAL_CASES"):  # a comma-separated subset, by name (while working on one case)
+    _chosen = set(os.environ["FASTEVAL_DIFFERENTIAL_CASES"].split(","))
+    ALL_CASES = tuple(c for c in ALL_CASES if c.name in _chosen or f"{c.name}-b1" in _chosen)
 
 
 # -- running the table once -----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def checkpoints(act_checkpoint: Path, diffusion_checkpoint: Path, tmp_path_factory) -> dict[str, Path]:
     out = {"act": act_checkpoint, "diffusion": diffusion_checkpoint}
+    if any(c.policy == "libero_act" for c in ALL_CASES):
+        from fasteval.robot.lerobot.testing import write_libero_act_checkpoint
+
+        out["libero_act"] = write_libero_act_checkpoint(tmp_path_factory.mktemp("libero_act"), seed=0)
     if any(c.policy == "metaworld_act" for c in ALL_CASES):
         from fasteval.robot.lerobot.testing import write_metaworld_act_checkpoint
 
@@ -136,7 +182,12 @@ def table(checkpoints: dict[str, Path], tmp_path_factory) -> dict[str, dict[str,
     ``{case: {"lerobot-eval": {"rc", "dir", "log"}, "fasteval": {...}}}``."""
     root = tmp_path_factory.mktemp("differential")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)]), "OMP_NUM_THREADS": "1",
-           "MKL_NUM_THREADS": "1", "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"), "HF_HUB_OFFLINE": "1"}
+           "MKL_NUM_THREADS": "1", "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"), "HF_HUB_OFFLINE": "1",
+           "LIBERO_CONFIG_PATH": str(root / "libero")}
+    if any(c.policy == "libero_act" for c in ALL_CASES):  # LIBERO's config.yaml, as the install step writes it
+        from fasteval.robot.lerobot.libero import write_config
+
+        write_config(root / "libero" / "config.yaml")
     procs, files = {}, {}
     for side in ("lerobot-eval", "fasteval"):
         cases = []
@@ -178,7 +229,7 @@ def test_per_episode_numbers(table: dict, case: Case) -> None:
     ours, out = _side(table, case, "fasteval")
     a, b = _episodes(ours), _episodes(theirs)
     assert len(a) == len(b) > 0
-    assert any(r[0] != 0 for r in b)  # not a comparison between zeros
+    assert case.zeros or any(r[0] != 0 for r in b)  # not a comparison between zeros
     if case.expect == "equal":
         for (s1, m1, ok1), (s2, m2, ok2) in zip(a, b):
             assert s1 == pytest.approx(s2, abs=TOL) and m1 == pytest.approx(m2, abs=TOL) and ok1 == ok2

@@ -27,6 +27,7 @@ from fasteval.doors.file_options import FileOptions, file_options
 from fasteval.doors.help_sections import Section, SectionedHelp
 from fasteval.doors.lerobot_options import FASTEVAL, LEROBOT
 from fasteval.render.words import plural
+from fasteval.robot.env_names import summary_name
 from fasteval.run.paths import UsablePath, path_problem
 from fasteval.types.spec import (AMP_MODES, EXPLORATIONS, NOISE_MODES, OBS_DTYPES, OBSERVATION_FORMATS, ON_NAN_ACTIONS,
                                  RESET_MODES, VECTORIZATIONS, VIDEO_LAYOUTS, VIDEO_SELECTIONS, EvalSpec)
@@ -130,7 +131,7 @@ def format_summary(result: Any, profile: bool, logged: int | None = None, log_fi
         return format_many_summary(result, profile, logged, log_file)
     o = result.overall()
     rows = [
-        ("env", result.meta.get("env")),
+        ("env", summary_name(result.meta.get("env"), result.per_episode.tasks, bool(result.meta.get("suite")))),
         ("policy", result.meta.get("policy")),
         ("episodes", o["n_episodes"]),
     ]
@@ -219,6 +220,9 @@ EVAL_OPTIONS = [
                       "images as float CHW in [0, 1] on the policy device."),
     click.option("--rename", "rename", multiple=True, metavar="KEY=NEW",
                  help="Rename an observation key on the way to the policy; repeatable (e.g. observation.images.top=observation.image)."),
+    click.option("--policy-field", "policy_overrides", multiple=True, metavar="FIELD=VALUE",
+                 help="Set a field of a LeRobot checkpoint's config before the policy is built, parsed by LeRobot's "
+                      "config class (LeRobot's --policy.FIELD=VALUE, e.g. n_action_steps=10); repeatable."),
     click.option("--obs-dtype", "obs_dtype", type=click.Choice(OBS_DTYPES), default="auto", show_default=True,
                  help="dtype of float observations for the policy: auto = the policy's parameter dtype "
                       "(nn.Module policies; else as the env gives them), float32, float64, or keep (no cast)."),
@@ -261,7 +265,8 @@ def eval_options(fn):
 
 
 def build_spec(policy, env, env_kwargs, n_episodes, batch_size, seed, vectorization, device, max_steps, reset_mode,
-               trust_remote_code, pipeline=False, cuda_graph=None, amp="none", compile_policy=False, rename=(), **extra):
+               trust_remote_code, pipeline=False, cuda_graph=None, amp="none", compile_policy=False, rename=(),
+               policy_overrides=(), **extra):
     if batch_size == 0:  # LeRobot's eval.batch_size=0
         from fasteval.doors.lerobot_options import auto_batch_size
 
@@ -273,17 +278,26 @@ def build_spec(policy, env, env_kwargs, n_episodes, batch_size, seed, vectorizat
         env=env, policy=policy, env_kwargs=parse_env_kwargs(env_kwargs), n_episodes=n_episodes,
         batch_size=batch_size, seed=seed, vectorization=vectorization, device=device, max_steps=max_steps,
         reset_mode=reset_mode, trust_remote_code=trust_remote_code, pipeline=pipeline, cuda_graph=cuda_graph,
-        amp=amp, compile=compile_policy, rename=parse_renames(rename), **extra,
+        amp=amp, compile=compile_policy, rename=parse_renames(rename),
+        policy_overrides=parse_pairs(policy_overrides, "--policy-field", "field=value"), **extra,
     )
 
 
 def parse_renames(pairs: tuple[str, ...]) -> dict[str, str]:
     """``("key=new", ...)`` -> ``{key: new}`` (for ``--rename``)."""
+    return parse_pairs(pairs, "--rename", "key=new_key")
+
+
+def parse_pairs(pairs: Any, option: str, form: str) -> dict[str, str]:
+    """``("key=value", ...)`` -> ``{key: value}`` (``--rename``, ``--policy-field``); a mapping passes through
+    (a ``--config`` file's)."""
+    if isinstance(pairs, Mapping):
+        return {str(k): str(v) for k, v in pairs.items()}
     out: dict[str, str] = {}
     for pair in pairs:
         key, sep, new = pair.partition("=")
         if not sep or not key.strip() or not new.strip():
-            raise click.BadParameter(f"expected key=new_key, got {pair!r}.", param_hint="--rename")
+            raise click.BadParameter(f"expected {form}, got {pair!r}.", param_hint=option)
         out[key.strip()] = new.strip()
     return out
 
@@ -319,7 +333,8 @@ def lerobot_name_rows() -> list[tuple[str, str]]:
             (f"{POLICY_REVISION}=REV", f"The hub revision of {POLICY_PATH}."),
             (f"{ENV_TYPE_OPTION}=TYPE, {ENV_TASK_OPTION}=TASK", "LeRobot's env types and tasks (a comma-separated list of "
              "tasks is a suite); --env.<field>=VALUE sets a field of the type."),
-            (f"{JOB_NAME}=NAME", "Names LeRobot's default output folder.")]
+            (f"{JOB_NAME}=NAME", "Names LeRobot's default output folder."),
+            ("--policy.FIELD=VALUE", "A field of the checkpoint's config, set by LeRobot's config class (= --policy-field).")]
     for name, alias in ALIASES.items():
         values = f" ({', '.join(f'{k}: {v}' for k, v in alias.values.items())})" if alias.values else ""
         rows.append((f"{name}=VALUE", f"= {alias.target}{values}" + (", one per entry" if alias.expand else "")))
@@ -337,7 +352,7 @@ HELP_SECTIONS = (
                         "save_episodes_dir", "export_formats", "log_targets", "print_config")),
     Section("Faults and limits", ("retries", "on_nan_action", "step_timeout", "policy_timeout_s", "stop_grace_s")),
     Section("Statistics", ("stop_when", "confidence", "return_bounds")),
-    Section("LeRobot names", ("noise", "no_fast_env"),
+    Section("LeRobot names", ("noise", "policy_overrides", "no_fast_env"),
             intro="LeRobot's own option names are accepted as they are, rewritten into the options above before "
                   "parsing; with any of them LeRobot's defaults apply (seed 1000, 50 episodes, 10 videos). Every "
                   "lerobot-eval option and what fasteval does with it: docs/lerobot.md.",
@@ -474,6 +489,12 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
             click.echo(dump_config(spec, out_dir, defaults=files.defaults))
             return
         suite = suite_from_spec(spec)  # --env.task=a,b (a list of task names): one durable run per task
+        if files.defaults == LEROBOT and resume_dir is None:  # LeRobot writes over an earlier run; fasteval keeps it
+            from fasteval.doors.lerobot_options import rerun_note
+
+            note = rerun_note(out_dir, suite)
+            if note:
+                click.echo(note, err=True)
         if suite is not None:
             if save_episodes_dir is not None:
                 raise UserInputError("--save-episodes is not supported for a list of tasks yet; run one task at a time.")
@@ -552,6 +573,11 @@ def check_lerobot_first(spec: Any) -> None:
             from fasteval.robot.lerobot.extra import require_lerobot
 
             require_lerobot(f"the LeRobot checkpoint {policy}")
+            if spec.policy_overrides and not policy.startswith("hf://"):  # LeRobot's own error, before any env
+                from fasteval.robot.lerobot.checkpoint import lerobot_policy_type
+                from fasteval.robot.lerobot.loader import read_config
+
+                read_config(Path(policy), lerobot_policy_type(policy) or "?", spec.policy_overrides)
 
 
 def lerobot_defaults_line(spec: Any) -> str:

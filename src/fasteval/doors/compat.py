@@ -13,7 +13,8 @@ its own types and checks. Every option of LeRobot 0.6.1's eval config is one of 
 * ``--policy.path`` (+ ``--policy.pretrained_revision``): a local folder first, then a hub id
   (:func:`fasteval.doors.lerobot_options.policy_reference`); ``--job_name``: LeRobot's default output folder;
 * :data:`fasteval.doors.lerobot_options.RULES`: accepted with LeRobot's default value only, or with no
-  effect (a note); every other ``--policy.<field>`` is refused with the reason;
+  effect (a note), or refused with the reason; every other ``--policy.<field>=value`` sets that field of the
+  checkpoint's config (``--policy-field field=value``, applied by LeRobot's own config classes at load time);
 * any native option spelled with underscores (``--n_episodes``, ``--trust_remote_code=true``);
 * ``key=value`` tokens after the options (``eval.batch_size=8``, ``seed=3``): the same names without
   the leading dashes.
@@ -41,7 +42,8 @@ from fasteval.doors.env_types import (ENV_KWARG_FIELDS, ENV_TYPES, LEROBOT_FIRST
                                       did_you_mean, env_field_args, env_type_front, lerobot_env_type, resolve_env_type)
 from fasteval.doors.lerobot_options import (FALSE_WORDS, LEROBOT, LEROBOT_DEFAULTS, LEROBOT_PREFIXES, RULES,
                                             TRUE_WORDS, VIDEO_DEFAULTS, checkpoint_type, lerobot_output_dir,
-                                            policy_field_refusal, policy_reference, seed_refusal)
+                                            noise_default, policy_field_arg, policy_reference, seed_refusal)
+from fasteval.robot.lerobot.libero import INIT_STATE_OFFSET, is_libero_type
 
 
 @dataclass(frozen=True)
@@ -271,7 +273,10 @@ class _Rewrite:
         elif name.startswith("--policy.") and name not in ALIASES:
             known = [n for n in known_names(self.params) if n.startswith("--policy.")]
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.85)  # a typo of a name fasteval takes
-            raise ValueError(f"unknown option {name}. Did you mean {close[0]}?" if close else policy_field_refusal(name))
+            if close:
+                raise ValueError(f"unknown option {name}. Did you mean {close[0]}?")
+            # a field of the policy's config: LeRobot's own config class parses it when the policy is loaded
+            self.out.append(policy_field_arg(name, self.take_value(t)))
         else:
             return False
         return True
@@ -334,6 +339,7 @@ class _Rewrite:
             raise ValueError(f"{NO_FAST_ENV} chooses the env of --env.type (pusht: gym-pusht's own); with --env, "
                              f"name the env itself (--env gym_pusht/PushT-v0).")
         front += env_field_args(entry, self.env_type, self.env_fields, self.note)
+        front += self.libero_init_states(entry)
         policy = None
         if self.policy_path is not None:
             policy = policy_reference(self.policy_path, self.revision)
@@ -345,12 +351,32 @@ class _Rewrite:
                       f"with LeRobot-style options); give --output-dir.")
         return Rewritten(front + self.out, self.lerobot, self.lerobot_defaults(policy, entry) if self.lerobot else {})
 
+    def given(self, option: str) -> bool:
+        """Whether the rewritten command line gives the native ``option`` (``--noise``, ``--noise=...``)."""
+        return any(t == option or t.startswith(option + "=") for t in self.out)
+
+    def libero_init_states(self, entry: EnvType | None) -> list[str]:
+        """LIBERO under a LeRobot-style ``--seed``: episode i starts from init state i mod 50 whatever the seed, as
+        in ``lerobot-eval`` (``--env-kwarg init_state_offset=SEED``; without it fasteval's rule is seed mod 50,
+        the same for seeds that are multiples of 50, LeRobot's default 1000 among them). A later
+        ``--env-kwarg init_state_offset=...`` wins."""
+        if entry is None or not entry.lerobot_config or not is_libero_type(self.env_type):
+            return []
+        seeds = [t.split("=", 1)[1] for t in self.out if t.startswith("--seed=")]
+        return [f"--env-kwarg={INIT_STATE_OFFSET}={seeds[-1]}"] if seeds else []
+
     def lerobot_defaults(self, policy: str | None, entry: EnvType | None) -> dict[str, Any]:
         """LeRobot's defaults for the options the command line leaves out (click's ``default_map``): its
-        10 videos only for env types that render (``lerobot-eval`` renders every env; one that cannot fails)."""
+        10 videos only for env types that render (``lerobot-eval`` renders every env; one that cannot fails);
+        LeRobot's noise for the policy types whose noise fasteval draws per episode (one line says so),
+        unless the command line chooses ``--noise`` or ``--reset-mode``."""
         defaults: dict[str, Any] = {**LEROBOT_DEFAULTS, "video_layout": LEROBOT}
         if entry is None or not entry.renders:
             defaults = {k: v for k, v in defaults.items() if k not in VIDEO_DEFAULTS}
+        noise = noise_default(checkpoint_type(policy)) if policy else None
+        if noise is not None and not self.given("--noise") and not self.given("--reset-mode"):
+            defaults["noise"] = noise[0]
+            self.note(noise[1])
         resuming = any(t == RESUME_OPTION or t.startswith(RESUME_OPTION + "=") for t in self.out)
         if not resuming and "output_dir" in self.opts.by_param:
             job = self.job_name or f"{self.env_type or 'env'}_{(checkpoint_type(policy) if policy else None) or 'policy'}"

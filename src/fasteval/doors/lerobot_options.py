@@ -5,9 +5,14 @@ config; :mod:`fasteval.doors.compat` rewrites the aliases, and this module holds
 
 * :data:`RULES`: options accepted only with LeRobot's default value (anything else is **refused** with
   the reason), and options with **no effect** in ``lerobot-eval`` either (accepted, with a note);
-* :func:`policy_field_refusal`: every other ``--policy.<field>`` (LeRobot's overrides of the saved config);
+* :data:`POLICY_FIELD_OPTION`: every other ``--policy.<field>=value`` is an override of the saved config,
+  applied by LeRobot's own config classes when the policy is loaded (``--policy-field field=value``);
 * :data:`LEROBOT_DEFAULTS`: a command line with a LeRobot-style option gets
-  LeRobot's defaults (seed 1000, 50 episodes, ``eval.batch_size`` 0 = :func:`auto_batch_size`, 10 videos);
+  LeRobot's defaults (seed 1000, 50 episodes, ``eval.batch_size`` 0 = :func:`auto_batch_size`, 10 videos,
+  and LeRobot's global-RNG noise for the policy types whose noise fasteval draws per episode:
+  :func:`noise_default`);
+* :func:`set_aside_earlier_run`: a LeRobot-style run into an ``--output_dir`` that holds an earlier run keeps
+  that run under a new name (LeRobot overwrites; fasteval never mixes two runs' records);
 * :func:`policy_reference`: ``--policy.path`` as LeRobot resolves it, a local folder first, then the hub.
 """
 
@@ -18,6 +23,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 SAME, MAPPED, NO_EFFECT, REFUSED = "same", "mapped", "no effect", "refused"
 TRUE_WORDS = ("true", "1", "yes", "on")
@@ -79,13 +85,34 @@ TABLE_TYPE_NO_EFFECT: dict[str, str] = {
 """``--env.<field>`` of LeRobot's PushT/ALOHA configs that ``lerobot-eval`` does not pass to the env."""
 
 NULL_WORDS = ("null", "none", "~")
+EARLIER_RUN_FILES = ("manifest.json", "episodes.jsonl", "errors.jsonl", "eval_info.json", "tasks", "videos")
+"""What an output folder holds after a run (fasteval's or ``lerobot-eval``'s): such a folder holds an earlier run."""
 
 
-def policy_field_refusal(name: str) -> str:
-    """The message for ``--policy.<field>``: a field of the policy's config, which LeRobot applies on top
-    of the saved ``config.json``."""
-    return (f"{name} is not supported: LeRobot applies it on top of the checkpoint's config.json; fasteval "
-            f"evaluates the checkpoint as saved. Change the field in config.json (in a copy of the folder).")
+POLICY_FIELD_OPTION = "--policy-field"
+"""The native option of ``--policy.<field>=value``: ``--policy-field field=value`` (repeatable; the spec's
+``policy_overrides``), applied to the LeRobot checkpoint's config through LeRobot's own config classes
+before the policy is built, as ``lerobot-eval`` applies its ``--policy.<field>`` overrides."""
+
+
+def policy_field_arg(name: str, value: str) -> str:
+    """``--policy.n_action_steps`` = ``10`` -> ``--policy-field=n_action_steps=10``."""
+    return f"{POLICY_FIELD_OPTION}={name[len('--policy.'):]}={value}"
+
+
+STOCHASTIC_TYPES = ("diffusion",)
+"""LeRobot policy types whose noise fasteval draws per episode by default (``--noise episode``): under
+LeRobot's command line they get LeRobot's global-RNG draws instead (:func:`noise_default`)."""
+
+
+def noise_default(policy_type: str | None) -> tuple[str, str] | None:
+    """``("global", notice)`` for a LeRobot-style command line whose checkpoint is a type of
+    :data:`STOCHASTIC_TYPES` (its numbers are then ``lerobot-eval``'s), else ``None``."""
+    if policy_type not in STOCHASTIC_TYPES:
+        return None
+    return "global", (f"fasteval: {policy_type} under LeRobot-style options draws its noise as lerobot-eval does "
+                      f"(LeRobot's global RNG, in LeRobot's batches: its numbers, which depend on the batch size); "
+                      f"--noise episode gives every episode its own noise generator (batch-invariant results).")
 
 
 def seed_refusal(value: str) -> str | None:
@@ -166,3 +193,65 @@ def policy_reference(path: str, revision: str | None = None) -> str:
     if revision:
         raise ValueError(f"--policy.pretrained_revision={revision}: {path!r} is not a hub id (org/repo).")
     return path
+
+
+# -- a re-run into the same --output_dir ---------------------------------------------------------------------
+def holds_earlier_run(folder: Path) -> bool:
+    """Whether ``folder`` holds the files of an earlier run (:data:`EARLIER_RUN_FILES`)."""
+    return folder.is_dir() and any((folder / name).exists() for name in EARLIER_RUN_FILES)
+
+
+def unfinished_suite(folder: Path, labels: list[str]) -> bool:
+    """Whether ``folder`` holds a suite run of these task folders (``tasks/<group>_<task_id>``) that stopped before
+    its end: some task's manifest says other than ``complete``. The same command then finishes it (the suite's
+    own rule: each task resumes), as with native options."""
+    import json
+
+    for label in labels:
+        manifest = folder / "tasks" / label / "manifest.json"
+        if manifest.is_file():
+            try:
+                if json.loads(manifest.read_text()).get("status") != "complete":
+                    return True
+            except (OSError, ValueError):
+                return False
+    return False
+
+
+def set_aside_earlier_run(folder: Path, suite_labels: list[str] | None = None) -> Path | None:
+    """A LeRobot-style run into ``folder`` that holds an earlier run: move the earlier run to
+    ``<folder>-earlier-<k>`` (the first free ``k``), so that this run starts in an empty folder and the two runs'
+    records never mix; return the new name (``None``: nothing to move). ``lerobot-eval`` overwrites its output
+    folder; fasteval keeps the earlier run instead, and says where.
+
+    ``suite_labels`` (a suite's task folders): a suite that stopped before its end is left in place, to be
+    finished by the same command (:func:`unfinished_suite`). A folder another fasteval process is writing (its
+    lock) is never moved: :class:`~fasteval.types.errors.UserInputError` naming that process."""
+    folder = Path(folder)
+    if not holds_earlier_run(folder) or (suite_labels and unfinished_suite(folder, suite_labels)):
+        return None
+    from fasteval.run.folder_lock import FolderLock
+
+    FolderLock(folder).acquire().release()  # raises when another process holds the folder
+    k = 1
+    while folder.with_name(f"{folder.name}-earlier-{k}").exists():
+        k += 1
+    target = folder.with_name(f"{folder.name}-earlier-{k}")
+    folder.rename(target)
+    return target
+
+
+def rerun_note(out_dir: Path, suite: Any = None) -> str | None:
+    """The LeRobot-style re-run into ``out_dir`` (:func:`set_aside_earlier_run`, ``suite``: the run's suite, if
+    any): the earlier run is moved aside; returns the line that says where (``None``: nothing was there)."""
+    labels = None
+    if suite is not None:
+        from fasteval.doors.suites import flatten_suite
+        from fasteval.types.eval_result import task_folder
+
+        labels = [task_folder(group, task_id) for group, task_id, _ in flatten_suite(suite)]
+    moved = set_aside_earlier_run(Path(out_dir), labels)
+    if moved is None:
+        return None
+    return (f"fasteval: {out_dir} held an earlier run; it is kept as {moved} (lerobot-eval would write over it) and "
+            f"this run starts afresh in {out_dir}.")

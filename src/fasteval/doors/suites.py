@@ -238,8 +238,9 @@ def _merge(tasks: list[tuple[str, Any, Task]], results: list[EvalResult], eval_s
     from fasteval.run.record import merge_records
 
     labels = [{"task_group": group, "task_id": task_id, "task": task.name or task.env, "env": task.env,
-               "env_kwargs": {k: v for k, v in dict(task.env_kwargs).items() if k != "_key"}}
-              for group, task_id, task in tasks]
+               "env_kwargs": {k: v for k, v in dict(task.env_kwargs).items() if k != "_key"},
+               **({"protocol": result.meta["protocol"]} if "protocol" in result.meta else {})}  # LIBERO's, per task
+              for (group, task_id, task), result in zip(tasks, results)]
     return merge_records(labels, results, eval_s, concurrency, env=env)
 
 

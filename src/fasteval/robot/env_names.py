@@ -9,7 +9,7 @@ factory, the suite and LIBERO's task name for LIBERO; any other env keeps its id
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from fasteval.robot.fast_envs import FAST_PUSHT
 from fasteval.robot.lerobot.envs import ENV_REF as LEROBOT_ENV_REF
@@ -40,7 +40,9 @@ def lerobot_names(env: str, env_kwargs: Mapping[str, Any] | None = None) -> tupl
     env_type = kwargs["type"]
     if not isinstance(task, str) or not task:
         task = _default_task(env_type) or env_type
-    if env_type in ("libero", "libero_plus") and kwargs.get("task_id") is not None:
+    from fasteval.robot.lerobot.libero import is_libero_type
+
+    if is_libero_type(env_type) and kwargs.get("task_id") is not None:
         from fasteval.robot.lerobot.envs import libero_task_names
 
         return task, libero_task_names(task)[int(kwargs["task_id"])]
@@ -61,3 +63,15 @@ def _default_factory(env_type: str) -> bool:
 
     cls = EnvConfig.get_known_choices().get(env_type)
     return cls is not None and getattr(cls, "create_envs", None) is EnvConfig.create_envs
+
+
+def summary_name(env: str | None, tasks: Sequence[tuple[Any, Any, Any]], suite: bool = False) -> str | None:
+    """The console summary's ``env`` line: LeRobot's names where the run's one task has them
+    (``pusht/0 PushT-v0``, ``push-v3/0``, ``libero_spatial/0 <task>``: ``<task_group>/<task_id>`` and the task's
+    name, as the per-task lines of a suite print them), else ``env`` (a gymnasium id, or a suite's list)."""
+    if suite or len(tasks) != 1:
+        return env
+    group, task_id, task = tasks[0]
+    if (str(group), str(task)) == (str(env), str(env)):
+        return env  # no LeRobot name: the env's id
+    return f"{group}/{task_id}" + ("" if str(task) == str(group) else f" {task}")

@@ -46,7 +46,7 @@ EXTRA_KEYS = ("output_dir", "defaults")
 DEFAULT_SETS = VIDEO_LAYOUTS
 """``defaults`` (informational): whose defaults filled what the command line left out, fasteval's or
 LeRobot's (docs/lerobot.md); the same two names as the video layouts."""
-MERGED_FIELDS = ("env_kwargs", "rename")
+MERGED_FIELDS = ("env_kwargs", "rename", "policy_overrides")
 """Mapping fields merged key by key (config first, then the command line)."""
 PARAM_FOR_FIELD = {"compile": "compile_policy"}
 """CLI parameter names that differ from the EvalSpec field they set."""

@@ -87,8 +87,11 @@ class DurableOutcome:
 
 def run_identity(spec: EvalSpec, engine: Engine) -> dict[str, Any]:
     """What the manifest holds besides the spec and must match on resume: the policy's weight digest and
-    the step cap the env resolved to."""
-    return {"policy_digest": policy_digest(engine.policy, spec.policy), "max_steps": engine.max_steps}
+    the step cap the env resolved to; and, where the env has one, its protocol card (LIBERO's:
+    :mod:`fasteval.robot.lerobot.libero_protocol`), recorded, not compared (a resume on another machine may
+    render with another GL renderer)."""
+    return {"policy_digest": policy_digest(engine.policy, spec.policy), "max_steps": engine.max_steps,
+            **{k: v for k, v in engine._env_facts().items() if k == "protocol"}}
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from fasteval.core.ledger import Ledger
 from fasteval.core.outcome import SegmentAborted
 from fasteval.core.protocols import StepObserver
 from fasteval.robot.env_kinds import ENV_KINDS
+from fasteval.robot.lerobot.envs import ENV_REF as LEROBOT_ENV_REF
 from fasteval.robot.fast_envs import env_note
 from fasteval.robot.policies.loaders import load_policy
 from fasteval.robot.policies.runner import build_policy_runner
@@ -47,7 +48,8 @@ class FastevalParts:
         return load_policy(spec.policy, envs.observation_space, envs.action_space, n_slots, spec.trust_remote_code,
                            device=spec.device, env=spec.env, env_kwargs=dict(spec.env_kwargs),
                            cuda_graph=spec.cuda_graph, rename=dict(spec.rename),
-                           noise=spec.noise, exploration=spec.exploration)
+                           noise=spec.noise, exploration=spec.exploration,
+                           policy_overrides=dict(spec.policy_overrides))
 
     def build_runner(self, policy: Any, spec: EvalSpec, envs: Any, h2d: Any, policy_batch: int) -> Any:
         return build_policy_runner(policy, spec, envs, h2d, policy_batch)
@@ -60,7 +62,12 @@ class FastevalParts:
 
     def env_meta(self, spec: EvalSpec) -> dict[str, Any]:
         note = env_note(spec.env) if isinstance(spec.env, str) else None
-        return {"env_note": note} if note else {}
+        facts: dict[str, Any] = {"env_note": note} if note else {}
+        if spec.env == LEROBOT_ENV_REF:  # LeRobot's env types: LIBERO's protocol card (meta["protocol"])
+            from fasteval.robot.lerobot.libero_protocol import env_meta
+
+            facts.update(env_meta(spec.env, dict(spec.env_kwargs), spec.max_steps))
+        return facts
 
 
 PARTS = FastevalParts()

@@ -118,6 +118,12 @@ class What:
     ``reset_mode="auto"`` then picks; see :mod:`fasteval.robot.lerobot.policy`). With ``global`` the draws
     also follow the waves, so that run's numbers depend on its batch size: resume it at the same one."""
 
+    policy_overrides: Mapping[str, str] = field(default_factory=dict)
+    """What: it changes the policy. Fields of a LeRobot policy's config set on top of its saved ``config.json`` before the policy is built,
+    ``{field: value}`` as LeRobot's command line spells them (``--policy.n_action_steps=10``, native
+    ``--policy-field n_action_steps=10``), parsed by LeRobot's own config classes (an unknown field gets
+    LeRobot's error). Only LeRobot checkpoints take them."""
+
     exploration: str = "deterministic"
     """What: it changes the numbers. The exploration type of a TorchRL / tensordict actor (``--exploration``),
     set around each call with TorchRL's ``set_exploration_type``: ``deterministic`` (the distribution's
@@ -173,6 +179,11 @@ class What:
                                                           for k, v in self.rename.items()),
                  "rename", "a mapping of non-empty key strings to new key strings", self.rename)
         object.__setattr__(self, "rename", dict(self.rename))
+        _require(isinstance(self.policy_overrides, Mapping) and all(
+            isinstance(k, str) and k and isinstance(v, str) for k, v in self.policy_overrides.items()),
+                 "policy_overrides", "a mapping of LeRobot config field names to their values as strings",
+                 self.policy_overrides)
+        object.__setattr__(self, "policy_overrides", dict(self.policy_overrides))
         _require(self.obs_dtype in OBS_DTYPES, "obs_dtype", " or ".join(OBS_DTYPES), self.obs_dtype)
         _require(self.noise in NOISE_MODES, "noise", " or ".join(NOISE_MODES), self.noise)
         _require(self.exploration in EXPLORATIONS, "exploration", " or ".join(EXPLORATIONS), self.exploration)

@@ -86,6 +86,21 @@ def _json_or_none(value: Any) -> str | None:
     return None if value is None else json.dumps(value, default=str)
 
 
+def protocol_pairs(card: Any) -> list[tuple[str, Any]]:
+    """``("protocol: <setting>", value)`` rows of an env's protocol card (LIBERO's: ``meta["protocol"]``), the
+    settings that make two numbers of one benchmark comparable; none without a card."""
+    if not isinstance(card, dict):
+        return []
+    out: list[tuple[str, Any]] = []
+    for key, value in card.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k} {v}" for k, v in value.items() if v is not None)
+        elif isinstance(value, list):
+            value = ", ".join(str(v) for v in value)
+        out.append((f"protocol: {key.replace('_', ' ')}", None if value is None else str(value)))
+    return out
+
+
 def provenance_pairs(inp: RunPageInput) -> list[tuple[str, Any]]:
     """``(label, value)`` rows: what ran, where, with which versions (``None``: not recorded)."""
     prov = dict(inp.provenance or {})
@@ -98,6 +113,7 @@ def provenance_pairs(inp: RunPageInput) -> list[tuple[str, Any]]:
         ("env", meta.get("env") or manifest.get("env")),
         ("env kwargs", _json_or_none(manifest.get("env_kwargs", meta.get("env_kwargs")))),
         ("seeds", _seeds_text(manifest, meta)), ("device", meta.get("device")),
+        *protocol_pairs(meta.get("protocol") or manifest.get("protocol")),
         ("git commit", (git.get("commit") or "") + (" (uncommitted changes)" if git.get("dirty") else "") if git else None),
     ]
     if not prov:  # nothing recorded (a sweep cell): say so once instead of a column of blanks

@@ -22,8 +22,8 @@ that it pairs the env-side processors LeRobot pairs with that env type.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
+import contextlib
+import sys
 from typing import Any
 
 import gymnasium as gym
@@ -31,6 +31,10 @@ import gymnasium as gym
 from fasteval.robot.env_kinds.headless import ensure_headless_gl
 from fasteval.types.errors import UserInputError
 from fasteval.robot.lerobot.extra import require_lerobot
+from fasteval.robot.lerobot.libero import (ASSETS_ENV as LIBERO_ASSETS_ENV, FASTEVAL_KWARGS as LIBERO_FASTEVAL_KWARGS,  # noqa: F401
+                                           INIT_STATE_OFFSET, LIBERO_TYPES, VIDEO_CAMERAS, InitStateBySeed,
+                                           config_path as libero_config_path, is_libero_type, prepare_assets,
+                                           prepare_libero)
 
 ENV_REF = "fasteval.robot.lerobot.envs:make_env"
 """The env reference fasteval's ``--env.type`` table gives LeRobot env types (``module:callable``)."""
@@ -50,12 +54,12 @@ def env_config(type: str, task: str | None = None, task_id: int | None = None, *
     ensure_headless_gl()  # before LeRobot's env modules import MuJoCo
     from lerobot.envs.factory import make_env_config
 
-    kwargs = dict(options)
+    kwargs = {k: v for k, v in options.items() if k not in LIBERO_FASTEVAL_KWARGS}  # fasteval's, not LeRobot's
     if task is not None:
         kwargs["task"] = task
     if task_id is not None:
         kwargs["task_ids"] = [int(task_id)]
-    if type in ("libero", "libero_plus"):
+    if is_libero_type(type):
         prepare_libero()
     try:
         return make_env_config(type, **kwargs)
@@ -66,9 +70,16 @@ def env_config(type: str, task: str | None = None, task_id: int | None = None, *
 def make_env(type: str, task: str | None = None, task_id: int | None = None, **options: Any) -> gym.Env:
     """One env of ``type`` / ``task``, as LeRobot's factory builds it (see the module docstring).
 
-    The env is the single env of LeRobot's one-env vector env; closing it closes that vector env."""
+    The env is the single env of LeRobot's one-env vector env; closing it closes that vector env. LIBERO:
+    the scene assets are found offline (:func:`fasteval.robot.lerobot.libero.prepare_assets`) and each
+    episode's init state follows its reset seed (:class:`fasteval.robot.lerobot.libero.InitStateBySeed`,
+    ``init_state_offset``: fasteval's env kwarg)."""
+    offset, cameras = options.pop(INIT_STATE_OFFSET, 0), options.pop(VIDEO_CAMERAS, "agentview")
     config = env_config(type, task, task_id, **options)
-    suites = config.create_envs(n_envs=1, use_async_envs=False)
+    if is_libero_type(type):
+        prepare_assets()
+    with contextlib.redirect_stdout(sys.stderr):  # LeRobot's LIBERO factory prints its progress on stdout
+        suites = config.create_envs(n_envs=1, use_async_envs=False)
     vec_envs = [vec for tasks in suites.values() for vec in tasks.values()]
     if len(vec_envs) != 1:
         for vec in vec_envs:
@@ -78,6 +89,8 @@ def make_env(type: str, task: str | None = None, task_id: int | None = None, **o
     vector = vec_envs[0]
     env: gym.Env = ClosesVector(vector.envs[0], vector)
     _attach_step_limit(env, type)
+    if is_libero_type(type):
+        env = InitStateBySeed(env, int(offset or 0), str(cameras))
     if isinstance(env.observation_space, gym.spaces.Dict) and any(
             isinstance(sub, gym.spaces.Dict) for sub in env.observation_space.spaces.values()):
         env = FlattenNested(env)
@@ -147,7 +160,7 @@ def _expand(type: str, group: str, ids: list[int] | None) -> list[tuple[int, str
         from lerobot.envs.metaworld import DIFFICULTY_TO_TASKS
 
         return [(i, name, {"task": name}) for i, name in enumerate(DIFFICULTY_TO_TASKS.get(group, [group]))]
-    if type in ("libero", "libero_plus"):
+    if is_libero_type(type):
         names = libero_task_names(group)
         ids = list(range(len(names))) if ids is None else sorted({int(i) for i in ids})  # as LeRobot selects them
         bad = [i for i in ids if not 0 <= i < len(names)]
@@ -167,8 +180,13 @@ def libero_task_names(suite: str) -> list[str]:
     Reads LIBERO's task table only (no scene assets, no env); writes LIBERO's config first
     (:func:`prepare_libero`) so that the import asks nothing."""
     prepare_libero()
-    from libero.libero import benchmark
+    with contextlib.redirect_stdout(sys.stderr):  # LIBERO prints "[info] using task orders" on stdout
+        from libero.libero import benchmark
 
+        return _task_names(benchmark, suite)
+
+
+def _task_names(benchmark: Any, suite: str) -> list[str]:
     suites = benchmark.get_benchmark_dict()
     if suite not in suites:
         raise UserInputError(f"--env.type=libero: unknown --env.task {suite!r}; expected one of "
@@ -199,41 +217,3 @@ def _flat_spaces(spaces: Any, prefix: str = "") -> dict[str, gym.Space]:
             out[f"{prefix}{key}"] = sub
     return out
 
-
-# -- LIBERO ----------------------------------------------------------------------------------------
-LIBERO_ASSETS_ENV = "FASTEVAL_LIBERO_ASSETS"
-
-
-def libero_config_path() -> Path:
-    """Where LIBERO reads its config: ``$LIBERO_CONFIG_PATH/config.yaml``, else ``~/.libero/config.yaml``."""
-    return Path(os.environ.get("LIBERO_CONFIG_PATH", Path.home() / ".libero")) / "config.yaml"
-
-
-def prepare_libero(assets: str | Path | None = None) -> Path:
-    """Write LIBERO's config file unless it exists, so its first import asks no question. Returns its path.
-
-    LIBERO's import prompts for a dataset folder when ``config.yaml`` is missing. The file written
-    here points every folder inside the installed ``libero`` package (LIBERO's own defaults), and
-    ``assets`` at ``assets`` (argument), else ``$FASTEVAL_LIBERO_ASSETS``, else the package's
-    ``assets`` folder. Scene assets are not in the wheel: put them there (LIBERO otherwise fetches
-    them from the Hugging Face Hub).
-    """
-    path = libero_config_path()
-    if path.exists():
-        return path
-    import importlib.util
-
-    spec = importlib.util.find_spec("libero")
-    base = Path(next(iter(spec.submodule_search_locations))) / "libero" if spec and spec.submodule_search_locations \
-        else Path.home() / ".libero" / "libero"
-    assets = Path(assets or os.environ.get(LIBERO_ASSETS_ENV) or base / "assets")
-    entries = {
-        "benchmark_root": base,
-        "bddl_files": base / "bddl_files",
-        "init_states": base / "init_files",
-        "datasets": base.parent / "datasets",
-        "assets": assets,
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(f"{key}: {value}\n" for key, value in entries.items()))
-    return path

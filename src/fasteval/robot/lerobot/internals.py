@@ -20,7 +20,10 @@ not an API. Every one of them is named in :data:`REQUIRED` and used only through
 * **the env factory's shape**: ``EnvConfig.create_envs(n_envs, use_async_envs)`` returns
   ``{group: {task_id: VectorEnv}}``, LeRobot's step limit is the env's ``_max_episode_steps``, Meta-World's
   task groups are ``lerobot.envs.metaworld.DIFFICULTY_TO_TASKS``;
-* ``lerobot.utils.random_utils.set_seed`` (the global-RNG noise mode, as ``lerobot-eval`` seeds).
+* ``lerobot.utils.random_utils.set_seed`` (the global-RNG noise mode, as ``lerobot-eval`` seeds);
+* LIBERO's ``LiberoEnv`` (``lerobot.envs.libero``, imported only once LIBERO's config is written): its
+  ``_init_states`` and the ``init_state_id`` its ``reset`` reads (:mod:`fasteval.robot.lerobot.libero`), and
+  the attributes the protocol card reads (``num_steps_wait``, ``hard_reset``, ``camera_name``, ...).
 
 :func:`missing_internals` checks that each is where fasteval expects it; ``tests/lerobot/test_internals.py``
 fails, naming the piece, when a LeRobot release moves one.
@@ -48,7 +51,8 @@ ELEMENTWISE_STEPS = {"UnnormalizerProcessorStep", "DeviceProcessorStep"}
 running them on a chunk ``[B * n, action_dim]`` gives bit for bit what running them on each action gives."""
 
 REQUIRED: list[tuple[str, str, str]] = [
-    ("lerobot.configs.policies", "PreTrainedConfig.from_pretrained", "reading config.json"),
+    ("lerobot.configs.policies", "PreTrainedConfig.from_pretrained",
+     "reading config.json; --policy.<field> overrides as its cli_overrides (draccus)"),
     ("lerobot.policies.factory", "get_policy_class", "the policy class of a type"),
     ("lerobot.policies.factory", "make_pre_post_processors", "the checkpoint's processors (rename_map, device)"),
     ("lerobot.processor", "PolicyProcessorPipeline", "identity env processors"),
@@ -64,6 +68,7 @@ REQUIRED: list[tuple[str, str, str]] = [
     ("lerobot.envs.factory", "make_env_pre_post_processors", "the env-side processors"),
     ("lerobot.envs.configs", "EnvConfig.create_envs", "one task's env"),
     ("lerobot.envs.metaworld", "DIFFICULTY_TO_TASKS", "Meta-World's task groups"),
+    ("lerobot.envs.configs", "LiberoEnv", "LIBERO's config class (its subclasses are LIBERO types too)"),
     ("lerobot.utils.random_utils", "set_seed", "the global-RNG noise mode"),
     ("lerobot.policies.act.modeling_act", "ACTPolicy.predict_action_chunk", "ACT's chunks"),
     ("lerobot.policies.diffusion.modeling_diffusion", "DiffusionPolicy.predict_action_chunk", "Diffusion's chunks"),

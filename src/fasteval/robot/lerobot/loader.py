@@ -74,20 +74,24 @@ def reading(folder: Path, kind: str, what: str, hint: str = "") -> Iterator[None
 
 def load_lerobot_policy(folder: str | Path, n_slots: int, device: str = "auto",
                         rename_map: Mapping[str, str] | None = None, env_config: Any = None,
-                        cuda_graph: bool | None = None, noise: str = EPISODE_NOISE) -> Any:
+                        cuda_graph: bool | None = None, noise: str = EPISODE_NOISE,
+                        overrides: Mapping[str, str] | None = None) -> Any:
     """The fasteval policy object for the LeRobot checkpoint in ``folder``. Raises PolicyLoadError (one line).
 
     ``rename_map`` goes to LeRobot's own rename step, as ``lerobot-eval``'s does; ``cuda_graph`` (the spec's
     ``--cuda-graph``): graph the chunk prediction of per-slot types on CUDA (``None``: where CUDA exists);
     ``noise``: ``episode`` (per-episode generators) or ``global`` (LeRobot's global RNG, seeded as
-    ``lerobot-eval`` seeds it); see :mod:`fasteval.robot.lerobot.policy`."""
+    ``lerobot-eval`` seeds it); see :mod:`fasteval.robot.lerobot.policy`. ``overrides``: ``{field: value}`` set on
+    the saved config before the policy is built, as ``lerobot-eval``'s ``--policy.<field>=value`` (LeRobot's
+    ``PreTrainedConfig.from_pretrained(..., cli_overrides=[...])``: LeRobot parses each value, and an unknown
+    field gets LeRobot's error, as one line)."""
     folder = Path(folder)
     kind = lerobot_policy_type(folder)
     if kind is None:
         raise PolicyLoadError(f"{folder}: not a LeRobot checkpoint (config.json without a \"type\" field).")
     check_noise_mode(noise)
     require_lerobot(f"the LeRobot checkpoint {folder} (type {kind!r})")
-    config, policy, target = _load_model(folder, kind, device)
+    config, policy, target = _load_model(folder, kind, device, dict(overrides or {}))
     pipelines = _Pipelines(_pipeline_builder(config, folder, kind, dict(rename_map or {}), env_config), target)
     return wrap_lerobot_policy(policy, pipelines, n_slots, cuda_graph=cuda_graph, noise=noise)
 
@@ -112,18 +116,63 @@ def wrap_lerobot_policy(policy: Any, pipelines: _Pipelines, n_slots: int, cuda_g
     return wrapped
 
 
-def _load_model(folder: Path, kind: str, device: str) -> tuple[Any, Any, torch.device]:
-    """LeRobot's config and policy (on the device, in eval mode); each failure is one line naming the file."""
-    with reading(folder, kind, "reading config.json failed"):
-        from lerobot.configs.policies import PreTrainedConfig
-        from lerobot.policies.factory import get_policy_class
+def read_config(folder: Path, kind: str, overrides: Mapping[str, str] | None = None) -> Any:
+    """``PreTrainedConfig.from_pretrained(folder, cli_overrides=...)``: the saved config with ``overrides`` applied
+    by LeRobot's own parser (draccus). Raises :class:`PolicyLoadError` with LeRobot's reason, as one line: an
+    unknown field (draccus exits with argparse's ``unrecognized arguments``), a value that does not parse, or
+    a config its own checks refuse (``n_action_steps`` > ``chunk_size``)."""
+    import io
 
-        config = PreTrainedConfig.from_pretrained(str(folder))
+    given = dict(overrides or {})
+    what = ("applying " + ", ".join(f"--policy.{k}={v}" for k, v in given.items()) + " to config.json failed"
+            if given else "reading config.json failed")
+    stderr = io.StringIO()
+    with reading(folder, kind, what):
+        import lerobot.policies.factory  # noqa: F401  (imports, and so registers, every policy type's config class)
+        from lerobot.configs.policies import PreTrainedConfig
+
+        try:
+            with contextlib.redirect_stderr(stderr):
+                return PreTrainedConfig.from_pretrained(str(folder), cli_overrides=cli_overrides(given))
+        except SystemExit:  # argparse (inside draccus) printed its usage and "error: ..." and exited
+            lines = [ln for ln in stderr.getvalue().splitlines() if "error:" in ln]
+            reason = lines[-1].split("error:", 1)[1].strip() if lines else "LeRobot's parser refused them"
+            raise ValueError(f"{reason} (the fields of type {kind!r} are its config class's: "
+                             f"{_config_fields(kind)})") from None
+        except Exception as exc:
+            cause = exc.__cause__ or exc.__context__
+            if cause is not None and str(cause) and str(cause) not in str(exc):
+                raise ValueError(f"{exc} ({one_line(cause)})") from exc
+            raise
+
+
+def _config_fields(kind: str, limit: int = 12) -> str:
+    import dataclasses
+
+    from lerobot.configs.policies import PreTrainedConfig
+
+    names = [f.name for f in dataclasses.fields(PreTrainedConfig.get_choice_class(kind))]
+    return ", ".join(names[-limit:]) + (", ..." if len(names) > limit else "")
+
+
+def cli_overrides(overrides: Mapping[str, str]) -> list[str]:
+    """``{field: value}`` -> LeRobot's ``cli_overrides`` (``["--field=value", ...]``), what ``lerobot-eval``
+    hands ``PreTrainedConfig.from_pretrained`` for ``--policy.field=value``."""
+    return [f"--{name}={value}" for name, value in overrides.items()]
+
+
+def _load_model(folder: Path, kind: str, device: str,
+                overrides: Mapping[str, str] | None = None) -> tuple[Any, Any, torch.device]:
+    """LeRobot's config (with ``overrides`` applied by LeRobot's own parser) and policy (on the device, in
+    eval mode); each failure is one line naming the file or the override."""
+    config = read_config(folder, kind, overrides)
     target = resolve_lerobot_device(device, getattr(config, "device", None))
     config.device = str(target)
     config.pretrained_path = str(folder)
     with reading(folder, kind, f"the policy class for type {kind!r} could not be imported",
                  hint="Install the LeRobot extra this policy type needs (pip install 'lerobot[...]')."):
+        from lerobot.policies.factory import get_policy_class
+
         policy_class = get_policy_class(kind)
     if not (folder / WEIGHTS_FILE).is_file():
         raise PolicyLoadError(f"LeRobot checkpoint {folder} (type {kind!r}): {WEIGHTS_FILE} is missing; a checkpoint "

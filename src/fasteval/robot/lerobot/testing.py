@@ -5,8 +5,9 @@ PushT's features (``observation.image`` ``[3, 96, 96]``, ``observation.state`` `
 ``[2]``), with a random ResNet-18 backbone (``pretrained_backbone_weights=None``) and tiny heads,
 and save it with LeRobot's own ``save_pretrained``: ``config.json`` (with ``"type"``),
 ``model.safetensors`` and the ``policy_preprocessor*`` / ``policy_postprocessor*`` files, whose
-normalization uses :func:`synthetic_pusht_stats`. :func:`write_metaworld_act_checkpoint`: the same
-for LeRobot's Meta-World features. Needs the ``lerobot`` extra.
+normalization uses :func:`synthetic_pusht_stats`. :func:`write_metaworld_act_checkpoint` and
+:func:`write_libero_act_checkpoint`: the same for LeRobot's Meta-World and LIBERO features. Needs the
+``lerobot`` extra.
 
 The weights follow ``torch.manual_seed(seed)`` (the global RNG is forked, not consumed).
 """
@@ -115,6 +116,47 @@ def write_metaworld_act_checkpoint(folder: str | Path, seed: int = 0, chunk_size
     )
     settings.update(overrides)
     return _save(ACTConfig(**settings), folder, seed, stats=synthetic_metaworld_stats())
+
+
+LIBERO_IMAGE_SIZE = 128
+LIBERO_STATE_DIM, LIBERO_ACTION_DIM = 8, 7
+LIBERO_CAMERAS = ("observation.images.image", "observation.images.image2")
+"""LeRobot's LIBERO features: the agent view and the wrist camera (``LiberoEnv``'s ``camera_name_mapping``), the
+8-d state of LeRobot's ``LiberoProcessorStep`` (eef position, eef axis-angle, gripper qpos) and 7-d actions."""
+
+
+def synthetic_libero_stats(image_size: int = LIBERO_IMAGE_SIZE) -> dict[str, dict[str, torch.Tensor]]:
+    """Statistics with LIBERO's shapes: two cameras in [0, 1], ``observation.state`` [8], actions [7] in [-1, 1]."""
+    def entry(mean: float, std: float, lo: float, hi: float, shape: tuple[int, ...]) -> dict[str, torch.Tensor]:
+        return {name: torch.full(shape, v, dtype=torch.float32)
+                for name, v in (("mean", mean), ("std", std), ("min", lo), ("max", hi))}
+
+    stats = {camera: entry(0.5, 0.25, 0.0, 1.0, (3, 1, 1)) for camera in LIBERO_CAMERAS}
+    stats["observation.state"] = entry(0.0, 0.5, -1.5, 1.5, (LIBERO_STATE_DIM,))
+    stats["action"] = entry(0.0, 0.5, -1.0, 1.0, (LIBERO_ACTION_DIM,))
+    return stats
+
+
+def write_libero_act_checkpoint(folder: str | Path, seed: int = 0, image_size: int = LIBERO_IMAGE_SIZE,
+                                chunk_size: int = 5, n_action_steps: int = 5, **overrides: Any) -> Path:
+    """A tiny random ACT (as :func:`write_act_checkpoint`) for LeRobot's LIBERO: two cameras ``[3, image_size,
+    image_size]`` (``observation.images.image``, ``observation.images.image2``), ``observation.state`` ``[8]``,
+    ``action`` ``[7]``; ``pretrained_backbone_weights=None`` (no hub weights). A ResNet takes any image size, so
+    the env may render smaller images than the features say (``--env.observation_height``)."""
+    from lerobot.configs.types import FeatureType, PolicyFeature
+    from lerobot.policies.act.configuration_act import ACTConfig
+
+    inputs = {camera: PolicyFeature(type=FeatureType.VISUAL, shape=(3, image_size, image_size))
+              for camera in LIBERO_CAMERAS}
+    inputs["observation.state"] = PolicyFeature(type=FeatureType.STATE, shape=(LIBERO_STATE_DIM,))
+    settings: dict[str, Any] = dict(
+        input_features=inputs,
+        output_features={"action": PolicyFeature(type=FeatureType.ACTION, shape=(LIBERO_ACTION_DIM,))},
+        device="cpu", pretrained_backbone_weights=None, chunk_size=chunk_size, n_action_steps=n_action_steps,
+        dim_model=32, n_heads=2, dim_feedforward=64, n_encoder_layers=1, n_decoder_layers=1, use_vae=False, dropout=0.0,
+    )
+    settings.update(overrides)
+    return _save(ACTConfig(**settings), folder, seed, stats=synthetic_libero_stats(image_size))
 
 
 ACT_DEFAULT_SIZE = dict(chunk_size=100, n_action_steps=100, dim_model=512, n_heads=8, dim_feedforward=3200,

@@ -48,6 +48,7 @@ def load_policy(
     cuda_graph: bool | None = None,
     rename: dict[str, str] | None = None,
     noise: str = "episode",
+    policy_overrides: dict[str, str] | None = None,
     exploration: str = "deterministic",
 ) -> Any:
     """Return a policy object for ``ref`` (see the module docstring). Raises PolicyLoadError/UserInputError.
@@ -60,9 +61,16 @@ def load_policy(
     ``env_kwargs`` (the spec's) tell which LeRobot env config, if any, pairs its env-side processors;
     ``cuda_graph`` (the spec's) allows or forbids capturing its chunk prediction on a GPU; ``rename`` (the
     spec's) goes to its own processors (LeRobot's ``rename_map``), ``noise`` picks where Diffusion's noise
-    comes from (``episode`` or ``global``; :func:`fasteval.robot.lerobot.loader.load_lerobot_policy`).
+    comes from (``episode`` or ``global``; :func:`fasteval.robot.lerobot.loader.load_lerobot_policy`),
+    ``policy_overrides`` (the spec's) set fields of a LeRobot checkpoint's config (LeRobot's ``--policy.<field>``);
+    any other policy refuses them.
     """
-    lerobot_args = (n_slots, device, env, env_kwargs or {}, cuda_graph, dict(rename or {}), noise)
+    overrides = dict(policy_overrides or {})
+    lerobot_args = (n_slots, device, env, env_kwargs or {}, cuda_graph, dict(rename or {}), noise, overrides)
+    if overrides and not _is_lerobot_ref(ref):
+        names = ", ".join(f"--policy.{k}" for k in overrides)
+        raise UserInputError(f"{names}: policy config overrides apply to LeRobot checkpoints only (they set fields of "
+                             f"its config.json); {ref if isinstance(ref, str) else type(ref).__name__!r} is not one.")
     policy = _load(ref, observation_space, action_space, n_slots, trust_remote_code, lerobot_args)
     return with_exploration(policy, exploration, action_space, n_slots)
 
@@ -136,14 +144,23 @@ def _load(ref: Any, observation_space: gym.Space, action_space: gym.Space, n_slo
     )
 
 
+def _is_lerobot_ref(ref: Any) -> bool:
+    """A LeRobot checkpoint folder, or a hub snapshot of one (resolved from the cache or the hub)."""
+    if not isinstance(ref, str):
+        return False
+    if is_hf_ref(ref):
+        return is_lerobot_checkpoint(resolve_hf_ref(ref))
+    return is_lerobot_checkpoint(Path(ref))
+
+
 def _load_lerobot(folder: Path, n_slots: int, device: str, env: str | None, env_kwargs: dict[str, Any],
-                  cuda_graph: bool | None, rename: dict[str, str], noise: str) -> Any:
+                  cuda_graph: bool | None, rename: dict[str, str], noise: str, overrides: dict[str, str]) -> Any:
     from fasteval.robot.lerobot.envs import config_for
     from fasteval.robot.lerobot.loader import load_lerobot_policy
 
     env_config = config_for(env, env_kwargs) if env is not None else None
     return load_lerobot_policy(folder, n_slots, device=device, rename_map=rename, env_config=env_config,
-                               cuda_graph=cuda_graph, noise=noise)
+                               cuda_graph=cuda_graph, noise=noise, overrides=overrides)
 
 
 def _space_kwargs(factory: Any, observation_space: gym.Space, action_space: gym.Space) -> dict[str, Any]:

@@ -1,0 +1,109 @@
+"""LIBERO's protocol card: the settings that move a LIBERO success rate, recorded with every LIBERO run.
+
+``meta["protocol"]`` in ``eval_info.json`` (per task: ``meta["tasks"][i]["protocol"]`` of a suite), in
+``manifest.json`` and on the run page (``report.html``), from :func:`env_meta`: ``num_steps_wait``,
+``hard_reset``, ``init_states`` and the init-state rule (:mod:`fasteval.robot.lerobot.libero`), the image size,
+the cameras, the control frequency and mode, the episode length, the success rule, the render backend
+(``MUJOCO_GL``) and its GL renderer string, and the versions of the packages the numbers depend on (the asset
+packages' included). vla-evaluation-harness's "common pitfalls" lists these as the settings that move a
+number by tens of points; two LIBERO numbers are comparable when their cards are equal.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+from typing import Any, Mapping
+
+from fasteval.robot.lerobot.envs import ENV_REF, make_env
+from fasteval.robot.lerobot.libero import INIT_STATE_OFFSET, SUCCESS_RULE, assets_dir, is_libero_type, versions
+
+
+def env_meta(env: str, env_kwargs: Mapping[str, Any], max_steps: int | None = None) -> dict[str, Any]:
+    """Facts about a LeRobot env type for a run's metadata: ``{"protocol": card}`` for LIBERO types
+    (:func:`protocol_card`; ``max_steps``: the run's cap, when given), else ``{}``."""
+    if env != ENV_REF or not is_libero_type(dict(env_kwargs).get("type")):
+        return {}
+    return {"protocol": protocol_card(env_kwargs, max_steps)}
+
+
+_GL_PROBE = """
+import sys
+from mujoco import GLContext
+ctx = GLContext(16, 16)
+ctx.make_current()
+from OpenGL import GL
+print(GL.glGetString(GL.GL_RENDERER).decode(), GL.glGetString(GL.GL_VERSION).decode(), sep="\\n")
+ctx.free()
+"""
+
+
+@functools.lru_cache(maxsize=4)
+def gl_renderer(backend: str | None) -> str:
+    """The GL renderer string of MuJoCo's ``backend`` (``MUJOCO_GL``) on this machine, read from a context
+    made in a child process (so the renderers of this process's envs are not touched), once per process.
+    ``"unknown (...)"`` when no context could be made."""
+    env = {**os.environ, **({"MUJOCO_GL": backend} if backend else {})}
+    try:
+        out = subprocess.run([sys.executable, "-c", _GL_PROBE], capture_output=True, text=True, timeout=120, env=env,
+                             stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unknown (the probe failed: {type(exc).__name__})"
+    lines = out.stdout.strip().splitlines()
+    if out.returncode != 0 or not lines:
+        tail = (out.stderr.strip().splitlines() or ["no output"])[-1][:200]
+        return f"unknown (no {backend or 'default'} GL context: {tail})"
+    return f"{lines[0]} (OpenGL {lines[1]})" if len(lines) > 1 else lines[0]
+
+
+def protocol_card(env_kwargs: Mapping[str, Any], max_steps: int | None = None) -> dict[str, Any]:
+    """The settings of one LIBERO task's evaluation (see the module docstring), read from the env LeRobot
+    builds for ``env_kwargs`` (its GL context is never made here). ``max_steps``: the run's step cap, when it
+    overrides the env's."""
+    key = json.dumps(dict(env_kwargs), sort_keys=True, default=str)
+    card = dict(_card(key))
+    if max_steps is not None:
+        card["episode_length"] = int(max_steps)
+    backend = os.environ.get("MUJOCO_GL") or "default (glfw: needs a display)"
+    card["render_backend"] = backend
+    card["gl_renderer"] = gl_renderer(os.environ.get("MUJOCO_GL"))
+    return card
+
+
+@functools.lru_cache(maxsize=32)
+def _card(key: str) -> dict[str, Any]:
+    kwargs = json.loads(key)
+    env = make_env(**kwargs)
+    try:
+        inner = env.unwrapped
+        states = getattr(inner, "_init_states", None)
+        n_states = None if states is None else len(states)
+        offset = int(kwargs.get(INIT_STATE_OFFSET, 0) or 0)
+        cameras = list(getattr(inner, "camera_name", []) or [])
+        mapping = dict(getattr(inner, "camera_name_mapping", {}) or {})
+        card = {
+            "benchmark": "LIBERO-plus" if getattr(inner, "is_libero_plus", False) else "LIBERO",
+            "num_steps_wait": getattr(inner, "num_steps_wait", None),
+            "hard_reset": getattr(inner, "hard_reset", None),
+            "init_states": bool(getattr(inner, "init_states", False)),
+            "n_init_states": n_states,
+            "init_state_offset": offset,
+            "init_state_rule": (f"the episode reset with seed s starts from init state (s - {offset}) mod {n_states}"
+                                if n_states else "none: LIBERO's own random placement at each reset"),
+            "observation_height": getattr(inner, "observation_height", None),
+            "observation_width": getattr(inner, "observation_width", None),
+            "cameras": [f"{cam} -> observation.images.{mapping.get(cam, cam)}" for cam in cameras],
+            "control_freq_hz": getattr(inner, "control_freq", None),
+            "control_mode": getattr(inner, "control_mode", None),
+            "obs_type": getattr(inner, "obs_type", None),
+            "episode_length": getattr(inner, "_max_episode_steps", None),
+            "success_rule": SUCCESS_RULE,
+            "assets": str(assets_dir()),
+            "versions": versions(),
+        }
+    finally:
+        env.close()
+    return card

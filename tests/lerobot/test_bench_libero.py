@@ -1,0 +1,35 @@
+"""benchmarks/bench_libero.py runs at tiny size and prints every row (no timing is asserted)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("lerobot")
+
+from fasteval.robot.lerobot.libero import assets_dir, libero_dir  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.skipif(libero_dir() is None or assets_dir() is None, reason="hf-libero or LIBERO's assets not installed")
+def test_bench_libero_tiny(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
+           "LIBERO_CONFIG_PATH": str(tmp_path / "libero"), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_libero.py"), "--tiny", "--json", str(out)],
+                          capture_output=True, text=True, timeout=1200, env=env, cwd=ROOT, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    rows = report["rows"]
+    assert report["problems"] == []
+    assert {"lerobot-eval sync", "fasteval sync"} <= set(rows) and any(r.startswith("fasteval pool") for r in rows)
+    assert rows["fasteval sync"]["episodes"] == rows["lerobot-eval sync"]["episodes"]
+    assert set(rows["fasteval sync"]["timings"]) >= {"env_step", "policy"}
+    assert rows["fasteval sync"]["protocol"]["observation_height"] == 32
+    assert "| fasteval sync |" in proc.stdout and "projected fasteval time on c cores" in proc.stdout
