@@ -55,7 +55,8 @@ from fasteval.core.outcome import Segment, SegmentAborted
 from fasteval.run.engine import Engine
 from fasteval.run.folder_lock import FolderLock
 from fasteval.run.provenance import collect_provenance
-from fasteval.run.record import EpisodeRows, Label, build_record, default_label, manifest_document
+from fasteval.run.record import EpisodeRows, Label, default_label, manifest_document
+from fasteval.run.record_many import build_run_record
 from fasteval.types.errors import FastevalError, UserInputError
 from fasteval.types.results import (STATUS_COMPLETE, STATUS_FAILED, STATUS_INTERRUPTED, STATUS_RUNNING,  # noqa: F401
                                     EarlierSegments, EpisodeTable, EvalResult)
@@ -468,7 +469,7 @@ def run_durable(
     ``flush_policy``'s window on a kill. Raises :class:`~fasteval.types.errors.UserInputError` (the
     folder holds another run, the resume does not match, the dry run failed) with the folder
     left as it was (a new run's folder not made at all). The record is built once, from the engine's
-    segment, the earlier segments and the final flush (:func:`fasteval.run.record.build_record`).
+    segment, the earlier segments and the final flush (:func:`fasteval.run.record_many.build_run_record`).
     """
     lock = FolderLock(run_dir.path)
     try:
@@ -523,7 +524,7 @@ def _finish(spec: EvalSpec, segment: Segment, earlier: EarlierSegments, log: _Se
     run_dir = log.run_dir
 
     def build(write_failure: BaseException | None) -> EvalResult:
-        return build_record(spec, segment, earlier=earlier, task=task, write_error=write_failure, run_id=log.run_id)
+        return build_run_record(spec, segment, earlier=earlier, task=task, write_error=write_failure, run_id=log.run_id)
 
     record = build(write_error)
     wrote: list[str] = []

@@ -141,12 +141,12 @@ def build_record(spec: EvalSpec, segment: Segment, *, earlier: EarlierSegments |
     """The one record of a run (see the module docstring): this segment's finished rows merged with the
     earlier segments', cut at the stop rule's ``k``, its end state decided by :func:`end_status`.
     ``run_id``: a durable run's folder id, which its fault records carry (as in ``errors.jsonl``). A
-    many-policy run's record is a :class:`~fasteval.types.many_result.ManyPolicyResult`
-    (:func:`fasteval.run.record_many.build_many_record`)."""
+    many-policy run's record is a :class:`~fasteval.types.many_result.ManyPolicyResult`, built by
+    :func:`fasteval.run.record_many.build_many_record` (:func:`~fasteval.run.record_many.build_run_record`
+    picks the builder; this module does not import that one, which imports this one)."""
     if spec.n_policies > 1:
-        from fasteval.run.record_many import build_many_record
-
-        return build_many_record(spec, segment, earlier=earlier, task=task, write_error=write_error, run_id=run_id)
+        raise ValueError("build_record builds a one-policy run's record; a many-policy run's: "
+                         "fasteval.run.record_many.build_run_record")
     ledger = segment.ledger
     label = tuple(task) if task is not None else default_label(spec)
     records = EpisodeRows(ledger, label).table(signal=segment.success_signal)

@@ -1,5 +1,5 @@
-"""The record of a many-policy run, built once: :func:`build_many_record` (called by
-:func:`fasteval.run.record.build_record`).
+"""The record of a many-policy run, built once: :func:`build_many_record` (chosen by
+:func:`build_run_record`, which the engine and the durable run call for every run).
 
 From the one segment the engine handed up (a ledger of (policy, episode) rows, the race if one ran) and
 the earlier segments of a resumed run, it builds, for each policy, the record its own one-policy run
@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from fasteval.core.outcome import Segment
+from fasteval.run.record import EpisodeRows, build_record, default_label, end_status, spec_facts
 from fasteval.types.eval_result import EarlierSegments, EvalResult, has_success_signal
 from fasteval.types.episode_table import EpisodeTable, merge_episodes
 from fasteval.types.many_result import ManyPolicyResult
@@ -35,12 +36,16 @@ def policy_table(records: EpisodeTable, name: str) -> EpisodeTable:
     return records.take(np.flatnonzero(mask)).sorted_by_episode()
 
 
+def build_run_record(spec: EvalSpec, segment: Segment, **kwargs: Any) -> EvalResult:
+    """The one record of a run, one policy or several: :func:`~fasteval.run.record.build_record` or
+    :func:`build_many_record` (the same keyword arguments), chosen by ``spec.n_policies``."""
+    return (build_many_record if spec.n_policies > 1 else build_record)(spec, segment, **kwargs)
+
+
 def build_many_record(spec: EvalSpec, segment: Segment, *, earlier: EarlierSegments | None = None,
                       task: Any = None, write_error: BaseException | None = None,
                       run_id: str | None = None) -> ManyPolicyResult:
     """See the module docstring (the arguments are :func:`~fasteval.run.record.build_record`'s)."""
-    from fasteval.run.record import EpisodeRows, default_label, end_status, spec_facts
-
     ledger = segment.ledger
     label = tuple(task) if task is not None else default_label(spec)
     names, K = spec.names, spec.n_policies

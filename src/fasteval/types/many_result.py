@@ -2,7 +2,7 @@
 ranking and the race.
 
 :class:`ManyPolicyResult` is an :class:`EvalResult` (frozen, built once by
-:func:`fasteval.run.record.build_record`) whose ``per_episode`` holds every policy's episodes (each record
+:func:`fasteval.run.record_many.build_many_record`) whose ``per_episode`` holds every policy's episodes (each record
 names its ``policy``), and which adds:
 
 * ``policies``: each policy's own record, as its own one-policy run would have made it (its episodes, its

@@ -3,31 +3,13 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from fasteval.doors.compare.side import CELL_SEPARATOR, Side  # noqa: F401  (Side: re-exported, its old home)
 from fasteval.types.errors import UserInputError
 
-CELL_SEPARATOR = "::"
 PAIR_KEYS = ("env", "env_kwargs")
-
-
-@dataclass
-class Side:
-    """One policy's episodes: ``records`` (per-episode dicts) plus what identifies the run."""
-
-    label: str
-    source: str
-    policy: Any
-    env: str
-    env_kwargs: Any
-    seed: int | None
-    records: list[dict[str, Any]] = field(default_factory=list)
-
-    def header(self) -> dict[str, Any]:
-        return {"label": self.label, "source": self.source, "policy": self.policy, "env": self.env,
-                "env_kwargs": self.env_kwargs, "seed": self.seed, "n_episodes": len(self.records)}
 
 
 # -- loading -----------------------------------------------------------------------------------------

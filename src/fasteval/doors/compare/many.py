@@ -2,7 +2,7 @@
 
 A many-policy run (``--policy A --policy B ...``) writes one ``eval_info.json`` whose ``policies`` map holds
 each policy's own fields, and one ``episodes.jsonl`` whose records name their ``policy``. Either is read
-here into a :class:`~fasteval.doors.compare.inputs.Side` of the one policy named after ``::``: its
+here into a :class:`~fasteval.doors.compare.side.Side` of the one policy named after ``::``: its
 records, its reference, and the run's env and seed. Its episodes are paired with the other side's as any
 two runs' are (same task, same reset seed): a race's dropped policy brings its episodes ``0..k-1``.
 """
@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fasteval.doors.compare.inputs import CELL_SEPARATOR, Side
+from fasteval.doors.compare.side import CELL_SEPARATOR, Side
 from fasteval.types.errors import UserInputError
 
 
