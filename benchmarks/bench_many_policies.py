@@ -21,7 +21,7 @@ one-pass runs.
 
 Wall-clock ratios need a quiet machine: the load average at the start is in the header; rerun there.
 
-    PYTHONPATH=src python benchmarks/bench_many_policies.py [--episodes 100] [--batch 16] [--repeats 3] [--json out.json]
+    PYTHONPATH=src python benchmarks/bench_many_policies.py [--episodes 100] [--batch 16] [--repeats 3] [--device cuda] [--json out.json]
     PYTHONPATH=src python benchmarks/bench_many_policies.py --tiny    # the test suite: 2 checkpoints, 3 episodes
 """
 
@@ -104,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--calls", type=int, default=2000, help="timed calls of the policy-stage comparison")
     ap.add_argument("--tiny", action="store_true", help="2 checkpoints, 3 episodes, 1 repeat (smoke test)")
+    ap.add_argument("--device", default="cpu", help="the runs' --device (cuda: with CUDA graphs where they capture)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     if args.tiny:
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(tmp)
         checkpoints = perturbed_checkpoints(BASE, root / "ckpt", args.checkpoints)
         pattern = str(root / "ckpt" / "checkpoints" / "*" / "pretrained_model")
-        common = ["--env", ENV, "-n", str(args.episodes), "--seed", "0", "--device", "cpu", "--no-report"]
+        common = ["--env", ENV, "-n", str(args.episodes), "--seed", "0", "--device", args.device, "--no-report"]
         rows = {
             f"{args.checkpoints} CLI runs, -b {args.batch} each": None,
             f"one pass, -b {args.batch}": ["-b", str(args.batch)],
@@ -155,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         table.append([label, seconds, ratio, t.get("eval_s", float("nan")), t.get("policy_s", float("nan")),
                       "" if label == runs_label else str(same.get(label))])
     best = max(r[2] for r in table[1:])
-    doc = {"command": command_line(), "machine": machine, "checkpoints": args.checkpoints, "episodes": args.episodes,
+    doc = {"command": command_line(), "machine": machine, "device": args.device, "checkpoints": args.checkpoints, "episodes": args.episodes,
            "batch": args.batch, "repeats": args.repeats, "samples": samples.to_dict(), "same_episodes": same,
            "timings": timings, "policy_stage": stage, "best_ratio": best}
     print(format_machine(machine))

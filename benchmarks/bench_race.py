@@ -43,7 +43,8 @@ seeds: the same eliminations at the same k, by the same policies, the same stop 
 
 Run: ``PYTHONPATH=src python benchmarks/bench_race.py [--races 1000] [--json out.json]`` (about 25
 minutes on the 2-core machine under load); ``--tiny`` for the smoke test (30 races, 300 seed blocks
-for the fixed design, shares 0 and 1 only, the (c) cap cut to 300; under a minute).
+for the fixed design, shares 0 and 1 only, the (c) cap cut to 300; under a minute); ``--engine-only
+[--engine-races R]`` for the end-to-end rows alone (the caps set as in the full run).
 """
 
 from __future__ import annotations
@@ -471,8 +472,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", type=int, default=20, help="races per configuration also run through the library's Race")
     ap.add_argument("--tiny", action="store_true", help="30 races, 300 fixed blocks, shares 0 and 1, (c) capped at 300 (smoke test)")
     ap.add_argument("--engine-races", type=int, default=20, help="races per (a)/(b) rule also run end to end, through the engine")
+    ap.add_argument("--engine-only", action="store_true",
+                    help="only the end-to-end rows (caps from the fixed-design simulation, as in the full run)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
+    if args.engine_only:
+        return engine_only(args)
     races, blocks, check = (30, 300, 5) if args.tiny else (args.races, args.fixed_blocks, args.check)
     shares = (0.0, 1.0) if args.tiny else (0.0, 0.5, 1.0)
     start = time.perf_counter()
@@ -501,16 +506,7 @@ def main(argv: list[str] | None = None) -> int:
                                    ratio=fam.n_policies * match / row["mean_total"] if match else None)
                     rows.append(row)
                     print(_row_line(row), flush=True)
-    engine_rows = []
-    for scenario in ("a", "b"):
-        fam = CheckpointFamily(SCENARIOS[scenario][1], share=0.5 if not args.tiny else 1.0)
-        cap = int(caps[scenario][str(fam.share)])
-        for rule in RULES:
-            engine_rows.append(engine_check(fam, scenario, rule, cap, 2 if args.tiny else args.engine_races,
-                                            batch_size=7 if args.tiny else 16))
-            e = engine_rows[-1]
-            print(f"engine {scenario} share={fam.share} {rule}: {e['same_as_simulator']}/{e['races']} races equal the "
-                  f"simulator's; mean total {e['mean_total']:.0f}; {e['median_seconds_per_race']:.2f} s per race", flush=True)
+    engine_rows = engine_section(caps, args.tiny, args.engine_races)
     doc = {"command": command_line(), "alpha": ALPHA, "eps": EPS, "p_cap": P_CAP, "races": races,
            "fixed_blocks": blocks, "caps": caps, "rows": rows, "engine": engine_rows,
            "sensitivity": [] if args.tiny else sensitivity(races, blocks),
@@ -525,6 +521,50 @@ def main(argv: list[str] | None = None) -> int:
     ok &= all(r["library_same"] == r["library_checked"] for r in rows)
     ok &= all(e["same_as_simulator"] == e["races"] for e in engine_rows)
     return 0 if ok else 1
+
+
+def engine_section(caps: dict[str, Any], tiny: bool, engine_races: int) -> list[dict[str, Any]]:
+    """The end-to-end rows: (a) and (b), half the seeds shared (at ``tiny``: all), each rule."""
+    engine_rows = []
+    for scenario in ("a", "b"):
+        fam = CheckpointFamily(SCENARIOS[scenario][1], share=0.5 if not tiny else 1.0)
+        cap = int(caps[scenario][str(fam.share)])
+        for rule in RULES:
+            engine_rows.append(engine_check(fam, scenario, rule, cap, 2 if tiny else engine_races,
+                                            batch_size=7 if tiny else 16))
+            e = engine_rows[-1]
+            print(f"engine {scenario} share={fam.share} {rule}: {e['same_as_simulator']}/{e['races']} races equal the "
+                  f"simulator's; mean total {e['mean_total']:.0f}; {e['median_seconds_per_race']:.2f} s per race", flush=True)
+    return engine_rows
+
+
+def engine_only(args: argparse.Namespace) -> int:
+    """``--engine-only``: the caps of (a) and (b) (the fixed design's n at ``P_CAP``, as the full run sets them),
+    then the end-to-end rows alone, without the simulated races."""
+    blocks = 300 if args.tiny else args.fixed_blocks
+    share = 1.0 if args.tiny else 0.5
+    start = time.perf_counter()
+    caps = {sc: {str(share): first_reaching(fixed_curve(CheckpointFamily(SCENARIOS[sc][1], share=share), blocks, 3000,
+                                                        FIXED_BASE), P_CAP) or 3000} for sc in ("a", "b")}
+    engine_rows = engine_section(caps, args.tiny, args.engine_races)
+    doc = {"command": command_line(), "alpha": ALPHA, "eps": EPS, "p_cap": P_CAP, "fixed_blocks": blocks, "caps": caps,
+           "engine": engine_rows, "seconds": time.perf_counter() - start}
+    print()
+    print(engine_markdown(engine_rows))
+    if args.json:
+        args.json.write_text(json.dumps(doc, indent=2))
+    return 0 if all(e["same_as_simulator"] == e["races"] for e in engine_rows) else 1
+
+
+def engine_markdown(engine_rows: list[dict[str, Any]]) -> str:
+    out = ["**End to end, through the engine** (`evaluate(policy=[...], stop_when=RULE)`: the checkpoints as real "
+           "policies on the Bernoulli env, against the simulator's race on the same seeds):", "",
+           "| scenario | share | rule | cap | batch | races equal to the simulator's | mean total episodes | "
+           "seconds per race (median) |", "|---|---|---|---|---|---|---|---|"]
+    for e in engine_rows:
+        out.append(f"| ({e['scenario']}) | {e['share']:.1f} | `{e['rule']}` | {e['cap']} | {e['batch_size']} | "
+                   f"{e['same_as_simulator']}/{e['races']} | {e['mean_total']:.0f} | {e['median_seconds_per_race']:.2f} |")
+    return "\n".join(out)
 
 
 def _row_line(r: dict[str, Any]) -> str:
@@ -601,13 +641,7 @@ def markdown(doc: dict[str, Any]) -> str:
     same = sum(r["library_same"] for r in doc["rows"])
     out.append(f"Vectorised races equal the library's `Race` (drops at the same k, stop, tie, leader): {same}/{checked}.")
     if doc.get("engine"):
-        out += ["", "**End to end, through the engine** (`evaluate(policy=[...], stop_when=RULE)`: the checkpoints as real "
-                "policies on the Bernoulli env, against the simulator's race on the same seeds):", "",
-                "| scenario | share | rule | cap | batch | races equal to the simulator's | mean total episodes | "
-                "seconds per race (median) |", "|---|---|---|---|---|---|---|---|"]
-        for e in doc["engine"]:
-            out.append(f"| ({e['scenario']}) | {e['share']:.1f} | `{e['rule']}` | {e['cap']} | {e['batch_size']} | "
-                       f"{e['same_as_simulator']}/{e['races']} | {e['mean_total']:.0f} | {e['median_seconds_per_race']:.2f} |")
+        out += ["", engine_markdown(doc["engine"])]
     return "\n".join(out)
 
 
