@@ -72,6 +72,7 @@ def test_bench_cartpole_tiny_json_and_exact_returns(tiny_run):
     ("bench_race.py", ["--tiny"], ["**(a) 10 checkpoints, p from 0.30 to 0.80**", "| 0.0 | `best` | unpaired |",
                                    "Target declared tied", "or a false tie) <= 0.05 in every paired row: PASS", "`Race` (drops at the same k, stop, tie, leader): 60/60",
                                    "**End to end, through the engine**", "| (a) | 1.0 | `best` | 67 | 7 | 2/2 |"]),
+    ("bench_race.py", ["--tiny", "--engine-only"], ["**End to end, through the engine**", "| (a) | 1.0 | `best` | 67 | 7 | 2/2 |"]),
     ("bench_many_policies.py", ["--tiny"], ["| 2 CLI runs, -b 4 each ", "| one pass, -b 8, --stack-weights ",
                                             "per-policy episodes equal in every one-pass row: True", "Policy stage, one step"]),
     ("bench_truncated.py", ["--tiny"], ["| above=0.8, p = 0.9 | 156 (137) | 0.9 **(design)** |", "| below=0.8, p = 0.7 |",
