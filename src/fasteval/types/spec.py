@@ -216,8 +216,9 @@ class What:
             raise UserInputError(str(exc)) from None
         object.__setattr__(self, "policy_names", tuple(names))
         _require(self.noise != "global", "noise",
-                 "episode with several policies (LeRobot's global-RNG draws follow one policy's waves, so they would "
-                 "not be the draws of that policy's own run)", self.noise)
+                 "'episode' with several policies (LeRobot's global-RNG draws follow the waves of the whole run, so "
+                 "they would not be the draws of each policy's own run; give --noise episode, or run each policy "
+                 "on its own for LeRobot's global draws)", self.noise)
 
     @property
     def policies(self) -> tuple[Any, ...]:
