@@ -68,7 +68,7 @@ class PolicySet:
         self.reads_observation = None
         self.note_active = None
         self.accelerated_elsewhere = False
-        self.enforces_policy_timeout = all(getattr(r, "enforces_policy_timeout", False) for r in self.runners)
+        self.enforces_policy_timeout = all(r.enforces_policy_timeout for r in self.runners)
         self.epoch = 0
         """Incremented by every reset: a slot may now run another policy's episode (the plans are rebuilt)."""
         self.stacked: StackedCall | None = None

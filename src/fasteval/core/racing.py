@@ -177,7 +177,7 @@ class RaceStop:
             self.gate.flush()
         except ValueError as exc:
             raise StopRuleError(str(exc)) from None
-        self.n_cancelled += int(getattr(ledger, "n_cancelled", 0))
+        self.n_cancelled += int(ledger.n_cancelled)
         self._tell()
 
     def summary(self) -> dict[str, Any]:

@@ -71,6 +71,13 @@ class _Progress:
         self.successes = 0
         self.done = 0
         self.engine = engine
+        self.race_type: type | None = None
+        """:class:`fasteval.core.racing.RaceStop` where the engine may run a race (its stop rule is made later,
+        by the run): the bar then shows the race's line."""
+        if engine is not None and engine.spec.n_policies > 1:
+            from fasteval.core.racing import RaceStop
+
+            self.race_type = RaceStop
         if enabled:
             from tqdm import tqdm
 
@@ -81,8 +88,8 @@ class _Progress:
             return
         self.done += len(episodes)
         self.successes += int(ledger.success[episodes].sum())
-        race = getattr(self.engine, "stop_rule", None)
-        if race is not None and hasattr(race, "progress"):
+        race = self.engine.stop_rule if self.race_type is not None else None
+        if self.race_type is not None and isinstance(race, self.race_type):
             self.bar.set_postfix_str(race.progress()[6:], refresh=False)
         else:
             self.bar.set_postfix_str(f"success {100.0 * self.successes / self.done:.1f}%", refresh=False)
@@ -127,7 +134,9 @@ def format_many_summary(result: Any, profile: bool, logged: int | None = None, l
 def format_summary(result: Any, profile: bool, logged: int | None = None, log_file: Any = None) -> str:
     """The terminal summary of a run's record; ``logged``: the episodes its ``log_file`` (``episodes.jsonl``)
     holds, said when fewer than the record's (a write failed)."""
-    if getattr(result, "ranking", None) is not None and getattr(result, "policies", None):
+    from fasteval.types.many_result import ManyPolicyResult
+
+    if isinstance(result, ManyPolicyResult):
         return format_many_summary(result, profile, logged, log_file)
     o = result.overall()
     rows = [
