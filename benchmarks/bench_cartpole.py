@@ -163,9 +163,11 @@ def record_actions(policy: Any, n: int, seed: int, b: int = 256) -> list[list[in
 
 def _per_env_reset(policy: Any):
     """``(slot, seed) -> None`` resetting one slot of a per-env policy (``reset(env_ids[, seeds])``)."""
-    fn = getattr(policy, "reset", None)
-    if not callable(fn):
+    from fasteval.core.capabilities import Resettable
+
+    if not isinstance(policy, Resettable):
         return lambda slot, seed: None
+    fn = policy.reset
     params = inspect.signature(fn).parameters
     if not params:
         raise ValueError("record_actions supports stateless policies and per-env reset(env_ids[, seeds]) only")

@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import Samples, check_line, command_line, format_machine, machine_info, markdown_table  # noqa: E402
 
 from fasteval import Evaluator  # noqa: E402
+from fasteval.core.workers import WorkerPoolEnvs  # noqa: E402
 from fasteval.robot.fast_envs import FAST_PUSHT  # noqa: E402
 
 PUSHT_KWARGS = {"obs_type": "pixels_agent_pos", "render_mode": "rgb_array"}
@@ -136,7 +137,8 @@ def env_only(w: dict, workers: int, steps: int, repeats: int) -> list:
     try:
         for _ in range(repeats):
             for row, envs in built.items():
-                pids = [os.getpid()] + [wk.process.pid for wk in getattr(envs, "_workers", [])]
+                workers = envs._workers if isinstance(envs, WorkerPoolEnvs) else []  # sync envs: this process only
+                pids = [os.getpid()] + [wk.process.pid for wk in workers]
                 envs.reset_slots(slots, slots)
                 before = [cpu_seconds(pid) for pid in pids]
                 t0 = time.perf_counter()

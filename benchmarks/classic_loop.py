@@ -95,6 +95,7 @@ def _step_successes(info: dict, n: int) -> torch.Tensor:
 
 def _reset_policy(policy: Any, seeds: list[int]) -> None:
     """``policy.reset()`` at the start of a batch; per-env resets (``reset(env_ids[, seeds])``) get every slot."""
+    # probe: the classic loop as a user writes it, asking the policy object whether it has a reset
     reset = getattr(policy, "reset", None)
     if not callable(reset):
         return

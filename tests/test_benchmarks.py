@@ -7,6 +7,7 @@ no CLI start-up check) once in a subprocess. Never asserts on timings.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -86,3 +87,16 @@ def test_other_benchmarks_run_at_tiny_size(script, args, needles):
     assert proc.returncode == 0, f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
     for needle in needles:
         assert needle in proc.stdout, needle
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind (callgrind counts instructions)")
+def test_bench_instructions_runs_at_tiny_size():
+    """The plain loop counted at 10 and 30 episodes, the CLI row's command run once (uncounted at tiny size)."""
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_instructions.py"), "--tiny"],
+                          capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("| plain loop "))
+    small, large, per_episode = (cell.strip() for cell in row.strip("|").split("|")[1:4])
+    assert int(large.replace(",", "")) > int(small.replace(",", "")) > 0  # 20 more episodes cost instructions
+    assert per_episode.endswith("k") and float(per_episode[:-1].replace(",", "")) > 10
+    assert "SKIP: CLI instructions per episode" in proc.stdout  # no ratio without the CLI row's count

@@ -11,7 +11,8 @@ import torch
 
 from fasteval import evaluate
 from fasteval.core import accel
-from fasteval.core.accel import CAPTURED, OFF, CudaGraphCall, graph_blockers, python_state
+from fasteval.core.accel import CAPTURED, OFF, CudaGraphCall, capture_blockers, python_state
+from fasteval.core.capabilities import Capabilities
 from fasteval.run.engine import Engine
 from fasteval.types.errors import UserInputError
 from fasteval.types.spec import EvalSpec
@@ -220,7 +221,10 @@ def test_plain_policies_have_no_blockers():
     state = python_state(policy)
     policy(torch.zeros(2, 3))
     assert python_state(policy) == state
-    assert graph_blockers(policy, type("R", (), {"reset_kind": "none", "tasks": None})(), False) == []
+    assert capture_blockers(Capabilities(), policy) == []
+    assert capture_blockers(Capabilities(reset_kind="per-env"), policy) == [accel.PER_SLOT_STATE]
+    # a step that returns whole chunks carries only the policy's own per-slot state, not the runner's queue
+    assert capture_blockers(Capabilities(reset_kind="per-env", chunks=True), policy, whole_chunks=True) == []
 
 
 def test_pipeline_with_a_set_task_policy_is_a_clear_error_not_an_index_error():

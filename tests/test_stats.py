@@ -102,6 +102,24 @@ def test_bootstrap_close_to_scipy_percentile():
     assert ours == pytest.approx((ref.confidence_interval.low, ref.confidence_interval.high), abs=0.02)
 
 
+@needs_scipy
+def test_bootstrap_of_few_distinct_values_draws_counts_with_the_same_distribution():
+    """Few distinct values (the lengths of short episodes) are resampled by their counts: the same bootstrap
+    distribution as drawing indices (scipy's resampling here), at k draws per resample instead of n."""
+    from fasteval.types import stats
+
+    x = np.random.default_rng(2).choice([8.0, 9.0, 10.0], p=[0.3, 0.45, 0.25], size=2000)
+    means = stats._boot_means(x, 20000, np.random.default_rng(0))
+    assert means.shape == (20000,) and set(np.unique(means * x.size).round(6)) <= set(np.arange(8 * 2000, 10 * 2000 + 1.0))
+    ours = bootstrap_mean_ci(x, n_boot=20000)
+    ref = sps.bootstrap((x,), np.mean, n_resamples=20000, method="percentile", random_state=np.random.default_rng(1))
+    assert ours == pytest.approx((ref.confidence_interval.low, ref.confidence_interval.high), abs=0.004)
+    assert means.std() == pytest.approx(x.std() / math.sqrt(x.size), rel=0.03)  # the bootstrap's standard error
+    # an infinite value keeps the index draws (0 draws of inf must not make NaN)
+    with_inf = stats._boot_means(np.r_[np.zeros(99), np.inf], 200, np.random.default_rng(0))
+    assert not np.isnan(with_inf).any() and set(with_inf) == {0.0, math.inf}
+
+
 @pytest.mark.parametrize("kwargs", [{"n_boot": 0}, {"confidence": 1.0}, {"confidence": 0.0}])
 def test_bootstrap_rejects_bad_args(kwargs):
     with pytest.raises(ValueError, match="expected"):

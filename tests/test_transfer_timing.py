@@ -66,7 +66,7 @@ class _Event:
         self.log = log
 
     def record(self, stream=None):
-        self.log.append(("event.record", getattr(stream, "name", None)))
+        self.log.append(("event.record", stream.name if stream is not None else None))
 
     def synchronize(self):
         self.log.append(("event.synchronize",))

@@ -118,7 +118,7 @@ def _field_doc(cls, name: str) -> str:
 
     body = ast.parse(inspect.getsource(cls)).body[0].body
     for node, after in zip(body, body[1:]):
-        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) == name:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
             return after.value.value if isinstance(after, ast.Expr) else ""
     return ""
 

@@ -40,11 +40,12 @@ Rules of the fast path; a policy that breaks one runs eagerly, reported as ``eag
 * no host sync and no data-dependent Python control flow inside the step (``.item()``,
   ``.cpu()``, ``if tensor:`` fail capture with "operation not permitted when stream is
   capturing": reported as ``eager (capture failed: ...)``);
-* no state a graph would freeze, detected on the dry run (:func:`graph_blockers`):
-  ``reset`` (per-slot Python state, and action-chunk queues), task descriptions
-  (``set_task`` or a ``"task"`` input: strings that change per episode), the policy's own
-  ``torch.Generator`` (a graph replays with the generator state of capture time), and Python
-  attributes that the policy call itself changes (a counter, a list of inputs);
+* no state a graph would freeze, decided once on the dry run by :func:`capture_decision` from the
+  runner's declared :class:`~fasteval.core.capabilities.Capabilities` and the policy itself:
+  per-slot state (``reset``, and action-chunk queues), task descriptions (``set_task`` or a
+  ``"task"`` input: strings that change per episode), the policy's own ``torch.Generator`` (a graph
+  replays with the generator state of capture time), and Python attributes that the policy call
+  itself changes (a counter, a list of inputs: one probe call, made only when nothing else refuses);
 * random ops draw fresh noise on every replay: PyTorch registers the default CUDA generator
   with the graph and advances its offset per replay (the frozen-RNG bug of pytorch/rl#3002
   does not apply to this path), and runs are reproducible because the engine seeds it;
@@ -72,8 +73,8 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 
+from fasteval.core.capabilities import NO_RESET, Capabilities
 from fasteval.core.capture_body import born_on
-from fasteval.core.policy import NO_RESET
 
 logger = logging.getLogger(__name__)
 
@@ -207,153 +208,7 @@ def own_generator(policy: Any) -> str | None:
     return None
 
 
-def per_slot_state(runner: Any) -> list[str]:
-    """The blocker of a runner with per-slot policy state (``reset()`` or chunk queues), or none."""
-    if getattr(runner, "reset_kind", NO_RESET) != NO_RESET:
-        return ["per-slot policy state: reset() or action-chunk queues"]
-    return []
-
-
-def graph_blockers(policy: Any, runner: Any, state_changed: bool) -> list[str]:
-    """Why the policy step must not be graphed (empty: it may be). Decided once, on the dry run.
-
-    ``runner`` is the engine's policy runner (its ``reset_kind`` and ``tasks``); ``state_changed``
-    says whether a policy call changed :func:`python_state` (:func:`changes_python_state`).
-    """
-    reasons = per_slot_state(runner)
-    if callable(getattr(policy, "set_task", None)) or getattr(runner, "tasks", None) is not None:
-        reasons.append("task descriptions: set_task or a 'task' input")
-    generator = own_generator(policy)
-    if generator is not None:
-        reasons.append(f"own torch.Generator ({generator})")
-    if state_changed:
-        reasons.append("Python-side state: the policy call changes its Python attributes")
-    return reasons
-
-
-# -- capture and replay -------------------------------------------------------------------------
-
-class CudaGraphCall:
-    """Capture ``fn`` once per static input object; replay it afterwards. Owned by one engine.
-
-    The first call with a given input object captures (see the module docstring); later calls
-    replay. ``graphs`` maps ``id(input)`` to ``(graph, output, input)`` (the input is kept alive
-    so that its id stays unique). ``captures`` counts successful captures. ``facts`` (the
-    engine's ``accel_facts``) gets ``cuda_graph`` = ``captured`` or ``eager (capture failed: ...)``;
-    ``refused`` (a :func:`graph_decision` status) makes it eager from the start.
-
-    ``copy_inputs=True`` (a dict input whose tensors are not static buffers, LeRobot's chunk batch):
-    the wrapper owns the static inputs, as tensordict's ``CudaGraphModule`` does (see :meth:`_into_static`);
-    ``name`` names the call in the reason given when the input layout changes.
-    """
-
-    def __init__(self, fn: Callable[[Any], torch.Tensor], device: torch.device, warmup_calls: int = 2,
-                 facts: dict[str, Any] | None = None, copy_inputs: bool = False, name: str = "the policy step",
-                 refused: str | None = None):
-        self.eager_fn, self.device, self.warmup_calls, self.name = fn, device, warmup_calls, name
-        self.fn = self._with_others if copy_inputs else fn
-        """What is captured and replayed (with ``copy_inputs``: ``fn`` on the static inputs and the kept
-        non-tensor entries); ``eager_fn`` is ``fn`` itself, for calls that run eagerly."""
-        self.graphs: dict[int, tuple[Any, torch.Tensor, Any]] = {}
-        self.eager = refused is not None
-        self.captures = 0
-        self.facts = facts if facts is not None else {}
-        self.facts["cuda_graph"] = eager("not called yet") if refused is None else refused
-        self.stream: Any = None
-        self.pool: Any = None
-        self.copy_inputs = copy_inputs
-        self.static: dict[str, torch.Tensor] | None = None
-        """With ``copy_inputs``: the graph's own input tensors (clones of the first call's), as in
-        tensordict's ``CudaGraphModule``; later calls are copied into them before each replay."""
-        self.others: dict[str, Any] = {}
-        self.layout: dict[str, tuple] = {}
-
-    def __call__(self, obs: Any) -> torch.Tensor:
-        if self.eager:
-            return self.eager_fn(obs)
-        if self.copy_inputs:
-            static = self._into_static(obs)
-            if static is None:
-                return self.eager_fn(obs)
-            obs = static
-        entry = self.graphs.get(id(obs))
-        if entry is None:
-            entry = self._capture(obs)
-            if entry is None:
-                return self.fn(obs)
-        graph, out, _keepalive = entry
-        graph.replay()
-        return out
-
-    def _with_others(self, static: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.eager_fn({**self.others, **static})
-
-    def _into_static(self, batch: dict[str, Any]) -> dict[str, torch.Tensor] | None:
-        """Copy the tensors of ``batch`` into the static inputs (made on the first call; its non-tensor
-        entries are kept). ``None`` (and eager from now on) when the tensor layout changed."""
-        tensors = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor)}
-        layout = {k: (tuple(v.shape), v.dtype, v.device) for k, v in tensors.items()}
-        if self.static is None:
-            self.static = {k: v.clone() for k, v in tensors.items()}
-            self.others = {k: v for k, v in batch.items() if k not in tensors}
-            self.layout = layout
-        elif layout != self.layout:
-            self.eager, self.facts["cuda_graph"] = True, eager(f"{self.name}'s input shapes changed")
-            return None
-        else:
-            for key, value in tensors.items():
-                self.static[key].copy_(value)
-        return self.static
-
-    def _capture(self, obs: Any) -> tuple | None:
-        started = perf_counter()
-        try:
-            with CAPTURE_LOCK, torch.cuda.device(self.device):
-                return self._capture_locked(obs)
-        finally:
-            capture_clock.seconds += perf_counter() - started
-
-    def _capture_locked(self, obs: Any) -> tuple | None:
-        if self.stream is None:  # created on the policy device, inside its device context
-            self.stream = torch.cuda.Stream(device=self.device)
-            self.pool = torch.cuda.graph_pool_handle()
-        previous = torch.cuda.current_stream(self.device)
-        cpu_rng, cuda_rng = torch.get_rng_state(), torch.cuda.get_rng_state(self.device)
-        try:
-            with born_on(factory_device(self.device)):  # torch.zeros(...) in the step is born on the device
-                entry = self._warm_up_and_capture(obs, previous)
-            previous.synchronize()  # the warm-ups' GPU work counts as capture time, not as the first step's
-        except Exception as exc:  # capture is an optimisation: never crash for it
-            warnings.warn(f"CUDA-graph capture of the policy failed ({type(exc).__name__}: {exc}); running it "
-                          f"eagerly. See fasteval.core.accel for the rules of the graph path.",
-                          RuntimeWarning, stacklevel=4)
-            self.eager = True
-            self.facts["cuda_graph"] = eager(f"capture failed: {type(exc).__name__}")
-            return None
-        finally:
-            if torch.cuda.current_stream(self.device) != previous:
-                torch.cuda.set_stream(previous)
-            torch.set_rng_state(cpu_rng)
-            torch.cuda.set_rng_state(cuda_rng, self.device)
-        self.graphs[id(obs)] = entry
-        self.captures += 1
-        self.facts["cuda_graph"] = CAPTURED
-        logger.info("captured a CUDA graph of the policy step on %s for input of batch %s", self.device,
-                    getattr(obs, "shape", getattr(obs, "batch_size", "?")))
-        return entry
-
-    def _warm_up_and_capture(self, obs: Any, previous: Any) -> tuple:
-        side = self.stream
-        side.wait_stream(previous)
-        with torch.cuda.stream(side):
-            for _ in range(self.warmup_calls):
-                self.fn(obs)
-        previous.wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool, stream=side, capture_error_mode=CAPTURE_ERROR_MODE):
-            out = self.fn(obs)
-        return graph, out, obs
-
+# -- the decision -------------------------------------------------------------------------------
 
 def graph_unsupported(device: torch.device) -> str | None:
     """Why graphs cannot run on ``device`` (None: they can). A seam for tests with fake graphs."""
@@ -395,17 +250,184 @@ def graph_decision(cuda_graph: bool | None, device: torch.device, blockers: Sequ
     return GraphDecision(None)
 
 
-def accelerate(fn: Callable[[Any], torch.Tensor], *, device: torch.device, amp: str, compile: bool,
-               cuda_graph: bool | None,
-               blockers: Sequence[str] = ()) -> tuple[Callable[[Any], torch.Tensor], dict[str, Any]]:
-    """Wrap the policy step. Returns ``(call, facts)``; ``facts["cuda_graph"]`` is ``captured``,
-    ``eager (reason)`` or ``off``, and stays live: a :class:`CudaGraphCall` updates it on capture.
+PER_SLOT_STATE = "per-slot policy state: reset() or action-chunk queues"
+TASKS = "task descriptions: set_task or a 'task' input"
+PYTHON_STATE = "Python-side state: the policy call changes its Python attributes"
 
-    ``cuda_graph=None`` means "where CUDA exists". ``blockers`` are :func:`graph_blockers`' reasons
-    (per-slot state among them). Decided here, once (:func:`graph_decision`); the loop just calls.
+
+def capture_blockers(caps: Capabilities, policy: Any, whole_chunks: bool = False) -> list[str]:
+    """Why a step of the runner that declared ``caps`` must not be graphed, before any probe call.
+
+    ``whole_chunks``: the step returns each row's whole chunk (``runner.chunk_step``), so the runner's
+    chunk queue is not in it and only the policy's own per-slot state counts.
+    """
+    reasons = []
+    if (caps.policy_reset_kind if whole_chunks else caps.reset_kind) != NO_RESET:
+        reasons.append(PER_SLOT_STATE)
+    if caps.tasks:
+        reasons.append(TASKS)
+    generator = own_generator(policy)
+    if generator is not None:
+        reasons.append(f"own torch.Generator ({generator})")
+    return reasons
+
+
+def capture_decision(caps: Capabilities, policy: Any, cuda_graph: bool | None, device: torch.device, *,
+                     whole_chunks: bool = False, probe: tuple[Callable[[Any], Any], Any] | None = None) -> GraphDecision:
+    """The one "may the policy step be captured" decision, from the runner's declared ``caps``.
+
+    Off or unsupported first (:func:`graph_decision`), then what the runner declares and the policy
+    holds (:func:`capture_blockers`); only when nothing refused, ``probe = (step, obs)`` is called once
+    (:func:`changes_python_state`): a step that changes the policy's Python attributes stays eager.
+    """
+    decision = graph_decision(cuda_graph, device, capture_blockers(caps, policy, whole_chunks))
+    if decision.status is None and probe is not None and changes_python_state(policy, *probe):
+        decision = graph_decision(cuda_graph, device, [PYTHON_STATE])
+    return decision
+
+
+# -- capture and replay -------------------------------------------------------------------------
+
+class CudaGraphCall:
+    """Capture ``fn`` once per static input object; replay it afterwards. Owned by one engine.
+
+    The first call with a given input object captures (see the module docstring); later calls
+    replay. ``graphs`` maps ``id(input)`` to ``(graph, output, input)`` (the input is kept alive
+    so that its id stays unique). ``captures`` counts successful captures. ``facts`` (the
+    engine's ``accel_facts``) gets ``cuda_graph`` = ``captured`` or ``eager (capture failed: ...)``;
+    ``refused`` (a :func:`graph_decision` status) makes it eager from the start.
+
+    ``copy_inputs=True`` (a dict input whose tensors are not static buffers, LeRobot's chunk batch):
+    the wrapper owns the static inputs, as tensordict's ``CudaGraphModule`` does (see :meth:`_into_static`);
+    ``name`` names the call in the reason given when the input layout changes.
+
+    As in ``CudaGraphModule``, the call path is bound in ``__init__`` (eager, replay, or copy into the
+    static inputs and replay) and rebound once if the call goes eager (a failed capture, a changed
+    input layout): a call tests no flag.
+    """
+
+    def __init__(self, fn: Callable[[Any], torch.Tensor], device: torch.device, warmup_calls: int = 2,
+                 facts: dict[str, Any] | None = None, copy_inputs: bool = False, name: str = "the policy step",
+                 refused: str | None = None):
+        self.eager_fn, self.device, self.warmup_calls, self.name = fn, device, warmup_calls, name
+        self.fn = self._with_others if copy_inputs else fn
+        """What is captured and replayed (with ``copy_inputs``: ``fn`` on the static inputs and the kept
+        non-tensor entries); ``eager_fn`` is ``fn`` itself, for calls that run eagerly."""
+        self.graphs: dict[int, tuple[Any, torch.Tensor, Any]] = {}
+        self.eager = refused is not None
+        self.captures = 0
+        self.facts = facts if facts is not None else {}
+        self.facts["cuda_graph"] = eager("not called yet") if refused is None else refused
+        self.stream: Any = None
+        self.pool: Any = None
+        self.copy_inputs = copy_inputs
+        self.static: dict[str, torch.Tensor] | None = None
+        """With ``copy_inputs``: the graph's own input tensors (clones of the first call's), as in
+        tensordict's ``CudaGraphModule``; later calls are copied into them before each replay."""
+        self.others: dict[str, Any] = {}
+        self.layout: dict[str, tuple] = {}
+        self._call: Callable[[Any], torch.Tensor] = (
+            fn if self.eager else self._copy_and_replay if copy_inputs else self._replay)
+
+    def __call__(self, obs: Any) -> torch.Tensor:
+        return self._call(obs)
+
+    def _go_eager(self, status: str) -> None:
+        """Eager from now on, reported as ``status``."""
+        self.eager, self.facts["cuda_graph"], self._call = True, status, self.eager_fn
+
+    def _replay(self, obs: Any) -> torch.Tensor:
+        entry = self.graphs.get(id(obs))
+        if entry is None:
+            entry = self._capture(obs)
+            if entry is None:
+                return self.fn(obs)
+        graph, out, _keepalive = entry
+        graph.replay()
+        return out
+
+    def _copy_and_replay(self, obs: Any) -> torch.Tensor:
+        static = self._into_static(obs)
+        if static is None:
+            return self.eager_fn(obs)
+        return self._replay(static)
+
+    def _with_others(self, static: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.eager_fn({**self.others, **static})
+
+    def _into_static(self, batch: dict[str, Any]) -> dict[str, torch.Tensor] | None:
+        """Copy the tensors of ``batch`` into the static inputs (made on the first call; its non-tensor
+        entries are kept). ``None`` (and eager from now on) when the tensor layout changed."""
+        tensors = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor)}
+        layout = {k: (tuple(v.shape), v.dtype, v.device) for k, v in tensors.items()}
+        if self.static is None:
+            self.static = {k: v.clone() for k, v in tensors.items()}
+            self.others = {k: v for k, v in batch.items() if k not in tensors}
+            self.layout = layout
+        elif layout != self.layout:
+            self._go_eager(eager(f"{self.name}'s input shapes changed"))
+            return None
+        else:
+            for key, value in tensors.items():
+                self.static[key].copy_(value)
+        return self.static
+
+    def _capture(self, obs: Any) -> tuple | None:
+        started = perf_counter()
+        try:
+            with CAPTURE_LOCK, torch.cuda.device(self.device):
+                return self._capture_locked(obs)
+        finally:
+            capture_clock.seconds += perf_counter() - started
+
+    def _capture_locked(self, obs: Any) -> tuple | None:
+        if self.stream is None:  # created on the policy device, inside its device context
+            self.stream = torch.cuda.Stream(device=self.device)
+            self.pool = torch.cuda.graph_pool_handle()
+        previous = torch.cuda.current_stream(self.device)
+        cpu_rng, cuda_rng = torch.get_rng_state(), torch.cuda.get_rng_state(self.device)
+        try:
+            with born_on(factory_device(self.device)):  # torch.zeros(...) in the step is born on the device
+                entry = self._warm_up_and_capture(obs, previous)
+            previous.synchronize()  # the warm-ups' GPU work counts as capture time, not as the first step's
+        except Exception as exc:  # capture is an optimisation: never crash for it
+            warnings.warn(f"CUDA-graph capture of the policy failed ({type(exc).__name__}: {exc}); running it "
+                          f"eagerly. See fasteval.core.accel for the rules of the graph path.",
+                          RuntimeWarning, stacklevel=4)
+            self._go_eager(eager(f"capture failed: {type(exc).__name__}"))
+            return None
+        finally:
+            if torch.cuda.current_stream(self.device) != previous:
+                torch.cuda.set_stream(previous)
+            torch.set_rng_state(cpu_rng)
+            torch.cuda.set_rng_state(cuda_rng, self.device)
+        self.graphs[id(obs)] = entry
+        self.captures += 1
+        self.facts["cuda_graph"] = CAPTURED
+        logger.info("captured a CUDA graph of %s on %s for input of batch %s", self.name, self.device,
+                    tuple(obs.shape) if isinstance(obs, torch.Tensor) else type(obs).__name__)
+        return entry
+
+    def _warm_up_and_capture(self, obs: Any, previous: Any) -> tuple:
+        side = self.stream
+        side.wait_stream(previous)
+        with torch.cuda.stream(side):
+            for _ in range(self.warmup_calls):
+                self.fn(obs)
+        previous.wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool, stream=side, capture_error_mode=CAPTURE_ERROR_MODE):
+            out = self.fn(obs)
+        return graph, out, obs
+
+
+def accelerate(fn: Callable[[Any], torch.Tensor], *, device: torch.device, amp: str, compile: bool,
+               decision: GraphDecision) -> tuple[Callable[[Any], torch.Tensor], dict[str, Any]]:
+    """Wrap the policy step as ``decision`` (:func:`capture_decision`) says. Returns ``(call, facts)``;
+    ``facts["cuda_graph"]`` is ``captured``, ``eager (reason)`` or ``off``, and stays live: a
+    :class:`CudaGraphCall` updates it on capture. Decided here, once; the loop just calls.
     """
     facts: dict[str, Any] = {"amp": amp, "compile": compile, "cuda_graph": OFF}
-    decision = graph_decision(cuda_graph, device, blockers)
     graphed = decision.status is None
     fn = with_autocast(fn, device, amp, cache_enabled=not graphed)
     if compile:
@@ -425,8 +447,9 @@ def dry_run_and_accelerate(runner: Any, policy: Any, policy_input: Any, device: 
     before its first episodes, and what ``fasteval serve`` does per served runner.
 
     Runs ``runner.dry_run(policy_input)`` (which chooses the output mapping and finds action chunks),
-    then, where a CUDA graph may be captured, a second call that must not change the policy's Python
-    attributes; both in a fork of the torch RNG, so that the dry run draws nothing from the run's
+    then decides from the runner's :class:`~fasteval.core.capabilities.Capabilities`, as declared after
+    its dry run (:func:`capture_decision`, whose probe call is made only where a graph may be
+    captured); both in a fork of the torch RNG, so that the dry run draws nothing from the run's
     noise. Returns :func:`accelerate`'s ``(step, facts)`` for the runner's plain step.
 
     ``chunks``: the step returns each row's whole chunk (``runner.chunk_step``, openpi's reply), so the
@@ -435,23 +458,18 @@ def dry_run_and_accelerate(runner: Any, policy: Any, policy_input: Any, device: 
     (a served policy: its server applies the flags) gets its plain step back, wrapped in nothing.
     Raises what the dry run raises.
     """
-    if getattr(runner, "accelerated_elsewhere", False):
-        amp, compile, cuda_graph = "none", False, False
     devices = [device] if device.type == "cuda" else []
-    plain_chunks = chunks and runner.policy_reset_kind == NO_RESET  # a queue only of fasteval's making
     with torch.random.fork_rng(devices=devices):
         if guard is None:
             runner.dry_run(policy_input)
         else:
             with guard():
                 runner.dry_run(policy_input)
-        with_chunks = chunks and getattr(runner, "chunks", None) is not None
-        plain_chunks = plain_chunks and with_chunks
-        plain = runner.chunk_step if with_chunks else runner.plain_step
-        per_slot = [] if plain_chunks else per_slot_state(runner)
-        may_graph = graph_decision(cuda_graph, device, per_slot).status is None
-        changed = may_graph and changes_python_state(policy, plain, policy_input)
-    blockers = graph_blockers(policy, runner, changed)
-    if plain_chunks:
-        blockers = [b for b in blockers if b not in per_slot_state(runner)]
-    return accelerate(plain, device=device, amp=amp, compile=compile, cuda_graph=cuda_graph, blockers=blockers)
+        caps: Capabilities = runner.capabilities
+        if caps.accelerated_elsewhere:
+            amp, compile, cuda_graph = "none", False, False
+        whole_chunks = chunks and caps.chunks
+        plain = runner.chunk_step if whole_chunks else runner.plain_step
+        decision = capture_decision(caps, policy, cuda_graph, device, whole_chunks=whole_chunks,
+                                    probe=(plain, policy_input))
+    return accelerate(plain, device=device, amp=amp, compile=compile, decision=decision)

@@ -26,6 +26,7 @@ from torch import nn
 from fasteval import kernels
 from fasteval.core import accel
 from fasteval.core.accel import dry_run_and_accelerate
+from fasteval.core.capabilities import Capabilities, run_meta_of
 from fasteval.core.envs import SlotEnvs, build_slot_envs, make_factory
 from fasteval.core.faults import Faults, make_action_check
 from fasteval.core.watchdog import POLICY, Watchdog
@@ -165,7 +166,7 @@ class CoreEngine:
 
     def _policy_deadline(self) -> float | None:
         """The watchdog's deadline for a policy call: ``policy_timeout_s``, unless the runner applies it itself."""
-        return None if getattr(self.runner, "enforces_policy_timeout", False) else self.spec.policy_timeout_s
+        return None if self.runner.capabilities.enforces_policy_timeout else self.spec.policy_timeout_s
 
     def _check_policy(self) -> None:
         policy_input, copy = self.h2d.group(slice(0, self.policy_batch))
@@ -188,9 +189,12 @@ class CoreEngine:
         self._checked = True
 
     def _accelerate_stacked(self, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        """A stacked-weights call wrapped as a policy step is (autocast, compile, CUDA graph)."""
+        """A stacked-weights call wrapped as a policy step is (autocast, compile, CUDA graph). The capture
+        decision is the one function's, for a call with no per-slot state (only functional policies are
+        stacked: :func:`fasteval.core.policy_set.stack_decision`), on the first checkpoint's module."""
+        decision = accel.capture_decision(Capabilities(), self.policies[0], self.spec.cuda_graph, self.device)
         step, facts = accel.accelerate(fn, device=self.device, amp=self.spec.amp, compile=self.spec.compile,
-                                       cuda_graph=self.spec.cuda_graph)
+                                       decision=decision)
         self.stacked_accel_facts = facts
         return step
 
@@ -395,9 +399,8 @@ class CoreEngine:
                        error=error, outputs=outputs or {})
 
     def _success_signal(self) -> bool:
-        """Whether the envs have reported ``info["is_success"]`` so far (the env layer's
-        ``has_success_signal``; envs that do not track it count as reporting it)."""
-        return bool(getattr(self.envs, "has_success_signal", True))
+        """Whether the envs have reported ``info["is_success"]`` so far (the env layer's ``has_success_signal``)."""
+        return bool(self.envs.has_success_signal)
 
     def _facts(self, ledger: Ledger) -> dict[str, Any]:
         """What the engine alone knows of a run (the spec's own facts are the run layer's to add)."""
@@ -430,9 +433,7 @@ class CoreEngine:
         per_policy = []
         for k, policy in enumerate(self.policies):
             accel_facts = self.policy_accel_facts[k] if k < len(self.policy_accel_facts) else {}
-            run_meta = getattr(policy, "run_meta", None)
-            per_policy.append({**{f"policy_{key}": v for key, v in accel_facts.items()},
-                               **(dict(run_meta()) if callable(run_meta) else {})})
+            per_policy.append({**{f"policy_{key}": v for key, v in accel_facts.items()}, **run_meta_of(policy)})
         facts: dict[str, Any] = {"n_policies": len(self.policies), "policy_calls": self.runner.policy_calls,
                                  "per_policy": per_policy}
         if self.runner.stacked is not None:
@@ -440,15 +441,13 @@ class CoreEngine:
         return facts
 
     def _env_facts(self) -> dict[str, Any]:
-        """Facts the parts report about the env (``env_meta(spec) -> dict``, optional): which implementation ran."""
-        env_meta = getattr(self.parts, "env_meta", None)
-        return dict(env_meta(self.spec)) if callable(env_meta) else {}
+        """Facts the parts report about the env (``env_meta(spec) -> dict``): which implementation ran."""
+        return dict(self.parts.env_meta(self.spec))
 
     def _policy_facts(self) -> dict[str, Any]:
-        """Facts the policy reports about itself (``run_meta() -> dict``, optional): for example where
-        a stochastic policy's noise comes from, and so whether its results depend on the batch size."""
-        run_meta = getattr(self.policy, "run_meta", None)
-        return dict(run_meta()) if callable(run_meta) else {}
+        """Facts the policy reports about itself (``run_meta() -> dict``, optional: :class:`ReportsRunMeta`): for
+        example where a stochastic policy's noise comes from, and so whether its results depend on the batch size."""
+        return run_meta_of(self.policy)
 
     def close(self) -> None:
         self.watchdog.close()

@@ -21,7 +21,7 @@ import gymnasium as gym
 import numpy as np
 
 from fasteval.core.slot_block import SlotBlock, raise_call_errors
-from fasteval.core.slots import EnvFailure, SlotEnvs, SlotEnvsSource, _failure, _obs_writer, allocate_obs_buffer, call_env  # noqa: F401 (re-exported)
+from fasteval.core.slots import EnvFailure, SlotEnvs, SlotEnvsSource, _failure, _obs_writer, allocate_obs_buffer, call_env, env_metadata  # noqa: F401 (re-exported)
 from fasteval.core.watchdog import ENV, Watchdog
 from fasteval.types.errors import EnvNotFoundError, UserInputError
 from fasteval.types.refs import resolve_callable, split_callable_ref
@@ -152,7 +152,7 @@ def make_factory(env: Any, kwargs: dict, max_steps: int | None, trust_remote_cod
     if cap is None and not factory.is_callable_ref:
         registered = gym.spec(env).max_episode_steps  # applied by the engine, not by a TimeLimit wrapper
         cap = int(registered) if registered else None
-    elif cap is None and getattr(probe, "spec", None) is not None and probe.spec.max_episode_steps:
+    elif cap is None and isinstance(probe, gym.Env) and probe.spec is not None and probe.spec.max_episode_steps:
         cap = int(probe.spec.max_episode_steps)
     return factory, probe, cap
 
@@ -177,7 +177,8 @@ class SyncSlotEnvs(SlotEnvs):
                                self.truncated, self.success)
         """The per-slot env code (:mod:`fasteval.core.slot_block`), over every slot."""
         self.envs = self.block.envs
-        self.metadata = dict(getattr(self.vector_env, "metadata", None) or {})
+        self.local_envs = self.envs
+        self.metadata = dict(self.vector_env.metadata or {})
 
     @property
     def has_success_signal(self) -> bool:  # type: ignore[override]
@@ -194,7 +195,8 @@ class SyncSlotEnvs(SlotEnvs):
                     new[key][...] = value
             else:
                 new[...] = old
-            self.obs, self.block.write_obs = new, _obs_writer(new)
+            self.obs = new
+            self.block.use_obs_buffer(new)
             self.pinned = True
         return True
 
@@ -263,7 +265,7 @@ def build_slot_envs(vectorization: str, factory: EnvFactory, n_slots: int, probe
         _check_picklable(factory)
 
     probe = probe if probe is not None else factory()
-    spaces = (probe.observation_space, probe.action_space, dict(getattr(probe, "metadata", None) or {}))
+    spaces = (probe.observation_space, probe.action_space, env_metadata(probe))
     probe.close()
     return WorkerPoolEnvs(factory, n_slots, spaces[0], spaces[1], n_workers=workers, step_timeout=step_timeout,
                           metadata=spaces[2])

@@ -21,7 +21,17 @@ group's envs step while the policy runs for the other. When every slot is idle (
 next wave starts, or the run ends when the ledger is exhausted.
 
 Every decision that is constant for a run is made when the :class:`StepContext` and the groups
-are built; the loop body only calls what was bound there.
+are built; the loop body only calls what was bound there:
+
+* ``group.copy_obs`` (step 1): the group's copy, preceded by the CUDA timers' stream mark when they
+  mark one (``timers.marks_h2d``), and asking the runner first when some calls do not read the
+  observation (``capabilities.skips_observation``, without an observer);
+* ``group.call_policy(active)`` (step 2): the runner's call, told the active slots first when it
+  wants them (``capabilities.wants_active``), armed with the watchdog under ``--policy-timeout``;
+* ``group.copy_actions`` (step 3): the actions' copy to the host (disarming that watchdog);
+* ``group.fold_step`` (step 6): the kernel, the observer's ``on_step`` first when one is attached;
+* ``ctx.started`` (step 7, after the env resets of refilled slots): the policy's resets, the observer's
+  ``on_start`` after them when one is attached.
 """
 
 from __future__ import annotations
@@ -73,11 +83,11 @@ class StepContext:
     def __post_init__(self) -> None:
         self.send: Callable[[list[int], np.ndarray], list[int]] = self.envs.step_send
         self.receive: Callable[[list[int]], None] = self.envs.step_recv
-        self.refill = bool(self.runner.continuous)
-        self.marks_h2d = bool(getattr(self.timers, "marks_h2d", False))
-        """Whether the timers mark the device's stream before the observation copy (CUDA timers only)."""
-        self.note_active = getattr(self.runner, "note_active", None)
-        """The runner's ``note_active`` (told each call's active slots), or None (the usual case)."""
+        self.capabilities = caps = self.runner.capabilities
+        """The runner's declared :class:`~fasteval.core.capabilities.Capabilities` (after its dry run)."""
+        self.refill = bool(caps.continuous)
+        self.started = _episodes_started(self)
+        """``started(slots, seeds)``: after refilled slots' env resets, the policy's (then the observer's)."""
 
     def recover(self) -> set[int]:
         """Handle ``envs.failures``: restart (or give up) their episodes. Returns the restarted slots.
@@ -104,20 +114,21 @@ def kernel_outputs(size: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 class StepGroup:
-    """One contiguous block of slots, with views of every buffer the kernel and the policy touch."""
+    """One contiguous block of slots, with views of every buffer the kernel and the policy touch, and
+    the group's step functions, bound once (see the module docstring)."""
 
     def __init__(self, rows: slice, ctx: StepContext):
         L = ctx.ledger
         self.rows, self.offset = rows, rows.start
         # All slots give the engine's own buffers (the plain loop); a half gives views, built once per engine.
         self.policy_input, copy = ctx.h2d.group(rows)
-        self.copy_obs = _copy_when_read(copy, ctx.runner.reads_observation, rows) \
-            if ctx.runner.reads_observation is not None and ctx.observer is None else copy
-        """The group's observation copy; skipped for a call that will not read it (a chunk served from a
-        queue), unless an observer is attached (recorders read the device buffer)."""
-        self.call_policy = _policy_call(ctx, rows, self.policy_input)
-        """Step 2: ``call_policy(active) -> actions`` (one policy's runner, or a many-policy run's group call)."""
-        self.copy_actions = ctx.d2h.group(rows)
+        self.copy_obs = _observation_copy(copy, ctx, rows)
+        """Step 1: the group's observation copy (see :func:`_observation_copy`)."""
+        self.call_policy = _policy_call(ctx, self.policy_input, rows)
+        """Step 2: ``call_policy(active) -> actions`` on the policy device: one policy's runner, or a
+        many-policy run's group call (see :func:`_policy_call`)."""
+        self.copy_actions = _actions_copy(ctx, ctx.d2h.group(rows))
+        """Step 3: ``copy_actions(actions) -> host actions`` (see :func:`_actions_copy`)."""
         envs = ctx.envs
         self.kernel_views = (
             envs.rewards[rows], envs.terminated[rows], envs.truncated[rows], envs.success[rows], L.slot_episode[rows],
@@ -126,6 +137,8 @@ class StepGroup:
         self.results = (L.sum_reward, L.max_reward, L.length, L.success, L.nan_rewards)
         size = rows.stop - rows.start
         self.finished, self.resets = kernel_outputs(size)
+        self.fold_step = _step_fold(ctx, self)
+        """Step 6: ``fold_step(folded, held) -> (n_finished, n_reset)`` (see :func:`_step_fold`)."""
         self.slot_episode = L.slot_episode[rows]
         self.sent: list[int] = []
         """Slots whose actions were sent and whose step has not been folded in yet."""
@@ -141,22 +154,120 @@ class StepGroup:
         return self._active
 
 
-def _policy_call(ctx: StepContext, rows: slice, policy_input: Any) -> Callable[[list[int]], Any]:
-    """The group's policy call, bound once: the runner on the group's input, or, for a many-policy run
-    (:class:`~fasteval.core.policy_set.PolicySet`), its call path for the group (each slot's action from
-    its policy's runner)."""
-    runner = ctx.runner
+# -- the step functions a group binds (each variant chosen once, when the group is built) ------------
+
+def _observation_copy(copy: Callable[[], None], ctx: StepContext, rows: slice) -> Callable[[], None]:
+    """Step 1 for the group ``rows``: ``copy``, asking ``runner.reads_observation(rows)`` first when some
+    calls do not read it (a chunk served from a queue; never with an observer: recorders read the device
+    buffer), after the CUDA timers' stream mark when they make one (the copy's GPU time counts as h2d)."""
+    if ctx.capabilities.skips_observation and ctx.observer is None:
+        reads, plain = ctx.runner.reads_observation, copy
+
+        def copy_when_read() -> None:
+            if reads(rows):
+                plain()
+
+        copy = copy_when_read
+    if ctx.timers.marks_h2d:
+        mark, unmarked = ctx.timers.start_h2d, copy
+
+        def marked_copy() -> None:
+            mark()
+            unmarked()
+
+        copy = marked_copy
+    return copy
+
+
+def _policy_call(ctx: StepContext, policy_input: Any, rows: slice | None = None) -> Callable[[list[int]], Any]:
+    """Step 2: ``call(active)`` runs the policy on ``policy_input`` (a many-policy run,
+    :class:`~fasteval.core.policy_set.PolicySet`: its call path for the group ``rows``, each slot's action
+    from its policy's runner); the runner is told ``active`` first when it wants it
+    (``capabilities.wants_active``), and the watchdog is armed with ``ctx.policy_guard`` when there is one
+    (``--policy-timeout``; disarmed by :func:`_actions_copy`, after the actions' copy)."""
+    runner, guard, arm = ctx.runner, ctx.policy_guard, ctx.watchdog.arm
     if isinstance(runner, PolicySet):
-        return runner.group_call(ctx.ledger, rows, policy_input)
-    return lambda active: runner(policy_input)
+        call = runner.group_call(ctx.ledger, rows, policy_input)
+    else:
+        def call(active: list[int]) -> Any:
+            return runner(policy_input)
+    note = runner.note_active if ctx.capabilities.wants_active else None
+    if note is None and guard is None:
+        return call
+    if guard is None:
+        def noted(active: list[int]) -> Any:
+            note(active)
+            return call(active)
+
+        return noted
+
+    def guarded(active: list[int]) -> Any:
+        if note is not None:
+            note(active)
+        arm(guard)
+        return call(active)
+
+    return guarded
 
 
-def _copy_when_read(copy: Callable[[], None], reads: Callable[[slice], bool], rows: slice) -> Callable[[], None]:
-    def copy_if_read() -> None:
-        if reads(rows):
-            copy()
+def _actions_copy(ctx: StepContext, copy: Callable[[Any], np.ndarray]) -> Callable[[Any], np.ndarray]:
+    """Step 3: the actions' copy to the host (on a GPU, where an asynchronous policy call is waited for),
+    then the watchdog disarmed when :func:`_policy_call` armed it."""
+    if ctx.policy_guard is None:
+        return copy
+    disarm = ctx.watchdog.disarm
 
-    return copy_if_read
+    def copy_then_disarm(actions: Any) -> np.ndarray:
+        host = copy(actions)
+        disarm()
+        return host
+
+    return copy_then_disarm
+
+
+def _step_fold(ctx: StepContext, group: "StepGroup") -> Callable[[list[int], dict[int, int]], tuple[int, int]]:
+    """Step 6: ``fold(folded, held)`` folds the group's step into the ledger with the kernel (``L.next_episode``
+    updated) and returns ``(n_finished, n_reset)``; an attached observer's ``on_step`` sees it first."""
+    L, kernel, max_steps, refill = ctx.ledger, ctx.step_bookkeeping, ctx.max_steps, ctx.refill
+    views, results, finished, resets = group.kernel_views, group.results, group.finished, group.resets
+
+    def fold(folded: list[int], held: dict[int, int]) -> tuple[int, int]:
+        n_finished, n_reset, L.next_episode = kernel(
+            *views, max_steps, *results, L.next_episode, L.limit, refill, finished, resets)
+        return n_finished, n_reset
+
+    if ctx.observer is None:
+        return fold
+    on_step = ctx.observer.on_step
+
+    def observed_fold(folded: list[int], held: dict[int, int]) -> tuple[int, int]:
+        on_step(folded, group.actions, held)
+        return fold(folded, held)
+
+    return observed_fold
+
+
+def _episodes_started(ctx: StepContext) -> Callable[[list[int], Any], None]:
+    """Step 7, after the env resets of slots that took a new episode: ``started(slots, seeds)`` resets the
+    policy's slots, recovers from failed resets, then tells an attached observer (``on_start``: the first
+    observations are in the host buffer, restarted ones included)."""
+    reset_policy, envs, recover = ctx.runner.reset_slots, ctx.envs, ctx.recover
+    if ctx.observer is None:
+        def started(slots: list[int], seeds: Any) -> None:
+            reset_policy(slots, seeds)
+            if envs.failures:
+                recover()
+
+        return started
+    on_start = ctx.observer.on_start
+
+    def observed(slots: list[int], seeds: Any) -> None:
+        reset_policy(slots, seeds)
+        if envs.failures:
+            recover()
+        on_start(slots)
+
+    return observed
 
 
 def launch(ctx: StepContext, group: StepGroup) -> None:
@@ -167,20 +278,11 @@ def launch(ctx: StepContext, group: StepGroup) -> None:
         group.sent = []
         return
     add = ctx.timers.add
-    if ctx.marks_h2d:  # CUDA timers mark the stream here: the copy's GPU time counts as h2d
-        ctx.timers.start_h2d()
     group.copy_obs()
     t = add("h2d", t)
-    if ctx.note_active is not None:
-        ctx.note_active(active)
-    guard = ctx.policy_guard  # None without --policy-timeout (the default): nothing to arm
-    if guard is not None:
-        ctx.watchdog.arm(guard)
     actions = group.call_policy(active)
     t = add("policy", t)
-    host = group.copy_actions(actions)  # on a GPU, where an asynchronous policy call is waited for
-    if guard is not None:
-        ctx.watchdog.disarm()
+    host = group.copy_actions(actions)
     bad = ctx.check_actions(host, active)
     if bad:  # those slots get their next episode now (or a raise, with --on-nan-action error)
         ctx.faults.handle_bad_actions(bad, ctx.parked)
@@ -214,12 +316,7 @@ def land(ctx: StepContext, group: StepGroup) -> None:
         held = {s: int(L.slot_episode[s]) for s in active if s not in folded_set}
         for s in held:
             L.slot_episode[s] = IDLE
-    if ctx.observer is not None:
-        ctx.observer.on_step(folded, group.actions, held)
-    n_finished, n_reset, L.next_episode = ctx.step_bookkeeping(
-        *group.kernel_views, ctx.max_steps, *group.results, L.next_episode, L.limit, ctx.refill,
-        group.finished, group.resets,
-    )
+    n_finished, n_reset = group.fold_step(folded, held)
     for s, row in held.items():
         L.slot_episode[s] = row
     if n_finished:
@@ -234,11 +331,7 @@ def land(ctx: StepContext, group: StepGroup) -> None:
             seeds = L.seeds_of(L.slot_episode[slots])
             ctx.envs.reset_slots(slots, seeds)
             t = add("env_step", t)
-            ctx.runner.reset_slots(slots, seeds)
-            if ctx.envs.failures:
-                ctx.recover()
-            if ctx.observer is not None:
-                ctx.observer.on_start(slots)
+            ctx.started(slots, seeds)
     add("bookkeeping", t)
 
 

@@ -23,7 +23,7 @@ episodes in the same index order. Rules:
 
 from __future__ import annotations
 
-from fasteval.core.policy import NO_RESET, PolicyRunner
+from fasteval.core.policy import PolicyRunner
 from fasteval.core.slots import SlotEnvs
 from fasteval.types.errors import UserInputError
 
@@ -51,7 +51,7 @@ def check_pipelinable(envs: SlotEnvs, runner: PolicyRunner, n_slots: int, batch_
                   if batch_size is not None and batch_size > n_slots else f"batch size {n_slots}")
         raise UserInputError(f"--pipeline needs at least 2 env slots (two groups); got {capped}. Run at least 2 "
                              f"episodes with --batch-size 2 or more, or drop --pipeline.")
-    if runner.reset_kind != NO_RESET:
+    if runner.capabilities.per_slot_state:
         raise UserInputError(
             f"--pipeline needs a stateless policy (no reset method); {type(runner.policy).__name__} has reset(), and its "
             f"per-slot state cannot be kept apart when it is called with alternating half batches. Drop --pipeline."

@@ -19,6 +19,10 @@ A policy that serves some steps from its own queue (action chunks) may have
 the observation. The loop then skips the observation copy to the device for a call that will
 not read it (unless an observer is attached: recorders read the device buffer).
 
+Each optional method is a :class:`typing.Protocol` of :mod:`fasteval.core.capabilities`, checked once
+here; what the runner makes of them is its :class:`~fasteval.core.capabilities.Capabilities`
+(``runner.capabilities``), the one value core reads.
+
 A ``tensordict.nn.TensorDictModule`` is accepted too: it reads ``"observation"`` (array
 observations) or the env's Dict keys, and writes ``"action"`` (else its last out_key); see
 :mod:`fasteval.core.tensordict_policy`.
@@ -40,16 +44,18 @@ from typing import Any, Callable, Sequence
 
 import gymnasium as gym
 import torch
+from fasteval.core.capabilities import (NO_RESET, PER_ENV, WAVE, Capabilities, ReadsObservation, Resettable,
+                                         SelectsActions, TakesTasks)
 from fasteval.types.errors import ActionSpaceMismatchError, PolicyDryRunError, UserInputError
 from fasteval.core.tensordict_policy import TensorDictPolicyAdapter, is_tensordict_module
 
-PER_ENV, WAVE, NO_RESET = "per-env", "wave", "none"
+__all__ = ["NO_RESET", "PER_ENV", "WAVE", "Capabilities", "PolicyRunner"]
 
 
 def _reset_signature(policy: Any) -> tuple[str, bool]:
-    reset = getattr(policy, "reset", None)
-    if not callable(reset):
+    if not isinstance(policy, Resettable):
         return NO_RESET, False
+    reset = policy.reset
     try:
         params = [p for p in inspect.signature(reset).parameters.values()
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
@@ -65,8 +71,12 @@ class PolicyRunner:
     """Calls a policy the same way every step; resets it per slot or per wave.
 
     Built once per engine. ``reset_kind`` is decided here, from the policy's ``reset``
-    signature and the spec's ``reset_mode``: ``per-env``, ``wave`` or ``none``.
+    signature and the spec's ``reset_mode``: ``per-env``, ``wave`` or ``none``. What the runner can
+    do is declared in :attr:`capabilities` (a subclass declares more, or replaces it on its dry run).
     """
+
+    capabilities: Capabilities
+    """What this runner can do: the one value core reads (:mod:`fasteval.core.capabilities`)."""
 
     def __init__(self, policy: Any, action_space: gym.Space, n_slots: int, reset_mode: str = "auto"):
         self.policy = policy
@@ -74,7 +84,7 @@ class PolicyRunner:
         self.n_slots = n_slots
         if is_tensordict_module(policy):  # reads "observation" / the Dict keys, writes "action"
             self._call: Callable[[Any], Any] = TensorDictPolicyAdapter(policy)
-        elif hasattr(policy, "select_action"):
+        elif isinstance(policy, SelectsActions):
             self._call = policy.select_action
         elif callable(policy):
             self._call = policy
@@ -88,29 +98,38 @@ class PolicyRunner:
                 f"reset_mode 'per-env' needs a policy whose reset takes env ids (reset(env_ids)); "
                 f"{type(policy).__name__}.reset() takes none. Use reset_mode 'wave' or 'auto'."
             )
-        self.reset_kind = kind
-        self.continuous = kind != WAVE and reset_mode != "wave"
-        """True: continuous batching (freed slots refill at once). False: wave mode."""
-        self.enforces_policy_timeout = False
-        """True for a runner that applies ``policy_timeout_s`` itself (a served policy: its requests time
-        out and a dropped connection is retried for that long); the engine's watchdog then leaves it be."""
         self._postprocess: Callable[[torch.Tensor], torch.Tensor] = lambda a: a
         self._step: Callable[[Any], torch.Tensor] = self._call
-        reads = getattr(policy, "reads_observation", None)
-        self.reads_observation: Callable[[slice], bool] | None = reads if callable(reads) else None
-        """Whether the next call for slots ``rows`` reads its observation (None: every call does); a runner
-        whose chunk queue serves steps may set it too (see the module docstring)."""
-        self.accelerated_elsewhere = False
-        """True for a runner whose policy step is accelerated where it runs (a served policy: the server
-        applies ``--amp``, ``--compile`` and ``--cuda-graph``); the engine then wraps nothing on this side."""
-        self.note_active: Callable[[list[int]], None] | None = None
-        """Told, before each call, the slots of that call that run an episode (ascending), for a runner
-        that can skip the others (a served policy sends only their observations); None: not told."""
+        reads = isinstance(policy, ReadsObservation)
+        if reads:
+            self.reads_observation = policy.reads_observation
+        self.capabilities = Capabilities(
+            reset_kind=kind, policy_reset_kind=kind, continuous=kind != WAVE and reset_mode != "wave",
+            tasks=isinstance(policy, TakesTasks), skips_observation=reads)
+
+    @property
+    def reset_kind(self) -> str:
+        """``per-env``, ``wave`` or ``none``: :attr:`capabilities`' ``reset_kind``."""
+        return self.capabilities.reset_kind
+
+    @property
+    def continuous(self) -> bool:
+        """True: continuous batching (freed slots refill at once). False: wave mode."""
+        return self.capabilities.continuous
+
+    def reads_observation(self, rows: slice) -> bool:
+        """Whether the next call for slots ``rows`` reads its observation (asked only when
+        ``capabilities.skips_observation``; see the module docstring)."""
+        return True
+
+    def note_active(self, active: list[int]) -> None:
+        """Told, before each call, the slots of that call that run an episode (ascending), when
+        ``capabilities.wants_active`` (a served policy sends only their observations)."""
 
     # -- resets -------------------------------------------------------------------------
     def reset_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:
         """Reset the given slots (per-env policies); a no-op for the other kinds."""
-        if self.reset_kind != PER_ENV:
+        if self.capabilities.policy_reset_kind != PER_ENV:
             return
         env_ids = torch.as_tensor(list(slots), dtype=torch.long)
         if self._reset_wants_seeds:
@@ -120,7 +139,7 @@ class PolicyRunner:
 
     def start_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:
         """Start of a wave (or of the run): reset the started slots, or the whole batch for wave policies."""
-        if self.reset_kind == WAVE:
+        if self.capabilities.policy_reset_kind == WAVE:
             self.policy.reset()
         else:
             self.reset_slots(slots, seeds)

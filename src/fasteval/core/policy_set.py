@@ -39,7 +39,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from fasteval.core.policy import NO_RESET, PER_ENV, WAVE, PolicyRunner
+from fasteval.core.capabilities import NO_RESET, PER_ENV, WAVE, Capabilities
+from fasteval.core.policy import PolicyRunner
 from fasteval.kernels import IDLE
 
 SEPARATE, STACKED = "separate", "stacked"
@@ -60,20 +61,33 @@ class PolicySet:
         self.names = tuple(names)
         self.n_policies = len(self.runners)
         self.n_slots = self.runners[0].n_slots
-        kinds = {r.reset_kind for r in self.runners}
-        self.reset_kind = PER_ENV if PER_ENV in kinds else WAVE if WAVE in kinds else NO_RESET
-        """The most demanding kind of the runners: ``per-env`` if any keeps per-slot state."""
-        self.continuous = all(r.continuous for r in self.runners)
-        """Continuous batching only if every runner allows it (one wave policy makes the whole run waves)."""
-        self.reads_observation = None
-        self.note_active = None
-        self.accelerated_elsewhere = False
-        self.enforces_policy_timeout = all(r.enforces_policy_timeout for r in self.runners)
         self.epoch = 0
         """Incremented by every reset: a slot may now run another policy's episode (the plans are rebuilt)."""
         self.stacked: StackedCall | None = None
         self.policy_calls = f"{SEPARATE} ({self.n_policies} calls per step at most, one per policy with active slots)"
         """What the run's meta says of the calls (``policy_calls``)."""
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the set can do, from its runners' declared values as they stand (a runner's change on its dry
+        run, chunks found, is seen): the most demanding reset kind (``per-env`` if any runner keeps per-slot
+        state), continuous batching only if every runner allows it (one wave policy makes the whole run
+        waves), the watchdog left to the runners only if every one enforces the timeout itself. The set's
+        call reads every observation and is told no active slots (each runner is called on the whole batch)."""
+        caps = [r.capabilities for r in self.runners]
+        kinds = {c.reset_kind for c in caps}
+        kind = PER_ENV if PER_ENV in kinds else WAVE if WAVE in kinds else NO_RESET
+        return Capabilities(reset_kind=kind, policy_reset_kind=kind, continuous=all(c.continuous for c in caps),
+                            chunks=any(c.chunks for c in caps), tasks=any(c.tasks for c in caps),
+                            enforces_policy_timeout=all(c.enforces_policy_timeout for c in caps))
+
+    @property
+    def reset_kind(self) -> str:
+        return self.capabilities.reset_kind
+
+    @property
+    def continuous(self) -> bool:
+        return self.capabilities.continuous
 
     @property
     def policy(self) -> tuple[Any, ...]:

@@ -52,8 +52,8 @@ class EngineParts(Protocol):
       for, plus the caller's ``observer``), or ``None`` for none;
     * ``finish_observers(observer)``: close them and return what they made (``video_paths``,
       ``episode_data``), which the run's record is built with;
-    * ``env_meta(spec)`` (optional): facts about the env for the run's metadata (``env_note``: which
-      implementation of an env ran);
+    * ``env_meta(spec)``: facts about the env for the run's metadata (``env_note``: which implementation of
+      an env ran; ``{}`` for none).
     """
 
     env_kinds: "EnvKinds"
@@ -66,3 +66,5 @@ class EngineParts(Protocol):
     def attach_observers(self, engine: Any, ledger: "Ledger", observer: StepObserver | None) -> StepObserver | None: ...
 
     def finish_observers(self, observer: StepObserver | None) -> dict[str, Any]: ...
+
+    def env_meta(self, spec: Any) -> dict[str, Any]: ...

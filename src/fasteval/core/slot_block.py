@@ -47,11 +47,15 @@ class SlotBlock:
     def __init__(self, factory: Callable[[], Any], envs: Any, first: int, obs: Any, rewards: np.ndarray,
                  terminated: np.ndarray, truncated: np.ndarray, success: np.ndarray, progress: Any = None):
         self.factory, self.envs, self.first = factory, envs, first
-        self.write_obs = _obs_writer(obs)
+        self.use_obs_buffer(obs)
         self.rewards, self.terminated, self.truncated, self.success = rewards, terminated, truncated, success
         self.progress = [-1, -1, -1] if progress is None else progress
         self.has_success_signal = False
         """True once any env step's ``info`` carried ``is_success`` (even False)."""
+
+    def use_obs_buffer(self, obs: Any) -> None:
+        """Write observations into ``obs`` (an array, or a dict of arrays) from now on."""
+        self.write_obs = _obs_writer(obs)
 
     def step(self, slots: Sequence[int], actions: np.ndarray, failures: list[EnvFailure]) -> None:
         """Step ``slots`` with their rows of ``actions``; a slot whose env raises goes to ``failures``.

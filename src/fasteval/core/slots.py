@@ -84,6 +84,10 @@ class SlotEnvs:
     metadata: dict = {}
     """The env's ``metadata`` (``render_fps``, ``render_modes``...), from slot 0's env."""
 
+    local_envs: Sequence[Any] | None = None
+    """Every slot's env, indexed by slot, when they live in this process (sync envs); None for envs in
+    worker processes (the pool), or none at all."""
+
     pinned: bool = False
     """Whether the host observation buffers are page-locked for CUDA, as their owner knows it (the
     copy path to a GPU follows this, never ``tensor.is_pinned()``)."""
@@ -167,29 +171,44 @@ def _mismatch(obs: Any, row: np.ndarray, key: str | None, exc: Exception) -> Obs
         f"mid-episode, or its observation_space is wrong.")
 
 
+def _row_views(array: np.ndarray) -> list[np.ndarray]:
+    """Every slot's row of ``array`` as a view (0-d for a 1-D array), made once: writing ``view[...] = obs``
+    skips the row indexing that ``array[slot] = obs`` does on every call (a third of a write's cost)."""
+    return [array[slot, ...] for slot in range(array.shape[0])]
+
+
 def _obs_writer(buffer: Any) -> Callable[[int, Any], None]:
-    """``write(slot, obs)`` into the buffers; an observation that does not fit raises :class:`ObservationMismatch`
-    (the env layer records it as that episode's failure, with the cause)."""
+    """``write(slot, obs)`` into the buffers (as ``buffer[slot] = obs``: the same broadcasting, values and
+    errors); an observation that does not fit raises :class:`ObservationMismatch` (the env layer records it
+    as that episode's failure, with the cause)."""
     if isinstance(buffer, dict):
-        keys = list(buffer)
+        views = {key: _row_views(array) for key, array in buffer.items()}
 
         def write(slot: int, obs: Any) -> None:
-            for key in keys:
+            for key, rows in views.items():
                 try:
-                    buffer[key][slot] = obs[key]
+                    rows[slot][...] = obs[key]
                 except (ValueError, TypeError, KeyError, IndexError) as exc:
                     value = obs.get(key) if isinstance(obs, dict) else obs
                     raise _mismatch(value, buffer[key][slot], key, exc) from None
 
         return write
 
+    rows = _row_views(buffer)
+
     def write_array(slot: int, obs: Any) -> None:
         try:
-            buffer[slot] = obs
+            rows[slot][...] = obs
         except (ValueError, TypeError) as exc:
             raise _mismatch(obs, buffer[slot], None, exc) from None
 
     return write_array
+
+
+def env_metadata(env: Any) -> dict[str, Any]:
+    """A gymnasium env's ``metadata`` (``render_fps``...) as a dict; ``{}`` for an env object that is not a
+    ``gym.Env`` (a factory may return any object with the env methods)."""
+    return dict(env.metadata or {}) if isinstance(env, gym.Env) else {}
 
 
 def allocate_obs_buffer(space: gym.Space, n_slots: int, allocate: Callable[[tuple, np.dtype], np.ndarray] | None = None) -> Any:

@@ -104,7 +104,7 @@ class StopWhen:
                 self.gate.flush()
             except ValueError as exc:
                 raise StopRuleError(str(exc)) from None
-        self.n_cancelled += int(getattr(ledger, "n_cancelled", 0))
+        self.n_cancelled += int(ledger.n_cancelled)
 
     def summary(self) -> dict[str, Any]:
         return self.gate.summary(self.n_cancelled)

@@ -49,7 +49,7 @@ def is_tensordict_module(policy: Any) -> bool:
 
 def action_key_of(module: Any) -> Any:
     """``"action"`` if the module writes it, else its last out_key (see the module docstring)."""
-    out_keys = list(getattr(module, "out_keys", []) or [])
+    out_keys = list(module.out_keys or [])
     if not out_keys:
         raise UserInputError(
             f"TensorDictModule policy {type(module).__name__} has no out_keys; fasteval reads the action from "
@@ -64,7 +64,7 @@ class TensorDictPolicyAdapter:
 
     def __init__(self, module: Any):
         self.module = module
-        self.in_keys = list(getattr(module, "in_keys", []) or [])
+        self.in_keys = list(module.in_keys or [])
         self.action_key = action_key_of(module)
         self._wrapped: dict[int, tuple[Any, Any]] = {}  # id(obs) -> (obs, its TensorDict); obs kept alive
 

@@ -140,7 +140,7 @@ class WorkerPoolEnvs(SlotEnvs):
         self.owner = np.concatenate([np.full(len(b), w, dtype=np.int64) for w, b in enumerate(self.blocks)])
         self._owner: list[int] = self.owner.tolist()
         discrete = isinstance(action_space, gym.spaces.Discrete)
-        if not discrete and getattr(action_space, "shape", None) is None:
+        if not discrete and action_space.shape is None:
             raise UserInputError(f"action space {action_space} has no fixed shape; the worker pool needs Box, Discrete, "
                                  f"MultiDiscrete or MultiBinary actions.")
         action_shape = () if discrete else tuple(action_space.shape)

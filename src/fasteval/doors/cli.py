@@ -644,17 +644,17 @@ def end_of_run(outcome: Any, spec: Any, out_dir: Path, files: FileOptions, profi
     from fasteval.run.rundir import EPISODES, EVAL_INFO
 
     result = outcome.result
-    resumed = getattr(outcome, "resumed_episodes", 0)
+    resumed = outcome.resumed_episodes
     if resumed:
         click.echo(f"resumed: {plural(resumed, 'episode')} {'was' if resumed == 1 else 'were'} already recorded in {out_dir}")
-    written = getattr(outcome, "wrote", (EVAL_INFO,))
-    click.echo(format_summary(result, profile, getattr(outcome, "logged", None), out_dir / EPISODES))
+    written, logged = outcome.wrote, outcome.logged  # logged: None for a suite (each task logs its own)
+    click.echo(format_summary(result, profile, logged, out_dir / EPISODES))
     if EVAL_INFO in written:
         click.echo(f"wrote {out_dir / EVAL_INFO} ({wrote}status: {outcome.status})")
     else:
         click.echo(f"Error: {out_dir / EVAL_INFO} was not written (status: {outcome.status}); the records in "
                    f"{out_dir / EPISODES} are kept.", err=True)
-    if save_episodes_dir is not None and getattr(result, "episode_data", None) is not None:
+    if save_episodes_dir is not None and result.episode_data is not None:
         from fasteval.run.episode_files import save_episodes
 
         n_saved = save_episodes(result.episode_data, save_episodes_dir)
@@ -670,7 +670,7 @@ def end_of_run(outcome: Any, spec: Any, out_dir: Path, files: FileOptions, profi
     if result.n_failed or result.errors:
         errors_at = out_dir / "tasks" / "*" / "errors.jsonl" if suite else out_dir / "errors.jsonl"
         click.echo("\n".join(describe_failures(result, errors_at)), err=True)
-    recorded = min(len(result.per_episode), getattr(outcome, "logged", len(result.per_episode)))
+    recorded = len(result.per_episode) if logged is None else min(len(result.per_episode), logged)
     click.echo(resume_hint(outcome.status, recorded, wanted, out_dir, suite, spec), err=True)
     if code != EXIT_RUNTIME_ERROR:  # interrupted
         return code
@@ -745,7 +745,7 @@ def check_output_paths(out_dir: Path, spec: Any) -> None:
     usable before anything runs; raises UserInputError (exit 2) naming the path and the problem."""
     from fasteval.types.errors import UserInputError
 
-    for what, path in (("output folder", out_dir), ("videos folder", getattr(spec, "videos_dir", None))):
+    for what, path in (("output folder", out_dir), ("videos folder", spec.videos_dir)):
         if path is None:
             continue
         problem = path_problem(path, kind="dir", writable=True)

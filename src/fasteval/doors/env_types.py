@@ -166,12 +166,12 @@ def lerobot_env_type(env_type: str) -> EnvType | None:
         return None
     cls = choices[env_type]
     if env_type in REFUSED_TYPES or issubclass(cls, HubEnvConfig):
-        why = REFUSED_TYPES.get(env_type, f"LeRobot downloads this env's code from the hub "
-                                          f"({getattr(cls, 'hub_path', '?')}) and runs it; fasteval runs no hub code")
+        why = REFUSED_TYPES[env_type] if env_type in REFUSED_TYPES else (
+            f"LeRobot downloads this env's code from the hub ({cls.hub_path}) and runs it; fasteval runs no hub code")
         raise ValueError(f"--env.type={env_type} is not supported: {why}.")
     import dataclasses
 
-    default = getattr(cls, "task", None)
+    default = cls.task  # EnvConfig's field: every env type has a default (or None)
     from fasteval.robot.lerobot.envs import ENV_REF
 
     return EnvType(id=ENV_REF, task_kwarg="task", kwargs={"type": env_type},

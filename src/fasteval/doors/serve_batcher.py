@@ -147,7 +147,8 @@ class DynamicBatcher:
         with runner.rng():
             if not runner.checked:
                 runner.check(chunks=True)
-            if runner.runner.policy_reset_kind != NO_RESET or runner.runner.tasks is not None:
+            caps = runner.runner.capabilities
+            if caps.policy_reset_kind != NO_RESET or caps.tasks:
                 runner.runner.start_slots(list(range(size)), [0] * size)  # no episodes in openpi: each call starts one
             actions = runner.step()
             host = actions[:n].detach().to("cpu")

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fasteval.core.capabilities import run_meta_of
 from fasteval.doors.serve_policy import RunnerOptions, ServedRunner
 from fasteval.types.errors import UserInputError
 from fasteval.types.wire import KIND, WireError, field, space_from_wire
@@ -120,9 +121,7 @@ class Session:
                 facts = runner.check()
         meta = {}
         for runner in self.runners:
-            run_meta = getattr(runner.policy, "run_meta", None)
-            if callable(run_meta):
-                meta.update(run_meta())
+            meta.update(run_meta_of(runner.policy))
         return {KIND: "checked", "facts": {k: v for k, v in facts.items() if isinstance(v, (str, bool, int, float))},
                 "run_meta": {k: v for k, v in meta.items() if isinstance(v, (str, bool, int, float))}}
 

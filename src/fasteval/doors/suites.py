@@ -290,8 +290,12 @@ class SuiteOutcome:
     folders: list[Path]
     error: BaseException | None = None
     signal_number: int | None = None
+    resumed_episodes: int = 0
+    """Episodes recorded by earlier segments (a suite is not resumed as one run: 0), as a durable run's outcome says."""
     wrote: tuple[str, ...] = ("eval_info.json",)
     """The suite's own end files that were written (its merged ``eval_info.json``)."""
+    logged: int | None = None
+    """None: each task's run folder logs its own records (a durable run's outcome counts them)."""
 
     @property
     def status(self) -> str:

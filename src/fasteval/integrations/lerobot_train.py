@@ -132,7 +132,7 @@ def _tasks(env_cfg: Any) -> list[tuple[str, int, dict[str, Any]]]:
     from fasteval.robot.lerobot.envs import suite_tasks
 
     options = env_options(env_cfg)
-    task = getattr(env_cfg, "task", None)
+    task = env_cfg.task  # EnvConfig's field: every env type has one (or None)
     suite = suite_tasks(env_cfg.type, task, **options)
     if suite is not None:
         return [(group, task_id, kwargs) for group, task_id, kwargs, _name in suite]

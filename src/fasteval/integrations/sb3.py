@@ -70,7 +70,7 @@ def fasteval_env(eval_env: Any) -> tuple[Any, dict[str, Any]]:
         env = env.venv
     if isinstance(env, DummyVecEnv):
         env = env.envs[0]
-    spec = getattr(getattr(env, "unwrapped", env), "spec", None) if isinstance(env, gym.Env) else None
+    spec = env.unwrapped.spec if isinstance(env, gym.Env) else None
     if spec is None or spec.id is None:
         raise UserInputError(
             f"eval_env {type(eval_env).__name__}: fasteval builds its own envs (one per slot, seeded per episode) and needs "

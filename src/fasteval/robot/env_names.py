@@ -52,7 +52,8 @@ def lerobot_names(env: str, env_kwargs: Mapping[str, Any] | None = None) -> tupl
 def _default_task(env_type: str) -> str | None:
     from lerobot.envs.configs import EnvConfig
 
-    task = getattr(EnvConfig.get_known_choices().get(env_type), "task", None)
+    cls = EnvConfig.get_known_choices().get(env_type)
+    task = cls.task if cls is not None else None  # EnvConfig's field: every env type has a default (or None)
     return task if isinstance(task, str) else None
 
 
@@ -62,7 +63,7 @@ def _default_factory(env_type: str) -> bool:
     from lerobot.envs.configs import EnvConfig
 
     cls = EnvConfig.get_known_choices().get(env_type)
-    return cls is not None and getattr(cls, "create_envs", None) is EnvConfig.create_envs
+    return cls is not None and cls.create_envs is EnvConfig.create_envs
 
 
 def summary_name(env: str | None, tasks: Sequence[tuple[Any, Any, Any]], suite: bool = False) -> str | None:

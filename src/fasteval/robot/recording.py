@@ -79,6 +79,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 from fasteval.core.protocols import StepObserver
@@ -152,7 +153,7 @@ def render_problem(env: Any, name: str) -> str | None:
     """Why ``env`` cannot give video frames, known before any episode: a MuJoCo env made without
     ``render_mode="rgb_array"`` (MuJoCo's own error would be ``Unexpected mode: None``). ``None``: no
     known problem (other envs are checked on their first frame)."""
-    mode = getattr(env, "render_mode", None)
+    mode = env.render_mode if isinstance(env, gym.Env) else None
     if mode == "rgb_array" or not is_mujoco(env):
         return None
     return (f"env {name!r} is a MuJoCo env made with render_mode={mode!r}, so it cannot render videos (MuJoCo "
@@ -163,7 +164,7 @@ def render_problem(env: Any, name: str) -> str | None:
 def _inspect_env(engine: Any, look: Any) -> Any:
     """``look(env)`` on one env of ``engine``: a sync env in place; for async envs one env built in this
     process from the engine's factory, and closed again."""
-    local = getattr(engine.envs, "envs", None)  # in-process envs only (the worker pool holds none in this process)
+    local = engine.envs.local_envs  # in-process envs only (the worker pool holds none in this process)
     own = None if local else engine.factory()
     try:
         return look(local[0] if local else own)
@@ -252,7 +253,7 @@ class VideoRecorder(StepObserver):
     def __init__(self, envs: Any, ledger: Any, env: str, max_episodes: int, videos_dir: str | os.PathLike,
                  select: str = FIRST, task: str | None = None, layout: str = "fasteval", policy: int | None = None):
         self._imageio = load_video_writer()
-        local = getattr(envs, "envs", None)  # in-process envs only (the worker pool holds none in this process)
+        local = envs.local_envs  # in-process envs only (the worker pool holds none in this process)
         problem = render_problem(local[0], env) if local else None
         if problem is not None:
             raise UserInputError(problem)
@@ -262,7 +263,7 @@ class VideoRecorder(StepObserver):
         self.layout = layout
         self.folder = Path(videos_dir) if layout == "lerobot" else Path(videos_dir) / safe_filename(self.task)
         self.selection = VideoSelection(select, max_episodes)
-        metadata = getattr(envs, "metadata", None) or {}  # the env's metadata (render_fps), for sync and async envs
+        metadata = envs.metadata or {}  # the env's metadata (render_fps), for sync and async envs
         self.fps = int(metadata.get("render_fps") or DEFAULT_FPS)
         self.open: dict[int, tuple[int, FrameSpool]] = {}  # slot -> (ledger row, frames)
         self.done: dict[int, str] = {}  # episode index -> path
@@ -304,7 +305,7 @@ class VideoRecorder(StepObserver):
         if not keep:
             spool.discard()
             return
-        signal = bool(getattr(self.envs, "has_success_signal", True))  # none: no outcome in the name
+        signal = bool(self.envs.has_success_signal)  # none: no outcome in the name
         path = video_path(self.videos_dir, self.task, episode, L.seed + episode, success if signal else None,
                           self.layout)
         spool.encode(self._imageio, self.fps, path)
@@ -318,7 +319,7 @@ class VideoRecorder(StepObserver):
         self.open.pop(slot)[1].discard()
 
     def on_start(self, slots: list[int]) -> None:
-        failing = {f.slot for f in getattr(self.envs, "failures", [])}
+        failing = {f.slot for f in self.envs.failures}
         for slot in slots:
             if slot in self.open:
                 self._close(slot)
@@ -404,7 +405,7 @@ class EpisodeDataRecorder(StepObserver):
         self.buffer.start(np.asarray(slots, dtype=np.int64))
 
     def on_start(self, slots: list[int]) -> None:
-        failing = {f.slot for f in getattr(self.envs, "failures", [])}
+        failing = {f.slot for f in self.envs.failures}
         for slot in failing:
             self.row[slot] = -1
         self._start({s: int(self.ledger.slot_episode[s]) for s in slots if s not in failing})

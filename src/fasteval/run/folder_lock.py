@@ -37,7 +37,7 @@ class FolderLock:
     def acquire(self) -> "FolderLock":
         import fcntl
 
-        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC  # POSIX (fcntl locks): both always exist
         try:
             fd = os.open(self.path, flags, 0o666)
         except OSError as exc:

@@ -42,7 +42,7 @@ class RecordFile:
         self.fd: int | None = None
 
     def open(self) -> None:
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC  # POSIX, as the folder lock
         try:
             self.fd = os.open(self.path, flags, 0o666)
         except OSError as exc:

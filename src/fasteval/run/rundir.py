@@ -31,12 +31,20 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
 
 from fasteval.run.folder_lock import LOCK_NAME
 from fasteval.run.record_file import DiskFullError, RecordFile, cut_torn_tail, write_error  # noqa: F401 (re-exported)
 from fasteval.types.errors import FastevalError, UserInputError
 from fasteval.types.results import write_json_atomic
+
+
+@runtime_checkable
+class HasWeights(Protocol):
+    """A policy with ``state_dict()`` (an ``nn.Module``, or any object of that protocol): its weights are hashed."""
+
+    def state_dict(self) -> Any: ...
+
 
 MANIFEST, EPISODES, ERRORS, EVAL_INFO = "manifest.json", "episodes.jsonl", "errors.jsonl", "eval_info.json"
 
@@ -74,9 +82,8 @@ def policy_digest(policy: Any, reference: Any) -> str:
         for one, ref in zip(policy, reference):
             h.update(policy_digest(one, ref).encode())
         return h.hexdigest()
-    state_dict = getattr(policy, "state_dict", None)
-    if callable(state_dict):
-        for key, tensor in sorted(state_dict().items()):
+    if isinstance(policy, HasWeights):
+        for key, tensor in sorted(policy.state_dict().items()):
             h.update(key.encode())
             h.update(str(tuple(tensor.shape)).encode())
             h.update(tensor.detach().cpu().contiguous().numpy().tobytes())

@@ -145,7 +145,8 @@ class FakeCuda:
 
         self.captures.append({
             "device": self.device_stack[-1] if self.device_stack else None, "stream": stream,
-            "stream_device": getattr(stream, "device", None), "stream_created_in": getattr(stream, "created_in", None),
+            "stream_device": stream.device if stream is not None else None,
+            "stream_created_in": stream.created_in if stream is not None else None,
             "pool": pool, "capture_error_mode": capture_error_mode,
         })
         previous, self.current = self.current, stream

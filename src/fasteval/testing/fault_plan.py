@@ -203,7 +203,7 @@ class PlannedPolicy:
 
 def make_planned_policy(action_space: gym.Space) -> PlannedPolicy:
     """``module:callable`` policy: ``--policy fasteval.testing.fault_plan:make_planned_policy``."""
-    return PlannedPolicy(getattr(action_space, "policy_faults", None))
+    return PlannedPolicy(action_space.policy_faults if isinstance(action_space, PlannedActionSpace) else None)
 
 
 def parity_action(obs: np.ndarray) -> int:

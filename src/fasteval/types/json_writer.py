@@ -25,6 +25,27 @@ def _leaf(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
+_encode = json.JSONEncoder(default=_leaf).encode
+"""``json.dumps(value, default=_leaf)``, with its encoder built once (``json.dumps`` with ``default=``
+builds a new encoder per call)."""
+
+
+def encoded_records(records: list[dict[str, Any]]) -> list[str]:
+    """``[json.dumps(r, default=_leaf) for r in records]``, the same strings, from one call of the C
+    encoder: the list is encoded at once and cut at the record boundaries (``, {"<first key>": ``, which
+    cannot occur inside an encoded string, whose quotes are escaped). Records that do not all start with
+    the same key, or a nested value that repeats the boundary, are encoded one by one instead."""
+    n = len(records)
+    first = next(iter(records[0]), None) if n else None
+    if first is not None and n > 1 and all(next(iter(r), None) == first for r in records):
+        head = "{" + _encode(first) + ": "
+        body = _encode(records)[1:-1]
+        parts = body.split(", " + head)
+        if len(parts) == n:
+            return [parts[0], *(head + part for part in parts[1:])]
+    return [_encode(record) for record in records]
+
+
 def _needs_stream(value: Any) -> bool:
     if isinstance(value, (EpisodeTable, np.ndarray)):
         return True
@@ -51,7 +72,7 @@ def _stream(write: Any, value: Any, pad: str) -> None:
         write("[")
         sep = "\n"
         for rows in value.iter_chunks():
-            write(sep + inner + (",\n" + inner).join(json.dumps(r, default=_leaf) for r in rows))
+            write(sep + inner + (",\n" + inner).join(encoded_records(rows)))
             sep = ",\n"
         write("\n" + pad + "]")
     elif isinstance(value, np.ndarray):

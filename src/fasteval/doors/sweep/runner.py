@@ -118,7 +118,7 @@ def run_sweep(
         outcome.skipped = len(jobs) - len(items)
         if outcome.skipped:
             progress(f"{outcome.skipped} of {len(jobs)} jobs already complete in {store.path}; skipping them")
-        run_id = store.start_run(executor.name, getattr(executor, "workers", 1), spec.to_dict())
+        run_id = store.start_run(executor.name, executor.workers, spec.to_dict())
         sink = StoreSink(store, jobs, run_id, outcome, progress, len(items), stop)
         try:
             if items:

@@ -73,7 +73,7 @@ def is_mujoco(env: Any) -> bool:
             entry = env  # a module:callable reference names its module itself
         where = [entry if isinstance(entry, str) else getattr(entry, "__module__", "") or ""]
     else:
-        unwrapped = getattr(env, "unwrapped", env)
+        unwrapped = env.unwrapped if isinstance(env, gym.Env) else env
         where = [getattr(cls, "__module__", "") or "" for cls in type(unwrapped).__mro__]
     return any(name in text.lower() for text in where for name in MUJOCO_MODULES)
 

@@ -115,6 +115,7 @@ class ClosesVector(gym.Wrapper):
 def _attach_step_limit(env: gym.Env, type: str) -> None:
     """Give an env without a gymnasium spec LeRobot's step limit (its ``_max_episode_steps``, which LeRobot's
     rollout reads: Meta-World's 500) as ``spec.max_episode_steps``, where fasteval's engine looks for it."""
+    # probe: an optional attribute of LeRobot's own env classes (Meta-World's), read as LeRobot's rollout reads it
     limit = getattr(env.unwrapped, "_max_episode_steps", None)
     if env.spec is None and isinstance(limit, int) and limit > 0:
         from gymnasium.envs.registration import EnvSpec

@@ -128,7 +128,9 @@ def noise_shape(policy: Any) -> tuple[int, ...] | None:
 
 def has_noise_scheduler(policy: Any) -> bool:
     """Whether the policy's denoising steps go through ``policy.diffusion.noise_scheduler.step``."""
-    scheduler = getattr(getattr(policy, "diffusion", None), "noise_scheduler", None)
+    # probe: LeRobot's internals; only Diffusion's model holds a ``diffusion`` (DiffusionModel) with a noise scheduler
+    diffusion = getattr(policy, "diffusion", None)
+    scheduler = diffusion.noise_scheduler if diffusion is not None else None
     return scheduler is not None and "generator" in inspect.signature(type(scheduler).step).parameters
 
 

@@ -266,6 +266,13 @@ def init_state_index(seed: int, offset: int, n_states: int) -> int:
     return (int(seed) - int(offset)) % int(n_states)
 
 
+def env_field(env: Any, name: str, default: Any = None) -> Any:
+    """The attribute ``name`` of LeRobot's ``LiberoEnv`` (``default`` where this LeRobot version's env has none):
+    the one place the LIBERO code reads a third-party env's optional fields (init states, cameras, timing)."""
+    # probe: LiberoEnv's fields vary across LeRobot versions (LIBERO-plus adds some); a card records what is there
+    return getattr(env, name, default)
+
+
 class InitStateBySeed(gym.Wrapper):
     """LeRobot's ``LiberoEnv``, whose init state follows the reset seed (:func:`init_state_index`) instead of
     its own counter. A reset without a seed keeps LeRobot's counter. ``cameras="all"``: ``render()`` shows every
@@ -281,7 +288,7 @@ class InitStateBySeed(gym.Wrapper):
 
     @property
     def n_init_states(self) -> int | None:
-        states = getattr(self.env.unwrapped, "_init_states", None)
+        states = env_field(self.env.unwrapped, "_init_states")
         return None if states is None else len(states)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):

@@ -19,7 +19,8 @@ import sys
 from typing import Any, Mapping
 
 from fasteval.robot.lerobot.envs import ENV_REF, make_env
-from fasteval.robot.lerobot.libero import INIT_STATE_OFFSET, SUCCESS_RULE, assets_dir, is_libero_type, versions
+from fasteval.robot.lerobot.libero import (INIT_STATE_OFFSET, SUCCESS_RULE, assets_dir, env_field, is_libero_type,
+                                           versions)
 
 
 def env_meta(env: str, env_kwargs: Mapping[str, Any], max_steps: int | None = None) -> dict[str, Any]:
@@ -79,27 +80,27 @@ def _card(key: str) -> dict[str, Any]:
     env = make_env(**kwargs)
     try:
         inner = env.unwrapped
-        states = getattr(inner, "_init_states", None)
+        states = env_field(inner, "_init_states", None)
         n_states = None if states is None else len(states)
         offset = int(kwargs.get(INIT_STATE_OFFSET, 0) or 0)
-        cameras = list(getattr(inner, "camera_name", []) or [])
-        mapping = dict(getattr(inner, "camera_name_mapping", {}) or {})
+        cameras = list(env_field(inner, "camera_name", []) or [])
+        mapping = dict(env_field(inner, "camera_name_mapping", {}) or {})
         card = {
-            "benchmark": "LIBERO-plus" if getattr(inner, "is_libero_plus", False) else "LIBERO",
-            "num_steps_wait": getattr(inner, "num_steps_wait", None),
-            "hard_reset": getattr(inner, "hard_reset", None),
-            "init_states": bool(getattr(inner, "init_states", False)),
+            "benchmark": "LIBERO-plus" if env_field(inner, "is_libero_plus", False) else "LIBERO",
+            "num_steps_wait": env_field(inner, "num_steps_wait", None),
+            "hard_reset": env_field(inner, "hard_reset", None),
+            "init_states": bool(env_field(inner, "init_states", False)),
             "n_init_states": n_states,
             "init_state_offset": offset,
             "init_state_rule": (f"the episode reset with seed s starts from init state (s - {offset}) mod {n_states}"
                                 if n_states else "none: LIBERO's own random placement at each reset"),
-            "observation_height": getattr(inner, "observation_height", None),
-            "observation_width": getattr(inner, "observation_width", None),
+            "observation_height": env_field(inner, "observation_height", None),
+            "observation_width": env_field(inner, "observation_width", None),
             "cameras": [f"{cam} -> observation.images.{mapping.get(cam, cam)}" for cam in cameras],
-            "control_freq_hz": getattr(inner, "control_freq", None),
-            "control_mode": getattr(inner, "control_mode", None),
-            "obs_type": getattr(inner, "obs_type", None),
-            "episode_length": getattr(inner, "_max_episode_steps", None),
+            "control_freq_hz": env_field(inner, "control_freq", None),
+            "control_mode": env_field(inner, "control_mode", None),
+            "obs_type": env_field(inner, "obs_type", None),
+            "episode_length": env_field(inner, "_max_episode_steps", None),
             "success_rule": SUCCESS_RULE,
             "assets": str(assets_dir()),
             "versions": versions(),

@@ -103,7 +103,7 @@ def wrap_lerobot_policy(policy: Any, pipelines: _Pipelines, n_slots: int, cuda_g
     trained, with the processors ``lerobot-train`` built)."""
     config = policy.config
     kind = str(config.type)
-    if kind in PER_SLOT_TYPES and getattr(config, "temporal_ensemble_coeff", None) is None:
+    if kind in PER_SLOT_TYPES and (kind != "act" or config.temporal_ensemble_coeff is None):  # ACT's option only
         shape = internals.noise_shape(policy)
         scheduler = shape is not None and internals.has_noise_scheduler(policy)
         wrapped: Any = LeRobotPolicy(policy, pipelines, n_slots, shape, scheduler, cuda_graph=cuda_graph, noise=noise)
@@ -166,7 +166,7 @@ def _load_model(folder: Path, kind: str, device: str,
     """LeRobot's config (with ``overrides`` applied by LeRobot's own parser) and policy (on the device, in
     eval mode); each failure is one line naming the file or the override."""
     config = read_config(folder, kind, overrides)
-    target = resolve_lerobot_device(device, getattr(config, "device", None))
+    target = resolve_lerobot_device(device, config.device)  # a field of every LeRobot policy config
     config.device = str(target)
     config.pretrained_path = str(folder)
     with reading(folder, kind, f"the policy class for type {kind!r} could not be imported",

@@ -92,11 +92,11 @@ class _Pipelines:
 
     def _set(self, pipelines: tuple[Any, Any, Any, Any]) -> None:
         self.pre, self.post, self.env_pre, self.env_post = pipelines
-        steps = [type(step).__name__ for step in getattr(self.pre, "steps", [None])]
-        self.stateless_inputs = not getattr(self.env_pre, "steps", [None]) and set(steps) <= STATELESS_STEPS
+        steps = [type(step).__name__ for step in self.pre.steps]  # LeRobot's processor pipelines list their steps
+        self.stateless_inputs = not self.env_pre.steps and set(steps) <= STATELESS_STEPS
         """Preprocessing keeps no state between calls, so steps that need no chunk may skip it."""
-        post = [type(step).__name__ for step in getattr(self.post, "steps", [None])]
-        self.elementwise_outputs = not getattr(self.env_post, "steps", [None]) and set(post) <= ELEMENTWISE_STEPS
+        post = [type(step).__name__ for step in self.post.steps]
+        self.elementwise_outputs = not self.env_post.steps and set(post) <= ELEMENTWISE_STEPS
         """Postprocessing acts on each action value alone, so a whole chunk may go through it at once."""
 
     def move(self, device: torch.device) -> None:
@@ -177,7 +177,7 @@ class LeRobotPolicy(_FollowsDevice):
         self.n_slots = int(n_slots)
         self.policy_type = str(config.type)
         self.n_action_steps = int(config.n_action_steps)
-        self.n_obs_steps = int(getattr(config, "n_obs_steps", 1) or 1)
+        self.n_obs_steps = int(config.n_obs_steps or 1)  # a field of every LeRobot policy config
         self.noise = check_noise_mode(noise)
         self.noise_shape = noise_shape if noise == EPISODE_NOISE else None
         self.scheduler_generators = scheduler_generators and noise == EPISODE_NOISE
@@ -193,6 +193,8 @@ class LeRobotPolicy(_FollowsDevice):
         """Slots whose next observation is their episode's first (it fills the history)."""
         self._chunks_post_processed = False
         self.history: dict[str, torch.Tensor] = {}
+        self._device: torch.device | None = None
+        """The device of the per-device state below (None until :meth:`_moved_to` makes it)."""
         self._moved_to(_device_of(policy))
         self.chunk_rows = "all"
         """``"all"`` (default): when some slot needs a chunk, the policy runs on every row (a static
@@ -207,7 +209,7 @@ class LeRobotPolicy(_FollowsDevice):
         """Per-device state: one noise generator per slot (and a scratch one) on the policy's device, so noise
         is drawn where it is used (on CPU the same numbers as before; re-seeded from the episode seed at each
         reset), and the staging buffers of the small per-step uploads."""
-        if getattr(self, "_device", None) == device:
+        if self._device == device:
             return
         self._device = device
         self.generators = [torch.Generator(device=device) for _ in range(self.n_slots)]

@@ -109,8 +109,9 @@ def check_observation_fit(module: nn.Module, folder: str | Path, observation_spa
     """
     import gymnasium as gym
 
-    obs_dim = getattr(module, "config", {}).get("obs_dim") if isinstance(getattr(module, "config", None), dict) else None
-    shape = getattr(observation_space, "shape", None)
+    architectures = tuple(ARCHITECTURES.values())  # each keeps its config.json as ``config`` (a dict)
+    obs_dim = module.config.get("obs_dim") if isinstance(module, architectures) else None
+    shape = observation_space.shape if isinstance(observation_space, gym.spaces.Space) else None
     if obs_dim is None or not isinstance(observation_space, gym.spaces.Box) or shape is None or len(shape) != 1:
         return module
     if int(shape[0]) != int(obs_dim):

@@ -26,6 +26,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from fasteval.core.capabilities import SelectsActions
 from fasteval.types.errors import PolicyLoadError, UserInputError
 from fasteval.robot.policies.builtin import BUILTIN_POLICIES
 from fasteval.robot.policies.checkpoint import WEIGHTS_NAME, check_observation_fit, is_checkpoint_dir, load_checkpoint
@@ -135,7 +136,7 @@ def _load(ref: Any, observation_space: gym.Space, action_space: gym.Space, n_slo
             policy = factory(**kwargs)
         except Exception as exc:  # the user's factory: report, don't crash with a traceback
             raise PolicyLoadError(f"policy {ref!r}: calling the factory raised {type(exc).__name__}: {exc}") from exc
-        if not (hasattr(policy, "select_action") or callable(policy)):
+        if not (isinstance(policy, SelectsActions) or callable(policy)):
             raise PolicyLoadError(f"policy {ref!r} returned {type(policy).__name__}, which is neither an nn.Module nor has select_action().")
         return policy
     raise UserInputError(

@@ -132,7 +132,7 @@ def lerobot_rules(space: gym.spaces.Dict) -> list[KeyPlan]:
 
 
 def _float_kind(space: gym.Space) -> str:
-    return "same" if getattr(space, "dtype", None) == "float32" else "float"
+    return "same" if space.dtype == "float32" else "float"
 
 
 def _array_plan(space: gym.Space) -> KeyPlan:

@@ -165,11 +165,9 @@ class Connection:
 
 
 class RemotePolicy(nn.Module):
-    """A served policy, seen from the client (see the module docstring). Built by :func:`connect_remote`."""
-
-    builds_own_runner = True
-    """:func:`fasteval.robot.policies.runner.build_policy_runner` builds its runner with
-    :func:`fasteval.robot.policies.remote_runner.build_remote_runner`."""
+    """A served policy, seen from the client (see the module docstring). Built by :func:`connect_remote`;
+    :func:`fasteval.robot.policies.runner.build_policy_runner` gives it a
+    :func:`~fasteval.robot.policies.remote_runner.build_remote_runner` runner."""
 
     def __init__(self, ref: str, protocol: str, connection: Connection):
         super().__init__()

@@ -21,12 +21,14 @@ connection, and each answer's ``actions`` (``[H, *action]``, or one action) beco
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Sequence
 
 import gymnasium as gym
 import numpy as np
 import torch
 
+from fasteval.core.capabilities import Capabilities
 from fasteval.core.pipeline import group_rows
 from fasteval.core.policy import NO_RESET, PolicyRunner
 from fasteval.robot.policies.remote import DEFAULT_TIMEOUT_S, LOAD_TIMEOUT_S, PolicyServerLost, RemotePolicy, RemotePolicyError
@@ -40,10 +42,10 @@ SPEC_FIELDS = ("observation_format", "rename", "obs_dtype", "reset_mode", "env",
 
 def build_remote_runner(remote: RemotePolicy, spec: Any, envs: Any, h2d: Any, n_slots: int) -> PolicyRunner:
     """The engine's runner for a served policy (the hook of :func:`~fasteval.robot.policies.runner.build_policy_runner`)."""
-    if str(getattr(spec, "device", "auto")).startswith("cuda"):
+    if str(spec.device).startswith("cuda"):
         raise UserInputError(f"--device {spec.device}: the policy runs on the server ({remote.ref}); give the device "
                              f"to fasteval serve (--device), and leave the client's --device auto or cpu.")
-    timeout = getattr(spec, "policy_timeout_s", None)
+    timeout = spec.policy_timeout_s
     remote.connection.timeout_s = float(timeout) if timeout is not None else DEFAULT_TIMEOUT_S
     cls = RemoteRunner if remote.protocol == "fasteval" else OpenpiRunner
     return cls(remote, spec, envs, h2d, n_slots)
@@ -58,18 +60,19 @@ class _RemoteBase(PolicyRunner):
 
     def __init__(self, remote: RemotePolicy, spec: Any, envs: Any, h2d: Any, n_slots: int):
         super().__init__(remote, envs.action_space, n_slots, "auto")
-        self.enforces_policy_timeout = True  # requests time out and reconnects retry up to policy_timeout_s
-        self.accelerated_elsewhere = True  # --amp, --compile and --cuda-graph travel with the spec to the server
+        self.capabilities = Capabilities(
+            reset_kind=NO_RESET, policy_reset_kind=NO_RESET,  # the per-slot state is the server's (kept apart per group)
+            wants_active=True,  # the loop tells each call's active slots: only theirs are sent
+            accelerated_elsewhere=True,  # --amp, --compile and --cuda-graph travel with the spec to the server
+            enforces_policy_timeout=True)  # requests time out and reconnects retry up to policy_timeout_s
         self.remote, self.spec, self.envs = remote, spec, envs
-        self.reset_kind = NO_RESET  # the per-slot state is the server's (kept apart per group there)
         self.tasks = None
-        self.groups = group_rows(envs, bool(getattr(spec, "pipeline", False)))
+        self.groups = group_rows(envs, bool(spec.pipeline))
         self._group_of = {id(h2d.group(rows)[0]): g for g, rows in enumerate(self.groups)}
         self.has_tasks = bool(envs.has_attr(TASK_ATTR))
-        self.note_active = self._note_active
         self._noted: list[int] | None = None
 
-    def _note_active(self, active: list[int]) -> None:
+    def note_active(self, active: list[int]) -> None:
         self._noted = active
 
     def _active_in(self, g: int) -> list[int] | None:
@@ -137,7 +140,7 @@ class RemoteRunner(_RemoteBase):
         reply = self._request(message, "opened", what="opening a session", error=PolicyLoadError)
         self.session = reply["session"]
         self.group_kinds = reply["groups"]
-        self.continuous = bool(reply["continuous"])
+        self.capabilities = replace(self.capabilities, continuous=bool(reply["continuous"]))
         self.remote.set_digest(str(reply.get("policy_digest", "")))
         self.remote.server_facts.update({"policy_type": reply.get("policy_type"), "device": reply.get("device")})
 

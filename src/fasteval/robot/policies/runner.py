@@ -40,17 +40,47 @@ The env's reset ``info["task"]`` is not read (the engine does not keep reset inf
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from dataclasses import replace
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 import gymnasium as gym
 import torch
 
+from fasteval.core.capabilities import TakesTasks
 from fasteval.core.policy import NO_RESET, PER_ENV, WAVE, PolicyRunner
 from fasteval.types.errors import UserInputError
 from fasteval.robot.buffers.chunk_queue import ChunkQueue, chunk_length
 from fasteval.robot.policies.normalization import NORMALIZATION_NAME, Normalizer, load_stats
 from fasteval.robot.policies.obs_mapping import LEROBOT, build_observation_adapter
+from fasteval.robot.policies.remote import RemotePolicy
 from fasteval.robot.policies.task_descriptions import TaskDescriptions, task_attribute
+
+
+@runtime_checkable
+class RenamesObservations(Protocol):
+    """A policy that renames observation keys in its own processors (LeRobot's ``rename_map``): when
+    ``renames_observations`` is True, fasteval's observation adapter renames nothing."""
+
+    renames_observations: bool
+
+
+@runtime_checkable
+class ExecutesChunkPrefix(Protocol):
+    """A chunking policy that executes the first ``n_action_steps`` actions of each chunk (LeRobot's name)."""
+
+    n_action_steps: int
+
+
+class RunnerSpec(Protocol):
+    """The fields of a spec the runner reads (an :class:`~fasteval.types.spec.EvalSpec`, or ``fasteval serve``'s
+    ``RunnerOptions``)."""
+
+    policy: Any
+    observation_format: str
+    rename: Any
+    obs_dtype: str
+    reset_mode: str
+    pipeline: bool
 
 
 class InputPipeline:
@@ -92,8 +122,6 @@ class RobotPolicyRunner(PolicyRunner):
                  inputs: InputPipeline | None = None, unnormalize: Callable[[torch.Tensor], torch.Tensor] | None = None,
                  tasks: TaskDescriptions | None = None, pipelined: bool = False):
         super().__init__(policy, action_space, n_slots, reset_mode)
-        self.policy_reset_kind = self.reset_kind
-        """How the policy itself resets (``reset_kind`` becomes ``per-env`` once chunk queues exist)."""
         self.pipelined = pipelined
         call = self._call
         self.unnormalize = unnormalize
@@ -107,13 +135,20 @@ class RobotPolicyRunner(PolicyRunner):
         self.inputs, self.tasks = inputs, tasks
         self.chunks: ChunkQueue | None = None
         """The action-chunk queue, once the dry run found that the policy returns chunks."""
+        if tasks is not None:
+            self.capabilities = replace(self.capabilities, tasks=True)
+
+    @property
+    def policy_reset_kind(self) -> str:
+        """How the policy itself resets (``reset_kind`` becomes ``per-env`` once chunk queues exist)."""
+        return self.capabilities.policy_reset_kind
 
     # -- the dry run decides about chunks -------------------------------------------------
     def _choose_postprocess(self, raw: Any) -> Callable[[torch.Tensor], torch.Tensor]:
         length = chunk_length(raw, self.action_space, self.n_slots)
         if length is None:
             return super()._choose_postprocess(raw)
-        n_exec = getattr(self.policy, "n_action_steps", None)
+        n_exec = self.policy.n_action_steps if isinstance(self.policy, ExecutesChunkPrefix) else None
         if n_exec is None:
             n_exec = length
         if not isinstance(n_exec, int) or isinstance(n_exec, bool) or not 1 <= n_exec <= length:
@@ -126,8 +161,9 @@ class RobotPolicyRunner(PolicyRunner):
             )
         self.chunks = ChunkQueue(self._call, raw, n_exec)
         self._call = self.chunks
-        if self.reset_kind == NO_RESET:
-            self.reset_kind = PER_ENV  # the queues are per-slot state: no CUDA-graph capture, per-slot drops
+        # the queues are per-slot state (no CUDA-graph capture of the step, per-slot drops)
+        self.capabilities = replace(self.capabilities, chunks=True,
+                                    reset_kind=PER_ENV if self.reset_kind == NO_RESET else self.reset_kind)
         return super()._choose_postprocess(raw[:, 0])
 
     def functional_step(self) -> Any:
@@ -189,7 +225,7 @@ def _then(call: Callable[[Any], Any], finish: Callable[[Any], Any]) -> Callable[
     return lambda obs: finish(call(obs))
 
 
-def build_policy_runner(policy: Any, spec: Any, envs: Any, h2d: Any, n_slots: int) -> RobotPolicyRunner:
+def build_policy_runner(policy: Any, spec: RunnerSpec, envs: Any, h2d: Any, n_slots: int) -> PolicyRunner:
     """The engine's runner for ``spec`` (the one hook in ``Engine._build_policy_side``).
 
     Everything that can be wrong (unknown rename keys, stats that do not fit) raises a
@@ -197,7 +233,7 @@ def build_policy_runner(policy: Any, spec: Any, envs: Any, h2d: Any, n_slots: in
     """
     from fasteval.robot.policies.loaders import policy_folder
 
-    if getattr(policy, "builds_own_runner", False):  # a served policy (fasteval.robot.policies.remote)
+    if isinstance(policy, RemotePolicy):  # a served policy: its runner talks to the server
         from fasteval.robot.policies.remote_runner import build_remote_runner
 
         return build_remote_runner(policy, spec, envs, h2d, n_slots)
@@ -205,7 +241,7 @@ def build_policy_runner(policy: Any, spec: Any, envs: Any, h2d: Any, n_slots: in
     stages: list[Any] = []
     example = h2d.policy_input
     # A policy that renames inside its own processors (LeRobot's rename_map) gets the keys before renaming.
-    rename = {} if getattr(policy, "renames_observations", False) else spec.rename
+    rename = {} if isinstance(policy, RenamesObservations) and policy.renames_observations else spec.rename
     adapter = build_observation_adapter(envs.observation_space, spec.observation_format, rename, device)
     if adapter is not None:
         stages.append(adapter)
@@ -221,13 +257,13 @@ def build_policy_runner(policy: Any, spec: Any, envs: Any, h2d: Any, n_slots: in
         if normalizer.has_action_stats:
             unnormalize = normalizer.actions
     from fasteval.robot.policies.obs_dtype import build_obs_cast  # float observations -> the policy's dtype (--obs-dtype)
-    cast = build_obs_cast(getattr(spec, "obs_dtype", "auto"), policy, example, after_stages=bool(stages))
+    cast = build_obs_cast(spec.obs_dtype, policy, example, after_stages=bool(stages))
     if cast is not None:
         stages.append(cast)
     tasks = None
-    pipelined = bool(getattr(spec, "pipeline", False))
+    pipelined = bool(spec.pipeline)
     in_observation = spec.observation_format == LEROBOT and not pipelined  # group views: no per-row task lists
-    wants_task = callable(getattr(policy, "set_task", None)) or in_observation
+    wants_task = isinstance(policy, TakesTasks) or in_observation
     attribute = task_attribute(envs) if wants_task else None
     if attribute is not None or in_observation:
         if pipelined and attribute is not None:  # set_task keeps a task per env row; half batches mix the groups' rows

@@ -52,7 +52,7 @@ def adapt_sb3(obj: Any, deterministic: bool, n_slots: int) -> "SB3Policy":
 
     model = obj if isinstance(obj, BaseAlgorithm) else None
     policy = obj.policy if model is not None else obj
-    if getattr(policy, "_is_recurrent", False) or "Recurrent" in type(policy).__name__:
+    if any("Recurrent" in cls.__name__ for cls in type(policy).__mro__):  # sb3_contrib's RecurrentActorCriticPolicy
         raise UserInputError(f"the SB3 policy {type(policy).__name__} is recurrent; fasteval evaluates feed-forward SB3 "
                              f"policies (its hidden states would need per-slot episode starts).")
     cls = SB3Policy if deterministic else SB3SampledPolicy

@@ -9,6 +9,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from fasteval.core.capabilities import TakesTasks
+
 TASK_ATTR = "task_description"
 TASK_ATTRS = (TASK_ATTR, "task")
 """The env attributes LeRobot's ``rollout`` asks for ``batch["task"]``, in its order (``lerobot_eval.rollout``)."""
@@ -34,9 +36,8 @@ class TaskDescriptions:
         """``attribute``: :func:`task_attribute` (``None``: the envs have none; every task is ``""``)."""
         self.envs = envs
         self.attribute = attribute
-        self.descriptions: list[str] = [""] * max(int(n_slots), int(getattr(envs, "n_slots", 0)))
-        set_task = getattr(policy, "set_task", None)
-        self.set_task: Callable[..., Any] | None = set_task if callable(set_task) else None
+        self.descriptions: list[str] = [""] * max(int(n_slots), int(envs.n_slots))
+        self.set_task: Callable[..., Any] | None = policy.set_task if isinstance(policy, TakesTasks) else None
         self.in_observation = in_observation
         self.observations: list[Any] = []
         """Policy-input TensorDicts that carry the ``"task"`` entry (one per engine buffer)."""

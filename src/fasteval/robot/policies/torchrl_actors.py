@@ -63,8 +63,8 @@ class ExplorationActor(TensorDictModuleBase):
     def __init__(self, actor: Any, action_space: gym.Space, n_slots: int):
         super().__init__()
         self.actor = actor
-        self.in_keys = list(getattr(actor, "in_keys", []) or [])
-        self.out_keys = list(getattr(actor, "out_keys", []) or [])
+        self.in_keys = list(actor.in_keys or [])  # a TensorDictModuleBase: it has both
+        self.out_keys = list(actor.out_keys or [])
         self.action_key = action_key_of(actor)
         self.n_actions = int(action_space.n) if isinstance(action_space, gym.spaces.Discrete) else None
         self.explore = exploration_context(self.exploration)

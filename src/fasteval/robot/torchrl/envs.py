@@ -201,6 +201,17 @@ def _action_encoder(spec: Any, space: gym.Space) -> Callable[[Any], Any]:
     return lambda a: torch.as_tensor(np.asarray(a), device=device).to(dtype).reshape(shape)
 
 
+def inner_gym_env(env: Any) -> Any:
+    """The gymnasium env inside one of TorchRL's gym wrappers (through its transforms: the wrapper's ``_env``),
+    or ``None`` for any other TorchRL env."""
+    from torchrl.envs.libs.gym import GymWrapper
+
+    base = env
+    while hasattr(base, "base_env"):
+        base = base.base_env
+    return base._env if isinstance(base, GymWrapper) else None
+
+
 def takes_seeded_reset(env: Any) -> bool:
     """Whether ``env`` (through its transforms) is one of TorchRL's gym wrappers, whose ``set_seed(s)`` is a
     ``reset(seed=s)`` of the gymnasium env (see the module docstring)."""
@@ -228,7 +239,8 @@ class TorchRLGymEnv(gym.Env):
         self.keys = EnvKeys(env, batched=False)
         self.observation_space, self.action_space = self.keys.observation_space, self.keys.action_space
         self.seeded_reset = takes_seeded_reset(env)
-        self.render_mode = getattr(getattr(env, "_env", None), "render_mode", None)
+        inner = inner_gym_env(env)
+        self.render_mode = inner.render_mode if isinstance(inner, gym.Env) else None
         self._td: Any = None
 
     def _obs(self, td: Any) -> Any:
@@ -262,7 +274,7 @@ class TorchRLGymEnv(gym.Env):
     def render(self) -> Any:
         """The wrapped gymnasium env's frame (TorchRL's gym wrappers made with ``render_mode="rgb_array"``), or
         the last observation's ``"pixels"``; ``None`` otherwise."""
-        inner = getattr(self.env, "_env", None)
+        inner = inner_gym_env(self.env)
         if inner is not None and self.render_mode is not None:
             return inner.render()
         if self._td is not None and "pixels" in self._td.keys():
