@@ -362,3 +362,22 @@ def test_a_hung_sync_env_ends_the_cli_run_with_the_manifest_failed_and_the_resum
     assert 0 < len(recorded) < 8 and 4 not in recorded  # the finished episodes are kept
     resumed = cli("--resume", out, "--trust-remote-code")  # the hang fired once (its marker is kept)
     assert resumed.exit_code == 0, resumed.output
+
+
+def test_the_background_thread_sleeps_until_the_groups_deadline():
+    """The flush thread wakes when the oldest buffered record is due, not on a fixed beat (issue 29: each
+    wake-up is work); nothing buffered: every max_delay_s / 2."""
+    t = [0.0]
+    written = []
+    log = GroupCommitLog(written.append, FlushPolicy(max_delay_s=0.05, max_records=256), clock=lambda: t[0],
+                         background=False)
+    assert log._poll_until_due() == pytest.approx(0.025)
+    log.add(lines(1))
+    t[0] = 0.01
+    assert log._poll_until_due() == pytest.approx(0.04) and not written
+    t[0] = 0.05
+    assert log._poll_until_due() == pytest.approx(0.025) and len(written) == 1  # due: written, nothing left
+    log.add(lines(1, 1))
+    t[0] = 0.07
+    log.add(lines(1, 2))
+    assert log._poll_until_due() == pytest.approx(0.03) and len(written) == 1  # the oldest's deadline: 0.1

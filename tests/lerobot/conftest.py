@@ -16,6 +16,21 @@ PUSHT_KWARGS = {"obs_type": "pixels_agent_pos", "render_mode": "rgb_array",
                 "visualization_width": 384, "visualization_height": 384}
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _torch_on_one_thread():
+    """The references (``lerobot_eval`` in this process) run torch on one thread, as fasteval's CPU policies do
+    by default (``--cpu-threads 1``). A convolution's summation order may depend on the thread count on some
+    CPUs (oneDNN picks its kernels by ISA and threads), and MuJoCo's contacts grow a last-bit difference to
+    1e-3 within a few steps: a comparison of the two must not rest on that (the differential tests pin both
+    sides the same way)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def pusht_spec(policy: Any, **fields: Any) -> dict[str, Any]:
     """EvalSpec fields for PushT as ``--env.type=pusht`` sets them (episodes cut to ``max_steps``)."""
     base = dict(env=PUSHT, env_kwargs=dict(PUSHT_KWARGS), policy=str(policy), device="cpu", seed=1000,

@@ -660,8 +660,8 @@ def end_of_run(outcome: Any, spec: Any, out_dir: Path, files: FileOptions, profi
         n_saved = save_episodes(result.episode_data, save_episodes_dir)
         click.echo(f"wrote {n_saved} episodes ({len(result.episode_data)} steps) to {save_episodes_dir}")
     problems = files.finish(spec, out_dir, result)  # config.json, --export, --log
-    if report and EVAL_INFO in written:  # the page is drawn from eval_info.json
-        problems += write_html_report(out_dir)
+    if report and EVAL_INFO in written:  # the page is drawn from the record eval_info.json was written from
+        problems += write_html_report(out_dir, None if suite else result.eval_info_document())
     for problem in problems:
         click.echo(f"Error: {problem} (the results are in {out_dir})", err=True)
     code = exit_code(outcome.status, outcome.signal_number)
@@ -692,13 +692,15 @@ def exit_code(status: str, signal_number: int | None) -> int:
     return EXIT_RUNTIME_ERROR
 
 
-def write_html_report(out_dir: Path) -> list[str]:
+def write_html_report(out_dir: Path, doc: Any = None) -> list[str]:
     """``report.html`` in the run folder (a suite's, and each of its tasks'), from the files the run
-    wrote; returns the problems (empty: written). The results are on disk whatever happens here."""
+    wrote; returns the problems (empty: written). The results are on disk whatever happens here.
+    ``doc``: the document ``eval_info.json`` was written from (the record's, in memory: the same page,
+    without reading the file back); default: read from the folder."""
     from fasteval.render.html import write_run_report
 
     try:
-        path = write_run_report(out_dir)
+        path = write_run_report(out_dir, doc=doc)
     except Exception as exc:  # noqa: BLE001 -- a page that cannot be drawn must not lose the run
         return [f"writing {out_dir / 'report.html'} failed: {type(exc).__name__}: {exc}"]
     click.echo(f"wrote {path}")

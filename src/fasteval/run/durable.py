@@ -61,7 +61,7 @@ from fasteval.types.errors import FastevalError, UserInputError
 from fasteval.types.results import (STATUS_COMPLETE, STATUS_FAILED, STATUS_INTERRUPTED, STATUS_RUNNING,  # noqa: F401
                                     EarlierSegments, EpisodeTable, EvalResult)
 from fasteval.run.rundir import (EVAL_INFO, MANIFEST, RunDirectory, RunIdentity, check_resumable, format_records,
-                                  policy_digest, resume_command)
+                                  episode_lines, policy_digest, resume_command)
 from fasteval.types.spec import EvalSpec
 
 
@@ -115,20 +115,21 @@ class GroupCommitLog:
     :meth:`add` only keeps the records (the caller must not change them afterwards); a group is
     encoded at once by :func:`format_records` when it is written, and handed to ``write(text)``,
     which must append it and flush it to the OS (one ``write`` call per group). :meth:`add`
-    checks the policy each time; a background thread (``background=True``) checks it every
-    ``max_delay_s / 2``, so that a record never waits much longer than ``max_delay_s`` when no
-    further episode finishes. :meth:`close` (or :meth:`flush`) writes whatever is left. An error
+    checks the policy each time; a background thread (``background=True``) wakes when the oldest
+    buffered record is ``max_delay_s`` old (and every ``max_delay_s / 2`` while nothing is buffered),
+    so that a record never waits much longer than ``max_delay_s`` when no further episode finishes. :meth:`close` (or :meth:`flush`) writes whatever is left. An error
     raised by ``write`` in the thread is re-raised by the next :meth:`add`, :meth:`flush` or
     :meth:`close`. ``clock`` is injectable for tests (seconds, monotonic).
 
-    ``render(items) -> records`` (optional) turns the buffered items into records when a group is
-    written: the engine's run log buffers ledger row numbers and builds their records 256 at a
-    time, column by column, instead of one small batch per step (rows are final once finished).
+    ``render(items) -> text`` (optional) turns the buffered items (one per record) into their JSON
+    lines when a group is written: the engine's run log buffers ledger row numbers and encodes their
+    records a group at a time, column by column, instead of one small batch per step (rows are final
+    once finished).
     """
 
     def __init__(self, write: Callable[[str], None], policy: FlushPolicy = FlushPolicy(),
                  clock: Callable[[], float] = time.monotonic, background: bool = True,
-                 render: Callable[[list[Any]], Sequence[dict[str, Any]]] | None = None):
+                 render: Callable[[list[Any]], str] | None = None):
         self.write, self.policy, self.clock = write, policy, clock
         self.render = render
         self._records: list[Any] = []
@@ -186,19 +187,30 @@ class GroupCommitLog:
         if not self._records:
             return
         records, self._records = self._records, []
-        if self.render is not None:
-            records = self.render(records)
-        self.write(format_records(records))
+        self.write(format_records(records) if self.render is None else self.render(records))
         self.groups_written += 1
         self.records_written += len(records)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.policy.max_delay_s / 2):
+        wait = self.policy.max_delay_s / 2
+        while not self._stop.wait(wait):
             try:
-                self.poll()
+                wait = self._poll_until_due()
             except BaseException as exc:  # disk full, ...: the main thread re-raises it
                 self._error = exc
                 return
+
+    def _poll_until_due(self) -> float:
+        """:meth:`poll`, then the seconds until the buffered group is due (``max_delay_s / 2`` when none
+        is buffered): the thread wakes at the group's deadline, not on a fixed beat (a group that
+        :meth:`add` writes first costs the thread no extra wake-up)."""
+        with self._lock:
+            now = self.clock()
+            if self.policy.due(len(self._records), now - self._oldest):
+                self._write_locked()
+            if self._records:
+                return max(0.0, self._oldest + self.policy.max_delay_s - now)
+            return self.policy.max_delay_s / 2
 
     def _reraise(self) -> None:
         if self._error is not None:
@@ -336,8 +348,8 @@ class _SegmentLog:
         # ledger rows are buffered; the run layer's one record builder turns each group into records
         self.log = GroupCommitLog(self.run_dir.append_episode_text, self.flush_policy, render=self._render)
 
-    def _render(self, rows: list[int]) -> list[dict[str, Any]]:
-        return self.rows.table(rows, run_id=self.run_id).to_list()
+    def _render(self, rows: list[int]) -> str:
+        return episode_lines(self.rows, rows, self.run_id)
 
     def finished(self, ledger: Any, rows: Any) -> None:
         """The engine's ``on_finished``: buffer the rows (their records are built when written)."""

@@ -24,7 +24,8 @@ record's ``meta``, the manifest and the bench report's header use it).
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+import json
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -34,6 +35,7 @@ from fasteval.core.stopping import cut_at_stop, stopping_meta
 from fasteval.types.eval_result import (STATUS_COMPLETE, STATUS_FAILED, STATUS_INTERRUPTED, EarlierSegments,
                                         EvalResult)
 from fasteval.types.episode_table import EpisodeTable
+from fasteval.types.json_writer import column_texts, row_template, row_texts, scalar_text
 from fasteval.types.spec import EvalSpec, env_label
 from fasteval.version import __version__
 
@@ -106,10 +108,43 @@ class EpisodeRows:
 
     def __init__(self, ledger: Ledger, label: Label):
         self.ledger, self.label = ledger, tuple(label)
+        self._templates: dict[Any, str] = {}
 
     def table(self, rows: Any = None, signal: bool | None = None, run_id: str | None = None) -> EpisodeTable:
         """The records of ``rows``; with ``run_id``, each also carries the run folder's id (the lines of
         ``episodes.jsonl`` do: a resume tells the run's records from another's)."""
+        columns, policies = self._columns(rows)
+        n = columns["episode_ix"].size
+        signal = self.ledger.success_signal if signal is None else signal
+        columns["has_success_signal"] = np.broadcast_to(np.bool_(signal), (n,))
+        extra = {} if policies is None else {"policy": policies}
+        if run_id is not None:
+            extra["run_id"] = np.full(n, run_id, dtype=object)
+        return EpisodeTable(columns, np.zeros(1, np.int64), [self.label], extra or None)
+
+    def texts(self, rows: Any, *, run_id: str | None = None, compact: bool = False,
+              encode: Callable[[Any], str] | None = None) -> list[str]:
+        """The JSON text of each of ``rows``' records: exactly what ``table(rows, run_id=run_id)``'s rows
+        encode to (:func:`~fasteval.types.json_writer.row_texts`; the lines of ``episodes.jsonl`` with
+        ``compact``), from the same columns, without the table or a dict per row."""
+        columns, policies = self._columns(rows)
+        numbers = {k: column_texts(c) for k, c in columns.items()}
+        signal = bool(self.ledger.success_signal)
+        constants = {"has_success_signal": signal, **({} if run_id is None else {"run_id": run_id})}
+        extra = {}
+        if policies is not None:  # each row's policy name, as the table's extra column encodes it
+            text = {name: scalar_text(name, encode or json.dumps) for name in self.ledger.policy_names}
+            extra["policy"] = [text[name] for name in policies.tolist()]
+        key = (signal, run_id, compact, encode)  # a run log's groups share one template
+        template = self._templates.get(key)
+        if template is None:
+            template = self._templates[key] = row_template(self.label, tuple(extra), constants, compact, encode)
+        return row_texts(numbers, columns["episode_ix"].size, task=self.label, extra=extra, constants=constants,
+                         template=template)
+
+    def _columns(self, rows: Any) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+        """Every numeric column but ``has_success_signal`` (a run's constant), for ``rows``; and, in a
+        many-policy run, each row's policy name (else ``None``)."""
         ledger = self.ledger
         n = ledger.n_episodes
         if rows is None:
@@ -119,20 +154,12 @@ class EpisodeRows:
             rows = np.asarray(rows, dtype=np.int64)
             pick = lambda a: a[rows]  # noqa: E731
         ids = pick(ledger.episode_ids)
-        signal = ledger.success_signal if signal is None else signal
-        columns = {
-            "episode_ix": ids, "seed": ids + ledger.seed, "sum_reward": pick(ledger.sum_reward),
-            "max_reward": pick(ledger.max_reward), "length": pick(ledger.length), "success": pick(ledger.success),
-            "nan_rewards": pick(ledger.nan_rewards),
-            "has_success_signal": np.broadcast_to(np.bool_(signal), (rows.size,)),
-        }
-        extra = {}
-        if ledger.policy_names is not None:  # a many-policy run: each record names its policy
-            names = np.asarray(ledger.policy_names, dtype=object)
-            extra["policy"] = names[pick(ledger.policy_ids)]
-        if run_id is not None:
-            extra["run_id"] = np.full(rows.size, run_id, dtype=object)
-        return EpisodeTable(columns, np.zeros(1, np.int64), [self.label], extra or None)
+        columns = {"episode_ix": ids, "seed": ids + ledger.seed, "sum_reward": pick(ledger.sum_reward),
+                   "max_reward": pick(ledger.max_reward), "length": pick(ledger.length),
+                   "success": pick(ledger.success), "nan_rewards": pick(ledger.nan_rewards)}
+        if ledger.policy_names is not None:  # a many-policy run: each record names its policy (not numeric)
+            return columns, np.asarray(ledger.policy_names, dtype=object)[pick(ledger.policy_ids)]
+        return columns, None
 
 
 def build_record(spec: EvalSpec, segment: Segment, *, earlier: EarlierSegments | None = None,

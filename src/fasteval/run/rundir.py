@@ -36,6 +36,8 @@ from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
 from fasteval.run.folder_lock import LOCK_NAME
 from fasteval.run.record_file import DiskFullError, RecordFile, cut_torn_tail, write_error  # noqa: F401 (re-exported)
 from fasteval.types.errors import FastevalError, UserInputError
+from fasteval.types.episode_table import EpisodeTable
+from fasteval.types.json_writer import record_texts
 from fasteval.types.results import write_json_atomic
 
 
@@ -71,6 +73,24 @@ def format_records(records: Sequence[dict[str, Any]]) -> str:
         if body.count(boundary) == n - 1 and all(next(iter(r), None) == first for r in records):
             return body.replace(boundary, "\n" + head) + "\n"
     return "\n".join([_encode(record) for record in records]) + "\n"
+
+
+def table_lines(table: EpisodeTable) -> str:
+    """The rows of ``table`` as JSON lines: exactly ``format_records(table.to_list())``, built column by
+    column (:func:`~fasteval.types.json_writer.record_texts`) without the per-row dicts."""
+    return lines_of(record_texts(table, compact=True, encode=_encode))
+
+
+def episode_lines(rows: Any, items: Sequence[int], run_id: str | None) -> str:
+    """The lines of ``episodes.jsonl`` for the ledger rows ``items`` of ``rows`` (an
+    :class:`~fasteval.run.record.EpisodeRows`), each record carrying ``run_id``: exactly
+    ``format_records(rows.table(items, run_id=run_id).to_list())``."""
+    return lines_of(rows.texts(items, run_id=run_id, compact=True, encode=_encode))
+
+
+def lines_of(texts: Sequence[str]) -> str:
+    """Records' JSON texts as JSON lines (``""`` for none)."""
+    return "\n".join(texts) + "\n" if texts else ""
 
 
 def policy_digest(policy: Any, reference: Any) -> str:

@@ -8,13 +8,14 @@ ever held whole.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from fasteval.types.episode_table import CHUNK_ROWS, EpisodeTable
+from fasteval.types.episode_table import _TASK_AT, CHUNK_ROWS, EPISODE_FIELDS, TASK_FIELDS, EpisodeTable
 from fasteval.types.files import atomic_file
 
 
@@ -46,6 +47,133 @@ def encoded_records(records: list[dict[str, Any]]) -> list[str]:
     return [_encode(record) for record in records]
 
 
+_BOOL_TEXT = {False: "false", True: "true"}
+_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def column_texts(column: np.ndarray) -> list[Any]:
+    """A numeric column's values, each of whose ``%s`` is its JSON text: ints and finite floats as
+    ``tolist()`` gives them (``str`` of a Python int or float is what ``json`` writes), bools as
+    ``"true"``/``"false"``, NaN and infinities as ``json`` writes them (``NaN``, ``Infinity``)."""
+    values = column.tolist()
+    kind = column.dtype.kind
+    if kind == "b":
+        return list(map(_BOOL_TEXT.__getitem__, values))
+    if kind == "f" and not all(map(math.isfinite, values)):  # (a ufunc costs more than this on a few rows)
+        values = [v if math.isfinite(v) else _NON_FINITE[repr(v)] for v in values]
+    return values
+
+
+def scalar_text(value: Any, encode: Callable[[Any], str]) -> str:
+    """``encode(value)``, without the encoder's per-call set-up for the plain scalars (a str, int,
+    float, bool, None: the same text); anything else goes to ``encode`` (its ``default`` or its error)."""
+    kind = type(value)
+    if kind is str:
+        return encode(value)
+    if kind is bool or value is None:
+        return "null" if value is None else _BOOL_TEXT[value]
+    if kind is int:
+        return int.__repr__(value)
+    if kind is float:
+        text = float.__repr__(value)
+        return _NON_FINITE.get(text, text)
+    return encode(value)
+
+
+def row_texts(numbers: dict[str, list[Any]], n: int, task: tuple[Any, Any, Any] | None = None,
+              task_rows: list[str] | None = None, extra: dict[str, list[str]] | None = None,
+              constants: dict[str, Any] | None = None, compact: bool = False,
+              encode: Callable[[Any], str] | None = None, template: str | None = None) -> list[str]:
+    """``n`` records' JSON texts, from their fields' texts (the low level of :func:`record_texts`):
+    ``numbers``: the fields of :data:`~fasteval.types.episode_table.COLUMN_DTYPES` as
+    :func:`column_texts` gives them; the task fields: one ``task`` for every row, or each row's text
+    of them (``task_rows``); ``extra``: further fields' texts per row; ``constants``: fields whose
+    value is the same in every row (one of ``COLUMN_DTYPES``'s instead of its column, or a further
+    field, after the extra ones). Keys in :data:`EPISODE_FIELDS` order, then the further ones in
+    order. Each row is one ``%`` format of :func:`row_template`'s template (``template``: that
+    template for these arguments, made earlier)."""
+    constants = constants or {}
+    extra = extra or {}
+    if template is None:
+        template = row_template(task, tuple(extra), constants, compact, encode)
+    slots = [numbers[name] for name in EPISODE_FIELDS[:_TASK_AT] if name not in constants]
+    if task is None:
+        slots.append(task_rows)
+    slots += [numbers[name] for name in EPISODE_FIELDS[_TASK_AT + len(TASK_FIELDS):] if name not in constants]
+    slots += extra.values()
+    return [template % row for row in zip(*slots)] if slots else [template] * n
+
+
+def row_template(task: tuple[Any, Any, Any] | None, extra: Sequence[str], constants: dict[str, Any], compact: bool,
+                 encode: Callable[[Any], str] | None = None) -> str:
+    """:func:`row_texts`'s ``%`` template for records of ``task`` (``None``: a slot per row), with the
+    ``extra`` fields' slots and the ``constants``: ``%s`` where a row's text goes, the rest literal."""
+    encode = encode or _encode
+    kv, sep = (":", ",") if compact else (": ", ", ")
+
+    def field(name: str) -> str:
+        head = encode(name) + kv
+        return (head + scalar_text(constants[name], encode)).replace("%", "%%") if name in constants else \
+            head.replace("%", "%%") + "%s"
+
+    parts = [field(name) for name in EPISODE_FIELDS[:_TASK_AT]]
+    parts.append("%s" if task is None else sep.join(encode(k) + kv + scalar_text(v, encode)
+                                                    for k, v in zip(TASK_FIELDS, task)).replace("%", "%%"))
+    parts += [field(name) for name in EPISODE_FIELDS[_TASK_AT + len(TASK_FIELDS):]]
+    parts += [(encode(name) + kv).replace("%", "%%") + "%s" for name in extra]
+    parts += [field(name) for name in constants if name not in EPISODE_FIELDS]
+    return "{" + sep.join(parts) + "}"
+
+
+def record_texts(table: EpisodeTable, compact: bool = False, encode: Callable[[Any], str] | None = None,
+                 start: int = 0, stop: int | None = None) -> list[str]:
+    """The JSON text of rows ``start:stop`` of ``table``, one string per row: exactly
+    ``encode(row)`` for each row dict :meth:`EpisodeTable.iter_chunks` gives (the same keys, order
+    and values), without building the dicts. ``compact``: ``","`` and ``":"`` separators (the lines
+    of ``episodes.jsonl``) instead of ``", "`` and ``": "`` (``eval_info.json``); ``encode``: the
+    encoder of the task and extra values (default: ``json.dumps(value, default=_leaf)``'s), which
+    must use the same separators.
+
+    Built column by column (:func:`row_texts`): a numeric column is one ``tolist()``, each task is
+    encoded once, each distinct string of an extra field once, and each row is one ``%`` format.
+    Floats are written as ``json`` writes them (``repr``, ``NaN``, ``Infinity``), as are ints, bools
+    and the plain scalars; any other value with ``encode``.
+    """
+    stop = table.n if stop is None else min(stop, table.n)
+    if stop <= start:
+        return []
+    encode = encode or _encode
+    numbers = {k: column_texts(c[start:stop]) for k, c in table.columns.items()}
+    codes = table.task_codes[start:stop]
+    task, task_rows = None, None
+    if len(table.tasks) == 1:
+        task = table.tasks[0]
+    else:
+        kv, sep = (":", ",") if compact else (": ", ", ")
+        texts: dict[int, str] = {}
+        task_rows = []
+        for c in codes.tolist():
+            text = texts.get(c)
+            if text is None:
+                text = texts[c] = sep.join(encode(k) + kv + scalar_text(v, encode)
+                                           for k, v in zip(TASK_FIELDS, table.tasks[c]))
+            task_rows.append(text)
+    extra = {}
+    for name, column in table.extra.items():
+        seen: dict[str, str] = {}
+        out = []
+        for v in column[start:stop].tolist():
+            if type(v) is str:
+                text = seen.get(v)
+                if text is None:
+                    text = seen[v] = encode(v)
+            else:
+                text = scalar_text(v, encode)
+            out.append(text)
+        extra[name] = out
+    return row_texts(numbers, stop - start, task, task_rows, extra, compact=compact, encode=encode)
+
+
 def _needs_stream(value: Any) -> bool:
     if isinstance(value, (EpisodeTable, np.ndarray)):
         return True
@@ -71,8 +199,8 @@ def _stream(write: Any, value: Any, pad: str) -> None:
             return
         write("[")
         sep = "\n"
-        for rows in value.iter_chunks():
-            write(sep + inner + (",\n" + inner).join(encoded_records(rows)))
+        for start in range(0, len(value), CHUNK_ROWS):
+            write(sep + inner + (",\n" + inner).join(record_texts(value, start=start, stop=start + CHUNK_ROWS)))
             sep = ",\n"
         write("\n" + pad + "]")
     elif isinstance(value, np.ndarray):
