@@ -340,3 +340,23 @@ def test_policy_names_must_fit_the_policies():
         EvalSpec(env=KA, policy=("zero", "random"), policy_names=("a", "a"))
     with pytest.raises(UserInputError, match="noise"):
         EvalSpec(env=KA, policy=("zero", "random"), noise="global")
+
+
+@pytest.mark.parametrize("run_id", [None, "r1"])
+def test_a_many_policy_run_logs_lines_name_each_records_policy_as_its_table_does(run_id):
+    """The run log's lines (EpisodeRows.texts, the template path) equal the table's rows encoded, the policy
+    field included (fails if the template drops the per-row policy name)."""
+    from fasteval.core.ledger import Ledger
+    from fasteval.run.record import EpisodeRows
+    from fasteval.run.rundir import episode_lines, format_records
+
+    ids, pols = interleaved_rows(4, 3)
+    ledger = Ledger(ids.size, 2, seed=5, episode_ids=ids, policy_ids=pols, n_policies=3,
+                    policy_names=("1000", "seed2", "zero"))
+    ledger.sum_reward[:] = np.arange(ids.size) * 0.5
+    ledger.finished[:] = True
+    rows = EpisodeRows(ledger, ("g", 0, "t"))
+    picks = [0, 4, 5, 11]
+    lines = episode_lines(rows, picks, run_id)
+    assert lines == format_records(rows.table(picks, run_id=run_id).to_list())
+    assert [json.loads(line)["policy"] for line in lines.splitlines()] == ["1000", "seed2", "zero", "zero"]
