@@ -70,6 +70,7 @@ WHAT_CHANGES = {
     "stop_when": {"stop_when": "ci<=0.4"},
     "confidence": {"confidence": 0.9},
     "return_bounds": {"return_bounds": (-80.0, 10.0)},
+    "design": {"stop_when": "above=0.8", "design": "truncated"},
 }
 """For every *what* field, another value (a resume must refuse each)."""
 

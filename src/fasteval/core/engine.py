@@ -300,7 +300,7 @@ class CoreEngine:
             return race
         # the prefix reaches the rule a quarter batch at a time: k is the same, the cost per step is bounded
         stop = StopWhen(self.spec.stop_when, self.spec.confidence, self.spec.return_bounds, cap=cap,
-                        min_feed=max(1, self.n_slots // 4))
+                        min_feed=max(1, self.n_slots // 4), design=self.spec.design)
         if earlier is not None:
             stop.prime(earlier.records, earlier.n_cancelled)
         return stop
@@ -311,12 +311,13 @@ class CoreEngine:
         The rows go up with the envs' success signal as it stands (``ledger.success_signal``): what a
         record of them says."""
         envs = self.envs
-        if on_finished is None:
-            return (lambda done: stop.on_finished(ledger, done)) if stop is not None else (lambda done: None)
+        if on_finished is None and stop is None:
+            return lambda done: None
 
         def finished(done: np.ndarray) -> None:
             ledger.success_signal = envs.has_success_signal
-            on_finished(ledger, done)
+            if on_finished is not None:
+                on_finished(ledger, done)
             if stop is not None:
                 stop.on_finished(ledger, done)
         return finished

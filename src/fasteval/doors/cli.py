@@ -6,7 +6,9 @@ Exit codes:
   2  bad input: unknown env id or option value, an unusable path (NUL byte, empty, a folder
      below a file), unloadable policy, action shape mismatch, a policy that raises on its dry
      run, a --resume whose options differ from the run's. Nothing was evaluated, and nothing
-     was written to the output folder.
+     was written to the output folder. Also bad input that shows only once episodes have run
+     (a success-rate --stop-when rule on an env that reports no success): the finished episodes
+     are kept in the output folder.
 
 ``fasteval --help`` imports neither torch nor the engine: subcommands are listed from
 :data:`SUBCOMMAND_HELP` and imported on use, and a run imports the engine when it starts.
@@ -29,7 +31,7 @@ from fasteval.doors.lerobot_options import FASTEVAL, LEROBOT
 from fasteval.render.words import plural
 from fasteval.robot.env_names import summary_name
 from fasteval.run.paths import UsablePath, path_problem
-from fasteval.types.spec import (AMP_MODES, EXPLORATIONS, NOISE_MODES, OBS_DTYPES, OBSERVATION_FORMATS, ON_NAN_ACTIONS,
+from fasteval.types.spec import (AMP_MODES, DESIGNS, EXPLORATIONS, NOISE_MODES, OBS_DTYPES, OBSERVATION_FORMATS, ON_NAN_ACTIONS,
                                  RESET_MODES, VECTORIZATIONS, VIDEO_LAYOUTS, VIDEO_SELECTIONS, EvalSpec)
 
 EXIT_OK, EXIT_RUNTIME_ERROR, EXIT_BAD_INPUT = 0, 1, 2
@@ -107,6 +109,8 @@ def format_success(agg: Mapping[str, Any], ci: bool = True) -> str:
     if not ci:
         return f"{agg['pc_success']:.1f}%"
     lo, hi = agg["pc_success_ci95"]
+    if agg.get("pc_success_ci95_fixed_n") is not None:  # the run stopped on its data: the anytime-valid interval
+        return f"{agg['pc_success']:.1f}%  (95% anytime-valid CI {lo:.1f}-{hi:.1f}%, valid at the stop)"
     return f"{agg['pc_success']:.1f}%  (95% CI {lo:.1f}-{hi:.1f}%)"
 
 
@@ -165,11 +169,14 @@ def format_summary(result: Any, profile: bool, logged: int | None = None, log_fi
     if stop:
         what = (f"rule {stop['rule']} held at k = {stop['k']}" if stop["reason"] == "rule" else
                 f"cap of {stop['cap']} reached, rule {stop['rule']} did not hold" if stop["reason"] == "cap" else
-                f"rule {stop['rule']} not decided yet ({stop['reason']})")
-        rows.append(("stopped", f"{what}; {int(stop['confidence'] * 100)}% anytime interval "
+                f"at k = {stop['k']} for futility: rule {stop['rule']} is unlikely to hold by the cap (no claim)"
+                if stop["reason"] == "futility" else f"rule {stop['rule']} not decided yet ({stop['reason']})")
+        rows.append(("stopped", f"{what}; {int(round(stop['confidence'] * 100))}% anytime-valid interval "
                                 f"{stop['cs_low']:.4f}-{stop['cs_high']:.4f}"
                                 + (f"; {stop['n_computed_past_stop']} episodes computed past the stop (not counted)"
                                    if stop.get("n_computed_past_stop") else "")))
+        if stop.get("decided_by"):
+            rows.append(("decided by", stop["decided_by"]))
     if o["n_nan_reward_episodes"]:
         rows.append(("NaN-reward episodes", f"{o['n_nan_reward_episodes']} (their returns are NaN)"))
     if profile:
@@ -261,6 +268,10 @@ EVAL_OPTIONS = [
                  help="Level of --stop-when's anytime-valid confidence sequence."),
     click.option("--return-bounds", "return_bounds", default=None, metavar="LO,HI",
                  help="Smallest and largest possible episode return (for return: rules; a return outside is an error)."),
+    click.option("--design", "design", type=click.Choice(DESIGNS), default="anytime", show_default=True,
+                 help="How --stop-when above=T/below=T decides: anytime (valid however long the run goes on) or "
+                      "truncated (-n is a real budget: a group-sequential design spends its error by -n, decides "
+                      "sooner, and cannot be resumed with a larger -n)."),
     click.option("--video-select", "video_select", type=click.Choice(VIDEO_SELECTIONS), default="first", show_default=True,
                  help="Which episodes --videos renders: the first K by index, the first K failures or successes "
                       "(by index; rendered as candidates, extra videos deleted), or the first K of every task (suites)."),
@@ -360,7 +371,7 @@ HELP_SECTIONS = (
     Section("Outputs", ("output_dir", "report", "max_episodes_rendered", "video_select", "video_layout",
                         "save_episodes_dir", "export_formats", "log_targets", "print_config")),
     Section("Faults and limits", ("retries", "on_nan_action", "step_timeout", "policy_timeout_s", "stop_grace_s")),
-    Section("Statistics", ("stop_when", "confidence", "return_bounds")),
+    Section("Statistics", ("stop_when", "confidence", "return_bounds", "design")),
     Section("LeRobot names", ("noise", "policy_overrides", "no_fast_env"),
             intro="LeRobot's own option names are accepted as they are, rewritten into the options above before "
                   "parsing; with any of them LeRobot's defaults apply (seed 1000, 50 episodes, 10 videos). Every "
@@ -670,6 +681,11 @@ def end_of_run(outcome: Any, spec: Any, out_dir: Path, files: FileOptions, profi
     if result.n_failed or result.errors:
         errors_at = out_dir / "tasks" / "*" / "errors.jsonl" if suite else out_dir / "errors.jsonl"
         click.echo("\n".join(describe_failures(result, errors_at)), err=True)
+    from fasteval.types.errors import UserInputError
+
+    if isinstance(outcome.error, UserInputError):  # bad input met once episodes ran (they are kept): fix it, not resume
+        click.echo(f"Error: {outcome.error}", err=True)
+        return EXIT_BAD_INPUT
     recorded = len(result.per_episode) if logged is None else min(len(result.per_episode), logged)
     click.echo(resume_hint(outcome.status, recorded, wanted, out_dir, suite, spec), err=True)
     if code != EXIT_RUNTIME_ERROR:  # interrupted
@@ -792,7 +808,11 @@ def spec_from_manifest(ctx: click.Context, run_dir: Any, options: dict[str, Any]
         asked = {k: v for k, v in values.items() if k in given and k != "trust_remote_code"}  # trust: below
         saved.update({k: v for k, v in asked.items() if k in HOW_FIELDS})  # how it runs: this command's
         for field_name, had, has in what_differences(saved, {**saved, **asked}):
-            hint = " (a resume may only extend a run: give a larger -n, or none)" if field_name == "n_episodes" else ""
+            hint = ""
+            if field_name == "n_episodes":
+                hint = (" (a --design truncated run is valid up to the cap it was planned for and spent its error by it: "
+                        "it cannot be extended; start a new run for a larger budget)" if saved.get("design") == "truncated"
+                        else " (a resume may only extend a run: give a larger -n, or none)")
             differ.append(f"{given[field_name]}: the run has {had!r}, this command has {has!r}{hint}")
         saved.update({k: v for k, v in asked.items() if k not in HOW_FIELDS})  # equal, or a larger -n
     if output_dir is not None and Path(output_dir).resolve() != Path(run_dir.path).resolve():

@@ -304,16 +304,18 @@ def same_value(field: str, a: Any, b: Any) -> bool:
 
 def what_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     """``[(field, the run's value, this one's)]`` for every *what* field that differs (a field an older
-    manifest lacks counts as its default). ``n_episodes`` may grow: a larger one extends the run."""
+    manifest lacks counts as its default). ``n_episodes`` may grow: a larger one extends the run, except
+    under ``design="truncated"``, whose error is spent by its cap and which is valid up to it only."""
     from fasteval.types.spec import WHAT_FIELDS, What
 
     defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())  # type: ignore[misc]
                 for f in dataclasses.fields(What) if f.default is not dataclasses.MISSING
                 or f.default_factory is not dataclasses.MISSING}
     out = []
+    truncated = "truncated" in (saved.get("design"), now.get("design"))  # valid up to its cap only: -n is fixed
     for key in WHAT_FIELDS:
         had, has = saved.get(key, defaults.get(key)), now.get(key, defaults.get(key))
-        if key == "n_episodes" and isinstance(had, int) and isinstance(has, int) and has >= had:
+        if key == "n_episodes" and isinstance(had, int) and isinstance(has, int) and has >= had and not truncated:
             continue
         if not same_value(key, had, has):
             out.append((key, had, has))

@@ -43,6 +43,7 @@ VIDEO_SELECTIONS = ("first", "failures", "successes", "per-task")
 VIDEO_LAYOUTS = ("fasteval", "lerobot")
 NOISE_MODES = ("episode", "global")
 EXPLORATIONS = ("deterministic", "random")
+DESIGNS = ("anytime", "truncated")
 MAX_SEED = 2**63 - 1
 """The largest episode seed: the engine keeps seeds as int64 (``seed + n_episodes - 1`` must fit)."""
 MAX_STEPS = 2**63 - 1
@@ -155,6 +156,13 @@ class What:
     """What: they decide the ``return:`` rules' intervals and stop. ``(LO, HI)``: the smallest and largest
     possible episode return (``--return-bounds LO,HI``); a return outside them stops the run with an error."""
 
+    design: str = "anytime"
+    """What: it decides where ``stop_when`` stops. ``anytime`` (the betting confidence sequence, valid
+    however long the run goes on) or ``truncated`` (``--design truncated``: ``n_episodes`` is a real
+    budget, and a group-sequential design that spends all of its error by it decides ``above=T`` /
+    ``below=T`` on the success rate, valid only up to that cap, so such a run cannot be resumed with a
+    larger ``n_episodes``; :mod:`fasteval.types.sequential.truncated`). See docs/how-many-episodes.md."""
+
     def __post_init__(self) -> None:
         What._check(self)
 
@@ -258,6 +266,15 @@ class What:
                 check_rule_setup(parse_stop_rule(self.stop_when), bounds)
         except ValueError as exc:
             raise UserInputError(str(exc)) from None
+        _require(self.design in DESIGNS, "design", " or ".join(DESIGNS), self.design)
+        if self.design == "truncated":
+            rule = parse_stop_rule(self.stop_when) if self.stop_when is not None else None
+            if rule is None or rule.metric != "success" or rule.kind not in ("above", "below"):
+                raise UserInputError(
+                    f"--design truncated: the truncated design tests a success rate against a threshold up to the cap "
+                    f"-n, so it needs --stop-when above=T or below=T; got "
+                    f"{'no --stop-when' if rule is None else f'--stop-when {rule.text}'}. Use --design anytime (the "
+                    f"default) for ci<= and return: rules.")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready view of the *what* fields (a live policy object shown by its class name)."""

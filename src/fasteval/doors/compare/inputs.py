@@ -51,8 +51,9 @@ def _from_eval_info(path: Path, label: str) -> Side:
     if not isinstance(doc, dict) or not isinstance(doc.get("per_episode"), list):
         raise UserInputError(f"compare {label}: {path} has no per_episode list; expected a fasteval eval_info.json.")
     meta = doc.get("meta") or {}
+    rule = (doc.get("stopping") or {}).get("rule") if isinstance(doc.get("stopping"), dict) else None
     return Side(label, str(path.parent), meta.get("policy"), meta.get("env"), meta.get("env_kwargs") or {},
-                meta.get("seed"), doc["per_episode"])
+                meta.get("seed"), doc["per_episode"], stop_when=rule or meta.get("stop_when"))
 
 
 def _from_run_log(folder: Path, label: str) -> Side:
@@ -63,7 +64,7 @@ def _from_run_log(folder: Path, label: str) -> Side:
 
     spec = manifest_spec(_read_json(folder / "manifest.json", label))
     return Side(label, str(folder), spec.get("policy"), spec.get("env"), spec.get("env_kwargs") or {},
-                spec.get("seed"), run.records())
+                spec.get("seed"), run.records(), stop_when=spec.get("stop_when"))
 
 
 def _load_sweep_cell(ref: str, label: str) -> Side:
@@ -74,6 +75,7 @@ def _load_sweep_cell(ref: str, label: str) -> Side:
     store = Store(folder, create=False)
     try:
         episodes = [ep for ep in store.episodes() if ep["policy_name"] == policy and (not env or ep["env_name"] == env)]
+        settings = json.loads(store.meta("settings") or "{}") or {}
     finally:
         store.close()
     if not episodes:
@@ -86,7 +88,7 @@ def _load_sweep_cell(ref: str, label: str) -> Side:
                              f"name one: {folder}{CELL_SEPARATOR}{policy}{CELL_SEPARATOR}ENV.")
     env_id, env_kwargs = envs[0]
     return Side(label, ref, episodes[0]["policy_ref"], env_id, json.loads(env_kwargs or "{}"),
-                min(ep["seed"] for ep in episodes), episodes)
+                min(ep["seed"] for ep in episodes), episodes, stop_when=settings.get("stop_when"))
 
 
 # -- pairing -------------------------------------------------------------------------------------------

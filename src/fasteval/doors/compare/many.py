@@ -4,7 +4,8 @@ A many-policy run (``--policy A --policy B ...``) writes one ``eval_info.json`` 
 each policy's own fields, and one ``episodes.jsonl`` whose records name their ``policy``. Either is read
 here into a :class:`~fasteval.doors.compare.side.Side` of the one policy named after ``::``: its
 records, its reference, and the run's env and seed. Its episodes are paired with the other side's as any
-two runs' are (same task, same reset seed): a race's dropped policy brings its episodes ``0..k-1``.
+two runs' are (same task, same reset seed): a race's dropped policy brings its episodes ``0..k-1``, and
+the side says the race's rule (``stop_when``: its n came from the data).
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ def load_run_policy(ref: str, label: str) -> Side:
                                  f"{', '.join(policies)}.")
         entry = policies[name]
         meta = entry.get("meta") or {}
+        race = meta.get("race") if isinstance(meta.get("race"), dict) else {}
         return Side(label, ref, meta.get("policy"), meta.get("env"), meta.get("env_kwargs") or {}, meta.get("seed"),
-                    entry.get("per_episode") or [])
+                    entry.get("per_episode") or [], stop_when=race.get("rule") or meta.get("stop_when"))
     from fasteval.run.record import manifest_spec
     from fasteval.run.rundir import RunDirectory
 
@@ -45,7 +47,7 @@ def load_run_policy(ref: str, label: str) -> Side:
                              f"{', '.join(names) or 'one unnamed policy'}.")
     records = [r for r in RunDirectory(folder).records() if r.get("policy") == name]
     return Side(label, ref, spec["policy"][names.index(name)], spec.get("env"), spec.get("env_kwargs") or {},
-                spec.get("seed"), records)
+                spec.get("seed"), records, stop_when=spec.get("stop_when"))
 
 
 def _read(path: Path, label: str) -> Any:

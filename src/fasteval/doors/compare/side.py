@@ -19,7 +19,10 @@ class Side:
     env_kwargs: Any
     seed: int | None
     records: list[dict[str, Any]] = field(default_factory=list)
+    stop_when: str | None = None
+    """The ``--stop-when`` rule the run stopped by (its n came from its data), or None (n fixed in advance)."""
 
     def header(self) -> dict[str, Any]:
         return {"label": self.label, "source": self.source, "policy": self.policy, "env": self.env,
-                "env_kwargs": self.env_kwargs, "seed": self.seed, "n_episodes": len(self.records)}
+                "env_kwargs": self.env_kwargs, "seed": self.seed, "n_episodes": len(self.records),
+                "stop_when": self.stop_when}

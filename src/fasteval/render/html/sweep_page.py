@@ -89,8 +89,11 @@ def cells_table(doc: Mapping[str, Any], links: Mapping[CellKey, str]) -> str:
         rows.append(({"policy": c["policy"], "env": c["env"]}, cells))
     headers = ["policy", "env", "episodes", "planned", "successes", "success %", "success 95% CI", "mean return",
                "return 95% CI", "IQM return", "NaN-return eps", "status", "cell page"]
-    caption = ("Success: Wilson score 95%. Return: percentile bootstrap of the mean (2000 resamples, seed 0). IQM: mean of "
-               "the middle 50% of the cell's returns. Click a header to sort.")
+    method = next((c["success_ci95_method"] for c in doc.get("cells") or [] if c.get("success_ci95_method")),
+                  "Wilson score (fixed n)")
+    caption = (f"Success: {method}, 95%. Return: percentile bootstrap of the mean (2000 resamples, seed 0)"
+               + (", descriptive after the stop" if "anytime" in method else "")
+               + ". IQM: mean of the middle 50% of the cell's returns. Click a header to sort.")
     return page.table("cells", headers, rows, caption=caption)
 
 
@@ -102,8 +105,10 @@ def across_table(doc: Mapping[str, Any]) -> str:
                                                page.interval(a["iqm_success_ci95"])]))
     if not rows:
         return ""
-    return (page.note("Per policy: per-seed-block success rates on each env aggregated across envs (rliable's definitions); "
-                      "stratified bootstrap 95% intervals. Envs without a success signal are left out.")
+    first = (doc.get("across_envs") or [{}])[0]
+    return (page.note("Per policy: the mean and the IQM over envs of each env's success rate (all its episodes), with 95% "
+                      f"intervals for this fixed set of envs (mean: {first.get('mean_success_method', '')}; IQM: "
+                      f"{first.get('iqm_success_method', '')}). Envs without a success signal are left out.")
             + page.table("across-envs", ["policy", "envs", "mean success %", "95% CI", "IQM success %", "95% CI"], rows))
 
 
@@ -117,18 +122,22 @@ def paired_table(doc: Mapping[str, Any]) -> str:
         m, d = p.get("success_mcnemar"), p["return_diff"]
         cells = [page.text(p["env"]), page.text(p["a"]), page.text(p["b"]), page.num(p["episodes"])]
         if m is not None:
-            cells += [page.num(m["only_a"]), page.num(m["only_b"]), page.pnum(m["p_value"]), page.text(m["method"])]
+            cells += [page.num(m["only_a"]), page.num(m["only_b"]), page.pnum(m["p_value"]), page.pnum(m.get("p_holm")),
+                      page.text(m["method"])]
         else:
-            cells += [page.none(NO_SIGNAL)] * 3 + [page.none("—")]
+            cells += [page.none(NO_SIGNAL)] * 4 + [page.none("—")]
         cells += [page.num(d["mean_diff"], 3), page.interval(d["ci"], 3)]
         if with_verdict:
             v = p.get("verdict")
             cells.append(page.Cell(page.badge(v), v, html=True) if v else page.none("—"))
         rows.append(({"env": p["env"], "a": p["a"], "b": p["b"]}, cells))
-    headers = ["env", "A", "B", "paired episodes", "only A succeeded", "only B succeeded", "McNemar p", "method",
-               "return A - B", "95% CI"] + (["compare verdict"] if with_verdict else [])
-    return (page.note("Over the episodes both policies ran (same env, task and seed). McNemar: exact binomial below 25 "
-                      "discordant pairs, else chi-square with continuity correction. Return: paired bootstrap 95%.")
+    headers = ["env", "A", "B", "paired episodes", "only A succeeded", "only B succeeded", "McNemar p", "p (Holm)", "method",
+               "return B - A", "95% CI"] + (["compare verdict"] if with_verdict else [])
+    stopped = f" Every job stopped on its data: these tests are {doc['paired_tests']}." if doc.get("stop_when") else ""
+    return (page.note("Over the episodes both policies ran (same env, task and seed), with fasteval compare's tests: "
+                      "McNemar's exact test, Holm-adjusted across every comparison of this report "
+                      f"({paired[0].get('family', len(paired))}); verdicts from the Holm-adjusted p-values. Return: B - A "
+                      f"(B listed later), paired bootstrap 95%.{stopped}")
             + page.table("paired", headers, rows))
 
 
@@ -150,7 +159,8 @@ def plots(doc: Mapping[str, Any]) -> str:
         signal = [c for c in members if c.get("success_signal", True)]
         if signal:
             rows = [(c["policy"], c["success_pct"], *c["success_ci95"]) for c in signal]
-            parts.append(svg.intervals(rows, "success % (Wilson 95% CI)", f"{env}: success rate", width=420,
+            axis = "success % (anytime-valid 95% CI)" if doc.get("stop_when") else "success % (Wilson 95% CI)"
+            parts.append(svg.intervals(rows, axis, f"{env}: success rate", width=420,
                                        colours=[colour_of[c["policy"]] for c in signal], ylabel="policy"))
         else:
             parts.append(page.note(f"{env}: {NO_SIGNAL}; compare by return."))
