@@ -318,6 +318,8 @@ def test_a_resume_runs_only_the_missing_pairs(tmp_path):
     (["--policy", "zero", "--stop-when", "best"], "a race needs at least two policies"),
     (["--policy", "zero", "--policy", "random", "--stop-when", "ci<=0.1"], "with several policies the rule is a race"),
     (["--policy", "zero", "--policy", "random", "--stop-when", "return:best"], "needs --return-bounds"),
+    (["--policy", "zero", "--policy", "random", "--stop-when", "best", "--design", "truncated"],
+     "a race (--stop-when best) has no truncated design"),
 ])
 def test_bad_many_policy_inputs_exit_2(tmp_path, args, message):
     result = cli("--env", KA, *args, "-n", "4", "-o", str(tmp_path / "run"))

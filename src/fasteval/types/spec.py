@@ -268,6 +268,10 @@ class What:
             raise UserInputError(str(exc)) from None
         _require(self.design in DESIGNS, "design", " or ".join(DESIGNS), self.design)
         if self.design == "truncated":
+            if self.stop_when is not None and is_race_rule(self.stop_when):
+                raise UserInputError(
+                    f"--design truncated: a race (--stop-when {self.stop_when}) has no truncated design; it is "
+                    f"anytime-valid. Use --design anytime (the default) with several policies.")
             rule = parse_stop_rule(self.stop_when) if self.stop_when is not None else None
             if rule is None or rule.metric != "success" or rule.kind not in ("above", "below"):
                 raise UserInputError(
