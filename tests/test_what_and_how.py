@@ -36,6 +36,7 @@ def how_changes(tmp_path) -> dict[str, dict]:
         "pipeline": {"vectorization": "async", "pipeline": True},
         "cuda_graph": {"cuda_graph": True},  # without CUDA: a warned pass-through
         "compile": {"compile": True},
+        "stack_weights": {"stack_weights": True},  # one policy: nothing to stack (tests/test_many_policies.py stacks)
         "cpu_threads": {"cpu_threads": 2},
         "trust_remote_code": {"trust_remote_code": True},
         "retries": {"retries": 0},
@@ -54,6 +55,7 @@ def how_changes(tmp_path) -> dict[str, dict]:
 WHAT_CHANGES = {
     "env": {"env": "fasteval.testing.envs:make_known_answer_float64_env"},
     "policy": {"policy": "zero"},
+    "policy_names": {"policy": ("random", "zero"), "policy_names": ("a", "b")},
     "env_kwargs": {"env_kwargs": {}},
     "n_episodes": {"n_episodes": 5},
     "seed": {"seed": 4},

@@ -65,12 +65,21 @@ def default_output_dir(env: str) -> Path:
 
 
 class _Progress:
-    """tqdm bar on stderr: episodes done and the running success rate. Off when stderr is not a TTY."""
+    """tqdm bar on stderr: episodes done and the running success rate (a race: remaining policies, leader,
+    episodes counted). Off when stderr is not a TTY."""
 
-    def __init__(self, total: int, enabled: bool):
+    def __init__(self, total: int, enabled: bool, engine: Any = None):
         self.bar = None
         self.successes = 0
         self.done = 0
+        self.engine = engine
+        self.race_type: type | None = None
+        """:class:`fasteval.core.racing.RaceStop` where the engine may run a race (its stop rule is made later,
+        by the run): the bar then shows the race's line."""
+        if engine is not None and engine.spec.n_policies > 1:
+            from fasteval.core.racing import RaceStop
+
+            self.race_type = RaceStop
         if enabled:
             from tqdm import tqdm
 
@@ -81,7 +90,11 @@ class _Progress:
             return
         self.done += len(episodes)
         self.successes += int(ledger.success[episodes].sum())
-        self.bar.set_postfix_str(f"success {100.0 * self.successes / self.done:.1f}%", refresh=False)
+        race = self.engine.stop_rule if self.race_type is not None else None
+        if self.race_type is not None and isinstance(race, self.race_type):
+            self.bar.set_postfix_str(race.progress()[6:], refresh=False)
+        else:
+            self.bar.set_postfix_str(f"success {100.0 * self.successes / self.done:.1f}%", refresh=False)
         self.bar.update(len(episodes))
 
     def close(self) -> None:
@@ -101,9 +114,34 @@ def format_success(agg: Mapping[str, Any], ci: bool = True) -> str:
     return f"{agg['pc_success']:.1f}%  (95% CI {lo:.1f}-{hi:.1f}%)"
 
 
+def format_many_summary(result: Any, profile: bool, logged: int | None = None, log_file: Any = None) -> str:
+    """The terminal summary of a many-policy run: the run's totals, then the ranking (and the race)."""
+    from fasteval.render.ranking_text import format_ranking
+
+    o = result.overall()
+    rows = [("env", result.meta.get("env")), ("policies", f"{o['n_policies']} ({result.meta.get('policy_calls')})"),
+            ("episodes", o["n_episodes"])]
+    if logged is not None and logged < o["n_episodes"]:
+        rows.append(("recorded", f"only {logged} of these {o['n_episodes']} episodes are in {log_file} (a write "
+                                 f"failed); --resume runs the others again"))
+    rows += [("env_steps", o["env_steps"]), ("eval_s", f"{o['eval_s']:.3f}"),
+             ("episodes_per_s", f"{o['episodes_per_s']:.1f}"), ("steps_per_s", f"{o['steps_per_s']:.0f}")]
+    if profile:
+        total = o["eval_s"] or 1.0
+        for stage, seconds in result.timings.items():
+            rows.append((f"  {stage}", f"{seconds:.4f} s ({100.0 * seconds / total:.1f}%)"))
+    width = max(len(k) for k, _ in rows)
+    head = "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+    return head + "\n" + format_ranking(result.ranking, result.race)
+
+
 def format_summary(result: Any, profile: bool, logged: int | None = None, log_file: Any = None) -> str:
     """The terminal summary of a run's record; ``logged``: the episodes its ``log_file`` (``episodes.jsonl``)
     holds, said when fewer than the record's (a write failed)."""
+    from fasteval.types.many_result import ManyPolicyResult
+
+    if isinstance(result, ManyPolicyResult):
+        return format_many_summary(result, profile, logged, log_file)
     o = result.overall()
     rows = [
         ("env", summary_name(result.meta.get("env"), result.per_episode.tasks, bool(result.meta.get("suite")))),
@@ -151,9 +189,11 @@ def format_summary(result: Any, profile: bool, logged: int | None = None, log_fi
 
 
 EVAL_OPTIONS = [
-    click.option("--policy", "-p", default="zero", show_default=True,
+    click.option("--policy", "-p", multiple=True, default=("zero",), show_default=True,
                  help="zero | random | checkpoint folder (config.json + model.safetensors) | module:callable | "
-                      "ws://HOST:PORT (fasteval serve) | openpi+ws://HOST:PORT (an openpi server)."),
+                      "ws://HOST:PORT (fasteval serve) | openpi+ws://HOST:PORT (an openpi server). Repeat it, or give "
+                      "a quoted glob ('outputs/train/act/checkpoints/*/pretrained_model'), to evaluate several "
+                      "policies in one pass on the same episodes (a ranking; --stop-when best races them)."),
     click.option("--env", "-e", default="CartPole-v1", show_default=True,
                  help="gymnasium id (plugins: ns/Name-vN imports ns) or module:callable returning an Env."),
     click.option("--env-kwarg", "env_kwargs", multiple=True, metavar="KEY=VALUE",
@@ -187,6 +227,10 @@ EVAL_OPTIONS = [
                  help="Autocast the policy (faster on tensor-core GPUs; slightly different numbers). auto: the "
                       "device's default autocast dtype (fp16 on CUDA, bf16 on CPU), as LeRobot's --policy.use_amp."),
     click.option("--compile", "compile_policy", is_flag=True, help="torch.compile the policy step (large policies)."),
+    click.option("--stack-weights", "stack_weights", is_flag=True,
+                 help="Several checkpoints of one architecture: run them as one vmap call over their stacked weights "
+                      "(torch.func), instead of one call per policy; falls back (said in the meta) where a policy is "
+                      "not functional. Same results within the rounding of batched matmuls."),
     click.option("--obs-format", "observation_format", type=click.Choice(OBSERVATION_FORMATS), default="raw", show_default=True,
                  help="raw: the env's observations. lerobot: observation.image(s)/state/environment_state keys, "
                       "images as float CHW in [0, 1] on the policy device."),
@@ -218,7 +262,8 @@ EVAL_OPTIONS = [
     click.option("--stop-when", "stop_when", default=None, metavar="RULE",
                  help="Stop as soon as RULE holds on episodes 0..k-1 (-n is then the cap): ci<=EPS, above=T, below=T "
                       "(success rate), return:ci<=E, return:above=T, return:below=T (mean return, needs --return-bounds). "
-                      "Anytime-valid; same k in every mode. See docs/how-many-episodes.md."),
+                      "Several policies: best, best:eps=E, return:best[:eps=E] race them, dropping each once another "
+                      "is shown better. Anytime-valid; same k in every mode. See docs/how-many-episodes.md."),
     click.option("--confidence", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95, show_default=True,
                  help="Level of --stop-when's anytime-valid confidence sequence."),
     click.option("--return-bounds", "return_bounds", default=None, metavar="LO,HI",
@@ -246,6 +291,9 @@ def build_spec(policy, env, env_kwargs, n_episodes, batch_size, seed, vectorizat
         from fasteval.doors.lerobot_options import auto_batch_size
 
         batch_size = auto_batch_size(n_episodes)
+    from fasteval.run.policy_refs import as_policy_field, expand_policy_refs
+
+    policy = as_policy_field(expand_policy_refs((policy,) if isinstance(policy, str) else tuple(policy)))
     return EvalSpec(
         env=env, policy=policy, env_kwargs=parse_env_kwargs(env_kwargs), n_episodes=n_episodes,
         batch_size=batch_size, seed=seed, vectorization=vectorization, device=device, max_steps=max_steps,
@@ -319,7 +367,7 @@ HELP_SECTIONS = (
     Section("What to evaluate", ("policy", "env", "env_kwargs", "n_episodes", "seed", "max_steps", "observation_format",
                                  "rename", "obs_dtype", "exploration", "trust_remote_code", "config_file", "resume_dir")),
     Section("How it runs", ("batch_size", "vectorization", "workers", "device", "reset_mode", "pipeline", "cuda_graph",
-                            "amp", "compile_policy", "cpu_threads", "profile")),
+                            "amp", "compile_policy", "stack_weights", "cpu_threads", "profile")),
     Section("Outputs", ("output_dir", "report", "max_episodes_rendered", "video_select", "video_layout",
                         "save_episodes_dir", "export_formats", "log_targets", "print_config")),
     Section("Faults and limits", ("retries", "on_nan_action", "step_timeout", "policy_timeout_s", "stop_grace_s")),
@@ -503,6 +551,9 @@ def resolve_run(ctx: click.Context, options: dict[str, Any], files: FileOptions,
         if resume_dir is not None:
             raise UserInputError("--save-episodes cannot be combined with --resume: the steps of the episodes "
                                  "recorded before the interruption were not kept. Run again without --resume.")
+        if spec.n_policies > 1:
+            raise UserInputError(f"--save-episodes records one policy's rollouts; this run has {spec.n_policies} "
+                                 f"policies. Save each policy's episodes with a run of its own.")
         check_episode_folder(save_episodes_dir)
         spec = spec.replace(return_episode_data=True)
     spec, output_dir = files.resolve(ctx, spec, output_dir, resume=resume_dir is not None)
@@ -536,17 +587,17 @@ def check_lerobot_first(spec: Any) -> None:
     from fasteval.doors.lerobot_options import checkpoint_type
     from fasteval.robot.lerobot.checkpoint import is_lerobot_checkpoint
 
-    policy = spec.policy
-    if isinstance(policy, str) and (is_lerobot_checkpoint(policy) or (policy.startswith("hf://") and
-                                                                      checkpoint_type(policy) is not None)):
-        from fasteval.robot.lerobot.extra import require_lerobot
+    for policy in spec.policies:
+        if isinstance(policy, str) and (is_lerobot_checkpoint(policy) or (policy.startswith("hf://") and
+                                                                          checkpoint_type(policy) is not None)):
+            from fasteval.robot.lerobot.extra import require_lerobot
 
-        require_lerobot(f"the LeRobot checkpoint {policy}")
-        if spec.policy_overrides and not policy.startswith("hf://"):  # LeRobot's own error, before any env is built
-            from fasteval.robot.lerobot.checkpoint import lerobot_policy_type
-            from fasteval.robot.lerobot.loader import read_config
+            require_lerobot(f"the LeRobot checkpoint {policy}")
+            if spec.policy_overrides and not policy.startswith("hf://"):  # LeRobot's own error, before any env
+                from fasteval.robot.lerobot.checkpoint import lerobot_policy_type
+                from fasteval.robot.lerobot.loader import read_config
 
-            read_config(Path(policy), lerobot_policy_type(policy) or "?", spec.policy_overrides)
+                read_config(Path(policy), lerobot_policy_type(policy) or "?", spec.policy_overrides)
 
 
 def lerobot_defaults_line(spec: Any) -> str:
@@ -579,7 +630,11 @@ def run_one(engine: Any, out_dir: Path, resume: bool) -> Any:
     from fasteval.run.rundir import RunDirectory
     from fasteval.types.errors import FastevalError, UserInputError
 
-    progress = _Progress(engine.spec.n_episodes, enabled=sys.stderr.isatty())
+    spec = engine.spec
+    progress = _Progress(spec.n_episodes * spec.n_policies, enabled=sys.stderr.isatty(), engine=engine)
+    if spec.n_policies > 1 and spec.stop_when is not None:  # the race says its eliminations as they happen
+        engine.announce = lambda line: (progress.bar.write(line, file=sys.stderr) if progress.bar is not None
+                                        else click.echo(line, err=True))
     try:
         return run_durable(engine, RunDirectory(out_dir), resume=resume, on_finished=progress,
                            announce=lambda m: click.echo(m, err=True))

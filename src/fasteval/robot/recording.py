@@ -251,7 +251,7 @@ class VideoRecorder(StepObserver):
     """Renders the episodes that ``selection`` picks into mp4 files, frame by frame."""
 
     def __init__(self, envs: Any, ledger: Any, env: str, max_episodes: int, videos_dir: str | os.PathLike,
-                 select: str = FIRST, task: str | None = None, layout: str = "fasteval"):
+                 select: str = FIRST, task: str | None = None, layout: str = "fasteval", policy: int | None = None):
         self._imageio = load_video_writer()
         local = envs.local_envs  # in-process envs only (the worker pool holds none in this process)
         problem = render_problem(local[0], env) if local else None
@@ -268,11 +268,15 @@ class VideoRecorder(StepObserver):
         self.open: dict[int, tuple[int, FrameSpool]] = {}  # slot -> (ledger row, frames)
         self.done: dict[int, str] = {}  # episode index -> path
         self.frames: dict[int, int] = {}  # episode index -> frames written
+        self.policy = policy
+        """A many-policy run: the policy whose episodes this recorder renders (one recorder per policy)."""
 
     def _episode(self, row: int) -> int:
         return int(self.ledger.episode_ids[row])
 
     def _wanted(self, row: int) -> bool:
+        if row != IDLE and self.policy is not None and int(self.ledger.policy_ids[row]) != self.policy:
+            return False
         return row != IDLE and self.selection.wanted(self._episode(row))
 
     def _open(self, rows: dict[int, int]) -> None:
@@ -355,10 +359,14 @@ class VideoRecorder(StepObserver):
                 raise
 
     def finish(self) -> dict[str, Any]:
-        """Close the open videos; what this recorder made: ``{"video_paths": [...]}`` in episode order."""
+        """Close the open videos; what this recorder made: ``{"video_paths": [...]}`` in episode order (a
+        many-policy run's recorder: also ``{"video_paths_by_policy": {name: [...]}}``)."""
         for slot in list(self.open):
             self._close(slot)
-        return {"video_paths": [self.done[e] for e in sorted(self.done)]}
+        paths = [self.done[e] for e in sorted(self.done)]
+        if self.policy is None:
+            return {"video_paths": paths}
+        return {"video_paths": paths, "video_paths_by_policy": {self.ledger.policy_names[self.policy]: paths}}
 
 
 class EpisodeDataRecorder(StepObserver):
@@ -524,7 +532,14 @@ class Recorders(StepObserver):
         """Every recorder's outputs, merged (the record of the run is built from them)."""
         out: dict[str, Any] = {}
         for part in self.parts:
-            out.update(part.finish())
+            made = part.finish()
+            for key, value in made.items():  # a many-policy run's recorders: lists and name maps put together
+                if key == "video_paths" and key in out:
+                    out[key] = [*out[key], *value]
+                elif key == "video_paths_by_policy" and key in out:
+                    out[key] = {**out[key], **value}
+                else:
+                    out[key] = value
         return out
 
 
@@ -536,9 +551,16 @@ def attach_recorders(engine: Any, ledger: Any, observer: StepObserver | None) ->
         from fasteval.robot.env_names import lerobot_names
 
         names = lerobot_names(spec.env, spec.env_kwargs)  # PushT-v0, not the fast PushT's import path
-        parts.append(VideoRecorder(engine.envs, ledger, spec.env, spec.max_episodes_rendered, spec.videos_dir or "videos",
-                                   select=spec.video_select, layout=spec.video_layout,
-                                   task=names[1] if names else task_label(spec.env, spec.env_kwargs)))
+        task = names[1] if names else task_label(spec.env, spec.env_kwargs)
+        videos_dir = spec.videos_dir or "videos"
+        if ledger.policy_names is None:
+            parts.append(VideoRecorder(engine.envs, ledger, spec.env, spec.max_episodes_rendered, videos_dir,
+                                       select=spec.video_select, layout=spec.video_layout, task=task))
+        else:  # a many-policy run: each policy's videos in <videos_dir>/<policy name>/, chosen as its own run's
+            for k, name in enumerate(ledger.policy_names):
+                parts.append(VideoRecorder(engine.envs, ledger, spec.env, spec.max_episodes_rendered,
+                                           Path(videos_dir) / safe_filename(name), select=spec.video_select,
+                                           layout=spec.video_layout, task=task, policy=k))
     if spec.return_episode_data:
         parts.append(EpisodeDataRecorder(engine, ledger, spec.observation_format, spec.rename))
     return Recorders(parts, observer) if parts else observer
