@@ -35,12 +35,16 @@ which the gambler's wealth reaches its line). The tables are checked against the
 first races of each configuration go through ``Race`` itself and must give the same drops at the
 same k, the same stop and the same leader.
 
-Also: the cap at other probabilities of the fixed design (0.95, 0.999), and the race's bets against
-the plug-in bets of ``--stop-when``'s BettingCS on single pairs (episodes to a drop, coverage).
+Also: the cap at other probabilities of the fixed design (0.95, 0.999), the race's bets against
+the plug-in bets of ``--stop-when``'s BettingCS on single pairs (episodes to a drop, coverage), and
+races of (a) and (b) run **end to end through the engine** (``--engine-races`` per rule, half the seeds
+shared; at ``--tiny`` two races, all shared), each of which must equal the simulator's race on the same
+seeds: the same eliminations at the same k, by the same policies, the same stop and the same numbers.
 
 Run: ``PYTHONPATH=src python benchmarks/bench_race.py [--races 1000] [--json out.json]`` (about 25
 minutes on the 2-core machine under load); ``--tiny`` for the smoke test (30 races, 300 seed blocks
-for the fixed design, shares 0 and 1 only, the (c) cap cut to 300; under a minute).
+for the fixed design, shares 0 and 1 only, the (c) cap cut to 300; under a minute); ``--engine-only
+[--engine-races R]`` for the end-to-end rows alone (the caps set as in the full run).
 """
 
 from __future__ import annotations
@@ -344,6 +348,32 @@ def library_check(x: np.ndarray, rule: str, cap: int, vec: dict[str, np.ndarray]
     return same
 
 
+def engine_check(fam: CheckpointFamily, scenario: str, rule: str, cap: int, races: int,
+                 batch_size: int = 16) -> dict[str, Any]:
+    """Races run end to end, through the engine (``evaluate(policy=[...], stop_when=rule)``: the checkpoints
+    as real policies on the Bernoulli env, seeds ``r * RACE_STRIDE + i``), against the simulator's race on
+    the same outcomes (:class:`Race` fed :meth:`CheckpointFamily.outcomes`): how many give the same drops at
+    the same k (and by the same policies), the same stop and reason, the same leader and the same numbers."""
+    from fasteval import evaluate
+
+    same, totals, seconds = 0, [], []
+    ignore = ("n_cancelled", "computed_past_stop", "n_computed_past_stop")
+    for r in range(races):
+        seed = r * RACE_STRIDE
+        t0 = time.perf_counter()
+        result = evaluate(env=fam.env_ref, env_kwargs=fam.env_kwargs, policy=fam.policies(), n_episodes=cap,
+                          seed=seed, batch_size=batch_size, device="cpu", stop_when=rule, confidence=CONFIDENCE)
+        seconds.append(time.perf_counter() - t0)
+        sim = Race(rule, fam.n_policies, cap=cap, confidence=CONFIDENCE, names=list(result.names))
+        sim.feed(fam.outcomes(seed + np.arange(cap)))
+        engine = {k: v for k, v in result.race.items() if k not in ignore}
+        same += int(json.dumps(engine, sort_keys=True) == json.dumps(sim.summary(), sort_keys=True))
+        totals.append(result.race["total_episodes"])
+    return {"scenario": scenario, "share": fam.share, "rule": rule, "cap": cap, "races": races,
+            "batch_size": batch_size, "same_as_simulator": same, "mean_total": float(np.mean(totals)),
+            "median_seconds_per_race": float(np.median(seconds))}
+
+
 def run_config(fam: CheckpointFamily, scenario: str, rule: str, cap: int, races: int, paired: bool,
                check: int) -> dict[str, Any]:
     eps = EPS if "eps" in rule else 0.0
@@ -441,8 +471,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fixed-blocks", type=int, default=10_000, help="seed blocks of the fixed-design simulation that sets the cap")
     ap.add_argument("--check", type=int, default=20, help="races per configuration also run through the library's Race")
     ap.add_argument("--tiny", action="store_true", help="30 races, 300 fixed blocks, shares 0 and 1, (c) capped at 300 (smoke test)")
+    ap.add_argument("--engine-races", type=int, default=20, help="races per (a)/(b) rule also run end to end, through the engine")
+    ap.add_argument("--engine-only", action="store_true",
+                    help="only the end-to-end rows (caps from the fixed-design simulation, as in the full run)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
+    if args.engine_only:
+        return engine_only(args)
     races, blocks, check = (30, 300, 5) if args.tiny else (args.races, args.fixed_blocks, args.check)
     shares = (0.0, 1.0) if args.tiny else (0.0, 0.5, 1.0)
     start = time.perf_counter()
@@ -471,8 +506,9 @@ def main(argv: list[str] | None = None) -> int:
                                    ratio=fam.n_policies * match / row["mean_total"] if match else None)
                     rows.append(row)
                     print(_row_line(row), flush=True)
+    engine_rows = engine_section(caps, args.tiny, args.engine_races)
     doc = {"command": command_line(), "alpha": ALPHA, "eps": EPS, "p_cap": P_CAP, "races": races,
-           "fixed_blocks": blocks, "caps": caps, "rows": rows,
+           "fixed_blocks": blocks, "caps": caps, "rows": rows, "engine": engine_rows,
            "sensitivity": [] if args.tiny else sensitivity(races, blocks),
            "bets": bets_comparison(100 if args.tiny else races, 1000 if args.tiny else 5000), "seconds": 0.0}
     doc["seconds"] = time.perf_counter() - start
@@ -483,7 +519,52 @@ def main(argv: list[str] | None = None) -> int:
     paired = [r for r in rows if r["pairing"] == "paired"]
     ok = all(r["false_answers"] <= ALPHA for r in paired)
     ok &= all(r["library_same"] == r["library_checked"] for r in rows)
+    ok &= all(e["same_as_simulator"] == e["races"] for e in engine_rows)
     return 0 if ok else 1
+
+
+def engine_section(caps: dict[str, Any], tiny: bool, engine_races: int) -> list[dict[str, Any]]:
+    """The end-to-end rows: (a) and (b), half the seeds shared (at ``tiny``: all), each rule."""
+    engine_rows = []
+    for scenario in ("a", "b"):
+        fam = CheckpointFamily(SCENARIOS[scenario][1], share=0.5 if not tiny else 1.0)
+        cap = int(caps[scenario][str(fam.share)])
+        for rule in RULES:
+            engine_rows.append(engine_check(fam, scenario, rule, cap, 2 if tiny else engine_races,
+                                            batch_size=7 if tiny else 16))
+            e = engine_rows[-1]
+            print(f"engine {scenario} share={fam.share} {rule}: {e['same_as_simulator']}/{e['races']} races equal the "
+                  f"simulator's; mean total {e['mean_total']:.0f}; {e['median_seconds_per_race']:.2f} s per race", flush=True)
+    return engine_rows
+
+
+def engine_only(args: argparse.Namespace) -> int:
+    """``--engine-only``: the caps of (a) and (b) (the fixed design's n at ``P_CAP``, as the full run sets them),
+    then the end-to-end rows alone, without the simulated races."""
+    blocks = 300 if args.tiny else args.fixed_blocks
+    share = 1.0 if args.tiny else 0.5
+    start = time.perf_counter()
+    caps = {sc: {str(share): first_reaching(fixed_curve(CheckpointFamily(SCENARIOS[sc][1], share=share), blocks, 3000,
+                                                        FIXED_BASE), P_CAP) or 3000} for sc in ("a", "b")}
+    engine_rows = engine_section(caps, args.tiny, args.engine_races)
+    doc = {"command": command_line(), "alpha": ALPHA, "eps": EPS, "p_cap": P_CAP, "fixed_blocks": blocks, "caps": caps,
+           "engine": engine_rows, "seconds": time.perf_counter() - start}
+    print()
+    print(engine_markdown(engine_rows))
+    if args.json:
+        args.json.write_text(json.dumps(doc, indent=2))
+    return 0 if all(e["same_as_simulator"] == e["races"] for e in engine_rows) else 1
+
+
+def engine_markdown(engine_rows: list[dict[str, Any]]) -> str:
+    out = ["**End to end, through the engine** (`evaluate(policy=[...], stop_when=RULE)`: the checkpoints as real "
+           "policies on the Bernoulli env, against the simulator's race on the same seeds):", "",
+           "| scenario | share | rule | cap | batch | races equal to the simulator's | mean total episodes | "
+           "seconds per race (median) |", "|---|---|---|---|---|---|---|---|"]
+    for e in engine_rows:
+        out.append(f"| ({e['scenario']}) | {e['share']:.1f} | `{e['rule']}` | {e['cap']} | {e['batch_size']} | "
+                   f"{e['same_as_simulator']}/{e['races']} | {e['mean_total']:.0f} | {e['median_seconds_per_race']:.2f} |")
+    return "\n".join(out)
 
 
 def _row_line(r: dict[str, Any]) -> str:
@@ -559,6 +640,8 @@ def markdown(doc: dict[str, Any]) -> str:
     checked = sum(r["library_checked"] for r in doc["rows"])
     same = sum(r["library_same"] for r in doc["rows"])
     out.append(f"Vectorised races equal the library's `Race` (drops at the same k, stop, tie, leader): {same}/{checked}.")
+    if doc.get("engine"):
+        out += ["", engine_markdown(doc["engine"])]
     return "\n".join(out)
 
 

@@ -114,7 +114,7 @@ def test_verdicts_holm_and_gate():
     assert finish([compare_task(base, base, base.astype(float), base.astype(float))], fail_if_worse=True)["exit_code"] == 0
     # non-inferiority: equal policies are non-inferior within 10 points, the regression is not
     ni = compare_task(base, base, base, base, margin=0.1)["non_inferiority"]
-    assert ni["non_inferior"] and ni["lower_bound"] == 0.0
+    assert ni["non_inferior"] and ni["p_value"] < 0.05 and ni["method"].startswith("exact unconditional")
     assert not compare_task(base, worse, base, worse, margin=0.05)["non_inferiority"]["non_inferior"]
 
 

@@ -483,7 +483,7 @@ def test_report_from_store(clean_sweep):
     pairs = {(p["env"], p["a"], p["b"]): p for p in doc["paired"]}
     known = pairs[("known", "zero", "parity")]
     assert known["episodes"] == 12 and known["success_mcnemar"]["method"] == "exact binomial"
-    # parity (B, listed later) earns +0.5 per step where zero (A) does not: B - A is positive
+    # parity earns +0.5 per step where zero does not: the paired difference B - A is +0.5 x length on average
     assert known["return_diff"]["mean_diff"] > 0 and known["return_diff"]["direction"] == "B - A"
     md = (clean_sweep / "report.md").read_text()
     assert "| zero | known |" in md and "Wilson" in md and "McNemar" in md
@@ -531,7 +531,7 @@ def test_report_says_no_success_signal_and_drops_success_stats(tmp_path):
         assert signalled["success_pct"] == pytest.approx(100 * wins / 12)
     pairs = {p["env"]: p for p in saved["paired"]}
     assert pairs["known"]["success_signal"] is False and pairs["known"]["success_mcnemar"] is None
-    assert pairs["known"]["return_diff"]["mean_diff"] > 0  # the return comparison stays (B - A: parity - zero)
+    assert pairs["known"]["return_diff"]["mean_diff"] > 0  # the return comparison stays (B - A: parity earns more)
     assert pairs["known-nan"]["success_mcnemar"]["method"] == "exact binomial"
     assert [a["envs"] for a in saved["across_envs"]] == [1, 1]  # the silent env is left out of the aggregates
     md = (tmp_path / "report.md").read_text()

@@ -36,6 +36,7 @@ def how_changes(tmp_path) -> dict[str, dict]:
         "pipeline": {"vectorization": "async", "pipeline": True},
         "cuda_graph": {"cuda_graph": True},  # without CUDA: a warned pass-through
         "compile": {"compile": True},
+        "stack_weights": {"stack_weights": True},  # one policy: nothing to stack (tests/test_many_policies.py stacks)
         "cpu_threads": {"cpu_threads": 2},
         "trust_remote_code": {"trust_remote_code": True},
         "retries": {"retries": 0},
@@ -54,6 +55,7 @@ def how_changes(tmp_path) -> dict[str, dict]:
 WHAT_CHANGES = {
     "env": {"env": "fasteval.testing.envs:make_known_answer_float64_env"},
     "policy": {"policy": "zero"},
+    "policy_names": {"policy": ("random", "zero"), "policy_names": ("a", "b")},
     "env_kwargs": {"env_kwargs": {}},
     "n_episodes": {"n_episodes": 5},
     "seed": {"seed": 4},
@@ -68,6 +70,7 @@ WHAT_CHANGES = {
     "stop_when": {"stop_when": "ci<=0.4"},
     "confidence": {"confidence": 0.9},
     "return_bounds": {"return_bounds": (-80.0, 10.0)},
+    "design": {"stop_when": "above=0.8", "design": "truncated"},
 }
 """For every *what* field, another value (a resume must refuse each)."""
 

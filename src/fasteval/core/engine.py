@@ -26,15 +26,17 @@ from torch import nn
 from fasteval import kernels
 from fasteval.core import accel
 from fasteval.core.accel import dry_run_and_accelerate
-from fasteval.core.capabilities import run_meta_of
+from fasteval.core.capabilities import Capabilities, run_meta_of
 from fasteval.core.envs import SlotEnvs, build_slot_envs, make_factory
 from fasteval.core.faults import Faults, make_action_check
 from fasteval.core.watchdog import POLICY, Watchdog
-from fasteval.core.ledger import Ledger, check_fits_in_memory
+from fasteval.core.ledger import Ledger, check_fits_in_memory, interleaved_rows
 from fasteval.core.loop import StepContext, run_episodes, start_wave
 from fasteval.core.outcome import Segment, SegmentAborted
 from fasteval.core.stopping import StopRuleError, StopWhen
 from fasteval.core.pipeline import check_pipelinable, group_rows, policy_batch
+from fasteval.core.policy_set import PolicySet
+from fasteval.core.racing import RaceStop
 from fasteval.core.protocols import EngineParts, StepObserver
 from fasteval.core.timing import make_stage_timers
 from fasteval.core.transfer import DeviceToHost, HostToDevice, pins_host
@@ -57,6 +59,14 @@ def resolve_device(requested: str, policy: Any = None) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UserInputError(f"device {requested!r}: CUDA is not available on this machine. Use --device cpu or --device auto.")
     return device
+
+
+def _pairs(episodes: Sequence[Any]) -> list[tuple[int, int]] | None:
+    """``episodes`` of a many-policy run as ``(policy, episode)`` pairs, or None when they are plain indices."""
+    items = list(episodes)
+    if not items or not isinstance(items[0], (tuple, list)):
+        return None
+    return [(int(p), int(i)) for p, i in items]
 
 
 def action_host_dtype(space: gym.Space) -> np.dtype:
@@ -102,15 +112,23 @@ class CoreEngine:
         self.runs = 0
         self.ledger: Ledger | None = None
         """The ledger of the run in progress (or the last one)."""
+        self.stop_rule: StopWhen | RaceStop | None = None
+        """The stop rule (or race) of the run in progress (or the last one)."""
+        self.announce: Callable[[str], None] | None = None
+        """Where a race tells its eliminations and its end as they happen (the CLI sets it to stderr)."""
 
     def _build_policy_side(self, spec: EvalSpec) -> None:
         envs = self.envs
-        loaded_here = isinstance(spec.policy, str)
-        policy = self.parts.load_policy(spec, envs, self.n_slots)
-        self.device = resolve_device(spec.device, policy)
-        if loaded_here and isinstance(policy, nn.Module):
-            policy = policy.to(self.device).eval()
-        self.policy = policy
+        specs = [spec.for_policy(k) for k in range(spec.n_policies)]
+        loaded = [self.parts.load_policy(one, envs, self.n_slots) for one in specs]
+        self.device = resolve_device(spec.device, loaded[0])
+        for k, one in enumerate(specs):
+            if isinstance(one.policy, str) and isinstance(loaded[k], nn.Module):
+                loaded[k] = loaded[k].to(self.device).eval()
+        self.policies = loaded
+        """The run's policies, in the spec's order (one for a one-policy run)."""
+        self.policy = loaded[0] if len(loaded) == 1 else tuple(loaded)
+        """The policy (a one-policy run), or the tuple of them (a many-policy run)."""
         self.group_rows = group_rows(envs, spec.pipeline)
         """The slot groups of the step sequence: one, or two with ``pipeline``."""
         self.policy_batch = policy_batch(self.group_rows)
@@ -120,13 +138,16 @@ class CoreEngine:
         # The copy path follows what the owner of the host buffers knows (never tensor.is_pinned()).
         self.h2d = HostToDevice(envs.obs, self.device, self.pin_memory, host_pinned=envs.pinned)
         # A PolicyRunner plus the robot steps (obs mapping, normalization stats, task descriptions, action chunks).
-        self.runner = self.parts.build_runner(policy, spec, envs, self.h2d, self.policy_batch)
+        runners = [self.parts.build_runner(p, one, envs, self.h2d, self.policy_batch) for p, one in zip(loaded, specs)]
+        self.runner = runners[0] if len(runners) == 1 else PolicySet(runners, spec.names)
         self.d2h = DeviceToHost(self.n_slots, tuple(envs.action_space.shape or ()), action_host_dtype(envs.action_space),
                                 self.device, self.pin_memory)
         self.check_actions = make_action_check(action_host_dtype(envs.action_space), envs.action_space)
         if spec.pipeline:
             check_pipelinable(envs, self.runner, self.n_slots, spec.batch_size)
         self.accel_facts: dict[str, Any] = {}
+        self.policy_accel_facts: list[dict[str, Any]] = []
+        self.stacked_accel_facts: dict[str, Any] = {}
 
     @property
     def observation_space(self) -> gym.Space:
@@ -151,11 +172,31 @@ class CoreEngine:
         policy_input, copy = self.h2d.group(slice(0, self.policy_batch))
         copy()
         guard = self.watchdog.guard(self._policy_deadline(), POLICY, "the policy's dry run")
-        step, self.accel_facts = dry_run_and_accelerate(
-            self.runner, self.policy, policy_input, self.device, amp=self.spec.amp, compile=self.spec.compile,
-            cuda_graph=self.spec.cuda_graph, guard=lambda: self.watchdog.armed(guard))
-        self.runner.use_step(step)
+        spec = self.spec
+        runners = self.runner.runners if isinstance(self.runner, PolicySet) else [self.runner]
+        facts = []
+        for runner, policy in zip(runners, self.policies):
+            step, accel_facts = dry_run_and_accelerate(
+                runner, policy, policy_input, self.device, amp=spec.amp, compile=spec.compile,
+                cuda_graph=spec.cuda_graph, guard=lambda: self.watchdog.armed(guard))
+            runner.use_step(step)
+            facts.append(accel_facts)
+        self.accel_facts = facts[0]
+        self.policy_accel_facts = facts
+        """Each policy's accelerator facts (a many-policy run's per-policy records carry their own)."""
+        if isinstance(self.runner, PolicySet):
+            self.runner.stack(spec.stack_weights, self._accelerate_stacked, policy_input)
         self._checked = True
+
+    def _accelerate_stacked(self, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """A stacked-weights call wrapped as a policy step is (autocast, compile, CUDA graph). The capture
+        decision is the one function's, for a call with no per-slot state (only functional policies are
+        stacked: :func:`fasteval.core.policy_set.stack_decision`), on the first checkpoint's module."""
+        decision = accel.capture_decision(Capabilities(), self.policies[0], self.spec.cuda_graph, self.device)
+        step, facts = accel.accelerate(fn, device=self.device, amp=self.spec.amp, compile=self.spec.compile,
+                                       decision=decision)
+        self.stacked_accel_facts = facts
+        return step
 
     def run_segment(
         self,
@@ -182,13 +223,23 @@ class CoreEngine:
         record of the run is built above core, from the segment (:mod:`fasteval.run.record`).
         """
         cap = self.spec.n_episodes if episodes is not None else n_episodes
+        pairs = _pairs(episodes) if self.spec.n_policies > 1 and episodes is not None else None
+        if pairs is not None:
+            episodes = sorted({i for _, i in pairs})
         n, seed, episodes = self._plan(n_episodes, seed, episodes)
         cap = n if cap is None else int(cap)
         stop = self._stop_rule(cap, earlier)
-        if stop is not None and stop.fired:
-            n, episodes = 0, []  # the rule held on the earlier segments: the run stays stopped
-        ledger = Ledger(n, self.n_slots, seed, episodes)
+        self.stop_rule = stop
+        if self.spec.n_policies > 1:
+            ledger = self._many_policy_ledger(n, seed, episodes, pairs, stop)
+        else:
+            if stop is not None and stop.fired:
+                n, episodes = 0, []  # the rule held on the earlier segments: the run stays stopped
+            ledger = Ledger(n, self.n_slots, seed, episodes)
+        n = ledger.n_episodes
         self.ledger = ledger
+        if isinstance(self.runner, PolicySet):
+            self.runner.refresh()
         if n == 0:
             return self._segment(ledger, [], 0.0, cap, stop=stop)
         observer = self.parts.attach_observers(self, ledger, observer)  # videos / episode data when the spec asks
@@ -219,13 +270,37 @@ class CoreEngine:
         self.runs += 1
         return self._segment(ledger, faults.errors, self._eval_seconds(start, captured), cap, stop, None, observer)
 
-    def _stop_rule(self, cap: int, earlier: EarlierSegments | None) -> StopWhen | None:
-        """The spec's ``stop_when`` as this run's :class:`StopWhen` (fed the earlier segments' episodes)."""
+    def _many_policy_ledger(self, n: int, seed: int, episodes: list[int] | None,
+                            pairs: list[tuple[int, int]] | None, stop: Any) -> Ledger:
+        """The ledger of a many-policy run: every policy's episodes (``episodes``: those indices for every
+        policy; ``pairs``: these ``(policy, episode)`` pairs), interleaved by episode index, less what a race
+        primed with earlier segments no longer runs."""
+        K = self.spec.n_policies
+        if pairs is None:
+            ixs = range(n) if episodes is None else episodes
+            pairs = [(p, i) for i in ixs for p in range(K)]
+        if isinstance(stop, RaceStop):
+            pairs = stop.keep(pairs)
+        ep, pol = interleaved_rows(0, K, pairs)
+        ledger = Ledger(len(ep), self.n_slots, seed, ep, pol, K, self.spec.names)
+        if isinstance(stop, RaceStop):
+            ledger.dropped[[e.policy for e in stop.race.eliminations]] = True
+        return ledger
+
+    def _stop_rule(self, cap: int, earlier: EarlierSegments | None) -> StopWhen | RaceStop | None:
+        """The spec's ``stop_when`` as this run's :class:`StopWhen`, or a race's :class:`RaceStop` (fed the
+        earlier segments' episodes)."""
         if self.spec.stop_when is None:
             return None
+        if self.spec.n_policies > 1:
+            race = RaceStop(self.spec.stop_when, self.spec.names, self.spec.confidence, self.spec.return_bounds,
+                            cap=cap, min_feed=max(1, self.n_slots // 4), announce=self.announce)
+            if earlier is not None:
+                race.prime(earlier.records, earlier.n_cancelled)
+            return race
         # the prefix reaches the rule a quarter batch at a time: k is the same, the cost per step is bounded
         stop = StopWhen(self.spec.stop_when, self.spec.confidence, self.spec.return_bounds, cap=cap,
-                        min_feed=max(1, self.n_slots // 4))
+                        min_feed=max(1, self.n_slots // 4), design=self.spec.design)
         if earlier is not None:
             stop.prime(earlier.records, earlier.n_cancelled)
         return stop
@@ -236,12 +311,13 @@ class CoreEngine:
         The rows go up with the envs' success signal as it stands (``ledger.success_signal``): what a
         record of them says."""
         envs = self.envs
-        if on_finished is None:
-            return (lambda done: stop.on_finished(ledger, done)) if stop is not None else (lambda done: None)
+        if on_finished is None and stop is None:
+            return lambda done: None
 
         def finished(done: np.ndarray) -> None:
             ledger.success_signal = envs.has_success_signal
-            on_finished(ledger, done)
+            if on_finished is not None:
+                on_finished(ledger, done)
             if stop is not None:
                 stop.on_finished(ledger, done)
         return finished
@@ -343,12 +419,28 @@ class CoreEngine:
             "capture_s": self.capture_s,
             **{f"policy_{k}": v for k, v in self.accel_facts.items()},
             **self._policy_facts(),
+            **self._many_policy_facts(),
             **self._env_facts(),
             "has_success_signal": self._success_signal(),
             "n_out_of_range_actions": self.check_actions.out_of_range,
             # the intra-op threads the run used (run() sets them for CPU policies, then restores them)
             "torch_threads": int(self.spec.cpu_threads) if cpu else torch.get_num_threads(),
         }
+
+    def _many_policy_facts(self) -> dict[str, Any]:
+        """A many-policy run: how the policies were called (``policy_calls``: separate calls, or one stacked
+        call, and why), and each policy's own facts (``per_policy``: its accelerators, its ``run_meta``)."""
+        if not isinstance(self.runner, PolicySet):
+            return {}
+        per_policy = []
+        for k, policy in enumerate(self.policies):
+            accel_facts = self.policy_accel_facts[k] if k < len(self.policy_accel_facts) else {}
+            per_policy.append({**{f"policy_{key}": v for key, v in accel_facts.items()}, **run_meta_of(policy)})
+        facts: dict[str, Any] = {"n_policies": len(self.policies), "policy_calls": self.runner.policy_calls,
+                                 "per_policy": per_policy}
+        if self.runner.stacked is not None:
+            facts.update({f"policy_{key}": v for key, v in self.stacked_accel_facts.items()})
+        return facts
 
     def _env_facts(self) -> dict[str, Any]:
         """Facts the parts report about the env (``env_meta(spec) -> dict``): which implementation ran."""

@@ -63,6 +63,8 @@ class Faults:
             "traceback": traceback,
             "exit_code": exit_code,
         }
+        if L.policy_names is not None:  # a many-policy run: whose episode it was
+            record["policy"] = L.policy_names[int(L.policy_ids[row])]
         self.errors.append(record)
         self.on_error(record)
 
@@ -82,7 +84,7 @@ class Faults:
         self.runner.reset_slots([slot], seeds)
 
     def _give_up(self, slot: int, row: int, parked: dict[int, int]) -> None:
-        self.ledger.failed[row] = True
+        self.ledger.fail(row)
         self._seat(slot, self.ledger.take_next(), parked)
 
     # -- env failures -------------------------------------------------------------------

@@ -46,6 +46,7 @@ from fasteval.core.envs import SlotEnvs
 from fasteval.core.faults import Faults
 from fasteval.core.ledger import Ledger
 from fasteval.core.policy import PolicyRunner
+from fasteval.core.policy_set import PolicySet
 from fasteval.core.protocols import StepObserver
 from fasteval.core.timing import StageTimers
 from fasteval.core.watchdog import Watchdog
@@ -123,8 +124,9 @@ class StepGroup:
         self.policy_input, copy = ctx.h2d.group(rows)
         self.copy_obs = _observation_copy(copy, ctx, rows)
         """Step 1: the group's observation copy (see :func:`_observation_copy`)."""
-        self.call_policy = _policy_call(ctx, self.policy_input)
-        """Step 2: ``call_policy(active) -> actions`` on the policy device (see :func:`_policy_call`)."""
+        self.call_policy = _policy_call(ctx, self.policy_input, rows)
+        """Step 2: ``call_policy(active) -> actions`` on the policy device: one policy's runner, or a
+        many-policy run's group call (see :func:`_policy_call`)."""
         self.copy_actions = _actions_copy(ctx, ctx.d2h.group(rows))
         """Step 3: ``copy_actions(actions) -> host actions`` (see :func:`_actions_copy`)."""
         envs = ctx.envs
@@ -177,18 +179,25 @@ def _observation_copy(copy: Callable[[], None], ctx: StepContext, rows: slice) -
     return copy
 
 
-def _policy_call(ctx: StepContext, policy_input: Any) -> Callable[[list[int]], Any]:
-    """Step 2: ``call(active)`` runs the policy on ``policy_input``; the runner is told ``active`` first
-    when it wants it (``capabilities.wants_active``), and the watchdog is armed with ``ctx.policy_guard``
-    when there is one (``--policy-timeout``; disarmed by :func:`_actions_copy`, after the actions' copy)."""
+def _policy_call(ctx: StepContext, policy_input: Any, rows: slice | None = None) -> Callable[[list[int]], Any]:
+    """Step 2: ``call(active)`` runs the policy on ``policy_input`` (a many-policy run,
+    :class:`~fasteval.core.policy_set.PolicySet`: its call path for the group ``rows``, each slot's action
+    from its policy's runner); the runner is told ``active`` first when it wants it
+    (``capabilities.wants_active``), and the watchdog is armed with ``ctx.policy_guard`` when there is one
+    (``--policy-timeout``; disarmed by :func:`_actions_copy`, after the actions' copy)."""
     runner, guard, arm = ctx.runner, ctx.policy_guard, ctx.watchdog.arm
+    if isinstance(runner, PolicySet):
+        call = runner.group_call(ctx.ledger, rows, policy_input)
+    else:
+        def call(active: list[int]) -> Any:
+            return runner(policy_input)
     note = runner.note_active if ctx.capabilities.wants_active else None
     if note is None and guard is None:
-        return lambda active: runner(policy_input)
+        return call
     if guard is None:
         def noted(active: list[int]) -> Any:
             note(active)
-            return runner(policy_input)
+            return call(active)
 
         return noted
 
@@ -196,7 +205,7 @@ def _policy_call(ctx: StepContext, policy_input: Any) -> Callable[[list[int]], A
         if note is not None:
             note(active)
         arm(guard)
-        return runner(policy_input)
+        return call(active)
 
     return guarded
 
@@ -364,6 +373,57 @@ def cancel_in_flight(ctx: StepContext, groups: list[StepGroup]) -> None:
         group.stale = True
 
 
+def at_stop_request(ctx: StepContext, groups: list[StepGroup]) -> bool:
+    """The ledger asked for something at this step boundary (``ledger.stop_requested``). A stop rule held
+    (``ledger.halting``): cancel what is in flight and end the run (True). A race dropped policies
+    (:meth:`~fasteval.core.ledger.Ledger.drop_policies`): abandon their episodes in the slots of every group
+    with no step in flight, give those slots their next episodes at once, and keep the request up until
+    the groups still in flight have landed and been cleared too (False: the run goes on)."""
+    if ctx.ledger.halting:
+        cancel_in_flight(ctx, groups)
+        return True
+    L, pending = ctx.ledger, False
+    for group in groups:
+        slots = L.dropped_slots(group.active())
+        if not slots:
+            continue
+        if group.sent:
+            pending = True
+            continue
+        abandon_and_refill(ctx, slots)
+        group.stale = True
+    L.stop_requested = pending
+    return False
+
+
+def abandon_and_refill(ctx: StepContext, slots: list[int]) -> None:
+    """Drop the episodes in ``slots`` (their rows stay unfinished, counted in ``ledger.n_cancelled``) and,
+    with continuous batching, give the slots the ledger's next episodes (env and policy resets)."""
+    t = perf_counter()
+    L = ctx.ledger
+    for slot in slots:
+        L.slot_episode[slot] = IDLE
+        L.clear_slot(slot)
+    L.n_cancelled += len(slots)
+    refilled = []
+    if ctx.refill:
+        for slot in slots:
+            row = L.take_next()
+            if row == IDLE:
+                break
+            L.slot_episode[slot] = row
+            refilled.append(slot)
+    if refilled:
+        seeds = L.seeds_of(L.slot_episode[refilled])
+        ctx.envs.reset_slots(refilled, seeds)
+        ctx.runner.reset_slots(refilled, seeds)
+        if ctx.envs.failures:
+            ctx.recover()
+        if ctx.observer is not None:
+            ctx.observer.on_start(refilled)
+    ctx.timers.add("bookkeeping", t)
+
+
 def run_episodes(ctx: StepContext, group_rows: list[slice]) -> None:
     """Run the ledger to the end over groups of slots ``group_rows``. The first wave must already
     be started (:func:`start_wave`)."""
@@ -381,8 +441,7 @@ def run_episodes(ctx: StepContext, group_rows: list[slice]) -> None:
         for group in groups:
             if group.sent:
                 land(ctx, group)
-            if L.stop_requested:
-                cancel_in_flight(ctx, groups)
+            if L.stop_requested and at_stop_request(ctx, groups):
                 return
             launch(ctx, group)
         if any(group.sent for group in groups):

@@ -90,6 +90,8 @@ class PolicyRunner:
             self._call = policy
         else:
             raise UserInputError(f"policy of type {type(policy).__name__}: expected an nn.Module or an object with select_action(obs).")
+        self._raw_call = self._call
+        """The policy's own call as chosen here (the module itself, ``select_action``, an adapter)."""
         kind, self._reset_wants_seeds = _reset_signature(policy)
         if reset_mode == "per-env" and kind == WAVE:
             raise UserInputError(
@@ -155,6 +157,16 @@ class PolicyRunner:
         call = self._call
         self.plain_step = lambda obs: post(call(obs))
         self._step = self.plain_step
+
+    def functional_step(self) -> tuple[Callable[[Any], Any], Any, Callable[[torch.Tensor], torch.Tensor]] | None:
+        """``(prepare, module, postprocess)`` when the runner's whole step is ``postprocess(module(prepare(obs)))``
+        with an ``nn.Module`` called as it is (its ``forward``) and no per-slot state: what stacked weights
+        may batch over policies (:mod:`fasteval.core.policy_set`); ``None`` otherwise. After the dry run."""
+        from torch import nn
+
+        if not isinstance(self.policy, nn.Module) or self._raw_call is not self.policy or self.reset_kind != NO_RESET:
+            return None
+        return (lambda obs: obs), self.policy, self._postprocess
 
     def use_step(self, step: Callable[[Any], torch.Tensor]) -> None:
         """Replace the per-step call (an accelerated version of :attr:`plain_step`)."""

@@ -18,7 +18,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from fasteval.types.errors import FastevalError, UserInputError
-from fasteval.types.sequential import PrefixGate, StopMonitor
+from fasteval.types.sequential import PrefixGate, StopMonitor, TruncatedStopMonitor
 from fasteval.types.sequential.rules import overall_stopping
 
 
@@ -27,14 +27,31 @@ class StopRuleError(FastevalError, RuntimeError):
     the episodes finished so far are kept)."""
 
 
+class NoSuccessSignalError(UserInputError):
+    """A success-rate rule on an env that reports no success (exit 2, as bad input): its episodes would
+    all read "failed", and the rule would decide on nothing (``ci<=0.05`` stopped CartPole at k = 69 with
+    a success interval of 0-0.099; ``below=0.8`` would claim "below 80%"). Raised when the first
+    episodes finish without any ``info["is_success"]`` (an env's signal is known only then), before
+    the rule has read an outcome; the finished episodes are kept."""
+
+
+def no_signal_message(rule: str, n_finished: int) -> str:
+    return (f"--stop-when {rule}: a success-rate rule needs the env's success signal, and the env reported none "
+            f"(no info['is_success'] at any step of the first {n_finished} finished episode"
+            f"{'' if n_finished == 1 else 's'}), so every episode would read as failed and the rule would decide "
+            f"on nothing. Stop on the mean return instead (--stop-when return:above=T, return:below=T or "
+            f"return:ci<=E, with --return-bounds LO,HI), or drop --stop-when. The finished episodes are kept.")
+
+
 class StopWhen:
     """The stop rule of one task's run. ``prime(records)`` feeds episodes recorded by an earlier
     segment (a resumed run), in any order; ``on_finished(ledger, rows)`` the ones this run finishes."""
 
     def __init__(self, rule: Any, confidence: float = 0.95, return_bounds: Any = None, cap: int | None = None,
-                 min_feed: int = 1):
+                 min_feed: int = 1, design: str = "anytime"):
         try:
-            self.monitor = StopMonitor(rule, confidence, return_bounds, cap)
+            self.monitor = (TruncatedStopMonitor(rule, confidence, cap) if design == "truncated" else
+                            StopMonitor(rule, confidence, return_bounds, cap))
         except ValueError as exc:
             raise UserInputError(str(exc)) from None
         self.gate = PrefixGate(self.monitor, min_feed=min_feed)
@@ -64,6 +81,8 @@ class StopWhen:
         ixs = np.asarray(table.columns["episode_ix"]).tolist()
         if not ixs:
             return None
+        if self._field == "success" and not np.asarray(table.columns["has_success_signal"]).any():
+            raise NoSuccessSignalError(no_signal_message(self.monitor.rule.text, len(ixs)))
         self._add(ixs, np.asarray(table.columns[self._field]).tolist(), UserInputError)
         try:
             return self.gate.flush()
@@ -72,10 +91,13 @@ class StopWhen:
 
     def on_finished(self, ledger: Any, rows: Any) -> int | None:
         """Feed finished ledger rows (and rows that failed for good where they block the prefix);
-        on the first firing, ask the ledger to stop at k."""
+        on the first firing, ask the ledger to stop at k. A success rule refuses to read outcomes of an
+        env without a success signal (:class:`NoSuccessSignalError`, before any outcome is read)."""
         if self.fired:
             self.gate.add(ledger.episode_ids[rows].tolist(), [None] * len(rows))  # listed as computed past the stop
             return None
+        if self._field == "success" and not ledger.success_signal:
+            raise NoSuccessSignalError(no_signal_message(self.monitor.rule.text, int(ledger.finished.sum())))
         values = getattr(ledger, self._field)[rows]
         fired = self._add(ledger.episode_ids[rows].tolist(), values.tolist())
         if fired is None:
@@ -104,6 +126,10 @@ class StopWhen:
                 self.gate.flush()
             except ValueError as exc:
                 raise StopRuleError(str(exc)) from None
+            monitor = self.monitor
+            if (not self.fired and isinstance(monitor, TruncatedStopMonitor) and monitor.cap is not None
+                    and self.gate.next_index >= monitor.cap):  # every episode up to the cap ended, some failed for good
+                monitor.finish()
         self.n_cancelled += int(ledger.n_cancelled)
 
     def summary(self) -> dict[str, Any]:

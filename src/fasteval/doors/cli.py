@@ -6,7 +6,9 @@ Exit codes:
   2  bad input: unknown env id or option value, an unusable path (NUL byte, empty, a folder
      below a file), unloadable policy, action shape mismatch, a policy that raises on its dry
      run, a --resume whose options differ from the run's. Nothing was evaluated, and nothing
-     was written to the output folder.
+     was written to the output folder. Also bad input that shows only once episodes have run
+     (a success-rate --stop-when rule on an env that reports no success): the finished episodes
+     are kept in the output folder.
 
 ``fasteval --help`` imports neither torch nor the engine: subcommands are listed from
 :data:`SUBCOMMAND_HELP` and imported on use, and a run imports the engine when it starts.
@@ -29,7 +31,7 @@ from fasteval.doors.lerobot_options import FASTEVAL, LEROBOT
 from fasteval.render.words import plural
 from fasteval.robot.env_names import summary_name
 from fasteval.run.paths import UsablePath, path_problem
-from fasteval.types.spec import (AMP_MODES, EXPLORATIONS, NOISE_MODES, OBS_DTYPES, OBSERVATION_FORMATS, ON_NAN_ACTIONS,
+from fasteval.types.spec import (AMP_MODES, DESIGNS, EXPLORATIONS, NOISE_MODES, OBS_DTYPES, OBSERVATION_FORMATS, ON_NAN_ACTIONS,
                                  RESET_MODES, VECTORIZATIONS, VIDEO_LAYOUTS, VIDEO_SELECTIONS, EvalSpec)
 
 EXIT_OK, EXIT_RUNTIME_ERROR, EXIT_BAD_INPUT = 0, 1, 2
@@ -64,15 +66,23 @@ def default_output_dir(env: str) -> Path:
 
 class _Progress:
     """tqdm bar on stderr: episodes done and what is known of them: the running success rate, or the
-    mean return when the env reports no success signal (``signal()`` says, as the run goes). Off when
-    stderr is not a TTY."""
+    mean return when the env reports no success signal (``signal()`` says, as the run goes); a race: remaining
+    policies, leader, episodes counted. Off when stderr is not a TTY."""
 
-    def __init__(self, total: int, enabled: bool, signal: Callable[[], bool] = lambda: True):
+    def __init__(self, total: int, enabled: bool, signal: Callable[[], bool] = lambda: True, engine: Any = None):
         self.bar = None
         self.successes = 0
         self.sum_return = 0.0
         self.done = 0
         self.signal = signal
+        self.engine = engine
+        self.race_type: type | None = None
+        """:class:`fasteval.core.racing.RaceStop` where the engine may run a race (its stop rule is made later,
+        by the run): the bar then shows the race's line."""
+        if engine is not None and engine.spec.n_policies > 1:
+            from fasteval.core.racing import RaceStop
+
+            self.race_type = RaceStop
         if enabled:
             from tqdm import tqdm
 
@@ -86,8 +96,12 @@ class _Progress:
         self.done += len(episodes)
         self.successes += int(ledger.success[episodes].sum())
         self.sum_return += float(ledger.sum_reward[episodes].sum())
-        self.bar.set_postfix_str(progress_outcome(self.done, self.successes, self.sum_return, self.signal()),
-                                 refresh=False)
+        race = self.engine.stop_rule if self.race_type is not None else None
+        if self.race_type is not None and isinstance(race, self.race_type):
+            self.bar.set_postfix_str(race.progress()[6:], refresh=False)
+        else:
+            self.bar.set_postfix_str(progress_outcome(self.done, self.successes, self.sum_return, self.signal()),
+                                     refresh=False)
         self.bar.update(len(episodes))
 
     def close(self) -> None:
@@ -102,12 +116,39 @@ def format_success(agg: Mapping[str, Any], ci: bool = True) -> str:
     if not ci:
         return f"{agg['pc_success']:.1f}%"
     lo, hi = agg["pc_success_ci95"]
+    if agg.get("pc_success_ci95_fixed_n") is not None:  # the run stopped on its data: the anytime-valid interval
+        return f"{agg['pc_success']:.1f}%  (95% anytime-valid CI {lo:.1f}-{hi:.1f}%, valid at the stop)"
     return f"{agg['pc_success']:.1f}%  (95% CI {lo:.1f}-{hi:.1f}%)"
+
+
+def format_many_summary(result: Any, profile: bool, logged: int | None = None, log_file: Any = None) -> str:
+    """The terminal summary of a many-policy run: the run's totals, then the ranking (and the race)."""
+    from fasteval.render.ranking_text import format_ranking
+
+    o = result.overall()
+    rows = [("env", result.meta.get("env")), ("policies", f"{o['n_policies']} ({result.meta.get('policy_calls')})"),
+            ("episodes", o["n_episodes"])]
+    if logged is not None and logged < o["n_episodes"]:
+        rows.append(("recorded", f"only {logged} of these {o['n_episodes']} episodes are in {log_file} (a write "
+                                 f"failed); --resume runs the others again"))
+    rows += [("env_steps", o["env_steps"]), ("eval_s", f"{o['eval_s']:.3f}"),
+             ("episodes_per_s", f"{o['episodes_per_s']:.1f}"), ("steps_per_s", f"{o['steps_per_s']:.0f}")]
+    if profile:
+        total = o["eval_s"] or 1.0
+        for stage, seconds in result.timings.items():
+            rows.append((f"  {stage}", f"{seconds:.4f} s ({100.0 * seconds / total:.1f}%)"))
+    width = max(len(k) for k, _ in rows)
+    head = "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+    return head + "\n" + format_ranking(result.ranking, result.race)
 
 
 def format_summary(result: Any, profile: bool, logged: int | None = None, log_file: Any = None) -> str:
     """The terminal summary of a run's record; ``logged``: the episodes its ``log_file`` (``episodes.jsonl``)
     holds, said when fewer than the record's (a write failed)."""
+    from fasteval.types.many_result import ManyPolicyResult
+
+    if isinstance(result, ManyPolicyResult):
+        return format_many_summary(result, profile, logged, log_file)
     o = result.overall()
     rows = [
         ("env", summary_name(result.meta.get("env"), result.per_episode.tasks, bool(result.meta.get("suite")))),
@@ -135,11 +176,14 @@ def format_summary(result: Any, profile: bool, logged: int | None = None, log_fi
     if stop:
         what = (f"rule {stop['rule']} held at k = {stop['k']}" if stop["reason"] == "rule" else
                 f"cap of {stop['cap']} reached, rule {stop['rule']} did not hold" if stop["reason"] == "cap" else
-                f"rule {stop['rule']} not decided yet ({stop['reason']})")
-        rows.append(("stopped", f"{what}; {int(stop['confidence'] * 100)}% anytime interval "
+                f"at k = {stop['k']} for futility: rule {stop['rule']} is unlikely to hold by the cap (no claim)"
+                if stop["reason"] == "futility" else f"rule {stop['rule']} not decided yet ({stop['reason']})")
+        rows.append(("stopped", f"{what}; {int(round(stop['confidence'] * 100))}% anytime-valid interval "
                                 f"{stop['cs_low']:.4f}-{stop['cs_high']:.4f}"
                                 + (f"; {stop['n_computed_past_stop']} episodes computed past the stop (not counted)"
                                    if stop.get("n_computed_past_stop") else "")))
+        if stop.get("decided_by"):
+            rows.append(("decided by", stop["decided_by"]))
     if o["n_nan_reward_episodes"]:
         rows.append(("NaN-reward episodes", f"{o['n_nan_reward_episodes']} (their returns are NaN)"))
     if profile:
@@ -152,9 +196,11 @@ def format_summary(result: Any, profile: bool, logged: int | None = None, log_fi
 
 
 EVAL_OPTIONS = [
-    click.option("--policy", "-p", default="zero", show_default=True,
+    click.option("--policy", "-p", multiple=True, default=("zero",), show_default=True,
                  help="zero | random | checkpoint folder (config.json + model.safetensors) | module:callable | "
-                      "ws://HOST:PORT (fasteval serve) | openpi+ws://HOST:PORT (an openpi server)."),
+                      "ws://HOST:PORT (fasteval serve) | openpi+ws://HOST:PORT (an openpi server). Repeat it, or give "
+                      "a quoted glob ('outputs/train/act/checkpoints/*/pretrained_model'), to evaluate several "
+                      "policies in one pass on the same episodes (a ranking; --stop-when best races them)."),
     click.option("--env", "-e", default="CartPole-v1", show_default=True,
                  help="gymnasium id (plugins: ns/Name-vN imports ns) or module:callable returning an Env."),
     click.option("--env-kwarg", "env_kwargs", multiple=True, metavar="KEY=VALUE",
@@ -188,6 +234,10 @@ EVAL_OPTIONS = [
                  help="Autocast the policy (faster on tensor-core GPUs; slightly different numbers). auto: the "
                       "device's default autocast dtype (fp16 on CUDA, bf16 on CPU), as LeRobot's --policy.use_amp."),
     click.option("--compile", "compile_policy", is_flag=True, help="torch.compile the policy step (large policies)."),
+    click.option("--stack-weights", "stack_weights", is_flag=True,
+                 help="Several checkpoints of one architecture: run them as one vmap call over their stacked weights "
+                      "(torch.func), instead of one call per policy; falls back (said in the meta) where a policy is "
+                      "not functional. Same results within the rounding of batched matmuls."),
     click.option("--obs-format", "observation_format", type=click.Choice(OBSERVATION_FORMATS), default="raw", show_default=True,
                  help="raw: the env's observations. lerobot: observation.image(s)/state/environment_state keys, "
                       "images as float CHW in [0, 1] on the policy device."),
@@ -220,11 +270,16 @@ EVAL_OPTIONS = [
     click.option("--stop-when", "stop_when", default=None, metavar="RULE",
                  help="Stop as soon as RULE holds on episodes 0..k-1 (-n is then the cap): ci<=EPS, above=T, below=T "
                       "(success rate), return:ci<=E, return:above=T, return:below=T (mean return, needs --return-bounds). "
-                      "Anytime-valid; same k in every mode. See docs/how-many-episodes.md."),
+                      "Several policies: best, best:eps=E, return:best[:eps=E] race them, dropping each once another "
+                      "is shown better. Anytime-valid; same k in every mode. See docs/how-many-episodes.md."),
     click.option("--confidence", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95, show_default=True,
                  help="Level of --stop-when's anytime-valid confidence sequence."),
     click.option("--return-bounds", "return_bounds", default=None, metavar="LO,HI",
                  help="Smallest and largest possible episode return (for return: rules; a return outside is an error)."),
+    click.option("--design", "design", type=click.Choice(DESIGNS), default="anytime", show_default=True,
+                 help="How --stop-when above=T/below=T decides: anytime (valid however long the run goes on) or "
+                      "truncated (-n is a real budget: a group-sequential design spends its error by -n, decides "
+                      "sooner, and cannot be resumed with a larger -n)."),
     click.option("--video-select", "video_select", type=click.Choice(VIDEO_SELECTIONS), default="first", show_default=True,
                  help="Which episodes --videos renders: the first K by index, the first K failures or successes "
                       "(by index; only the K kept episodes are rendered, replayed from their seeds and actions), or the "
@@ -245,6 +300,9 @@ def build_spec(policy, env, env_kwargs, n_episodes, batch_size, seed, vectorizat
         from fasteval.doors.lerobot_options import auto_batch_size
 
         batch_size = auto_batch_size(n_episodes)
+    from fasteval.run.policy_refs import as_policy_field, expand_policy_refs
+
+    policy = as_policy_field(expand_policy_refs((policy,) if isinstance(policy, str) else tuple(policy)))
     return EvalSpec(
         env=env, policy=policy, env_kwargs=parse_env_kwargs(env_kwargs), n_episodes=n_episodes,
         batch_size=batch_size, seed=seed, vectorization=vectorization, device=device, max_steps=max_steps,
@@ -318,11 +376,11 @@ HELP_SECTIONS = (
     Section("What to evaluate", ("policy", "env", "env_kwargs", "n_episodes", "seed", "max_steps", "observation_format",
                                  "rename", "obs_dtype", "exploration", "trust_remote_code", "config_file", "resume_dir")),
     Section("How it runs", ("batch_size", "vectorization", "workers", "device", "reset_mode", "pipeline", "cuda_graph",
-                            "amp", "compile_policy", "cpu_threads", "profile")),
+                            "amp", "compile_policy", "stack_weights", "cpu_threads", "profile")),
     Section("Outputs", ("output_dir", "report", "max_episodes_rendered", "video_select", "video_layout",
                         "save_episodes_dir", "export_formats", "log_targets", "print_config")),
     Section("Faults and limits", ("retries", "on_nan_action", "step_timeout", "policy_timeout_s", "stop_grace_s")),
-    Section("Statistics", ("stop_when", "confidence", "return_bounds")),
+    Section("Statistics", ("stop_when", "confidence", "return_bounds", "design")),
     Section("LeRobot names", ("noise", "policy_overrides", "no_fast_env"),
             intro="LeRobot's own option names are accepted as they are, rewritten into the options above before "
                   "parsing; with any of them LeRobot's defaults apply (seed 1000, 50 episodes, 10 videos). Every "
@@ -502,6 +560,9 @@ def resolve_run(ctx: click.Context, options: dict[str, Any], files: FileOptions,
         if resume_dir is not None:
             raise UserInputError("--save-episodes cannot be combined with --resume: the steps of the episodes "
                                  "recorded before the interruption were not kept. Run again without --resume.")
+        if spec.n_policies > 1:
+            raise UserInputError(f"--save-episodes records one policy's rollouts; this run has {spec.n_policies} "
+                                 f"policies. Save each policy's episodes with a run of its own.")
         check_episode_folder(save_episodes_dir)
         spec = spec.replace(return_episode_data=True)
     spec, output_dir = files.resolve(ctx, spec, output_dir, resume=resume_dir is not None)
@@ -535,17 +596,17 @@ def check_lerobot_first(spec: Any) -> None:
     from fasteval.doors.lerobot_options import checkpoint_type
     from fasteval.robot.lerobot.checkpoint import is_lerobot_checkpoint
 
-    policy = spec.policy
-    if isinstance(policy, str) and (is_lerobot_checkpoint(policy) or (policy.startswith("hf://") and
-                                                                      checkpoint_type(policy) is not None)):
-        from fasteval.robot.lerobot.extra import require_lerobot
+    for policy in spec.policies:
+        if isinstance(policy, str) and (is_lerobot_checkpoint(policy) or (policy.startswith("hf://") and
+                                                                          checkpoint_type(policy) is not None)):
+            from fasteval.robot.lerobot.extra import require_lerobot
 
-        require_lerobot(f"the LeRobot checkpoint {policy}")
-        if spec.policy_overrides and not policy.startswith("hf://"):  # LeRobot's own error, before any env is built
-            from fasteval.robot.lerobot.checkpoint import lerobot_policy_type
-            from fasteval.robot.lerobot.loader import read_config
+            require_lerobot(f"the LeRobot checkpoint {policy}")
+            if spec.policy_overrides and not policy.startswith("hf://"):  # LeRobot's own error, before any env
+                from fasteval.robot.lerobot.checkpoint import lerobot_policy_type
+                from fasteval.robot.lerobot.loader import read_config
 
-            read_config(Path(policy), lerobot_policy_type(policy) or "?", spec.policy_overrides)
+                read_config(Path(policy), lerobot_policy_type(policy) or "?", spec.policy_overrides)
 
 
 def lerobot_defaults_line(spec: Any) -> str:
@@ -578,8 +639,12 @@ def run_one(engine: Any, out_dir: Path, resume: bool) -> Any:
     from fasteval.run.rundir import RunDirectory
     from fasteval.types.errors import FastevalError, UserInputError
 
-    progress = _Progress(engine.spec.n_episodes, enabled=sys.stderr.isatty(),
-                         signal=lambda: bool(engine.envs.has_success_signal))
+    spec = engine.spec
+    progress = _Progress(spec.n_episodes * spec.n_policies, enabled=sys.stderr.isatty(),
+                         signal=lambda: bool(engine.envs.has_success_signal), engine=engine)
+    if spec.n_policies > 1 and spec.stop_when is not None:  # the race says its eliminations as they happen
+        engine.announce = lambda line: (progress.bar.write(line, file=sys.stderr) if progress.bar is not None
+                                        else click.echo(line, err=True))
     try:
         return run_durable(engine, RunDirectory(out_dir), resume=resume, on_finished=progress,
                            announce=lambda m: click.echo(m, err=True))
@@ -626,6 +691,11 @@ def end_of_run(outcome: Any, spec: Any, out_dir: Path, files: FileOptions, profi
     if result.n_failed or result.errors:
         errors_at = out_dir / "tasks" / "*" / "errors.jsonl" if suite else out_dir / "errors.jsonl"
         click.echo("\n".join(describe_failures(result, errors_at)), err=True)
+    from fasteval.types.errors import UserInputError
+
+    if isinstance(outcome.error, UserInputError):  # bad input met once episodes ran (they are kept): fix it, not resume
+        click.echo(f"Error: {outcome.error}", err=True)
+        return EXIT_BAD_INPUT
     recorded = len(result.per_episode) if logged is None else min(len(result.per_episode), logged)
     click.echo(resume_hint(outcome.status, recorded, wanted, out_dir, suite, spec), err=True)
     if code != EXIT_RUNTIME_ERROR:  # interrupted
@@ -748,7 +818,11 @@ def spec_from_manifest(ctx: click.Context, run_dir: Any, options: dict[str, Any]
         asked = {k: v for k, v in values.items() if k in given and k != "trust_remote_code"}  # trust: below
         saved.update({k: v for k, v in asked.items() if k in HOW_FIELDS})  # how it runs: this command's
         for field_name, had, has in what_differences(saved, {**saved, **asked}):
-            hint = " (a resume may only extend a run: give a larger -n, or none)" if field_name == "n_episodes" else ""
+            hint = ""
+            if field_name == "n_episodes":
+                hint = (" (a --design truncated run is valid up to the cap it was planned for and spent its error by it: "
+                        "it cannot be extended; start a new run for a larger budget)" if saved.get("design") == "truncated"
+                        else " (a resume may only extend a run: give a larger -n, or none)")
             differ.append(f"{given[field_name]}: the run has {had!r}, this command has {has!r}{hint}")
         saved.update({k: v for k, v in asked.items() if k not in HOW_FIELDS})  # equal, or a larger -n
     if output_dir is not None and Path(output_dir).resolve() != Path(run_dir.path).resolve():

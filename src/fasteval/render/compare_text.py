@@ -55,13 +55,44 @@ def render_markdown(doc: dict[str, Any]) -> str:
     lines += ["", f"**Overall: {o['verdict']}** ({o['n_better']} better, {o['n_worse']} worse of {o['n_tasks']} tasks)"
               + (f"; non-inferior within {doc['margin']}: {o['non_inferior']}" if doc["margin"] is not None else "")
               + (f"; gate: {'FAILED (exit 3)' if o['exit_code'] else 'passed'}" if o["fail_if_worse"] else "") + "."]
-    seq = [t for t in doc["tasks"] if t.get("sequential")]
-    for t in seq:
-        q = t["sequential"]
-        lines.append(f"Sequential ({md_text(_task_name(t))}): stopped at k = {q['k']} ({q['reason']}), decision "
-                     f"{q['decision'] or 'none'}, e-values {_num(q['e_value_better'], 2)} (better) / "
-                     f"{_num(q['e_value_worse'], 2)} (worse) against {_num(q['threshold'], 1)}.")
+    seq = sequential_lines(doc, name=lambda t: md_text(_task_name(t)))
+    lines += [""] + seq if seq else []
+    lines += ["", stopped_runs_line(doc)] if stopped_runs_line(doc) else []
     return "\n".join(lines) + "\n"
+
+
+def stopped_runs_line(doc: dict[str, Any]) -> str:
+    """For two run folders of which one stopped on its data: why its fixed-n tests are descriptive ("" otherwise)."""
+    stopped = (doc.get("overall") or {}).get("stopped_runs")
+    if not stopped:
+        return ""
+    rules = ", ".join(f"{label}: --stop-when {doc[label.lower()]['stop_when']}" for label in stopped
+                      if isinstance(doc.get(label.lower()), dict))
+    return (f"Run {' and '.join(stopped)} stopped on its data ({rules}): its n was not fixed in advance, so the p-values, "
+            f"intervals and verdicts above are descriptive. To decide with a stop, use the live comparison "
+            f"(--policy-a/--policy-b/--env --stop-when decided).")
+
+
+def sequential_lines(doc: dict[str, Any], name: Any = None) -> list[str]:
+    """A live comparison's sequential test in words, per task: where it stopped and why, what decided, the
+    anytime-valid interval of B - A, and that the fixed-n numbers above are descriptive after the stop.
+    ``name(task)`` writes a task's name (``compare.md``: escaped)."""
+    name = name or _task_name
+    out = []
+    for t in doc["tasks"]:
+        q = t.get("sequential")
+        if not q:
+            continue
+        evidence = (f"e-values {_num(q['e_value_better'], 2)} (better) / {_num(q['e_value_worse'], 2)} (worse), "
+                    f"reject at e >= {q['threshold']:g}" if "e_value_better" in q else
+                    f"{q.get('b_wins')} of {q.get('n_discordant')} discordant pairs won by B")
+        diff = q.get("difference") or {}
+        interval = (f"; B - A in [{_num(diff.get('low'))}, {_num(diff.get('high'))}] "
+                    f"({_num(100 * diff['confidence'], 0)}% anytime-valid, valid at the stop)" if diff else "")
+        out.append(f"Sequential ({name(t)}): stopped at k = {q['k']} ({q['reason']}), decision "
+                   f"{q['decision'] or 'none'}; decided by {q.get('decided_by', q.get('method'))}; {evidence}{interval}. "
+                   f"The p-values and bootstrap intervals above are {t.get('fixed_n_tests', 'fixed-n')}.")
+    return out
 
 
 def render_table(doc: dict[str, Any]) -> str:
@@ -71,4 +102,4 @@ def render_table(doc: dict[str, Any]) -> str:
     o = doc["overall"]
     text.append(f"overall: {o['verdict']} ({o['n_better']} better, {o['n_worse']} worse of {o['n_tasks']} tasks; "
                 f"B = {doc['b']['source']}, A = {doc['a']['source']}; differences B - A)")
-    return "\n".join(text)
+    return "\n".join(text + sequential_lines(doc) + ([stopped_runs_line(doc)] if stopped_runs_line(doc) else []))

@@ -30,6 +30,7 @@ def render_markdown(doc: dict[str, Any], plots_note: str | None = None) -> str:
     parts = [
         ["# Sweep report", "", f"Built from `{doc['store']}` at {doc['generated_at']}."],
         [f"**{md(doc['summary'])}**"] if doc.get("summary") else [],
+        [stopped_note(doc)] if doc.get("stop_when") else [],
         _glance_markdown(doc),
         _cells_markdown(doc["cells"]),
         _totals_markdown(doc["totals"]),
@@ -65,11 +66,11 @@ def _glance_markdown(doc: dict[str, Any]) -> list[str]:
         else:
             cells += ["-", "-"]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "Judged by success % (Wilson 95%) where the env reports a success signal, else by mean return (bootstrap "
+    lines += ["", "Judged by success % (the cell's 95% interval) where the env reports a success signal, else by mean return (bootstrap "
               "95%). B is the policy listed later in the sweep; the paired column is one comparison, not corrected for the others."]
     across = sorted(doc.get("across_envs") or [], key=lambda a: -_num(a["iqm_success_pct"]))
     if across:
-        lines += ["", "Best overall, by IQM success % across the envs with a success signal (stratified bootstrap 95%): "
+        lines += ["", "Best overall, by IQM success % across the envs with a success signal (95%, for this fixed set of envs): "
                   + "; ".join(f"{rank}.{' (tied)' if tied else ''} {md(a['policy'])} {_fmt(a['iqm_success_pct'])} "
                               f"{_interval(a['iqm_success_ci95'])}"
                               for (rank, tied), a in zip(competition_ranks([a["iqm_success_pct"] for a in across]), across))
@@ -117,8 +118,10 @@ def _cells_markdown(cells: list[dict[str, Any]]) -> list[str]:
                        else NO_SIGNAL)
             ret = f"{_fmt(c['mean_return'], 3)} {_interval(c['return_ci95'], 3)}"
         lines.append(f"| {md(c['policy'])} | {md(c['env'])} | {success} | {ret} | {episodes} | {c['nan_reward_episodes']} | {c['errors']} |")
-    lines += ["", "Success intervals: Wilson score, 95%. Return intervals: percentile bootstrap of the mean (2000 resamples, "
-              "seed 0). A NaN reward makes an episode's return NaN, and the cell's mean NaN."]
+    method = next((c["success_ci95_method"] for c in cells if c.get("success_ci95_method")), "Wilson score (fixed n)")
+    lines += ["", f"Success intervals: {method}, 95%. Return intervals: percentile bootstrap of the mean (2000 resamples, "
+              "seed 0)" + (", descriptive after the stop" if "anytime" in method else "")
+              + ". A NaN reward makes an episode's return NaN, and the cell's mean NaN."]
     if any(not c.get("success_signal", True) for c in cells if c["episodes"]):
         lines.append(f"{NO_SIGNAL}: no env of the cell ever reported `info[\"is_success\"]`, so there is no success "
                      "rate to show (it would read 0%); compare those cells by return. They are left out of the "
@@ -139,8 +142,9 @@ def _across_markdown(across: list[dict[str, Any]]) -> list[str]:
     if not across:
         return []
     lines = ["## Across envs", "",
-             "Per policy: the per-seed-block success rate on each env, aggregated across envs (rliable's definitions); "
-             "intervals: stratified bootstrap (seed blocks resampled within each env), 95%.", "",
+             "Per policy: the mean and the IQM over envs of each env's success rate (all its episodes). Intervals, 95%, "
+             f"for this fixed set of envs: mean: {across[0].get('mean_success_method', '')}; IQM: "
+             f"{across[0].get('iqm_success_method', '')}.", "",
              "| policy | envs | mean success % [95% CI] | IQM success % [95% CI] |", "|---|---|---|---|"]
     for a in across:
         lines.append(f"| {md(a['policy'])} | {a['envs']} | {_fmt(a['mean_success_pct'])} {_interval(a['mean_success_ci95'])} | "
@@ -152,15 +156,16 @@ def _paired_markdown(paired: list[dict[str, Any]]) -> list[str]:
     if not paired:
         return []
     lines = ["## Paired comparisons", "",
-             "Over the episodes both policies ran (same env, task and seed). Success: McNemar's test (exact binomial when "
-             "fewer than 25 discordant pairs, else chi-square with continuity correction; the method column says which). "
-             "Return: mean difference B - A (B, the policy listed later, minus A; positive: B did better) with a "
-             "paired bootstrap 95% interval.", "",
-             "| env | A | B | episodes | only A / only B succeeded | McNemar p | method | return B - A [95% CI] |",
+             "Over the episodes both policies ran (same env, task and seed), with `fasteval compare`'s tests. Success: "
+             "McNemar's exact test, its p-value Holm-adjusted across every test of this report "
+             f"({paired[0].get('family', len(paired))} comparisons). Return: mean difference B - A (B the policy "
+             "listed later) with a paired bootstrap 95% interval.", "",
+             "| env | A | B | episodes | only A / only B succeeded | McNemar p (Holm) | method | return B - A [95% CI] |",
              "|---|---|---|---|---|---|---|---|"]
     for p in paired:
         m, d = p["success_mcnemar"], p["return_diff"]
-        success = (f"{m['only_a']} / {m['only_b']} | {m['p_value']:.4g} | {m['method']}" if m is not None
+        holm = f" ({m['p_holm']:.4g})" if m is not None and m.get("p_holm") is not None else ""
+        success = (f"{m['only_a']} / {m['only_b']} | {m['p_value']:.4g}{holm} | {m['method']}" if m is not None
                    else f"{NO_SIGNAL} | - | -")
         lines.append(f"| {md(p['env'])} | {md(p['a'])} | {md(p['b'])} | {p['episodes']} | {success} | "
                      f"{_fmt(d['mean_diff'], 3)} {_interval(d['ci'], 3)} |")
@@ -190,3 +195,11 @@ def _plots_markdown(doc: dict[str, Any], plots_note: str | None) -> list[str]:
     if "success.png" in plots:
         lines += ["![success rate](success.png)", ""]
     return [*lines, "![returns](returns.png)"]
+
+
+def stopped_note(doc: dict[str, Any]) -> str:
+    """What a sweep whose jobs stopped on their data (``options.stop_when``) reports: its intervals are
+    anytime-valid, its paired tests descriptive."""
+    return (f"Every job stopped by `--stop-when {doc['stop_when']}`: each seed block chose its n from its episodes, so "
+            "the success intervals are anytime-valid betting confidence sequences (valid at a data-dependent stop), "
+            "and the paired p-values and intervals are descriptive, not valid after the stop.")

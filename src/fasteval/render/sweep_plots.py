@@ -1,7 +1,7 @@
 """A sweep's plots, drawn with matplotlib's Agg canvas from the report document
 (:func:`fasteval.doors.sweep.report.report_document`):
 
-* ``success.png``: success rate per policy and env, Wilson error bars, one colour per policy; cells
+* ``success.png``: success rate per policy and env, Wilson error bars (anytime-valid ones for a sweep stopped by ``stop_when``), one colour per policy; cells
   with episodes and a success signal only, and no file when there is none;
 * ``returns.png``: the return distribution of each cell in its policy's colour: one column per env
   with a shared, labelled x-axis and shared bins; a cell whose returns are all equal shows a marker
@@ -72,7 +72,7 @@ def success_figure(doc: dict[str, Any]) -> Any:
         ax.bar(xs, ys, width=width, yerr=[lo, hi], capsize=3, label=policy, color=colours[policy])
     ax.set_xticks(range(len(envs)), envs, rotation=20, ha="right")
     ax.set_xlabel("env")
-    ax.set_ylabel("success % (Wilson 95% CI)")
+    ax.set_ylabel("success % (anytime-valid 95% CI)" if doc.get("stop_when") else "success % (Wilson 95% CI)")
     ax.set_ylim(0, 105)
     silent = [c["env"] for c in doc["cells"] if c["episodes"] and not c.get("success_signal", True)]
     left_out = [e for e in dict.fromkeys(silent) if e not in envs]

@@ -231,7 +231,7 @@ class VideoRecorder(StepObserver):
 
     def __init__(self, envs: Any, ledger: Any, env: str, max_episodes: int, videos_dir: str | os.PathLike,
                  select: str = FIRST, task: str | None = None, layout: str = "fasteval",
-                 factory: Any = None, timers: Any = None):
+                 factory: Any = None, timers: Any = None, policy: int | None = None):
         imageio = load_video_writer()
         local = envs.local_envs  # in-process envs only (the worker pool holds none in this process)
         problem = render_problem(local[0], env) if local else None
@@ -260,11 +260,15 @@ class VideoRecorder(StepObserver):
         """Candidates kept so far (``selection.keep``), replayed once no smaller index can displace them."""
         self.prefix = 0
         """Ledger rows below this one are all finished (or failed for good)."""
+        self.policy = policy
+        """A many-policy run: the policy whose episodes this recorder renders (one recorder per policy)."""
 
     def _episode(self, row: int) -> int:
         return int(self.ledger.episode_ids[row])
 
     def _wanted(self, row: int) -> bool:
+        if row != IDLE and self.policy is not None and int(self.ledger.policy_ids[row]) != self.policy:
+            return False
         return row != IDLE and self.selection.wanted(self._episode(row))
 
     def _path(self, row: int) -> Path:
@@ -400,7 +404,8 @@ class VideoRecorder(StepObserver):
 
     def finish(self) -> dict[str, Any]:
         """Close the open videos, replay the kept episodes, wait for the encoder (its wait is the ``encode``
-        stage); what this recorder made: ``{"video_paths": [...]}`` in episode order."""
+        stage); what this recorder made: ``{"video_paths": [...]}`` in episode order (a many-policy run's
+        recorder: also ``{"video_paths_by_policy": {name: [...]}}``)."""
         start = perf_counter()
         for slot in list(self.open):
             self._close(slot)
@@ -413,7 +418,10 @@ class VideoRecorder(StepObserver):
             if self.timers is not None:
                 self.timers.add("encode", start)
         written = self.encoder.written
-        return {"video_paths": [written[e] for e in sorted(written)]}
+        paths = [written[e] for e in sorted(written)]
+        if self.policy is None:
+            return {"video_paths": paths}
+        return {"video_paths": paths, "video_paths_by_policy": {self.ledger.policy_names[self.policy]: paths}}
 
 
 class EpisodeDataRecorder(StepObserver):
@@ -592,7 +600,14 @@ class Recorders(StepObserver):
         """Every recorder's outputs, merged (the record of the run is built from them)."""
         out: dict[str, Any] = {}
         for part in self.parts:
-            out.update(part.finish())
+            made = part.finish()
+            for key, value in made.items():  # a many-policy run's recorders: lists and name maps put together
+                if key == "video_paths" and key in out:
+                    out[key] = [*out[key], *value]
+                elif key == "video_paths_by_policy" and key in out:
+                    out[key] = {**out[key], **value}
+                else:
+                    out[key] = value
         return out
 
 
@@ -608,10 +623,18 @@ def attach_recorders(engine: Any, ledger: Any, observer: StepObserver | None) ->
                                  f"the env's id, and a live env object cannot give a second one that shares nothing "
                                  f"with the run's; use video_select='first', or pass the env by its id.")
         names = lerobot_names(spec.env, spec.env_kwargs)  # PushT-v0, not the fast PushT's import path
-        parts.append(VideoRecorder(engine.envs, ledger, spec.env, spec.max_episodes_rendered, spec.videos_dir or "videos",
-                                   select=spec.video_select, layout=spec.video_layout,
-                                   task=names[1] if names else task_label(spec.env, spec.env_kwargs),
-                                   factory=engine.factory, timers=engine.timers))
+        task = names[1] if names else task_label(spec.env, spec.env_kwargs)
+        videos_dir = spec.videos_dir or "videos"
+        if ledger.policy_names is None:
+            parts.append(VideoRecorder(engine.envs, ledger, spec.env, spec.max_episodes_rendered, videos_dir,
+                                       select=spec.video_select, layout=spec.video_layout, task=task,
+                                       factory=engine.factory, timers=engine.timers))
+        else:  # a many-policy run: each policy's videos in <videos_dir>/<policy name>/, chosen as its own run's
+            for k, name in enumerate(ledger.policy_names):
+                parts.append(VideoRecorder(engine.envs, ledger, spec.env, spec.max_episodes_rendered,
+                                           Path(videos_dir) / safe_filename(name), select=spec.video_select,
+                                           layout=spec.video_layout, task=task, policy=k,
+                                           factory=engine.factory, timers=engine.timers))
     if spec.return_episode_data:
         parts.append(EpisodeDataRecorder(engine, ledger, spec.observation_format, spec.rename))
     return Recorders(parts, observer, engine.timers) if parts else observer

@@ -50,6 +50,7 @@ def evaluate(spec: EvalSpec | None = None, **kwargs: Any) -> EvalResult:
 
     >>> evaluate(env="CartPole-v1", policy="zero", n_episodes=10).overall()["avg_sum_reward"]  # doctest: +SKIP
     """
+    kwargs = _policy_kwargs(kwargs)
     if spec is None:
         spec = EvalSpec(**kwargs)
     elif kwargs:
@@ -58,14 +59,29 @@ def evaluate(spec: EvalSpec | None = None, **kwargs: Any) -> EvalResult:
         return engine.run()
 
 
+def _policy_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``policy=`` as the spec takes it: a list or tuple of policies (globs of checkpoint folders expanded), a
+    dict naming them, one policy (see :mod:`fasteval.run.policy_refs`)."""
+    if "policy" not in kwargs:
+        return kwargs
+    from fasteval.run.policy_refs import library_policy
+
+    policy, names = library_policy(kwargs["policy"], kwargs.get("policy_names"))
+    return {**kwargs, "policy": policy, **({"policy_names": names} if names is not None else {})}
+
+
 @contextmanager
 def policy_eval_mode(policy: Any) -> Iterator[None]:
     """``policy.eval()`` inside the block; afterwards every submodule's own ``training`` flag is back.
 
     A no-op for policies that are not ``nn.Module``. Flags are restored by assignment, module
     by module, so a model that was half in train mode (say, a frozen encoder kept in eval
-    mode) comes back exactly as it was, even when the block raises.
+    mode) comes back exactly as it was, even when the block raises. A tuple of policies (a
+    many-policy run): every module among them.
     """
+    if isinstance(policy, tuple):
+        modules = [p for p in policy if isinstance(p, nn.Module)]
+        policy = nn.ModuleList(modules) if modules else None
     if not isinstance(policy, nn.Module):
         yield
         return
@@ -150,12 +166,12 @@ class Evaluator:
     """
 
     def __init__(self, env: str | EvalSpec, policy: Any = None, **spec_fields: Any):
+        if policy is not None:
+            spec_fields = _policy_kwargs({**spec_fields, "policy": policy})
         if isinstance(env, EvalSpec):
-            if policy is not None:
-                spec_fields["policy"] = policy
             self.spec = env.replace(**spec_fields) if spec_fields else env
         else:
-            self.spec = EvalSpec(env=env, policy="zero" if policy is None else policy, **spec_fields)
+            self.spec = EvalSpec(env=env, **{"policy": "zero", **spec_fields})
         self._engine: Engine | None = None
         self._executor: ProcessPoolExecutor | None = None
         self._template_sent = False
@@ -170,6 +186,8 @@ class Evaluator:
     @property
     def policy(self) -> Any:
         """The policy object the engine calls (the live module itself if one was passed)."""
+        if self.spec.n_policies > 1:
+            return self.engine.policy  # the tuple of the run's policies
         return self.spec.policy if not isinstance(self.spec.policy, str) else self.engine.policy
 
     # -- synchronous -----------------------------------------------------------------------------
@@ -230,6 +248,9 @@ class Evaluator:
         (an id registered on import, or ``module:callable``). Attributes of a live module that
         are not in its state dict are taken as they were at the first call.
         """
+        if self.spec.n_policies > 1:
+            raise UserInputError(f"evaluate_async evaluates one policy's weights as they are now; this Evaluator has "
+                                 f"{self.spec.n_policies} policies. Use evaluate() for a many-policy run.")
         job = self._snapshot_job(n_episodes, seed)
         try:
             future = self._pool().submit(_run_job, job)

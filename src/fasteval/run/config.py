@@ -81,13 +81,7 @@ def load_config(path: str | Path) -> dict[str, Any]:
     check_keys(data, where=f"config file {str(path)!r}")
     policy = data.get("policy")
     if policy is not None:
-        if not isinstance(policy, str) or (policy.startswith("<") and policy.endswith(">")):
-            raise ConfigError(f"config file {str(path)!r}: policy: expected a policy reference string (zero, random, "
-                              f"a checkpoint folder, module:callable), got {policy!r}. A live policy object cannot be "
-                              "saved in a config; pass it to fasteval.evaluate() instead.")
-        beside = path.parent / policy
-        if not Path(policy).is_absolute() and beside.is_dir() and path.parent.resolve() != Path.cwd().resolve():
-            data["policy"] = str(beside.resolve())
+        data["policy"] = _config_policies(policy, path)
     out = data.get("output_dir")
     if out is not None:
         from fasteval.run.paths import path_problem
@@ -98,6 +92,34 @@ def load_config(path: str | Path) -> dict[str, Any]:
     if "env_kwargs" in data and not isinstance(data["env_kwargs"], Mapping):
         raise ConfigError(f"config file {str(path)!r}: env_kwargs: expected a mapping, got {data['env_kwargs']!r}.")
     return data
+
+
+def _config_policies(policy: Any, path: Path) -> Any:
+    """A config's ``policy``: one reference string or a list of them (several policies in one run); each
+    relative checkpoint folder looked up beside the file first, each glob expanded there (or in the current
+    folder); one reference in the end is returned as a string."""
+    from fasteval.run.policy_refs import as_policy_field, expand_glob, is_glob
+
+    refs = policy if isinstance(policy, list) else [policy]
+    if not refs or any(not isinstance(p, str) or (p.startswith("<") and p.endswith(">")) for p in refs):
+        raise ConfigError(f"config file {str(path)!r}: policy: expected a policy reference string (zero, random, "
+                          f"a checkpoint folder, module:callable) or a list of them, got {policy!r}. A live policy "
+                          "object cannot be saved in a config; pass it to fasteval.evaluate() instead.")
+    elsewhere = path.parent.resolve() != Path.cwd().resolve()
+    out: list[str] = []
+    for ref in refs:
+        if is_glob(ref):
+            beside = elsewhere and not Path(ref).is_absolute()
+            try:
+                out.extend(str(Path(m).resolve()) if beside else m for m in expand_glob(ref, path.parent if beside else None))
+            except UserInputError:
+                if not beside:
+                    raise
+                out.extend(expand_glob(ref))
+            continue
+        there = path.parent / ref
+        out.append(str(there.resolve()) if not Path(ref).is_absolute() and there.is_dir() and elsewhere else ref)
+    return as_policy_field(out) if len(out) == 1 else out
 
 
 def check_keys(data: Mapping[str, Any], where: str = "config") -> None:
@@ -126,9 +148,14 @@ def config_document(spec: EvalSpec, output_dir: str | Path | None, defaults: str
     """The resolved config: every EvalSpec field, plus ``output_dir`` (and ``defaults``: which set of defaults
     the command line got). Loading it gives ``spec`` back."""
     doc = spec.to_dict()
+
+    def absolute(policy: Any) -> Any:  # a saved config must not depend on where it is read
+        if isinstance(policy, str) and not Path(policy).is_absolute() and Path(policy).is_dir():
+            return str(Path(policy).resolve())
+        return policy
+
     policy = doc.get("policy")
-    if isinstance(policy, str) and not Path(policy).is_absolute() and Path(policy).is_dir():
-        doc["policy"] = str(Path(policy).resolve())  # a saved config must not depend on where it is read
+    doc["policy"] = [absolute(p) for p in policy] if isinstance(policy, list) else absolute(policy)
     doc["output_dir"] = None if output_dir is None else str(output_dir)
     if defaults is not None:
         doc["defaults"] = defaults

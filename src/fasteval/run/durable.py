@@ -55,7 +55,8 @@ from fasteval.core.outcome import Segment, SegmentAborted
 from fasteval.run.engine import Engine
 from fasteval.run.folder_lock import FolderLock
 from fasteval.run.provenance import collect_provenance
-from fasteval.run.record import EpisodeRows, Label, build_record, default_label, manifest_document
+from fasteval.run.record import EpisodeRows, Label, default_label, manifest_document
+from fasteval.run.record_many import build_run_record
 from fasteval.types.errors import FastevalError, UserInputError
 from fasteval.types.results import (STATUS_COMPLETE, STATUS_FAILED, STATUS_INTERRUPTED, STATUS_RUNNING,  # noqa: F401
                                     EarlierSegments, EpisodeTable, EvalResult)
@@ -442,11 +443,26 @@ def _earlier_segments(run_dir: RunDirectory, spec: EvalSpec, identity: dict[str,
     check_resumable(manifest, spec, identity, run_dir.path)
     identity["run_id"] = manifest.get("run_id")  # None: a run folder of an older fasteval, whose records carry none
     seed = manifest["what"]["seed"] if "what" in manifest else manifest["seed"]
-    done = run_dir.records(RunIdentity(identity["run_id"], seed, spec.n_episodes))
+    names = spec.names if spec.n_policies > 1 else None
+    done = run_dir.records(RunIdentity(identity["run_id"], seed, spec.n_episodes, names))
     segments = list(manifest.get("segments", []))
     earlier = EarlierSegments(EpisodeTable.from_records(done), sum(s["eval_s"] for s in segments), len(segments),
                               n_cancelled=sum(int(s.get("n_cancelled", 0)) for s in segments))
     return manifest, earlier, segments
+
+
+def missing_episodes(spec: EvalSpec, done: EpisodeTable) -> list[Any] | None:
+    """What a (resumed) run still has to run: ``None`` (everything), the missing episode indices, or for a
+    many-policy run the missing ``(policy, episode)`` pairs (the engine's race drops those it no longer needs)."""
+    if not len(done):
+        return None
+    ixs = done.column("episode_ix").tolist()
+    if spec.n_policies == 1:
+        done_ix = set(ixs)
+        return [i for i in range(spec.n_episodes) if i not in done_ix]
+    index = {name: k for k, name in enumerate(spec.names)}
+    have = {(index[name], i) for name, i in zip(done.column("policy").tolist(), ixs) if name in index}
+    return [(p, i) for i in range(spec.n_episodes) for p in range(spec.n_policies) if (p, i) not in have]
 
 
 def run_durable(
@@ -465,7 +481,7 @@ def run_durable(
     ``flush_policy``'s window on a kill. Raises :class:`~fasteval.types.errors.UserInputError` (the
     folder holds another run, the resume does not match, the dry run failed) with the folder
     left as it was (a new run's folder not made at all). The record is built once, from the engine's
-    segment, the earlier segments and the final flush (:func:`fasteval.run.record.build_record`).
+    segment, the earlier segments and the final flush (:func:`fasteval.run.record_many.build_run_record`).
     """
     lock = FolderLock(run_dir.path)
     try:
@@ -486,8 +502,7 @@ def _run(engine: Engine, run_dir: RunDirectory, resume: bool, on_finished: Calla
     original_manifest, earlier, segments = _earlier_segments(run_dir, spec, identity, resume)
     this_segment = collect_provenance()  # the command, versions, git commit, machine and date (the report shows them)
     identity["provenance"] = (original_manifest or {}).get("provenance") or this_segment  # the run's first segment
-    done_ix = set(earlier.records.column("episode_ix").tolist())
-    missing = [i for i in range(spec.n_episodes) if i not in done_ix] if done_ix else None  # None: all, no O(n) list
+    missing = missing_episodes(spec, earlier.records)
     log = _SegmentLog(engine, run_dir, identity, segments, flush_policy, on_finished, announce, lock, resume,
                       task if task is not None else default_label(spec))
     engine.watchdog.on_expire = log.expire
@@ -521,7 +536,7 @@ def _finish(spec: EvalSpec, segment: Segment, earlier: EarlierSegments, log: _Se
     run_dir = log.run_dir
 
     def build(write_failure: BaseException | None) -> EvalResult:
-        return build_record(spec, segment, earlier=earlier, task=task, write_error=write_failure, run_id=log.run_id)
+        return build_run_record(spec, segment, earlier=earlier, task=task, write_error=write_failure, run_id=log.run_id)
 
     record = build(write_error)
     wrote: list[str] = []

@@ -32,7 +32,8 @@ from fasteval.robot.fast_envs import env_note
 from fasteval.robot.policies.loaders import load_policy
 from fasteval.robot.policies.runner import build_policy_runner
 from fasteval.robot.recording import attach_recorders, finish_recorders
-from fasteval.run.record import Label, build_record
+from fasteval.run.record import Label
+from fasteval.run.record_many import build_run_record
 from fasteval.types.errors import EvaluationAborted
 from fasteval.types.results import EarlierSegments, EvalResult
 from fasteval.types.spec import EvalSpec
@@ -92,7 +93,7 @@ class Engine(CoreEngine):
         task: Label | None = None,
     ) -> EvalResult:
         """Run episodes ``0..n-1`` with seeds ``seed + i`` (see :meth:`CoreEngine.run_segment` for the
-        arguments) and return the run's record (:func:`fasteval.run.record.build_record`; ``task``: the
+        arguments) and return the run's record (:func:`fasteval.run.record_many.build_run_record`; ``task``: the
         label its records carry, a suite's task). A run that stops early raises
         :class:`~fasteval.types.errors.EvaluationAborted`, whose ``partial`` is the record of every episode
         that finished before the stop."""
@@ -100,7 +101,7 @@ class Engine(CoreEngine):
             segment = self.run_segment(n_episodes, seed, on_finished, episodes, on_error, observer, earlier)
         except SegmentAborted as exc:
             segment = exc.segment
-        record = build_record(self.spec, segment, earlier=earlier, task=task)
+        record = build_run_record(self.spec, segment, earlier=earlier, task=task)
         if segment.error is not None:
             raise EvaluationAborted(
                 f"evaluation stopped early after {len(record.per_episode)} finished episodes: "

@@ -24,6 +24,7 @@ record's ``meta``, the manifest and the bench report's header use it).
 
 from __future__ import annotations
 
+import json
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -34,7 +35,7 @@ from fasteval.core.stopping import cut_at_stop, stopping_meta
 from fasteval.types.eval_result import (STATUS_COMPLETE, STATUS_FAILED, STATUS_INTERRUPTED, EarlierSegments,
                                         EvalResult)
 from fasteval.types.episode_table import EpisodeTable
-from fasteval.types.json_writer import column_texts, row_template, row_texts
+from fasteval.types.json_writer import column_texts, row_template, row_texts, scalar_text
 from fasteval.types.spec import EvalSpec, env_label
 from fasteval.version import __version__
 
@@ -80,11 +81,13 @@ def spec_facts(spec: EvalSpec) -> dict[str, Any]:
     """The facts of a run that its spec gives, as every view of the run shows them (the record's ``meta``,
     the manifest, the bench report): the version that ran it, the env, the policy (a live object by its
     class name), the seed of episode 0, the episodes asked for, the step cap and device asked for."""
+    what = spec.what.to_dict()
     return {
         "fasteval_version": __version__,
         "env": env_label(spec.env),
-        "env_kwargs": spec.what.to_dict()["env_kwargs"],
-        "policy": spec.what.to_dict()["policy"],
+        "env_kwargs": what["env_kwargs"],
+        "policy": what["policy"],
+        **({"policy_names": what["policy_names"]} if spec.n_policies > 1 else {}),
         "seed": spec.seed,
         "n_episodes": spec.n_episodes,
         "max_steps": spec.max_steps,
@@ -110,31 +113,38 @@ class EpisodeRows:
     def table(self, rows: Any = None, signal: bool | None = None, run_id: str | None = None) -> EpisodeTable:
         """The records of ``rows``; with ``run_id``, each also carries the run folder's id (the lines of
         ``episodes.jsonl`` do: a resume tells the run's records from another's)."""
-        columns = self._columns(rows)
+        columns, policies = self._columns(rows)
         n = columns["episode_ix"].size
         signal = self.ledger.success_signal if signal is None else signal
         columns["has_success_signal"] = np.broadcast_to(np.bool_(signal), (n,))
-        extra = None if run_id is None else {"run_id": np.full(n, run_id, dtype=object)}
-        return EpisodeTable(columns, np.zeros(1, np.int64), [self.label], extra)
+        extra = {} if policies is None else {"policy": policies}
+        if run_id is not None:
+            extra["run_id"] = np.full(n, run_id, dtype=object)
+        return EpisodeTable(columns, np.zeros(1, np.int64), [self.label], extra or None)
 
     def texts(self, rows: Any, *, run_id: str | None = None, compact: bool = False,
               encode: Callable[[Any], str] | None = None) -> list[str]:
         """The JSON text of each of ``rows``' records: exactly what ``table(rows, run_id=run_id)``'s rows
         encode to (:func:`~fasteval.types.json_writer.row_texts`; the lines of ``episodes.jsonl`` with
         ``compact``), from the same columns, without the table or a dict per row."""
-        columns = self._columns(rows)
+        columns, policies = self._columns(rows)
         numbers = {k: column_texts(c) for k, c in columns.items()}
         signal = bool(self.ledger.success_signal)
         constants = {"has_success_signal": signal, **({} if run_id is None else {"run_id": run_id})}
+        extra = {}
+        if policies is not None:  # each row's policy name, as the table's extra column encodes it
+            text = {name: scalar_text(name, encode or json.dumps) for name in self.ledger.policy_names}
+            extra["policy"] = [text[name] for name in policies.tolist()]
         key = (signal, run_id, compact, encode)  # a run log's groups share one template
         template = self._templates.get(key)
         if template is None:
-            template = self._templates[key] = row_template(self.label, (), constants, compact, encode)
-        return row_texts(numbers, columns["episode_ix"].size, task=self.label, constants=constants,
+            template = self._templates[key] = row_template(self.label, tuple(extra), constants, compact, encode)
+        return row_texts(numbers, columns["episode_ix"].size, task=self.label, extra=extra, constants=constants,
                          template=template)
 
-    def _columns(self, rows: Any) -> dict[str, np.ndarray]:
-        """Every numeric column but ``has_success_signal`` (a run's constant), for ``rows``."""
+    def _columns(self, rows: Any) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+        """Every numeric column but ``has_success_signal`` (a run's constant), for ``rows``; and, in a
+        many-policy run, each row's policy name (else ``None``)."""
         ledger = self.ledger
         n = ledger.n_episodes
         if rows is None:
@@ -144,9 +154,12 @@ class EpisodeRows:
             rows = np.asarray(rows, dtype=np.int64)
             pick = lambda a: a[rows]  # noqa: E731
         ids = pick(ledger.episode_ids)
-        return {"episode_ix": ids, "seed": ids + ledger.seed, "sum_reward": pick(ledger.sum_reward),
-                "max_reward": pick(ledger.max_reward), "length": pick(ledger.length), "success": pick(ledger.success),
-                "nan_rewards": pick(ledger.nan_rewards)}
+        columns = {"episode_ix": ids, "seed": ids + ledger.seed, "sum_reward": pick(ledger.sum_reward),
+                   "max_reward": pick(ledger.max_reward), "length": pick(ledger.length),
+                   "success": pick(ledger.success), "nan_rewards": pick(ledger.nan_rewards)}
+        if ledger.policy_names is not None:  # a many-policy run: each record names its policy (not numeric)
+            return columns, np.asarray(ledger.policy_names, dtype=object)[pick(ledger.policy_ids)]
+        return columns, None
 
 
 def build_record(spec: EvalSpec, segment: Segment, *, earlier: EarlierSegments | None = None,
@@ -154,7 +167,13 @@ def build_record(spec: EvalSpec, segment: Segment, *, earlier: EarlierSegments |
                  run_id: str | None = None) -> EvalResult:
     """The one record of a run (see the module docstring): this segment's finished rows merged with the
     earlier segments', cut at the stop rule's ``k``, its end state decided by :func:`end_status`.
-    ``run_id``: a durable run's folder id, which its fault records carry (as in ``errors.jsonl``)."""
+    ``run_id``: a durable run's folder id, which its fault records carry (as in ``errors.jsonl``). A
+    many-policy run's record is a :class:`~fasteval.types.many_result.ManyPolicyResult`, built by
+    :func:`fasteval.run.record_many.build_many_record` (:func:`~fasteval.run.record_many.build_run_record`
+    picks the builder; this module does not import that one, which imports this one)."""
+    if spec.n_policies > 1:
+        raise ValueError("build_record builds a one-policy run's record; a many-policy run's: "
+                         "fasteval.run.record_many.build_run_record")
     ledger = segment.ledger
     label = tuple(task) if task is not None else default_label(spec)
     records = EpisodeRows(ledger, label).table(signal=segment.success_signal)

@@ -95,8 +95,13 @@ def lines_of(texts: Sequence[str]) -> str:
 
 def policy_digest(policy: Any, reference: Any) -> str:
     """sha256 of the policy's weights (state_dict tensors, in key order) or, for policies
-    without weights, of its reference string. Changes whenever the weights change."""
+    without weights, of its reference string. Changes whenever the weights change. A many-policy run
+    (``reference`` a tuple, ``policy`` the tuple of its policies): the digest of its policies' digests, in order."""
     h = hashlib.sha256()
+    if isinstance(reference, tuple):
+        for one, ref in zip(policy, reference):
+            h.update(policy_digest(one, ref).encode())
+        return h.hexdigest()
     if isinstance(policy, HasWeights):
         for key, tensor in sorted(policy.state_dict().items()):
             h.update(key.encode())
@@ -196,7 +201,7 @@ class RunDirectory:
         path = self.path / EPISODES
         if not path.is_file():
             return []
-        out: dict[int, dict[str, Any]] = {}
+        out: dict[Any, dict[str, Any]] = {}
         foreign: list[str] = []
         # only complete lines: a last line without its newline is torn (a resume cuts it off before appending)
         for number, line in enumerate(path.read_text().split("\n")[:-1], start=1):
@@ -211,13 +216,13 @@ class RunDirectory:
                 foreign.append(f"line {number}: {problem}")
                 continue
             record.pop("run_id", None)  # the folder's fact, not the episode's (results hold none)
-            out[int(record["episode_ix"])] = record
+            out[(record.get("policy"), int(record["episode_ix"]))] = record  # one per (policy, episode)
         if foreign:
             raise UserInputError(
                 f"refusing to resume {self.path}: {len(foreign)} record(s) of {path} are not this run's "
                 f"({'; '.join(foreign[:3])}{'; ...' if len(foreign) > 3 else ''}). The folder mixes runs; start a "
                 f"new run with another --output-dir.")
-        return [out[k] for k in sorted(out)]
+        return [out[k] for k in sorted(out, key=lambda key: (key[1], str(key[0])))]
 
     def close(self) -> None:
         for handle in (self._episodes, self._errors):
@@ -258,14 +263,21 @@ class RunDirectory:
 class RunIdentity:
     """What every record of one run shares: its ``run_id`` (from the manifest) and ``seed = seed0 + episode_ix``."""
 
-    def __init__(self, run_id: str | None, seed: int, n_episodes: int):
+    def __init__(self, run_id: str | None, seed: int, n_episodes: int, policy_names: Sequence[str] | None = None):
         self.run_id, self.seed, self.n_episodes = run_id, int(seed), int(n_episodes)
+        self.policy_names = tuple(policy_names) if policy_names is not None else None
+        """A many-policy run's names: every record must name one of them (a one-policy run's name none)."""
 
     def problem(self, record: dict[str, Any]) -> str | None:
         """Why ``record`` is not this run's, or ``None``."""
         ix = record.get("episode_ix")
         if record.get("run_id") != self.run_id:
             return f"run_id {record.get('run_id')!r}, this run's is {self.run_id!r}"
+        policy = record.get("policy")
+        if self.policy_names is not None and policy not in self.policy_names:
+            return f"policy {policy!r} is not one of this run's {list(self.policy_names)}"
+        if self.policy_names is None and policy is not None:
+            return f"policy {policy!r}: this run evaluates one policy, its records name none"
         if not isinstance(ix, int) or not 0 <= ix < self.n_episodes:
             return f"episode_ix {ix!r} is not one of this run's 0..{self.n_episodes - 1}"
         if record.get("seed") != self.seed + ix:
@@ -292,16 +304,18 @@ def same_value(field: str, a: Any, b: Any) -> bool:
 
 def what_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     """``[(field, the run's value, this one's)]`` for every *what* field that differs (a field an older
-    manifest lacks counts as its default). ``n_episodes`` may grow: a larger one extends the run."""
+    manifest lacks counts as its default). ``n_episodes`` may grow: a larger one extends the run, except
+    under ``design="truncated"``, whose error is spent by its cap and which is valid up to it only."""
     from fasteval.types.spec import WHAT_FIELDS, What
 
     defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())  # type: ignore[misc]
                 for f in dataclasses.fields(What) if f.default is not dataclasses.MISSING
                 or f.default_factory is not dataclasses.MISSING}
     out = []
+    truncated = "truncated" in (saved.get("design"), now.get("design"))  # valid up to its cap only: -n is fixed
     for key in WHAT_FIELDS:
         had, has = saved.get(key, defaults.get(key)), now.get(key, defaults.get(key))
-        if key == "n_episodes" and isinstance(had, int) and isinstance(has, int) and has >= had:
+        if key == "n_episodes" and isinstance(had, int) and isinstance(has, int) and has >= had and not truncated:
             continue
         if not same_value(key, had, has):
             out.append((key, had, has))

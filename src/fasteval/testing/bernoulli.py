@@ -21,6 +21,7 @@ known in advance (:func:`expected_bernoulli_episode`).
 * :func:`bernoulli_outcomes` computes the same outcomes for arrays of seeds at once (NumPy, exact
   integer hashing: equal to the env's, seed for seed); :mod:`fasteval.testing.checkpoints` builds
   a family of "checkpoints" (arms) on it, for races and their simulations.
+* ``step_delay_s``: seconds each step sleeps (for tests that kill a run mid-way); it changes no outcome.
 * length ``L = 1 + h(s) % max_length`` steps (1..max_length; mixed lengths make episodes finish
   out of index order in a batch); reward 0 before the last step and, at step L,
   ``(success + v(s)) / 2`` with another fixed uniform ``v(s)``: returns lie in [0, 1] and their
@@ -32,6 +33,7 @@ Imports nothing of fasteval (gymnasium, NumPy and torch only).
 from __future__ import annotations
 
 import re
+import time
 from typing import Any, Sequence
 
 import gymnasium as gym
@@ -120,8 +122,11 @@ class BernoulliEnv(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, p: Any = 0.5, coupling: str = "shared", max_length: int = 5, share: float | None = None):
+    def __init__(self, p: Any = 0.5, coupling: str = "shared", max_length: int = 5, share: float | None = None,
+                 step_delay_s: float = 0.0):
         self.share = _share_of(coupling, share)
+        self.step_delay_s = float(step_delay_s)
+        """Seconds each step sleeps (a run slow enough to be killed mid-way in a test); no outcome changes."""
         if int(max_length) < 1:
             raise ValueError(f"BernoulliEnv: max_length must be >= 1, got {max_length!r}.")
         self.p = _rates(p)
@@ -146,6 +151,8 @@ class BernoulliEnv(gym.Env):
     def step(self, action: Any):
         if self._done:
             raise RuntimeError(f"BernoulliEnv stepped after its episode ended (seed {self._seed}).")
+        if self.step_delay_s > 0:
+            time.sleep(self.step_delay_s)
         arm = int(np.asarray(action).reshape(-1)[0])
         record = expected_bernoulli_episode(self._seed, self.p, arm, max_length=self.max_length, share=self.share)
         self._t += 1

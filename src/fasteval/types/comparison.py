@@ -4,8 +4,14 @@ The layout is the ``compare.json`` schema (docs/how-many-episodes.md). Differenc
 positive means B is better. A task's *primary* metric is success when both runs report a
 success signal, else the return; its verdict is "better"/"worse" when the primary metric's
 Holm-adjusted p-value (across tasks) is below alpha, else "no difference". In a live
-comparison stopped by the e-process the verdict is the e-process's decision instead (fixed-n
-p-values are not valid after a data-dependent stop; they stay in the document as description).
+comparison stopped by the e-process (or the truncated design) the verdict is that test's decision
+instead (``verdict_basis``), and the fixed-n p-values and bootstrap intervals are not valid after
+such a data-dependent stop: they stay in the document as description (``fixed_n_tests``), beside the
+anytime-valid interval of B - A (``sequential.difference``).
+
+The non-inferiority gate (``--margin``) is :mod:`fasteval.types.noninferiority`'s exact test on
+successes (a t bound on returns); after a live stop it reads the anytime-valid lower bound instead
+(:func:`sequential_non_inferiority`).
 """
 
 from __future__ import annotations
@@ -15,10 +21,20 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from fasteval.types.noninferiority import paired_mean, paired_proportions
 from fasteval.types.paired import holm, prob_improvement, signed_rank
 from fasteval.types.stats import DEFAULT_N_BOOT, mcnemar_from_counts, paired_bootstrap_ci
 
 SCHEMA = "fasteval.compare/1"
+DESCRIPTIVE = "descriptive, not valid after the stop"
+"""What the fixed-n p-values and bootstrap intervals of a comparison that stopped on its data are."""
+STOPPED_RUNS = "descriptive: a compared run stopped on its data (--stop-when), so its n was not fixed in advance"
+"""What the fixed-n tests of two run folders are when one of them stopped on its data (``overall.stopped_runs``)."""
+
+
+def sequential_basis(seq: dict[str, Any]) -> str:
+    """The verdict basis of a live comparison's sequential block: ``e-process`` or ``truncated design``."""
+    return "truncated design" if seq.get("design") == "truncated" else "e-process"
 VERDICTS = ("better", "worse", "no difference")
 GATE_FAILED_EXIT = 3
 
@@ -50,12 +66,16 @@ def _return_block(a: np.ndarray, b: np.ndarray, confidence: float, n_boot: int, 
     }
 
 
-def _non_inferiority(a: np.ndarray, b: np.ndarray, margin: float, alpha: float, n_boot: int, seed: int) -> dict[str, Any]:
-    """B is non-inferior when the one-sided (1 - alpha) lower bound of B - A is above -margin."""
-    boot = paired_bootstrap_ci(b, a, confidence=1.0 - 2.0 * alpha, n_boot=n_boot, seed=seed)
-    lower = boot["ci"][0]
-    return {"margin": margin, "lower_bound": lower, "confidence": 1.0 - alpha,
-            "non_inferior": bool(lower > -margin) if not math.isnan(lower) else False}
+def sequential_non_inferiority(fixed_n: dict[str, Any] | None, difference: dict[str, Any], margin: float,
+                               alpha: float) -> dict[str, Any]:
+    """The gate of a comparison that stopped on its data: B is non-inferior when the anytime-valid one-sided
+    (1 - alpha) lower bound of B - A at the stop (``difference["lower_bound_one_sided"]``) lies above
+    -margin. The fixed-n test's block stays, as ``fixed_n``, for description (it is not valid after a
+    data-dependent stop)."""
+    lower = float(difference["lower_bound_one_sided"])
+    return {"margin": float(margin), "method": "anytime-valid one-sided lower bound of B - A at the stop "
+            "(valid after a data-dependent stop)", "alpha": float(alpha), "confidence": 1.0 - float(alpha),
+            "lower_bound": lower, "non_inferior": bool(lower > -margin), "fixed_n": fixed_n}
 
 
 def compare_task(a_success: Any, b_success: Any, a_return: Any, b_return: Any, *, has_success: bool = True,
@@ -74,8 +94,8 @@ def compare_task(a_success: Any, b_success: Any, a_return: Any, b_return: Any, *
         "non_inferiority": None, "verdict": "no difference", "verdict_basis": "holm", "p_holm": math.nan,
     }
     if margin is not None:
-        x, y = (sa.astype(np.float64), sb.astype(np.float64)) if has_success else (ra, rb)
-        task["non_inferiority"] = _non_inferiority(x, y, float(margin), alpha, n_boot, seed)
+        task["non_inferiority"] = (paired_proportions(sa, sb, float(margin), alpha) if has_success
+                                   else paired_mean(ra, rb, float(margin), alpha))
     return task
 
 
@@ -87,12 +107,10 @@ def _holm_within(tasks: Sequence[dict[str, Any]], metric: str) -> None:
 
 def _verdict(task: dict[str, Any], alpha: float) -> str:
     seq = task.get("sequential")
-    if seq and seq.get("decision"):
-        task["verdict_basis"] = "e-process"
-        return seq["decision"]
-    if seq:
-        task["verdict_basis"] = "e-process"
-        return "no difference"
+    if seq:  # the sequential test decided (or reached the cap undecided): the fixed-n tests are descriptive
+        task["verdict_basis"] = sequential_basis(seq)
+        task["fixed_n_tests"] = DESCRIPTIVE
+        return seq.get("decision") or "no difference"
     block = task[task["primary"]]
     if block is None or math.isnan(task["p_holm"]) or task["p_holm"] >= alpha:
         return "no difference"
@@ -108,14 +126,21 @@ def finish(tasks: list[dict[str, Any]], *, alpha: float = 0.05, margin: float | 
     for task, p in zip(tasks, primary_p):
         task["p_holm"] = float(p)
         task["verdict"] = _verdict(task, alpha)
+    for task in tasks:
+        seq = task.get("sequential")
+        if margin is not None and seq and seq.get("difference", {}).get("lower_bound_one_sided") is not None:
+            task["non_inferiority"] = sequential_non_inferiority(task.get("non_inferiority"), seq["difference"],
+                                                                 float(margin), alpha)
     n_better = sum(t["verdict"] == "better" for t in tasks)
     n_worse = sum(t["verdict"] == "worse" for t in tasks)
     non_inferior = None
     if margin is not None:
         non_inferior = all(t["non_inferiority"] and t["non_inferiority"]["non_inferior"] for t in tasks)
     failed = fail_if_worse and (n_worse > 0 or non_inferior is False)
+    bases = sorted({t["verdict_basis"] for t in tasks})
     return {
         "verdict": "worse" if n_worse else ("better" if n_better else "no difference"),
+        "verdict_basis": bases[0] if len(bases) == 1 else "mixed",
         "n_tasks": len(tasks), "n_better": n_better, "n_worse": n_worse, "any_worse": n_worse > 0,
         "non_inferior": non_inferior, "fail_if_worse": bool(fail_if_worse),
         "exit_code": GATE_FAILED_EXIT if failed else 0,

@@ -3,11 +3,18 @@
 ``eval_info.json`` keeps the keys LeRobot-style consumers read (``per_episode``,
 ``per_task``, ``per_group``, ``overall`` with ``avg_sum_reward``, ``avg_max_reward``,
 ``pc_success``, ``n_episodes``, ``eval_s``, ``eval_ep_s``) and adds ``env_steps``,
-``steps_per_s``, ``episodes_per_s``, NaN counts, a Wilson 95% interval for success and
-``has_success_signal`` (False when no env of the run ever reported ``info["is_success"]``: there is no
+``steps_per_s``, ``episodes_per_s``, NaN counts, a 95% interval for success (``pc_success_ci95``,
+its method in ``pc_success_ci95_method``) and ``has_success_signal`` (False when no env of the run ever reported ``info["is_success"]``: there is no
 success rate to measure, so ``pc_success``, ``pc_success_ci95`` and ``n_success`` are then ``None``,
 ``null`` in ``eval_info.json``, and absent from :meth:`EvalResult.to_dict` and the sinks, rather than
 a false 0%).
+
+The success interval is Wilson's score interval when the number of episodes was fixed in advance. A run
+that stopped on its data (``--stop-when``, whose ``stopping`` block is in ``meta``) chose its n from the
+episodes, and a fixed-n interval is no longer a 95% interval there; ``pc_success_ci95`` is then the
+anytime-valid betting confidence sequence at the stop (:mod:`fasteval.types.sequential.stopped`; a
+suite's or a group's: each task's sequence at ``1 - 0.05 / T``, averaged with the tasks' episode
+counts), and Wilson's interval stays only as ``pc_success_ci95_fixed_n``, for description.
 
 NaN rewards are never dropped: averages over an episode with a NaN reward are NaN too (unlike
 ``nanmean``, which would hide it). ``n_nan_reward_episodes`` says how many episodes are affected.
@@ -28,6 +35,7 @@ import numpy as np
 from fasteval.types.episode_table import EpisodeTable, merge_episodes
 from fasteval.types.files import safe_filename
 from fasteval.types.json_writer import write_json_atomic
+from fasteval.types.sequential.stopped import FIXED_N_METHOD, METHOD as STOPPED_METHOD, combined_interval
 from fasteval.types.stats import wilson_interval
 
 
@@ -131,7 +139,7 @@ class EvalResult:
     # -- aggregates ---------------------------------------------------------------------------
     def overall(self) -> dict[str, Any]:
         """What the CLI writes under ``overall``."""
-        out = aggregate(self.per_episode)
+        out = self._after_stop(aggregate(self.per_episode), [part for _, part in self.per_episode.groups("task")])
         n = out["n_episodes"]
         steps = out["env_steps"]
         out.update(
@@ -159,7 +167,7 @@ class EvalResult:
         tasks = [key for key, _ in table.groups("task")]
         out = {}
         for (name,), part in table.groups("group"):
-            agg = aggregate(part)
+            agg = self._after_stop(aggregate(part), [t for _, t in part.groups("task")])
             agg["video_paths"] = [p for group, task_id in tasks if str(group) == name
                                   for p in self.task_videos(group, task_id)]
             agg.update(lerobot_empty_keys())
@@ -187,9 +195,25 @@ class EvalResult:
                     "video_paths": self.task_videos(group, task_id),
                     **lerobot_empty_keys(),
                 },
-                "aggregated": aggregate(part),
+                "aggregated": self._after_stop(aggregate(part), [part]),
             })
         return out
+
+    def _after_stop(self, agg: dict[str, Any], tasks: Sequence[EpisodeTable]) -> dict[str, Any]:
+        """``agg`` with the interval of a run that stopped on its data (``meta["stopping"]``): the 95%
+        betting confidence sequence at the stop over ``tasks`` (the aggregate's tasks; several: each at
+        ``1 - 0.05 / T``, count-weighted), Wilson's kept as ``pc_success_ci95_fixed_n``. Cached: the
+        record never changes."""
+        if not ("stopping" in self.meta or self.meta.get("stop_when")) or agg["pc_success_ci95"] is None:
+            return agg
+        cache = self.__dict__.setdefault("_stopped_intervals", {})
+        key = tuple((len(t), int(t.columns["episode_ix"][0]) if len(t) else -1, t.tasks[int(t.task_codes[0])]
+                     if len(t) else None) for t in tasks)
+        if key not in cache:
+            lo, hi = combined_interval([t.columns["success"] for t in tasks], 0.95)
+            cache[key] = [100.0 * lo, 100.0 * hi]
+        return {**agg, "pc_success_ci95": list(cache[key]), "pc_success_ci95_method": STOPPED_METHOD,
+                "pc_success_ci95_fixed_n": agg["pc_success_ci95"]}
 
     # -- export --------------------------------------------------------------------------------
     def to_eval_info(self) -> dict[str, Any]:
@@ -273,6 +297,7 @@ def aggregate(records: EpisodeTable | Iterable[dict[str, Any]]) -> dict[str, Any
         "avg_max_reward": float(c["max_reward"].mean()) if n else math.nan,
         "pc_success": (100.0 * successes / n if n else math.nan) if signal else None,
         "pc_success_ci95": [100.0 * lo, 100.0 * hi] if signal else None,
+        "pc_success_ci95_method": FIXED_N_METHOD if signal else None,
         "n_success": successes if signal else None,
         "n_episodes": n,
         "env_steps": int(c["length"].sum()),

@@ -43,6 +43,7 @@ VIDEO_SELECTIONS = ("first", "failures", "successes", "per-task")
 VIDEO_LAYOUTS = ("fasteval", "lerobot")
 NOISE_MODES = ("episode", "global")
 EXPLORATIONS = ("deterministic", "random")
+DESIGNS = ("anytime", "truncated")
 MAX_SEED = 2**63 - 1
 """The largest episode seed: the engine keeps seeds as int64 (``seed + n_episodes - 1`` must fit)."""
 MAX_STEPS = 2**63 - 1
@@ -68,7 +69,15 @@ class What:
 
     policy: Any = "zero"
     """What: the policy is what is evaluated. Policy reference (``zero``, ``random``, a checkpoint
-    folder, ``module:callable``) or a live object. (Several policies in one run, later, make this a tuple.)"""
+    folder, ``module:callable``) or a live object; or a tuple of two or more of them (a list is taken as
+    one): a many-policy run, in which every policy runs the same episodes ``0..n-1`` with seeds ``seed + i``
+    (:mod:`fasteval.core.policy_set`). A one-element list is that policy alone."""
+
+    policy_names: tuple[str, ...] | None = None
+    """What: the names label each policy's records, so a resume must find them again. The short name of
+    each policy of a many-policy run (``None``: derived from the references by
+    :func:`fasteval.types.policy_names.short_names`: a checkpoint's step number, else the folder name);
+    unique, letters, digits and ``._+-``. Only with several policies."""
 
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
     """What: they configure the env. Keyword arguments passed to ``gymnasium.make`` or to the env callable,
@@ -134,7 +143,9 @@ class What:
     ``n_episodes`` is then the cap): ``ci<=EPS``, ``above=T``, ``below=T`` for the success rate,
     ``return:ci<=E`` / ``return:above=T`` / ``return:below=T`` for the mean return (needs
     ``return_bounds``). Checked on prefixes of episode indices with an anytime-valid confidence
-    sequence: a stopped run reports exactly episodes ``0..k-1`` whatever the batch size or mode. See
+    sequence: a stopped run reports exactly episodes ``0..k-1`` whatever the batch size or mode. With
+    several policies, a race (:mod:`fasteval.types.sequential.race`): ``best``, ``best:eps=E``,
+    ``return:best[:eps=E]`` drop each policy once another is shown better (by more than E). See
     docs/how-many-episodes.md."""
 
     confidence: float = 0.95
@@ -144,6 +155,13 @@ class What:
     return_bounds: tuple[float, float] | None = None
     """What: they decide the ``return:`` rules' intervals and stop. ``(LO, HI)``: the smallest and largest
     possible episode return (``--return-bounds LO,HI``); a return outside them stops the run with an error."""
+
+    design: str = "anytime"
+    """What: it decides where ``stop_when`` stops. ``anytime`` (the betting confidence sequence, valid
+    however long the run goes on) or ``truncated`` (``--design truncated``: ``n_episodes`` is a real
+    budget, and a group-sequential design that spends all of its error by it decides ``above=T`` /
+    ``below=T`` on the success rate, valid only up to that cap, so such a run cannot be resumed with a
+    larger ``n_episodes``; :mod:`fasteval.types.sequential.truncated`). See docs/how-many-episodes.md."""
 
     def __post_init__(self) -> None:
         What._check(self)
@@ -178,21 +196,89 @@ class What:
         _require(self.noise in NOISE_MODES, "noise", " or ".join(NOISE_MODES), self.noise)
         _require(self.exploration in EXPLORATIONS, "exploration", " or ".join(EXPLORATIONS), self.exploration)
         _require(self.amp in AMP_MODES, "amp", " or ".join(AMP_MODES), self.amp)
+        self._check_policies()
         self._check_stop_fields()
+
+    def _check_policies(self) -> None:
+        """``policy`` as one reference or a tuple of two or more (a list converted), ``policy_names`` checked
+        against them (or derived: stored resolved, so that every view and a resume see the same names)."""
+        from fasteval.types.policy_names import check_names, short_names
+
+        policy = self.policy
+        if isinstance(policy, (list, tuple)):
+            _require(len(policy) >= 1 and all(p is not None and (not isinstance(p, str) or p.strip()) for p in policy),
+                     "policy", "one or more policy references (a list of non-empty references or live policies)",
+                     policy)
+            policy = tuple(policy) if len(policy) > 1 else policy[0]
+            object.__setattr__(self, "policy", policy)
+        if not isinstance(policy, tuple):
+            _require(self.policy_names is None or (isinstance(self.policy_names, (list, tuple))
+                                                   and len(self.policy_names) <= 1),
+                     "policy_names", "None for a one-policy run (names label the policies of a run of several)",
+                     self.policy_names)
+            object.__setattr__(self, "policy_names", None)
+            return
+        try:
+            names = short_names(policy) if self.policy_names is None else check_names(self.policy_names, len(policy))
+        except ValueError as exc:
+            raise UserInputError(str(exc)) from None
+        object.__setattr__(self, "policy_names", tuple(names))
+        _require(self.noise != "global", "noise",
+                 "'episode' with several policies (LeRobot's global-RNG draws follow the waves of the whole run, so "
+                 "they would not be the draws of each policy's own run; give --noise episode, or run each policy "
+                 "on its own for LeRobot's global draws)", self.noise)
+
+    @property
+    def policies(self) -> tuple[Any, ...]:
+        """The policies of the run, in order: ``(policy,)`` for a one-policy run."""
+        return self.policy if isinstance(self.policy, tuple) else (self.policy,)
+
+    @property
+    def n_policies(self) -> int:
+        return len(self.policies)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The policies' short names (a one-policy run: its own short name)."""
+        if self.policy_names is not None:
+            return self.policy_names
+        from fasteval.types.policy_names import short_names
+
+        return short_names(self.policies)
 
     def _check_stop_fields(self) -> None:
         """``stop_when``, ``confidence`` and ``return_bounds`` parse and fit together (bounds stored as a tuple)."""
         from fasteval.types.sequential.betting import check_confidence
+        from fasteval.types.sequential.race import check_race_setup, is_race_rule, parse_race_rule
         from fasteval.types.sequential.rules import check_rule_setup, parse_return_bounds, parse_stop_rule
 
         try:
             check_confidence(self.confidence)
             bounds = parse_return_bounds(self.return_bounds)
             object.__setattr__(self, "return_bounds", bounds)
-            if self.stop_when is not None:
+            if self.stop_when is not None and is_race_rule(self.stop_when):
+                check_race_setup(parse_race_rule(self.stop_when), self.n_policies, bounds)
+            elif self.stop_when is not None:
+                if self.n_policies > 1:
+                    raise ValueError(f"--stop-when {self.stop_when}: with several policies the rule is a race: best, "
+                                     f"best:eps=E, return:best or return:best:eps=E (docs/how-many-episodes.md); "
+                                     f"{self.stop_when!r} is a rule for one policy. Run each policy on its own for it.")
                 check_rule_setup(parse_stop_rule(self.stop_when), bounds)
         except ValueError as exc:
             raise UserInputError(str(exc)) from None
+        _require(self.design in DESIGNS, "design", " or ".join(DESIGNS), self.design)
+        if self.design == "truncated":
+            if self.stop_when is not None and is_race_rule(self.stop_when):
+                raise UserInputError(
+                    f"--design truncated: a race (--stop-when {self.stop_when}) has no truncated design; it is "
+                    f"anytime-valid. Use --design anytime (the default) with several policies.")
+            rule = parse_stop_rule(self.stop_when) if self.stop_when is not None else None
+            if rule is None or rule.metric != "success" or rule.kind not in ("above", "below"):
+                raise UserInputError(
+                    f"--design truncated: the truncated design tests a success rate against a threshold up to the cap "
+                    f"-n, so it needs --stop-when above=T or below=T; got "
+                    f"{'no --stop-when' if rule is None else f'--stop-when {rule.text}'}. Use --design anytime (the "
+                    f"default) for ci<= and return: rules.")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready view of the *what* fields (a live policy object shown by its class name)."""
@@ -236,6 +322,14 @@ class How:
     cuda_graph: bool | None = None
     """How: a graph replays the same kernels. Capture the policy step in a CUDA graph and replay it.
     ``None``: on where CUDA exists."""
+
+    stack_weights: bool = False
+    """How: the same float32 computation, batched over policies (rounding only, as for ``device``). A
+    many-policy run whose checkpoints share one architecture (same class, same parameter names and shapes,
+    stateless, no own generator, no observation or action stages) runs them as one call:
+    ``torch.func.stack_module_state`` plus ``vmap(functional_call)``, every policy on a static block of the
+    whole batch (``--stack-weights``). Chosen once, on the dry run; where a policy is not functional the run
+    falls back to one call per policy, and ``meta["policy_calls"]`` says which ran and why."""
 
     compile: bool = False
     """How: the same float32 computation, fused (rounding only, as for ``device``). Wrap the policy step
@@ -334,6 +428,7 @@ class How:
         _require(self.cuda_graph in (None, True, False), "cuda_graph", "None, True or False", self.cuda_graph)
         _require(isinstance(self.pipeline, bool), "pipeline", "True or False", self.pipeline)
         _require(isinstance(self.compile, bool), "compile", "True or False", self.compile)
+        _require(isinstance(self.stack_weights, bool), "stack_weights", "True or False", self.stack_weights)
         _require(isinstance(self.trust_remote_code, bool), "trust_remote_code", "True or False", self.trust_remote_code)
         _require(_is_int(self.max_episodes_rendered) and self.max_episodes_rendered >= 0,
                  "max_episodes_rendered", "an integer >= 0", self.max_episodes_rendered)
@@ -387,8 +482,18 @@ class EvalSpec(How, What):
 
     @property
     def n_slots(self) -> int:
-        """Env slots actually built: ``min(batch_size, n_episodes)``."""
-        return min(self.batch_size, self.n_episodes)
+        """Env slots actually built: ``min(batch_size, n_episodes * n_policies)`` (every policy runs n episodes)."""
+        return min(self.batch_size, self.n_episodes * self.n_policies)
+
+    def for_policy(self, k: int) -> "EvalSpec":
+        """The one-policy spec of policy ``k`` of a many-policy run: what its own run would be (its loader,
+        its runner and its record's facts are built from it). The race rule is the run's, not the policy's."""
+        if self.n_policies == 1:
+            return self
+        from fasteval.types.sequential.race import is_race_rule
+
+        stop = None if self.stop_when is not None and is_race_rule(self.stop_when) else self.stop_when
+        return self.replace(policy=self.policies[k], policy_names=None, stop_when=stop)
 
     def replace(self, **changes: Any) -> "EvalSpec":
         """A copy with ``changes`` applied (validated again). ``what=`` / ``how=`` replace a whole half."""
@@ -416,12 +521,23 @@ SPEC_FIELDS: tuple[str, ...] = (*WHAT_FIELDS, *HOW_FIELDS)
 """Every field of :class:`EvalSpec`: the *what* fields, then the *how* fields."""
 
 
+def policy_label(policy: Any) -> str:
+    """How a run names one policy: the reference itself, ``<ClassName>`` for a live object."""
+    return policy if isinstance(policy, str) else f"<{type(policy).__name__}>"
+
+
 def _fields_dict(spec: Any, names: tuple[str, ...]) -> dict[str, Any]:
-    return {
-        name: (spec.policy if isinstance(spec.policy, str) else f"<{type(spec.policy).__name__}>")
-        if name == "policy" else env_label(spec.env) if name == "env" else copy.deepcopy(getattr(spec, name))
-        for name in names
-    }
+    def value(name: str) -> Any:
+        if name == "policy":
+            policy = spec.policy
+            return [policy_label(p) for p in policy] if isinstance(policy, tuple) else policy_label(policy)
+        if name == "policy_names":
+            return list(spec.policy_names) if spec.policy_names is not None else None
+        if name == "env":
+            return env_label(spec.env)
+        return copy.deepcopy(getattr(spec, name))
+
+    return {name: value(name) for name in names}
 
 
 def env_label(env: Any) -> str:

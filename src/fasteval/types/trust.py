@@ -178,7 +178,11 @@ def check_env_ref(ref: Any, source: str, trust_remote_code: bool) -> None:
 
 
 def check_policy_ref(ref: Any, source: str, trust_remote_code: bool) -> None:
-    """Refuse a policy reference from ``source`` that would run untrusted code."""
+    """Refuse a policy reference from ``source`` that would run untrusted code (each of a tuple or list of them)."""
+    if isinstance(ref, (tuple, list)):
+        for one in ref:
+            check_policy_ref(one, source, trust_remote_code)
+        return
     if trust_remote_code or not is_code_ref(ref):
         return
     if is_file_ref(ref):
@@ -191,7 +195,8 @@ def needs_trust_from_file(env: Any, policy: Any) -> bool:
     """Whether a file naming ``env`` and ``policy`` (a manifest on ``--resume``) needs ``--trust-remote-code``."""
     env_code = is_code_ref(env) and (is_file_ref(env) or registered_entry_point(env) is None)
     namespace = env_namespace(env)
-    return env_code or is_code_ref(policy) or (namespace is not None and not plugin_import_allowed(namespace))
+    policy_code = any(is_code_ref(p) for p in policy) if isinstance(policy, (tuple, list)) else is_code_ref(policy)
+    return env_code or policy_code or (namespace is not None and not plugin_import_allowed(namespace))
 
 
 def refuse_trust_from_file(data: Mapping[str, Any], where: str, trust_remote_code: bool,

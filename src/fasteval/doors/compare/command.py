@@ -10,7 +10,7 @@ import click
 from fasteval.doors.click_types import FiniteFloatRange
 from fasteval.doors.compare.document import build_document, write_outputs
 from fasteval.doors.compare.inputs import load_side
-from fasteval.doors.compare.live import run_live
+from fasteval.doors.compare.live import DESIGNS, run_live
 from fasteval.render.compare_text import render_table
 from fasteval.types.errors import UserInputError
 
@@ -39,10 +39,13 @@ EXIT_OK, EXIT_BAD_INPUT = 0, 2
 @click.option("--batch-size", "-b", type=click.IntRange(min=1), default=16, show_default=True, help="Live mode: env slots per policy.")
 @click.option("--stop-when", default=None, help="Live mode: 'decided' stops when the anytime-valid paired test decides.")
 @click.option("--return-bounds", default=None, metavar="LO,HI", help="Live mode: bounds of an episode return (paired returns test).")
+@click.option("--design", type=click.Choice(DESIGNS), default="anytime", show_default=True,
+              help="Live mode with --stop-when decided: anytime (the e-process, valid however long it runs) or truncated "
+                   "(-n is a real budget: exact group-sequential McNemar bounds spend alpha by -n; success only).")
 def compare(runs: tuple[str, ...], alpha: float, margin: float | None, fail_if_worse: bool, output_dir: Path,
             n_boot: int, confidence: float, policy_a: str | None, policy_b: str | None, env: str | None,
             env_kwargs: tuple[str, ...], n_episodes: int, seed: int, batch_size: int, stop_when: str | None,
-            return_bounds: str | None) -> None:
+            return_bounds: str | None, design: str) -> None:
     """Compare two policies on the same episodes: RUN_A (baseline) and RUN_B (candidate).
 
     RUN_A and RUN_B are run folders or sweep cells SWEEP_DIR::POLICY[::ENV]. Or run both live:
@@ -56,13 +59,14 @@ def compare(runs: tuple[str, ...], alpha: float, margin: float | None, fail_if_w
             if runs:
                 raise UserInputError("compare: give either two run folders or --policy-a/--policy-b/--env, not both.")
             doc = run_live(policy_a, policy_b, env, env_kwargs, n_episodes=n_episodes, seed=seed, batch_size=batch_size,
-                           stop_when=stop_when, return_bounds=return_bounds, **options)
+                           stop_when=stop_when, return_bounds=return_bounds, design=design, **options)
         else:
             if len(runs) != 2:
                 raise UserInputError(f"compare: expected two runs, RUN_A and RUN_B, got {len(runs)}. "
                                      f"Example: fasteval compare runs/baseline runs/candidate")
-            if stop_when or return_bounds:
-                raise UserInputError("compare: --stop-when and --return-bounds are for live comparisons (--policy-a/--policy-b/--env).")
+            if stop_when or return_bounds or design != "anytime":
+                raise UserInputError("compare: --stop-when, --return-bounds and --design are for live comparisons "
+                                     "(--policy-a/--policy-b/--env).")
             doc = build_document(load_side(runs[0], "A"), load_side(runs[1], "B"), **options)
         json_path, md_path = write_outputs(doc, output_dir)
     except UserInputError as exc:

@@ -8,7 +8,7 @@ from typing import Any
 
 from fasteval.doors.compare.inputs import Side, _has_signal, pair_episodes
 from fasteval.render.compare_text import render_markdown
-from fasteval.types.comparison import SCHEMA, compare_task, finish
+from fasteval.types.comparison import SCHEMA, STOPPED_RUNS, compare_task, finish
 from fasteval.types.results import write_json_atomic
 
 
@@ -31,7 +31,13 @@ def build_document(a: Side, b: Side, *, alpha: float = 0.05, margin: float | Non
         if sequential is not None:
             task["sequential"] = sequential.get(key)
         tasks.append({**head, **task})
+    stopped = [s.label for s in (a, b) if s.stop_when] if sequential is None else []
+    if stopped:  # a run chose its n from its data: fixed-n p-values and intervals are not valid for it
+        for task in tasks:
+            task["fixed_n_tests"] = STOPPED_RUNS
     overall = finish(tasks, alpha=alpha, margin=margin, fail_if_worse=fail_if_worse)
+    if stopped:
+        overall["stopped_runs"] = stopped
     seq_top = tasks[0].get("sequential") if sequential is not None and len(tasks) == 1 else None
     return {"schema": SCHEMA, "mode": mode, "a": a.header(), "b": b.header(), "alpha": alpha, "margin": margin,
             "correction": "holm", "n_boot": n_boot, "boot_seed": boot_seed, "confidence": confidence,

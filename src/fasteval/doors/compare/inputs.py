@@ -3,37 +3,25 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from fasteval.doors.compare.side import CELL_SEPARATOR, Side  # noqa: F401  (Side: re-exported, its old home)
 from fasteval.types.errors import UserInputError
 
-CELL_SEPARATOR = "::"
 PAIR_KEYS = ("env", "env_kwargs")
-
-
-@dataclass
-class Side:
-    """One policy's episodes: ``records`` (per-episode dicts) plus what identifies the run."""
-
-    label: str
-    source: str
-    policy: Any
-    env: str
-    env_kwargs: Any
-    seed: int | None
-    records: list[dict[str, Any]] = field(default_factory=list)
-
-    def header(self) -> dict[str, Any]:
-        return {"label": self.label, "source": self.source, "policy": self.policy, "env": self.env,
-                "env_kwargs": self.env_kwargs, "seed": self.seed, "n_episodes": len(self.records)}
 
 
 # -- loading -----------------------------------------------------------------------------------------
 def load_side(ref: str, label: str) -> Side:
-    """A run folder or a sweep cell (``DIR::POLICY[::ENV]``) -> :class:`Side`; UserInputError otherwise."""
+    """A run folder, one policy of a many-policy run folder (``RUN::POLICY``) or a sweep cell
+    (``DIR::POLICY[::ENV]``) -> :class:`Side`; UserInputError otherwise."""
     if CELL_SEPARATOR in ref:
+        folder = Path(ref.partition(CELL_SEPARATOR)[0])
+        if (folder / "eval_info.json").is_file() or (folder / "manifest.json").is_file():
+            from fasteval.doors.compare.many import load_run_policy
+
+            return load_run_policy(ref, label)
         return _load_sweep_cell(ref, label)
     folder = Path(ref)
     if not folder.is_dir():
@@ -57,11 +45,15 @@ def _read_json(path: Path, label: str) -> Any:
 
 def _from_eval_info(path: Path, label: str) -> Side:
     doc = _read_json(path, label)
+    if isinstance(doc, dict) and isinstance(doc.get("policies"), dict):
+        raise UserInputError(f"compare {label}: {path.parent} is a run of {len(doc['policies'])} policies "
+                             f"({', '.join(doc['policies'])}); name one: {path.parent}{CELL_SEPARATOR}POLICY.")
     if not isinstance(doc, dict) or not isinstance(doc.get("per_episode"), list):
         raise UserInputError(f"compare {label}: {path} has no per_episode list; expected a fasteval eval_info.json.")
     meta = doc.get("meta") or {}
+    rule = (doc.get("stopping") or {}).get("rule") if isinstance(doc.get("stopping"), dict) else None
     return Side(label, str(path.parent), meta.get("policy"), meta.get("env"), meta.get("env_kwargs") or {},
-                meta.get("seed"), doc["per_episode"])
+                meta.get("seed"), doc["per_episode"], stop_when=rule or meta.get("stop_when"))
 
 
 def _from_run_log(folder: Path, label: str) -> Side:
@@ -72,7 +64,7 @@ def _from_run_log(folder: Path, label: str) -> Side:
 
     spec = manifest_spec(_read_json(folder / "manifest.json", label))
     return Side(label, str(folder), spec.get("policy"), spec.get("env"), spec.get("env_kwargs") or {},
-                spec.get("seed"), run.records())
+                spec.get("seed"), run.records(), stop_when=spec.get("stop_when"))
 
 
 def _load_sweep_cell(ref: str, label: str) -> Side:
@@ -83,6 +75,7 @@ def _load_sweep_cell(ref: str, label: str) -> Side:
     store = Store(folder, create=False)
     try:
         episodes = [ep for ep in store.episodes() if ep["policy_name"] == policy and (not env or ep["env_name"] == env)]
+        settings = json.loads(store.meta("settings") or "{}") or {}
     finally:
         store.close()
     if not episodes:
@@ -95,7 +88,7 @@ def _load_sweep_cell(ref: str, label: str) -> Side:
                              f"name one: {folder}{CELL_SEPARATOR}{policy}{CELL_SEPARATOR}ENV.")
     env_id, env_kwargs = envs[0]
     return Side(label, ref, episodes[0]["policy_ref"], env_id, json.loads(env_kwargs or "{}"),
-                min(ep["seed"] for ep in episodes), episodes)
+                min(ep["seed"] for ep in episodes), episodes, stop_when=settings.get("stop_when"))
 
 
 # -- pairing -------------------------------------------------------------------------------------------

@@ -10,6 +10,15 @@ are listed as computed past the stop. Without it, all ``-n`` pairs run and the f
 
 The test bets on the discordant successes when the env reports success, else on the paired
 return differences mapped with ``--return-bounds`` (required then).
+
+``--design truncated`` (with ``--stop-when decided``; success only): ``-n`` is a real budget, and the
+truncated paired design (:class:`~fasteval.types.sequential.TruncatedPaired`: exact conditional
+McNemar bounds at 20 looks, all of alpha spent by ``-n``) decides instead of the e-process; it is
+valid up to ``-n`` only.
+
+After a stop, the interval of B - A is the anytime-valid confidence sequence at the stop
+(:func:`~fasteval.types.sequential.eprocess.difference_sequence`, valid whatever decided the stop),
+and the fixed-n tests of the document are descriptive only.
 """
 
 from __future__ import annotations
@@ -19,8 +28,17 @@ from typing import Any, Sequence
 from fasteval.doors.compare.document import build_document
 from fasteval.doors.compare.inputs import Side
 from fasteval.types.errors import UserInputError
-from fasteval.types.sequential import PairedEProcess, parse_return_bounds, parse_stop_rule
-from fasteval.types.sequential.eprocess import discordant_outcomes, mapped_differences
+from fasteval.types.sequential import (
+    PairedEProcess, TruncatedDesign, TruncatedPaired, parse_return_bounds, parse_stop_rule,
+)
+from fasteval.types.sequential.eprocess import (
+    centred_differences, difference_sequence, discordant_outcomes, mapped_differences,
+)
+from fasteval.types.sequential.truncated import decided_by
+
+DESIGNS = ("anytime", "truncated")
+ANYTIME_DECIDED_BY = ("anytime-valid betting e-process on the paired episodes (valid at every n, however long "
+                      "the comparison goes on)")
 
 BLOCK_BATCHES = 4
 """Episodes per block: this many batches (the block size changes only the work done past k)."""
@@ -66,9 +84,10 @@ class LivePair:
 
 
 def _paired_values(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]], start: int, stop: int, success: bool,
-                   bounds: Any) -> Any:
+                   bounds: Any, centred: bool = False) -> Any:
     """Per index of ``start..stop-1``: the e-process's input (NaN for a concordant success pair, or
-    where a side has no record: an episode that failed for good carries no evidence)."""
+    where a side has no record: an episode that failed for good carries no evidence); ``centred``: the
+    interval's input instead (:func:`centred_differences`: a concordant success pair is 1/2)."""
     import numpy as np
 
     by_a = {r["episode_ix"]: r for r in a}
@@ -77,15 +96,39 @@ def _paired_values(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]], sta
     values = np.full(stop - start, np.nan)
     if both:
         ra, rb = [by_a[i] for i in both], [by_b[i] for i in both]
-        y = (discordant_outcomes([r["success"] for r in ra], [r["success"] for r in rb]) if success else
-             mapped_differences([r["sum_reward"] for r in ra], [r["sum_reward"] for r in rb], bounds))
+        if not success:
+            y = mapped_differences([r["sum_reward"] for r in ra], [r["sum_reward"] for r in rb], bounds)
+        else:
+            pair = ([r["success"] for r in ra], [r["success"] for r in rb])
+            y = centred_differences(*pair) if centred else discordant_outcomes(*pair)
         values[np.asarray(both) - start] = y
     return values
 
 
+def difference_interval(pair: "LivePair", k: int, bounds: Any, confidence: float, margin: float | None) -> dict[str, Any]:
+    """The anytime-valid interval of B - A over pairs ``0..k-1`` (valid at the stop, whatever decided it),
+    in the units of the difference (a success-rate difference, or return units), its trajectory, and
+    with ``margin`` the one-sided lower bound that gates non-inferiority after a stop."""
+    y = _paired_values(pair.records[0], pair.records[1], 0, k, pair.has_success, bounds, centred=True)
+    scale = 1.0 if pair.has_success else float(bounds[1] - bounds[0])
+    seq = difference_sequence(y, confidence)
+    to_diff = lambda v: (2.0 * v - 1.0) * scale  # noqa: E731  (the mean of y is (1 + (B - A) / scale) / 2)
+    tr = seq["trajectory"]
+    out = {"low": to_diff(seq["low"]), "high": to_diff(seq["high"]), "confidence": confidence,
+           "method": "anytime-valid confidence sequence (mixture of the e-process's constant bets, on every pair); "
+                     "valid at a data-dependent stop",
+           "trajectory": {"diff_k": tr["k"], "diff_low": [to_diff(v) for v in tr["low"]],
+                          "diff_high": [to_diff(v) for v in tr["high"]]}}
+    if margin is not None:
+        one = difference_sequence(y, confidence, points=1, one_sided=True)
+        out["lower_bound_one_sided"] = to_diff(one["low"])
+    return out
+
+
 def run_live(policy_a: str | None, policy_b: str | None, env: str | None, env_kwargs: Sequence[str], *, n_episodes: int,
              seed: int, batch_size: int, stop_when: str | None, return_bounds: str | None, alpha: float,
-             margin: float | None, fail_if_worse: bool, confidence: float, n_boot: int) -> dict[str, Any]:
+             margin: float | None, fail_if_worse: bool, confidence: float, n_boot: int,
+             design: str = "anytime") -> dict[str, Any]:
     """Run the comparison; return the ``compare.json`` document (mode ``live``)."""
     from fasteval.doors.cli import parse_env_kwargs
 
@@ -99,13 +142,22 @@ def run_live(policy_a: str | None, policy_b: str | None, env: str | None, env_kw
     if rule is not None and rule.kind != "decided":
         raise UserInputError(f"compare --stop-when {stop_when}: a comparison stops with 'decided' (the paired test decides); "
                              f"rules such as {stop_when} are for one policy's run.")
+    if design not in DESIGNS:
+        raise UserInputError(f"compare --design: expected {' or '.join(DESIGNS)}, got {design!r}.")
+    if design == "truncated" and rule is None:
+        raise UserInputError("compare --design truncated: the truncated design decides when to stop, so it needs "
+                             "--stop-when decided (and -n, the budget it spends its error by).")
     kwargs = parse_env_kwargs(tuple(env_kwargs))
     pair = LivePair(policy_a, policy_b, env, kwargs, n_episodes, seed, batch_size)
     try:
-        sequential = _run_blocks(pair, rule, bounds, n_episodes, batch_size, 1.0 - alpha)  # the test is at --alpha
+        sequential = _run_blocks(pair, rule, bounds, n_episodes, batch_size, 1.0 - alpha, design)  # the test is at --alpha
     finally:
         pair.close()
     k = sequential["k"] if sequential else n_episodes
+    if sequential is not None:  # the interval of B - A at the stop, at the test's level
+        interval = difference_interval(pair, k, bounds, 1.0 - alpha, margin)
+        sequential["trajectory"].update(interval.pop("trajectory"))
+        sequential["difference"] = interval
     sides = []
     for label, policy, kept in (("A", policy_a, pair.records[0]), ("B", policy_b, pair.records[1])):
         sides.append(Side(label, f"live:{policy}", policy, env, kwargs, seed, [r for r in kept if r["episode_ix"] < k]))
@@ -115,10 +167,14 @@ def run_live(policy_a: str | None, policy_b: str | None, env: str | None, env_kw
                           sequential={task_key: sequential} if sequential else None)
 
 
-def _run_blocks(pair: LivePair, rule: Any, bounds: Any, n: int, batch_size: int, confidence: float) -> dict[str, Any] | None:
-    """Run blocks until the e-process decides (with a rule) or all ``n`` pairs ran."""
+def _run_blocks(pair: LivePair, rule: Any, bounds: Any, n: int, batch_size: int, confidence: float,
+                design: str = "anytime") -> dict[str, Any] | None:
+    """Run blocks until the sequential test decides (with a rule) or all ``n`` pairs ran."""
     block = max(1, BLOCK_BATCHES * batch_size)
-    process = PairedEProcess(confidence) if rule is not None else None
+    process: Any = None
+    if rule is not None:
+        process = (TruncatedPaired(TruncatedDesign(n, (1.0 - confidence) / 2.0)) if design == "truncated"
+                   else PairedEProcess(confidence))
     k = None
     past: list[int] = []
     for start in range(0, n, block):
@@ -126,6 +182,10 @@ def _run_blocks(pair: LivePair, rule: Any, bounds: Any, n: int, batch_size: int,
         a, b = pair.run_block(start, stop)
         if process is None:
             continue
+        if not pair.has_success and design == "truncated":
+            raise UserInputError("compare --design truncated: the truncated paired design tests discordant successes, "
+                                 "and the env reports no success signal; use --design anytime with --return-bounds LO,HI "
+                                 "(the e-process then bets on the paired returns).")
         if not pair.has_success and bounds is None:
             raise UserInputError("compare --stop-when decided: the env reports no success signal, so the test bets on "
                                  "the paired returns; give their bounds with --return-bounds LO,HI.")
@@ -139,12 +199,19 @@ def _run_blocks(pair: LivePair, rule: Any, bounds: Any, n: int, batch_size: int,
             break
     if process is None:
         return None
+    common = {"rule": rule.text, "confidence": confidence, "cap": n, "metric": "success" if pair.has_success else "return",
+              "n_computed_past_stop": len(past), "computed_past_stop": past}
+    if isinstance(process, TruncatedPaired):
+        summary = process.summary()
+        return {**common, **summary, "k": k if k is not None else n, "decision": process.verdict,
+                "decided_by": decided_by(process.design), "alpha_per_side": process.design.alpha,
+                "trajectory": {"k": [look["n"] for look in summary["looks"]]}}
     return {
-        "rule": rule.text, "confidence": confidence, "cap": n, "k": k if k is not None else n,
-        "reason": "rule" if k is not None else "cap", "decision": process.verdict,
-        "e_value_better": process.e_better, "e_value_worse": process.e_worse, "threshold": process.threshold,
-        "metric": "success" if pair.has_success else "return",
+        **common, "design": "anytime", "decided_by": ANYTIME_DECIDED_BY,
+        "k": k if k is not None else n, "reason": "rule" if k is not None else "cap", "decision": process.verdict,
+        "e_value_better": process.e_better, "e_value_worse": process.e_worse,
+        "threshold": float(f"{process.threshold:.12g}"),  # 2/alpha: 40, not 39.999999999999964
         "method": "betting e-process (mixture of constant bets) on " + (
             "discordant pairs" if pair.has_success else "paired return differences"),
-        "n_computed_past_stop": len(past), "computed_past_stop": past, "trajectory": process.trajectory(),
+        "trajectory": process.trajectory(),
     }

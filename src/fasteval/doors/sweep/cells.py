@@ -14,9 +14,11 @@ from fasteval.types.results import EPISODE_FIELDS, EvalResult
 CellKey = tuple[str, str]
 
 
-def cell_documents(jobs: list[dict[str, Any]], episodes: list[dict[str, Any]]) -> dict[CellKey, dict[str, Any]]:
-    """``(policy name, env name) -> eval_info document`` of each cell's stored episodes, with its
-    failed jobs as errors (``"kind": "job"``) and a status (done, partial, failed)."""
+def cell_documents(jobs: list[dict[str, Any]], episodes: list[dict[str, Any]],
+                   stop_when: str | None = None) -> dict[CellKey, dict[str, Any]]:
+    """``(policy name, env name) -> eval_info document`` of each cell's stored episodes (in seed order), with
+    its failed jobs as errors (``"kind": "job"``) and a status (done, partial, failed). ``stop_when``: the rule
+    the jobs stopped by (``meta["stop_when"]``: the cell's success interval is then the anytime-valid one)."""
     names: dict[tuple[str, str, str], CellKey] = {}
     cell_jobs: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for job in jobs:
@@ -31,7 +33,7 @@ def cell_documents(jobs: list[dict[str, Any]], episodes: list[dict[str, Any]]) -
         if key not in names:
             continue
         js = cell_jobs[key]
-        records = [{k: ep.get(k) for k in EPISODE_FIELDS} for ep in eps]
+        records = [{k: ep.get(k) for k in EPISODE_FIELDS} for ep in sorted(eps, key=lambda ep: (ep["task"], ep["seed"]))]
         for r in records:
             r["has_success_signal"] = True if r["has_success_signal"] is None else bool(r["has_success_signal"])
             r["success"] = bool(r["success"])
@@ -43,7 +45,8 @@ def cell_documents(jobs: list[dict[str, Any]], episodes: list[dict[str, Any]]) -
         blocks = sorted((j["seed"], j["n_episodes"]) for j in js)
         meta = {"policy": js[0]["policy_ref"], "env": key[1], "env_kwargs": json.loads(key[2]) if key[2] else {},
                 "n_episodes": expected, "policy_digest": key[0],
-                "seeds": ", ".join(f"{s}..{s + n - 1}" for s, n in blocks) + " (seed blocks; episode i of a block uses its first seed + i)"}
+                "seeds": ", ".join(f"{s}..{s + n - 1}" for s, n in blocks) + " (seed blocks; episode i of a block uses its first seed + i)",
+                **({"stop_when": stop_when} if stop_when is not None else {})}
         result = EvalResult(records, eval_s=float(sum(j["eval_s"] for j in js)), meta=meta, errors=errors)
         doc = result.to_eval_info()
         doc["policy_digest"] = key[0]

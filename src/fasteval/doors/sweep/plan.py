@@ -131,6 +131,23 @@ def resolve_policy(ref: str, base_dir: str | Path | None = None) -> tuple[str, s
     )
 
 
+def entry_policies(entry: Any, base_dir: str | Path | None = None) -> list[tuple[str, str]]:
+    """``[(name, ref)]`` of a sweep's policy entry: itself, or for a glob (expanded against ``base_dir``) or a
+    list, each of its policies named ``ENTRY/<short name>`` (:mod:`fasteval.run.policy_refs`)."""
+    from fasteval.run.policy_refs import expand_policy_refs, is_glob
+    from fasteval.types.policy_names import short_names
+
+    if len(entry.refs) == 1 and not is_glob(entry.refs[0]):
+        return [(entry.name, entry.refs[0])]
+    try:
+        refs = expand_policy_refs(entry.refs, base_dir)
+    except UserInputError as exc:
+        raise SweepSpecError(f"policy {entry.name!r}: {exc}") from None
+    if len(refs) == 1:
+        return [(entry.name, refs[0])]
+    return [(f"{entry.name}/{short}", ref) for short, ref in zip(short_names(refs), refs)]
+
+
 def check_refs(spec: SweepSpec) -> None:
     """Every env and ``module:callable`` policy of ``spec`` resolves, checked before any job runs: an env id
     typo (``CartPoel-v1``) is a :class:`SweepSpecError` with gymnasium's suggestion (exit 2), not a failed
@@ -147,11 +164,12 @@ def check_refs(spec: SweepSpec) -> None:
         except UserInputError as exc:
             problems.append(f"env {env.name!r}: {exc}")
     for policy in spec.policies:
-        if split_callable_ref(policy.ref) is not None and not is_remote_ref(policy.ref):
-            try:
-                resolve_callable(policy.ref, what="policy", trust_remote_code=trust)
-            except UserInputError as exc:
-                problems.append(f"policy {policy.name!r}: {exc}")
+        for ref in policy.refs:
+            if split_callable_ref(ref) is not None and not is_remote_ref(ref):
+                try:
+                    resolve_callable(ref, what="policy", trust_remote_code=trust)
+                except UserInputError as exc:
+                    problems.append(f"policy {policy.name!r}: {exc}")
     if len(problems) == 1:
         raise SweepSpecError(f"sweep: {problems[0]} Nothing ran.")
     if problems:
@@ -161,24 +179,25 @@ def check_refs(spec: SweepSpec) -> None:
 def plan(spec: SweepSpec, base_dir: str | Path | None = None) -> list[Job]:
     """All jobs of ``spec``, in (policy, env, seed block) order. Checks that digests are distinct, and that
     every env and policy resolves (:func:`check_refs`)."""
-    resolved: list[tuple[Any, str, str]] = []
+    resolved: list[tuple[str, str, str]] = []
     seen: dict[str, str] = {}
     for entry in spec.policies:
-        ref, digest = resolve_policy(entry.ref, base_dir)
-        if digest in seen:
-            raise SweepSpecError(
-                f"policies {seen[digest]!r} and {entry.name!r} are the same policy (identical files, digest "
-                f"{digest[:12]}); their episodes would share keys. Keep one of them."
-            )
-        seen[digest] = entry.name
-        resolved.append((entry, ref, digest))
+        for name, given in entry_policies(entry, base_dir):
+            ref, digest = resolve_policy(given, base_dir)
+            if digest in seen:
+                raise SweepSpecError(
+                    f"policies {seen[digest]!r} and {name!r} are the same policy (identical files, digest "
+                    f"{digest[:12]}); their episodes would share keys. Keep one of them."
+                )
+            seen[digest] = name
+            resolved.append((name, ref, digest))
     check_refs(spec)
     jobs = []
-    for entry, ref, digest in resolved:
+    for name, ref, digest in resolved:
         for env in spec.envs:
             for seed in spec.seeds:
                 jobs.append(Job(
-                    policy_name=entry.name, policy_ref=ref, policy_digest=digest,
+                    policy_name=name, policy_ref=ref, policy_digest=digest,
                     env_name=env.name, env_id=env.id, env_kwargs_json=env.kwargs_json, task=env.id,
                     seed=seed, n_episodes=spec.episodes_for(env), options=spec.options,
                 ))

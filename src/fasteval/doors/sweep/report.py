@@ -6,11 +6,20 @@ Writes into the folder:
   (``success_signal`` False and the success numbers ``null`` when no env of the cell ever reported
   ``info["is_success"]``: its 0% would be an artefact, so the report says "no success signal"),
   mean return and its bootstrap 95% interval, NaN-reward episodes, env steps, failed jobs and
-  their errors; per policy, the mean and IQM across envs of per-seed-block success rates with
-  stratified bootstrap intervals (envs with a success signal only); paired comparisons of policies
-  on the same episodes (McNemar for success, where the env has a success signal; paired bootstrap
-  of the return difference B - A, B the policy listed later); totals (episodes, env steps, wall time, episodes/s).
-  NaN is written as ``null``.
+  their errors; per policy, the mean and IQM across envs of the env success rates, with intervals
+  for a fixed set of envs (:mod:`fasteval.types.stratified`: each env's episodes a stratum; envs with
+  a success signal only); paired comparisons of policies on the same episodes, by the one paired
+  test of ``fasteval compare`` (:func:`fasteval.types.comparison.compare_task`: McNemar's exact test
+  for success, where the env has a success signal, and the paired bootstrap of the return
+  difference B - A, B the policy listed later), with Holm's adjustment across every test the report
+  shows (``p_holm``); per env, its policies ranked with the best named (``best_per_env``);
+  rliable's performance profiles (``profiles``) and average probability of improvement (``improvement``);
+  totals (episodes, env steps, wall time, episodes/s). NaN is written as ``null``.
+
+  A sweep whose jobs stopped on their data (``options.stop_when``) chose each seed block's n from its
+  episodes: its success intervals are then the anytime-valid betting confidence sequence (a cell's
+  blocks, in seed order, feed one sequence; across envs each env's at ``1 - 0.05 / E``, Bonferroni),
+  and its paired tests are descriptive (``interval_basis``, ``paired_tests``).
 * ``report.md``: the same as tables, under a one-sentence summary (cells complete, partial and
   failed, and whether a retry could help the failed ones: :mod:`fasteval.doors.sweep.retry`),
   rendered by :mod:`fasteval.render.sweep_markdown`.
@@ -36,17 +45,16 @@ from typing import Any
 
 import numpy as np
 
+from fasteval.types.comparison import DESCRIPTIVE, compare_task, finish
+from fasteval.types.sequential.stopped import METHOD as STOPPED_METHOD, sequence_bounds, simultaneous_bounds
 from fasteval.types.stats import (
-    aggregate_iqm,
-    aggregate_mean,
     average_probability_of_improvement,
     bootstrap_mean_ci,
-    mcnemar,
-    paired_bootstrap_ci,
+    iqm,
     performance_profile,
-    stratified_bootstrap_ci,
     wilson_interval,
 )
+from fasteval.types.stratified import IQM_METHOD, MEAN_METHOD, iqm_interval, stratified_interval
 from fasteval.doors.sweep.cells import cell_documents
 from fasteval.doors.sweep.retry import cell_retry_verdict
 from fasteval.doors.sweep.store import Store
@@ -82,14 +90,24 @@ def planned_rows(store: Store) -> tuple[list[dict[str, Any]], list[dict[str, Any
     return jobs, [e for e in episodes if any(e["seed"] in r for r in blocks.get((*_cell_key(e), e["task"]), ()))]
 
 
+
+def stopped_rule(store: Store) -> str | None:
+    """The ``stop_when`` rule the store's episodes were made with (its remembered settings), or None."""
+    import json
+
+    settings = store.meta("settings")
+    return (json.loads(settings) or {}).get("stop_when") if settings else None
+
+
 def build_report(store: Store) -> dict[str, Any]:
     """The report document (plain data) from the store's jobs, episodes and runs (:func:`planned_rows`)."""
-    return report_document(*planned_rows(store), store.runs(), store.path)
+    return report_document(*planned_rows(store), store.runs(), store.path, stop_when=stopped_rule(store))
 
 
 def report_document(jobs: list[dict[str, Any]], episodes: list[dict[str, Any]], runs: list[dict[str, Any]],
-                    store_file: Any) -> dict[str, Any]:
-    """:func:`build_report` from rows already read (the HTML pages reuse the same rows)."""
+                    store_file: Any, stop_when: str | None = None) -> dict[str, Any]:
+    """:func:`build_report` from rows already read (the HTML pages reuse the same rows). ``stop_when``: the
+    rule the jobs stopped by (their n came from the data: the intervals are then anytime-valid ones)."""
     policies: dict[str, str] = {}  # digest -> name, in first-seen (spec) order; later names win
     envs: dict[tuple[str, str], str] = {}
     for job in jobs:
@@ -108,7 +126,8 @@ def report_document(jobs: list[dict[str, Any]], episodes: list[dict[str, Any]], 
             key = (digest, env_id, env_kwargs)
             if key not in jobs_by_cell and key not in by_cell:
                 continue
-            cells.append(_cell(policy_name, env_name, env_id, env_kwargs, by_cell.get(key, []), jobs_by_cell.get(key, [])))
+            cells.append(_cell(policy_name, env_name, env_id, env_kwargs, by_cell.get(key, []), jobs_by_cell.get(key, []),
+                               stopped=stop_when is not None))
 
     paired = _paired(policies, envs, by_cell)
     n = len(episodes)
@@ -119,8 +138,11 @@ def report_document(jobs: list[dict[str, Any]], episodes: list[dict[str, Any]], 
         "generated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "store": str(store_file),
         "summary": summary_line(cells, status_counts),
+        "stop_when": stop_when,
+        "interval_basis": STOPPED_METHOD if stop_when is not None else "fixed n",
+        "paired_tests": DESCRIPTIVE if stop_when is not None else "fixed n",
         "cells": cells,
-        "across_envs": _across_envs(policies, envs, episodes),
+        "across_envs": _across_envs(policies, envs, episodes, stopped=stop_when is not None),
         "paired": paired,
         "best_per_env": best_per_env(cells, paired),
         "profiles": _profiles(policies, envs, episodes),
@@ -167,11 +189,18 @@ def has_success_signal(eps: list[dict[str, Any]]) -> bool:
     return rule([ep.get("has_success_signal") for ep in eps])
 
 
-def _cell(policy: str, env: str, env_id: str, env_kwargs: str, eps: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> dict[str, Any]:
+def _in_seed_order(eps: list[dict[str, Any]]) -> np.ndarray:
+    """A cell's successes in seed order: its seed blocks one after another, each in episode order (the
+    stream one confidence sequence reads across blocks that each stopped on their own)."""
+    return np.asarray([bool(ep["success"]) for ep in sorted(eps, key=lambda ep: (ep["task"], ep["seed"]))], dtype=np.float64)
+
+
+def _cell(policy: str, env: str, env_id: str, env_kwargs: str, eps: list[dict[str, Any]], jobs: list[dict[str, Any]],
+          stopped: bool = False) -> dict[str, Any]:
     n = len(eps)
     wins = sum(ep["success"] for ep in eps)
     returns = np.asarray([ep["sum_reward"] for ep in eps], dtype=np.float64)
-    lo, hi = wilson_interval(wins, n)
+    lo, hi = sequence_bounds(_in_seed_order(eps), 0.95) if stopped and n else wilson_interval(wins, n)
     failed = [j for j in jobs if j["status"] == "failed"]
     signal = has_success_signal(eps)
     if not signal:  # 0 of n by construction: not a measurement
@@ -190,6 +219,7 @@ def _cell(policy: str, env: str, env_id: str, env_kwargs: str, eps: list[dict[st
         "successes": None if wins is None else int(wins),
         "success_pct": 100.0 * wins / n if n and wins is not None else math.nan,
         "success_ci95": [100.0 * lo, 100.0 * hi],
+        "success_ci95_method": STOPPED_METHOD if stopped else "Wilson score (fixed n)",
         "mean_return": float(returns.mean()) if n else math.nan,
         "return_ci95": list(bootstrap_mean_ci(returns)),
         "nan_reward_episodes": int(sum(1 for ep in eps if ep["nan_rewards"] > 0)),
@@ -201,39 +231,54 @@ def _cell(policy: str, env: str, env_id: str, env_kwargs: str, eps: list[dict[st
     }
 
 
-def _across_envs(policies: dict[str, str], envs: dict[tuple[str, str], str], episodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per policy: per-seed-block success rates per env (runs x tasks), mean and IQM with stratified CIs."""
-    blocks: dict[tuple[str, str, str], dict[str, list[bool]]] = {}
+def _across_envs(policies: dict[str, str], envs: dict[tuple[str, str], str], episodes: list[dict[str, Any]],
+                 stopped: bool = False) -> list[dict[str, Any]]:
+    """Per policy: the mean and the IQM over envs of the env success rates (all of an env's episodes, every seed
+    block), with intervals for a fixed set of envs (:mod:`fasteval.types.stratified`), or, for a sweep that
+    stopped on its data, from each env's anytime-valid sequence at ``1 - 0.05 / E`` (Bonferroni over envs: the
+    mean of the bounds, and the IQM of the bounds, which the IQM's monotonicity makes valid)."""
     cell_eps: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for ep in episodes:
-        blocks.setdefault(_cell_key(ep), {}).setdefault(ep["job_id"], []).append(ep["success"])
         cell_eps.setdefault(_cell_key(ep), []).append(ep)
-    for key in [k for k, eps in cell_eps.items() if not has_success_signal(eps)]:
-        del blocks[key]  # no success signal: its 0% would drag every aggregate down
     out = []
     for digest, name in policies.items():
-        per_task = [
-            [float(np.mean(s)) for s in blocks[(digest, env_id, kw)].values()]
-            for (env_id, kw) in envs if (digest, env_id, kw) in blocks
-        ]
-        if not per_task:
+        keys = [(digest, env_id, kw) for (env_id, kw) in envs
+                if (digest, env_id, kw) in cell_eps and has_success_signal(cell_eps[(digest, env_id, kw)])]
+        if not keys:  # no env with a success signal: its 0% would drag every aggregate down
             continue
+        wins = [int(sum(bool(ep["success"]) for ep in cell_eps[k])) for k in keys]
+        counts = [len(cell_eps[k]) for k in keys]
+        if stopped:
+            bounds = np.array(simultaneous_bounds([_in_seed_order(cell_eps[k]) for k in keys], 0.95))
+            rates = np.asarray(wins) / np.asarray(counts)
+            mean = (float(rates.mean()), float(bounds[:, 0].mean()), float(bounds[:, 1].mean()))
+            middle = (iqm(rates), iqm(bounds[:, 0]), iqm(bounds[:, 1]))
+            methods = (f"{STOPPED_METHOD}, each env at 1 - 0.05/E, the mean of the bounds",
+                       f"{STOPPED_METHOD}, each env at 1 - 0.05/E, the IQM of the bounds")
+        else:
+            mean, middle, methods = stratified_interval(wins, counts), iqm_interval(wins, counts), (MEAN_METHOD, IQM_METHOD)
         out.append({
             "policy": name,
-            "envs": len(per_task),
-            "runs_per_env": [len(t) for t in per_task],
-            "mean_success_pct": 100.0 * aggregate_mean(per_task),
-            "mean_success_ci95": [100.0 * x for x in stratified_bootstrap_ci(per_task, aggregate_mean)],
-            "iqm_success_pct": 100.0 * aggregate_iqm(per_task),
-            "iqm_success_ci95": [100.0 * x for x in stratified_bootstrap_ci(per_task, aggregate_iqm)],
+            "envs": len(keys),
+            "runs_per_env": [len({ep["job_id"] for ep in cell_eps[k]}) for k in keys],
+            "episodes_per_env": counts,
+            "mean_success_pct": 100.0 * mean[0],
+            "mean_success_ci95": [100.0 * mean[1], 100.0 * mean[2]],
+            "mean_success_method": methods[0],
+            "iqm_success_pct": 100.0 * middle[0],
+            "iqm_success_ci95": [100.0 * middle[1], 100.0 * middle[2]],
+            "iqm_success_method": methods[1],
         })
     return out
 
 
 def _paired(policies: dict[str, str], envs: dict[tuple[str, str], str], by_cell: dict[tuple[str, str, str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Every pair of policies on every env, over the episodes both have (same task and seed): A is
-    the policy listed first in the spec, B the later one, and the return difference is B - A."""
-    out = []
+    """Every pair of policies on every env, over the episodes both have (same task and seed): A is the policy
+    listed first, B the later one, differences B - A. The tests are ``fasteval compare``'s
+    (:func:`~fasteval.types.comparison.compare_task`: McNemar's exact test, the paired bootstrap), and Holm's
+    adjustment runs across the whole family the report shows (:func:`~fasteval.types.comparison.finish`):
+    every success test, and every return test, of every pair on every env."""
+    rows, tasks = [], []
     for (env_id, kw), env_name in envs.items():
         for (da, na), (db, nb) in combinations(policies.items(), 2):
             a = {(ep["task"], ep["seed"]): ep for ep in by_cell.get((da, env_id, kw), [])}
@@ -242,11 +287,23 @@ def _paired(policies: dict[str, str], envs: dict[tuple[str, str], str], by_cell:
             if not common:
                 continue
             signal = has_success_signal([*a.values(), *b.values()])
-            test = mcnemar([a[k]["success"] for k in common], [b[k]["success"] for k in common]) if signal else None
-            # B - A (the later policy minus the earlier one, as fasteval compare's "new minus baseline")
-            diff = paired_bootstrap_ci([b[k]["sum_reward"] for k in common], [a[k]["sum_reward"] for k in common])
-            out.append({"env": env_name, "a": na, "b": nb, "episodes": len(common), "success_signal": signal,
-                        "success_mcnemar": test, "return_diff": {**diff, "direction": DIRECTION}})
+            tasks.append(compare_task([bool(a[k]["success"]) for k in common], [bool(b[k]["success"]) for k in common],
+                                      [a[k]["sum_reward"] for k in common], [b[k]["sum_reward"] for k in common],
+                                      has_success=signal))
+            rows.append({"env": env_name, "a": na, "b": nb, "episodes": len(common), "success_signal": signal})
+    if tasks:
+        finish(tasks)
+    out = []
+    for row, task in zip(rows, tasks):
+        s, r = task["success"], task["return"]
+        test = None if s is None else {
+            "only_a": s["only_a"], "only_b": s["only_b"], "n_discordant": s["n_discordant"], "n_pairs": row["episodes"],
+            "p_value": s["p_value"], "p_holm": s["p_holm"], "method": "exact binomial",
+            "success_diff": s["diff"], "success_diff_ci": s["diff_ci"]}
+        out.append({**row, "success_mcnemar": test,
+                    "return_diff": {"mean_diff": r["diff"], "ci": r["diff_ci"], "n_pairs": row["episodes"],
+                                    "direction": DIRECTION, "signed_rank_p": r["p_value"], "signed_rank_p_holm": r["p_holm"]},
+                    "verdict": task["verdict"], "family": len(tasks)})
     return out
 
 
@@ -350,7 +407,8 @@ def write_report(store_dir: str | Path, out_dir: str | Path | None = None) -> di
     """
     with Store(store_dir, create=False) as store:
         jobs, episodes = planned_rows(store)
-        doc = report_document(jobs, episodes, store.runs(), store.path)
+        rule = stopped_rule(store)
+        doc = report_document(jobs, episodes, store.runs(), store.path, stop_when=rule)
     out = Path(out_dir) if out_dir is not None else store.path.parent
     out.mkdir(parents=True, exist_ok=True)
     paths = {}
@@ -365,7 +423,7 @@ def write_report(store_dir: str | Path, out_dir: str | Path | None = None) -> di
     md = out / "report.md"
     write_text_atomic(md, render_markdown(doc, note))
     paths["md"] = md
-    paths["html"] = write_sweep_report(doc, out, cell_documents(jobs, episodes))  # and one page per cell under cells/
+    paths["html"] = write_sweep_report(doc, out, cell_documents(jobs, episodes, stop_when=rule))  # and a page per cell
     doc["paths"] = {k: str(v) for k, v in paths.items()}
     return doc
 

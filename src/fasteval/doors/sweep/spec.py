@@ -71,15 +71,27 @@ class PolicyEntry:
     name: str
     """Short label used in reports and progress lines. Unique within the sweep."""
 
-    ref: str
+    ref: str | tuple[str, ...]
     """Policy reference: ``zero``, ``random``, a checkpoint folder (relative paths are resolved
-    against the sweep file's folder), or ``module:callable``. Never a live object."""
+    against the sweep file's folder), or ``module:callable``. Never a live object. A glob of checkpoint
+    folders (``ckpts/*/pretrained_model``) or a list of references is several policies: the plan gives each
+    its own cells, named ``NAME/<short name>`` (its step number, or its folder's name; see
+    :mod:`fasteval.types.policy_names`)."""
 
     def __post_init__(self) -> None:
         if not (isinstance(self.name, str) and self.name.strip()):
             _fail("policies[].name", "a non-empty string", self.name)
-        if not (isinstance(self.ref, str) and self.ref.strip()):
-            _fail(f"policy {self.name!r}: ref", "a non-empty policy reference (zero, random, a folder, module:callable)", self.ref)
+        if isinstance(self.ref, list):
+            object.__setattr__(self, "ref", tuple(self.ref))
+        refs = self.ref if isinstance(self.ref, tuple) else (self.ref,)
+        if not refs or not all(isinstance(r, str) and r.strip() for r in refs):
+            _fail(f"policy {self.name!r}: ref", "a non-empty policy reference (zero, random, a folder, module:callable), "
+                  "a glob of checkpoint folders, or a list of them", self.ref)
+
+    @property
+    def refs(self) -> tuple[str, ...]:
+        """The entry's references, as given (globs not expanded yet: the plan does it)."""
+        return self.ref if isinstance(self.ref, tuple) else (self.ref,)
 
 
 @dataclass(frozen=True)
@@ -295,7 +307,9 @@ class SweepSpec:
             if isinstance(item, str):
                 item = {"ref": item}
             _check_keys(f"policies[{i}]", item, ("name", "ref"), required=("ref",))
-            policy_entries.append(PolicyEntry(name=item.get("name", item["ref"]), ref=item["ref"]))
+            ref = item["ref"]
+            default_name = ref if isinstance(ref, str) else f"policies[{i}]"
+            policy_entries.append(PolicyEntry(name=item.get("name", default_name), ref=ref))
         envs = data["envs"]
         if not isinstance(envs, list) or not envs:
             _fail("envs", "a non-empty list of {id, kwargs, name, episodes} entries", envs)
@@ -331,7 +345,7 @@ class SweepSpec:
             "name": self.name,
             "episodes": self.episodes,
             "seeds": list(self.seeds),
-            "policies": [{"name": p.name, "ref": p.ref} for p in self.policies],
+            "policies": [{"name": p.name, "ref": list(p.ref) if isinstance(p.ref, tuple) else p.ref} for p in self.policies],
             "envs": [
                 {"name": e.name, "id": e.id, "kwargs": e.kwargs, **({"episodes": e.episodes} if e.episodes else {})}
                 for e in self.envs

@@ -63,6 +63,10 @@ def write_run_report(folder: str | Path, doc: Mapping[str, Any] | None = None, m
     if config is None:
         config = _read_json(folder / "config.json")
     provenance, current = _provenance(provenance, manifest, folder / "eval_info.json")
+    if isinstance(doc.get("policies"), dict):  # a many-policy run: the ranking, and each policy's own page
+        from fasteval.render.html.ranking_page import write_ranking_report
+
+        return write_ranking_report(folder, doc, manifest, config, provenance, current, name)
     task_pages = _task_pages(folder, doc, name) if (folder / "tasks").is_dir() else {}
     inp = RunPageInput(doc=doc, page_dir=folder, manifest=manifest if isinstance(manifest, dict) else None,
                        config=config if isinstance(config, dict) else None, provenance=provenance,

@@ -19,6 +19,7 @@ from html import escape
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from fasteval.render.compare_text import stopped_runs_line
 from fasteval.render.html import page, svg
 
 VERDICT_KIND = {"better": "better", "worse": "worse", "no difference": "neutral"}
@@ -81,8 +82,20 @@ def glance(doc: Mapping[str, Any]) -> str:
                                f"margin {doc.get('margin')}", "glance-noninferior"))
     who = page.kv([(f"A (baseline): {na}", _side(a)), (f"B (candidate): {nb}", _side(b)), ("mode", doc.get("mode"))])
     return f'<div class="cards">{"".join(cards)}</div>{who}' + page.note(
-        f"Differences are B - A ({nb} minus {na}): positive means B is better. The verdict of a task uses its "
-        "primary metric's Holm-adjusted p-value.")
+        f"Differences are B - A ({nb} minus {na}): positive means B is better. " + verdict_basis_text(doc))
+
+
+def verdict_basis_text(doc: Mapping[str, Any]) -> str:
+    """What decided the verdicts, as ``compare.json`` says (``overall.verdict_basis``)."""
+    basis = (doc.get("overall") or {}).get("verdict_basis")
+    if basis in ("e-process", "truncated design", "mixed"):
+        test = {"e-process": "the anytime-valid e-process", "truncated design": "the truncated design",
+                "mixed": "the sequential test"}[basis]
+        return (f"The verdict comes from {test} that stopped the comparison (see Sequential test); the McNemar and "
+                f"signed-rank p-values and the bootstrap intervals are descriptive, not valid after the stop.")
+    if stopped_runs_line(dict(doc)):
+        return "The verdict of a task uses its primary metric's Holm-adjusted p-value. " + stopped_runs_line(dict(doc))
+    return "The verdict of a task uses its primary metric's Holm-adjusted p-value."
 
 
 def _side(s: Mapping[str, Any]) -> str:
@@ -119,14 +132,19 @@ def task_table(doc: Mapping[str, Any]) -> str:
         returns.append((attrs, [label, page.num(r.get("a_mean"), 3), page.num(r.get("b_mean"), 3), page.num(r.get("diff"), 3),
                                 page.interval(r.get("diff_ci"), 3), page.pnum(r.get("p_value")), page.pnum(r.get("p_holm")),
                                 page.num(r.get("prob_improvement"), 3), page.interval(r.get("prob_improvement_ci"), 3)]))
-    out = [page.table("compare-tasks", ["task", "pairs", "primary metric", "p (Holm)"]
+    stopped = any(t.get("fixed_n_tests") for t in tasks)
+    after = ((" (descriptive, not valid after the stop)" if any(t.get("sequential") for t in tasks) else
+              " (descriptive: a run stopped on its data)") if stopped else "")
+    out = [page.table("compare-tasks", ["task", "pairs", "primary metric", "p (Holm)" + after]
                       + (["non-inferiority"] if with_margin else []) + ["verdict"], verdicts)]
     out.append("<h3>Success</h3>")
     if success:
         out.append(page.table("compare-success", ["task", "A successes", "B successes", "A success %", "B success %",
                                                   "B - A (pp)", "B - A 95% CI", "only A", "only B", "McNemar p", "p (Holm)"],
                               success, caption=f"McNemar's exact test on the discordant pairs; the rate difference's "
-                                               f"interval is a paired bootstrap ({doc.get('n_boot', '')} resamples)."))
+                                               f"interval is a paired bootstrap ({doc.get('n_boot', '')} resamples)"
+                                               + (": fixed-n numbers, descriptive, not valid after the stop (the "
+                                                  "anytime-valid interval is under Sequential test)." if stopped else ".")))
     missing = [_task_label(t) for t in tasks if not t.get("success")]
     if missing:
         out.append(page.note(f"no success signal (compared by return): {', '.join(missing)}"))
@@ -134,22 +152,26 @@ def task_table(doc: Mapping[str, Any]) -> str:
     out.append(page.table("compare-return", ["task", "A mean return", "B mean return", "B - A", "B - A 95% CI", "signed-rank p",
                                              "p (Holm)", "P(B > A)", "P(B > A) 95% CI"], returns,
                           caption="Paired bootstrap interval of the mean difference; Wilcoxon signed-rank test; "
-                                  "P(B > A): probability of improvement over paired episodes."))
+                                  "P(B > A): probability of improvement over paired episodes"
+                                  + (". Fixed-n numbers: descriptive, not valid after the stop." if stopped else ".")))
     return "".join(out)
 
 
 def plots(doc: Mapping[str, Any]) -> str:
     tasks = doc.get("tasks") or []
     out = []
+    stopped = any(t.get("fixed_n_tests") for t in tasks)
+    label = " (fixed-n, descriptive after the stop)" if stopped else ""
     success = [(_task_label(t), _pct(t["success"]["diff"]), *_pct_ci(t["success"]["diff_ci"]))
                for t in tasks if t.get("success") and t["success"].get("diff_ci")]
     if success:
-        out.append(svg.intervals(success, "success rate B - A (percentage points, 95% CI)", "success difference per task",
-                                 xrange=None, ref=0.0))
+        out.append(svg.intervals(success, f"success rate B - A (percentage points, 95% CI){label}",
+                                 "success difference per task", xrange=None, ref=0.0))
     returns = [(_task_label(t), t["return"]["diff"], *t["return"]["diff_ci"]) for t in tasks
                if t.get("return") and t["return"].get("diff_ci")]
     if returns:
-        out.append(svg.intervals(returns, "mean return B - A (95% CI)", "return difference per task", xrange=None, ref=0.0))
+        out.append(svg.intervals(returns, f"mean return B - A (95% CI){label}", "return difference per task", xrange=None,
+                                 ref=0.0))
     return f'<div class="plots" id="plot-differences">{"".join(out)}</div>' if out else ""
 
 
@@ -163,11 +185,27 @@ def sequential_section(doc: Mapping[str, Any]) -> str:
     out = []
     for name, b in blocks:
         out.append(f"<h3>{escape(name)}</h3>")
-        out.append(page.kv([("rule", b.get("rule")), ("method", b.get("method")), ("confidence", b.get("confidence")),
-                            ("episodes (k) / cap", f"{b.get('k')} / {b.get('cap')}"), ("stopped by", b.get("reason")),
-                            ("decision", b.get("decision") or "none"), ("e-value, B better", page.fmt_sig(b.get("e_value_better"))),
-                            ("e-value, B worse", page.fmt_sig(b.get("e_value_worse"))), ("reject at e ≥", b.get("threshold")),
-                            ("computed past the stop (in no aggregate)", b.get("n_computed_past_stop"))]))
+        diff = b.get("difference") or {}
+        rows = [("rule", b.get("rule")), ("decided by", b.get("decided_by") or b.get("method")),
+                ("method", b.get("method")), ("confidence", b.get("confidence")),
+                ("episodes (k) / cap", f"{b.get('k')} / {b.get('cap')}"), ("stopped by", b.get("reason")),
+                ("decision", b.get("decision") or "none")]
+        if "e_value_better" in b:
+            threshold = b.get("threshold")
+            rows += [("e-value, B better", page.fmt_sig(b.get("e_value_better"))),
+                     ("e-value, B worse", page.fmt_sig(b.get("e_value_worse"))),
+                     ("reject at e ≥", f"{threshold:g}" if isinstance(threshold, (int, float)) else threshold)]
+        else:
+            rows += [("discordant pairs (B won / all)", f"{b.get('b_wins')} / {b.get('n_discordant')}"),
+                     ("alpha per side (spent)", f"{page.fmt_sig(b.get('alpha_per_side'))} ({page.fmt_sig(b.get('alpha_spent_per_side'))})"),
+                     ("valid until", f"-n {b.get('valid_until')}")]
+        if diff:
+            scale = _pct if (b.get("metric") or "success") == "success" else (lambda v: v)
+            unit = " pp" if (b.get("metric") or "success") == "success" else ""
+            rows.append((f"B - A, {page.fmt(100 * diff.get('confidence', 0.95), 0)}% anytime-valid (valid at the stop)",
+                         f"[{page.fmt(scale(diff.get('low')), 2)}, {page.fmt(scale(diff.get('high')), 2)}]{unit}"))
+        rows.append(("computed past the stop (in no aggregate)", b.get("n_computed_past_stop")))
+        out.append(page.kv(rows))
         out.append(_trajectory_plot(name, b))
     return "".join(out)
 
@@ -176,7 +214,7 @@ def _trajectory_plot(name: str, b: Mapping[str, Any]) -> str:
     """The sequence over episodes, when the document has it: e-values (log scale, with the
     rejection threshold), and anytime-valid bounds on the difference."""
     tr = b.get("trajectory")
-    if not isinstance(tr, Mapping) or not tr.get("k"):
+    if not isinstance(tr, Mapping) or not (tr.get("k") or tr.get("diff_k")):
         return page.note("The document holds the sequence's values at the stop only (no trajectory).")
     k = tr["k"]
     out = []
@@ -186,8 +224,9 @@ def _trajectory_plot(name: str, b: Mapping[str, Any]) -> str:
         refs = [("rejection threshold", float(b["threshold"]))] if isinstance(b.get("threshold"), (int, float)) else []
         out.append(svg.band(k, lines, [], "paired episodes", "e-value", f"{name}: e-processes over episodes", hlines=refs, log_y=True))
     if tr.get("diff_low") and tr.get("diff_high"):
-        out.append(svg.band(k, [], [("anytime-valid bounds on B - A", tr["diff_low"], tr["diff_high"])], "paired episodes",
-                            "B - A", f"{name}: confidence sequence over episodes", hlines=[("no difference", 0.0)]))
+        out.append(svg.band(tr.get("diff_k") or k, [], [("anytime-valid bounds on B - A", tr["diff_low"], tr["diff_high"])],
+                            "paired episodes", "B - A", f"{name}: confidence sequence over episodes",
+                            hlines=[("no difference", 0.0)]))
     return f'<div class="plots trajectory">{"".join(out)}</div>'
 
 

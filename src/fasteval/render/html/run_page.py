@@ -5,9 +5,13 @@ columnar document :meth:`~fasteval.types.results.EvalResult.eval_info_document` 
 The page aggregates and never lists every episode (a 100,000-episode run's page is the size of
 a 100-episode one); it links ``episodes.jsonl`` for the per-episode records.
 
-Numbers shown: success rates with their Wilson 95% interval as ``eval_info.json`` has them (and
-the anytime-valid bounds of a ``--stop-when`` run's ``"stopping"`` block when present); mean
-returns with the interval of :func:`~fasteval.render.html.run_input.mean_interval`.
+Numbers shown: success rates with their 95% interval as ``eval_info.json`` has them (Wilson's for a
+run of fixed n; for a ``--stop-when`` run, which chose its n from its data, the anytime-valid
+sequence at the stop, named by ``pc_success_ci95_method``, with Wilson's only as
+``pc_success_ci95_fixed_n``); mean returns with the interval of
+:func:`~fasteval.render.html.run_input.mean_interval` (descriptive after a stop, and labelled so).
+A suite's per-task rule claims are each at the run's level, not corrected for the number of tasks:
+the page says so.
 """
 
 from __future__ import annotations
@@ -48,8 +52,12 @@ def glance(inp: RunPageInput) -> str:
         cards.append(page.card("success rate", "no episodes", "no episode finished", "glance-success", {"value": ""}))
     elif o.get("has_success_signal", True):
         lo, hi = o.get("pc_success_ci95") or [math.nan, math.nan]
-        detail = f"Wilson 95% [{page.fmt(lo)}, {page.fmt(hi)}]; {page.fmt(o.get('n_success'))} of {page.fmt(o.get('n_episodes'))}"
-        if stopping and stopping.get("metric", "success") == "success":
+        anytime = o.get("pc_success_ci95_fixed_n") is not None  # the record's interval is the one valid at the stop
+        older = bool(stopping) and not anytime  # a stopped run's document written before it was: Wilson's, descriptive
+        label = ("anytime-valid 95% (valid at the stop)" if anytime else
+                 "Wilson 95% (fixed n: descriptive after the stop)" if older else "Wilson 95%")
+        detail = f"{label} [{page.fmt(lo)}, {page.fmt(hi)}]; {page.fmt(o.get('n_success'))} of {page.fmt(o.get('n_episodes'))}"
+        if older and stopping.get("metric", "success") == "success":
             detail += (f"<br>anytime-valid {int(round(100 * stopping.get('confidence', 0.95)))}%: "
                        f"[{page.fmt(100 * stopping['cs_low'])}, {page.fmt(100 * stopping['cs_high'])}]")
         cards.append(page.card("success rate", f"{page.fmt(o.get('pc_success'))}%", detail, "glance-success",
@@ -62,6 +70,8 @@ def glance(inp: RunPageInput) -> str:
     key = 0 if len(tasks) == 1 else "all"  # one task: the same episodes, the same interval
     lo, hi, method = inp.return_interval(key, returns) if returns.size else (None, None, "")
     detail = f"95% {method} [{page.fmt(lo, 3)}, {page.fmt(hi, 3)}]" if returns.size else "no episode finished"
+    if stopping and returns.size and stopping.get("metric") != "return":
+        detail += " (fixed n: descriptive after the stop)"
     if stopping and stopping.get("metric") == "return":
         detail += f"<br>anytime-valid: [{page.fmt(stopping['cs_low'], 3)}, {page.fmt(stopping['cs_high'], 3)}]"
     cards.append(page.card("mean return", page.fmt(o.get("avg_sum_reward"), 3) if returns.size else "—", detail, "glance-return",
@@ -159,7 +169,14 @@ def _stopping_note(stopping: Mapping[str, Any] | None) -> str:
         return ""
     past = stopping.get("n_computed_past_stop") or 0
     text = (f"Early stopping: rule {stopping.get('rule')!s}, {stopping.get('method') or 'anytime-valid confidence sequence'}; "
-            f"the reported episodes are exactly the first k of each task.")
+            f"the reported episodes are exactly the first k of each task. The run chose its n from its data, so its "
+            f"success intervals are the anytime-valid sequence at the stop (valid whatever decided the stop); the "
+            f"return intervals are fixed-n ones, descriptive only.")
+    if (stopping.get("n_tasks") or 1) > 1:
+        text += (f" Each of the {stopping['n_tasks']} tasks' above/below claims is at the run's level on its own, not "
+                 f"corrected for the number of tasks: the chance that some task's claim is wrong can be up to "
+                 f"{stopping['n_tasks']} times that level. The overall interval is simultaneous (each task's sequence "
+                 f"at 1 - 0.05/T).")
     if past:
         text += f" {past} episodes finished past the stop and are in no aggregate."
     return page.note(text)
@@ -191,7 +208,9 @@ def task_table(inp: RunPageInput) -> str:
                   page.num(n_failed), page.num(a.get("n_nan_reward_episodes"))]
         rows.append(({"task-group": t.get("task_group"), "task-id": t.get("task_id")}, cells))
     methods = {inp.return_interval(i, metric(t, "sum_rewards"))[2] for i, t in enumerate(tasks)}
-    caption = ("Success: Wilson score 95% interval. Return: " + " / ".join(
+    stopped = any((t.get("aggregated") or {}).get("pc_success_ci95_fixed_n") is not None for t in tasks)
+    caption = (("Success: anytime-valid 95% interval at the stop (betting confidence sequence). Return, descriptive after "
+                "the stop: " if stopped else "Success: Wilson score 95% interval. Return: ") + " / ".join(
         {"bootstrap": "percentile bootstrap of the mean (2000 resamples, seed 0)",
          "normal": f"normal approximation (above {BOOTSTRAP_UP_TO} episodes)"}[m] for m in sorted(methods))
         + ". Click a header to sort.")
@@ -251,7 +270,9 @@ def plots(inp: RunPageInput) -> str:
     success = ""
     if any(has_signal):
         rows = [(task_label(t), *_rate_and_ci(t)) for t, ok in zip(tasks, has_signal) if ok]
-        success = f'<div class="plots" id="plot-success">{svg.intervals(rows, "success % (Wilson 95% CI)", "success rate per task", width=520)}</div>'
+        stopped = any((t.get("aggregated") or {}).get("pc_success_ci95_fixed_n") is not None for t in tasks)
+        axis = f"success % ({'anytime-valid 95% CI at the stop' if stopped else 'Wilson 95% CI'})"
+        success = f'<div class="plots" id="plot-success">{svg.intervals(rows, axis, "success rate per task", width=520)}</div>'
     left_out = [task_label(t) for t, ok in zip(tasks, has_signal) if not ok]
     if left_out:
         success += page.note(f"not drawn ({NO_SIGNAL}): {', '.join(left_out[:20])}" + (" ..." if len(left_out) > 20 else ""))

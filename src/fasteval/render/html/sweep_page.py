@@ -114,7 +114,8 @@ def best_table(doc: Mapping[str, Any]) -> str:
     headers = ["env", "judged by", "best", "best's value", "best's 95% CI", "runner-up", "runner-up's value",
                "runner-up's 95% CI", "paired: best against runner-up (B - A)"]
     return ("<h3>Best policy per env</h3>" + page.table("best-per-env", headers, rows, sortable=False) + page.note(
-        "Judged by success % (Wilson 95% interval) where the env reports a success signal, else by mean return "
+        "Judged by success % (the cell's 95% interval: Wilson's, or the anytime-valid one where the sweep stopped on "
+        "its data) where the env reports a success signal, else by mean return "
         "(bootstrap 95% interval of the mean). The best is the highest estimate; the last column is the paired "
         "comparison of the two on the same seeds (McNemar for success; for return, the mean difference B - A, B the "
         "policy listed later in the sweep, with its paired bootstrap 95% interval), one comparison, not corrected "
@@ -123,7 +124,7 @@ def best_table(doc: Mapping[str, Any]) -> str:
 
 def overall_table(doc: Mapping[str, Any]) -> str:
     """The best overall: the policies ranked by their IQM success % across the envs with a success
-    signal (rliable's aggregate, stratified bootstrap interval)."""
+    signal (rliable's aggregate; the intervals of :mod:`fasteval.types.stratified`)."""
     across = sorted(doc.get("across_envs") or [], key=lambda a: -a["iqm_success_pct"]
                     if isinstance(a["iqm_success_pct"], (int, float)) and not np.isnan(a["iqm_success_pct"]) else np.inf)
     if not across:
@@ -140,11 +141,11 @@ def overall_table(doc: Mapping[str, Any]) -> str:
             for (rank, tied), a in zip(ranks, across)]
     return ("<h3>Best overall</h3>" + page.table("overall", ["rank", "policy", "envs", "IQM success %", "IQM 95% CI",
                                                              "mean success %", "mean 95% CI"], rows, sortable=False)
-            + page.note("Ranked by the interquartile mean of the per-seed-block success rates of all envs with a success "
-                        "signal (rliable's IQM), with a stratified bootstrap 95% interval (seed blocks resampled within "
-                        "each env, envs kept); equal IQMs share a rank. It assumes the envs' success rates are comparable (one scale, 0 to 100%) "
-                        "and the seed blocks independent runs; it says nothing of the envs it leaves out."
-                        + left_out_sentence(doc)))
+            + page.note("Ranked by the interquartile mean over the envs with a success signal of each env's success rate "
+                        "(all its episodes), with 95% intervals for this fixed set of envs (IQM: "
+                        f"{across[0].get('iqm_success_method', '')}; mean: {across[0].get('mean_success_method', '')}); "
+                        "equal IQMs share a rank. It assumes the envs' success rates are comparable (one scale, 0 to "
+                        "100%); it says nothing of the envs it leaves out." + left_out_sentence(doc)))
 
 
 def left_out_sentence(doc: Mapping[str, Any]) -> str:
@@ -179,8 +180,11 @@ def cells_table(doc: Mapping[str, Any], links: Mapping[CellKey, str]) -> str:
         rows.append(({"policy": c["policy"], "env": c["env"]}, cells))
     headers = ["policy", "env", "episodes", "planned", "successes", "success %", "success 95% CI", "mean return",
                "return 95% CI", "IQM return", "NaN-return eps", "status", "cell page"]
-    caption = ("Success: Wilson score 95%. Return: percentile bootstrap of the mean (2000 resamples, seed 0). IQM: mean of "
-               "the middle 50% of the cell's returns. Click a header to sort.")
+    method = next((c["success_ci95_method"] for c in doc.get("cells") or [] if c.get("success_ci95_method")),
+                  "Wilson score (fixed n)")
+    caption = (f"Success: {method}, 95%. Return: percentile bootstrap of the mean (2000 resamples, seed 0)"
+               + (", descriptive after the stop" if "anytime" in method else "")
+               + ". IQM: mean of the middle 50% of the cell's returns. Click a header to sort.")
     return page.table("cells", headers, rows, caption=caption)
 
 
@@ -241,19 +245,22 @@ def paired_table(doc: Mapping[str, Any]) -> str:
         m, d = p.get("success_mcnemar"), p["return_diff"]
         cells = [page.text(p["env"]), page.text(p["a"]), page.text(p["b"]), page.num(p["episodes"])]
         if m is not None:
-            cells += [page.num(m["only_a"]), page.num(m["only_b"]), page.pnum(m["p_value"]), page.text(m["method"])]
+            cells += [page.num(m["only_a"]), page.num(m["only_b"]), page.pnum(m["p_value"]), page.pnum(m.get("p_holm")),
+                      page.text(m["method"])]
         else:
-            cells += [page.none(NO_SIGNAL)] * 3 + [page.none("—")]
+            cells += [page.none(NO_SIGNAL)] * 4 + [page.none("—")]
         cells += [page.num(d["mean_diff"], 3), page.interval(d["ci"], 3)]
         if with_verdict:
             v = p.get("verdict")
             cells.append(page.Cell(page.badge(v), v, html=True) if v else page.none("—"))
         rows.append(({"env": p["env"], "a": p["a"], "b": p["b"]}, cells))
-    headers = ["env", "A", "B", "paired episodes", "only A succeeded", "only B succeeded", "McNemar p", "method",
+    headers = ["env", "A", "B", "paired episodes", "only A succeeded", "only B succeeded", "McNemar p", "p (Holm)", "method",
                "return B - A", "B - A 95% CI"] + (["compare verdict"] if with_verdict else [])
-    return (page.note("Over the episodes both policies ran (same env, task and seed); B is the policy listed later in "
-                      "the sweep, and the return difference is B - A (positive: B did better). McNemar: exact binomial "
-                      "below 25 discordant pairs, else chi-square with continuity correction. Return: paired bootstrap 95%.")
+    stopped = f" Every job stopped on its data: these tests are {doc['paired_tests']}." if doc.get("stop_when") else ""
+    return (page.note("Over the episodes both policies ran (same env, task and seed), with fasteval compare's tests: "
+                      "McNemar's exact test, Holm-adjusted across every comparison of this report "
+                      f"({paired[0].get('family', len(paired))}); verdicts from the Holm-adjusted p-values. Return: B - A "
+                      f"(B listed later), paired bootstrap 95%.{stopped}")
             + page.table("paired", headers, rows))
 
 
@@ -275,7 +282,8 @@ def plots(doc: Mapping[str, Any]) -> str:
         signal = [c for c in members if c.get("success_signal", True)]
         if signal:
             rows = [(c["policy"], c["success_pct"], *c["success_ci95"]) for c in signal]
-            parts.append(svg.intervals(rows, "success % (Wilson 95% CI)", f"{env}: success rate", width=420,
+            axis = "success % (anytime-valid 95% CI)" if doc.get("stop_when") else "success % (Wilson 95% CI)"
+            parts.append(svg.intervals(rows, axis, f"{env}: success rate", width=420,
                                        colours=[colour_of[c["policy"]] for c in signal], ylabel="policy"))
         else:
             parts.append(page.note(f"{env}: {NO_SIGNAL}; compare by return."))

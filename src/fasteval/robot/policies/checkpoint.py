@@ -121,3 +121,21 @@ def check_observation_fit(module: nn.Module, folder: str | Path, observation_spa
             f"or use a checkpoint made for this env."
         )
     return module
+
+
+def perturbed_checkpoints(base: str | Path, folder: str | Path, n: int, scale: float = 0.15, seed: int = 0,
+                          layout: str = "checkpoints/{step:06d}/pretrained_model", step: int = 1000) -> list[Path]:
+    """Write ``n`` checkpoints of ``base``'s architecture into ``folder``, each ``base``'s weights plus Gaussian
+    noise of standard deviation ``scale`` (generator seeded with ``seed + k``): checkpoints of one architecture
+    with different numbers, for tests and benchmarks of many-policy runs. ``layout`` names checkpoint k's
+    folder (LeRobot's training layout by default, ``step`` apart). Returns the folders, in order."""
+    config = json.loads((Path(base) / CONFIG_NAME).read_text())
+    out = []
+    for k in range(int(n)):
+        generator = torch.Generator().manual_seed(int(seed) + k)
+        module = load_checkpoint(base)
+        with torch.no_grad():
+            for param in module.parameters():
+                param.add_(float(scale) * torch.randn(param.shape, generator=generator, dtype=param.dtype))
+        out.append(save_checkpoint(module, Path(folder) / layout.format(step=(k + 1) * int(step), k=k), config))
+    return out

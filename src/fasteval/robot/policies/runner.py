@@ -124,6 +124,7 @@ class RobotPolicyRunner(PolicyRunner):
         super().__init__(policy, action_space, n_slots, reset_mode)
         self.pipelined = pipelined
         call = self._call
+        self.unnormalize = unnormalize
         if unnormalize is not None:
             call = _then(call, unnormalize)
         if inputs is not None and inputs.stages:
@@ -164,6 +165,19 @@ class RobotPolicyRunner(PolicyRunner):
         self.capabilities = replace(self.capabilities, chunks=True,
                                     reset_kind=PER_ENV if self.reset_kind == NO_RESET else self.reset_kind)
         return super()._choose_postprocess(raw[:, 0])
+
+    def functional_step(self) -> Any:
+        """The base runner's answer (:meth:`PolicyRunner.functional_step`), with the input stages as its
+        ``prepare`` when they are only the observation mapping and dtype cast (which the spec and the
+        architecture decide); ``None`` with chunk queues, task descriptions, or normalization stats (a
+        checkpoint's own numbers)."""
+        base = super().functional_step()
+        if base is None or self.chunks is not None or self.tasks is not None or self.unnormalize is not None:
+            return None
+        stages = self.inputs.stages if self.inputs is not None else []
+        if any(isinstance(stage, Normalizer) for stage in stages):
+            return None
+        return (self.inputs if stages else base[0]), base[1], base[2]
 
     def chunk_step(self, obs: Any) -> torch.Tensor:
         """The whole chunk every row would queue, ``[B, n_action_steps, *action]`` after the action mapping,

@@ -23,10 +23,12 @@ from fasteval.types.sequential.race import Race, RaceGate, RaceRule, is_race_rul
 from fasteval.types.sequential.rules import (
     PrefixGate, StopMonitor, StopRule, parse_return_bounds, parse_stop_rule,
 )
-from fasteval.types.sequential.truncated import TruncatedDesign, TruncatedPaired, TruncatedThreshold
+from fasteval.types.sequential.truncated import (
+    TruncatedDesign, TruncatedPaired, TruncatedStopMonitor, TruncatedThreshold,
+)
 
 __all__ = [
     "BettingCS", "PairedEProcess", "PrefixGate", "Race", "RaceGate", "RaceRule", "StopMonitor", "StopRule",
-    "TruncatedDesign", "TruncatedPaired", "TruncatedThreshold",
+    "TruncatedDesign", "TruncatedPaired", "TruncatedStopMonitor", "TruncatedThreshold",
     "betting_cs", "is_race_rule", "log_capital", "parse_race_rule", "parse_return_bounds", "parse_stop_rule",
 ]

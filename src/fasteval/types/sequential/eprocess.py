@@ -173,3 +173,95 @@ class PairedEProcess:
         keep = thin(log_b.size, points)
         return {"k": (keep + 1).tolist(), "e_value_better": np.exp(log_b[keep]).tolist(),
                 "e_value_worse": np.exp(log_w[keep]).tolist()}
+
+
+# -- the anytime-valid interval of B - A ---------------------------------------------------------------------
+_BISECTIONS = 45
+"""Halvings of a bound's bracket: 2**-45 (3e-14) is far below any difference a report shows."""
+_DIFF_COST = 4e7
+"""Work budget (values x candidate means x bets) of a difference trajectory: continuous values (returns)
+get fewer trajectory points than successes, whose three values make each point cheap."""
+
+
+def centred_differences(a: Any, b: Any) -> np.ndarray:
+    """``(1 + x_B - x_A) / 2`` per pair, in [0, 1] (successes or values in [0, 1]; NaN stays NaN): the
+    values whose mean is ``(1 + mu_B - mu_A) / 2``, on every pair (a concordant success pair is 1/2)."""
+    x = np.asarray(a, dtype=np.float64).reshape(-1)
+    y = np.asarray(b, dtype=np.float64).reshape(-1)
+    if x.shape != y.shape:
+        raise ValueError(f"paired outcomes: expected equal lengths, got {x.size} and {y.size}.")
+    return np.clip((1.0 + y - x) / 2.0, 0.0, 1.0)
+
+
+def _log_wealth(values: np.ndarray, counts: np.ndarray, m: np.ndarray, side: int) -> np.ndarray:
+    """Mixture log-wealth at null means ``m`` (shape ``(S,)``) of the values ``values`` (``(U,)``) seen
+    ``counts`` times (``(S, U)``): the long gambler (side +1, bets ``f_j / m``) or the short one (``-f_j / (1 - m)``),
+    with the e-process's constant bets (``f_j = (j - 1/2) / K``; at m = 1/2 the bets are :data:`BETS`)."""
+    f = BETS / 2.0  # (K,)
+    lam = f[None, :] / (m[:, None] if side > 0 else -(1.0 - m[:, None]))  # (S, K)
+    edge = values[None, :, None] - m[:, None, None]  # (S, U, 1)
+    comps = (counts[:, :, None] * np.log1p(lam[:, None, :] * edge)).sum(axis=1)  # (S, K)
+    return _mixture(comps)
+
+
+def _bounds(values: np.ndarray, counts: np.ndarray, line: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``counts``: the confidence sequence's bounds (bisection on each side of the row's mean,
+    reported at the rejected end, so never inside the exact interval); no values: 0 and 1."""
+    n = counts.sum(axis=1)
+    mean = np.where(n > 0, counts @ values / np.maximum(n, 1), 0.5)
+    out = []
+    for side in (+1, -1):
+        rejected = np.zeros_like(mean) if side > 0 else np.ones_like(mean)
+        inner = mean.copy()
+        for _ in range(_BISECTIONS):
+            mid = (rejected + inner) / 2.0
+            rej = _log_wealth(values, counts, np.clip(mid, 1e-300, 1.0 - 1e-16), side) >= line
+            rejected = np.where(rej, mid, rejected)
+            inner = np.where(rej, inner, mid)
+        out.append(np.where(n > 0, rejected, 0.0 if side > 0 else 1.0))
+    return out[0], out[1]
+
+
+def difference_sequence(y: Any, confidence: float = 0.95, points: int = 500, one_sided: bool = False) -> dict[str, Any]:
+    """The anytime-valid confidence sequence for the mean of ``y`` (values in [0, 1], NaN skipped: pairs
+    of :func:`centred_differences` or of :func:`mapped_differences`) at the end of ``y`` and along it.
+
+    The sequence of :mod:`.race_cs` with the e-process's own bets: at a candidate mean m a long gambler
+    holds ``mean_j prod_t (1 + (f_j / m)(y_t - m))``, a short one ``mean_j prod_t (1 - (f_j / (1 - m))(y_t - m))``
+    (``f_j = (j - 1/2) / K``), and m is rejected once either reaches ``2 / alpha``. At the true mean both
+    are nonnegative martingales from 1, so by Ville's inequality the sequence covers it at every pair count
+    at once with probability >= ``confidence``: it is valid at a data-dependent stop. At ``m = 1/2`` (no
+    difference) the two gamblers *are* :class:`PairedEProcess`'s (concordant pairs, 1/2, leave every
+    wealth unchanged), so the interval excludes "no difference" at a pair count exactly when the
+    e-process's wealth is past its line there. ``one_sided``: the lower bound alone at level
+    ``confidence`` (the long gambler's line is ``1 / alpha``), for a non-inferiority gate.
+
+    Returns ``low``, ``high`` (after all of ``y``) and ``trajectory`` (``k``, ``low``, ``high`` at up to
+    ``points`` pair counts, evenly spread, the last one kept; fewer for continuous values, to bound the
+    work).
+    """
+    from fasteval.types.sequential.rules import thin
+
+    alpha = 1.0 - check_confidence(confidence)
+    ys = np.asarray(y, dtype=np.float64).reshape(-1)
+    seen = ~np.isnan(ys)
+    check_unit_interval(ys[seen], "paired values")
+    values, codes = np.unique(ys[seen], return_inverse=True)
+    line = math.log((1.0 if one_sided else 2.0) / alpha)
+    if ys.size == 0:
+        return {"low": 0.0, "high": 1.0, "trajectory": {"k": [], "low": [], "high": []}}
+    budget = max(2, int(_DIFF_COST // max(1, values.size * N_BETS * 2 * _BISECTIONS)))
+    rows = np.unique(np.concatenate([thin(ys.size, min(points, budget)), [ys.size - 1]]))
+    width = max(values.size, 1)
+    at = np.cumsum(seen)  # values seen after each pair
+    counts = np.zeros((rows.size, width))
+    running, done = np.zeros(width), 0
+    for i, r in enumerate(rows):  # the counts of each value after pair r, one prefix at a time (memory: rows x values)
+        upto = int(at[r])
+        running = running + np.bincount(codes[done:upto], minlength=width)
+        counts[i], done = running, upto
+    low, high = _bounds(values if values.size else np.array([0.5]), counts, line)
+    if one_sided:
+        high = np.ones_like(high)
+    return {"low": float(low[-1]), "high": float(high[-1]),
+            "trajectory": {"k": (rows + 1).tolist(), "low": low.tolist(), "high": high.tolist()}}

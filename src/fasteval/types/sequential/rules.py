@@ -36,6 +36,7 @@ KINDS = ("ci", "above", "below", "decided")
 METHOD = "betting confidence sequence (Waudby-Smith & Ramdas 2024, hedged capital, predictable plug-in bets)"
 _RULE = re.compile(r"^(?:(?P<metric>success|return):)?(?:(?P<ci>ci)\s*<=\s*|(?P<side>above|below)\s*=\s*)(?P<value>[^\s]+)$")
 TRAJECTORY_POINTS = 500
+DECIDED_BY = "anytime-valid betting confidence sequence (valid at every n, however long the run goes on)"
 _EXAMPLES = "ci<=0.05, above=0.8, below=0.8, return:ci<=5, return:above=100, return:below=100"
 
 
@@ -132,8 +133,11 @@ class StopMonitor:
     further values, so ``n``, ``estimate`` and the bounds stay those at the stop.
     """
 
-    def __init__(self, rule: StopRule | str, confidence: float = 0.95, return_bounds: Any = None, cap: int | None = None):
+    def __init__(self, rule: StopRule | str, confidence: float = 0.95, return_bounds: Any = None, cap: int | None = None,
+                 decides: bool = True):
         self.rule = parse_stop_rule(rule)
+        self.decides = bool(decides)
+        """False: the sequence only gives the interval and never stops the run (another design decides)."""
         self.return_bounds = parse_return_bounds(return_bounds)
         check_rule_setup(self.rule, self.return_bounds)
         self.confidence = check_confidence(confidence)
@@ -168,6 +172,8 @@ class StopMonitor:
         return (r - lo) / (hi - lo)
 
     def _holds(self, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+        if not self.decides:
+            return np.zeros(low.shape, dtype=bool)
         scale = 1.0 if self.rule.metric == "success" else self.return_bounds[1] - self.return_bounds[0]
         if self.rule.kind == "ci":
             return (high - low) / 2.0 * scale <= self.rule.value
@@ -246,6 +252,8 @@ class StopMonitor:
             "threshold": self.rule.value if self.rule.kind in ("above", "below") else None,
             "epsilon": self.rule.value if self.rule.kind == "ci" else None,
             "method": METHOD,
+            "design": "anytime",
+            "decided_by": DECIDED_BY,
             "trajectory": self.trajectory(),
         }
 
@@ -369,10 +377,20 @@ def overall_stopping(blocks: list[dict[str, Any]], outcomes: list[Any]) -> dict[
         "rule": first["rule"], "metric": first["metric"], "confidence": confidence,
         "return_bounds": first["return_bounds"], "cap": first["cap"],
         "k": int(sum(b["k"] for b in blocks)), "n_tasks": n, "n_fired": n_fired, "n_capped": n - n_fired,
-        "reason": "rule" if n_fired == n else ("cap" if n_fired == 0 else "mixed"),
+        "reason": _overall_reason([b["reason"] for b in blocks]),
         "estimate": estimate, "cs_low": low, "cs_high": high,
         "n_computed_past_stop": int(sum(b["n_computed_past_stop"] for b in blocks)),
         "n_cancelled": int(sum(b["n_cancelled"] for b in blocks)),
-        "resumable": any(b["reason"] == "cap" for b in blocks),
+        "design": first.get("design", "anytime"), "decided_by": first.get("decided_by", DECIDED_BY),
+        # a run at its cap may go on with a larger -n, unless a truncated design decided: it is valid up to its cap only
+        "resumable": any(b["reason"] == "cap" for b in blocks) and first.get("design", "anytime") != "truncated",
         **({"trajectory": first["trajectory"]} if n == 1 and "trajectory" in first else {}),
     }
+
+
+def _overall_reason(reasons: list[str]) -> str:
+    """One word for the tasks' reasons: theirs when they agree, ``incomplete`` when some task has not
+    finished (an interrupted or failed run), else ``mixed`` (some stopped by the rule, some at the cap)."""
+    if len(set(reasons)) == 1:
+        return reasons[0]
+    return "incomplete" if "incomplete" in reasons else "mixed"

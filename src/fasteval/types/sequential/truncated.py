@@ -440,3 +440,74 @@ class TruncatedPaired:
             "reason": self.reason or "incomplete", "theta1": self.theta1, "valid_until": self.design.cap,
             "looks": [{"n": n, "discordant": d, "b_wins": s, "decide_at": c, "futile_at": f} for n, d, s, c, f in self._seen],
         }
+
+
+def decided_by(design: TruncatedDesign) -> str:
+    """The words a report uses for a truncated design that decided a run."""
+    looks = design.look_points()
+    step = f"every {looks[0]} episodes" if looks.size > 1 and np.all(np.diff(looks) == looks[0]) else "at fixed counts"
+    return (f"truncated design, valid up to -n {design.cap} ({looks.size} looks {step}, exact binomial bounds, "
+            f"{design.spending.label()} alpha spending" + (", non-binding futility" if design.futility else "") + ")")
+
+
+class TruncatedStopMonitor:
+    """``--stop-when above=T`` / ``below=T`` with ``--design truncated``, as a monitor for
+    :class:`~fasteval.types.sequential.rules.PrefixGate` (``feed``, ``n``, ``stopped``, ``fired``, ``cap``,
+    ``rule``, ``finish``, ``summary``).
+
+    The :class:`TruncatedThreshold` decides (a claim, futility, or the cap). Beside it, on exactly the
+    same outcomes, the betting confidence sequence runs without deciding anything
+    (:class:`~fasteval.types.sequential.rules.StopMonitor` with ``decides=False``): it gives the interval
+    of the run at its stop, valid there whatever decided the stop, and the trajectory for plots. Both
+    read outcomes in index order and are chunk-invariant, so the stop k and every number are the same
+    at any batch size. The summary is the ``stopping`` block of an anytime run (the same keys) with the
+    design's facts: ``design: "truncated"``, ``decided_by``, ``alpha_spent``, ``valid_until``, the looks
+    taken and the bounds.
+    """
+
+    def __init__(self, rule: Any, confidence: float = 0.95, cap: int | None = None):
+        from fasteval.types.sequential.rules import StopMonitor
+
+        if cap is None:
+            raise ValueError("--design truncated: the design spends its error by the cap, so it needs -n (the cap).")
+        self.design = TruncatedThreshold.from_rule(rule, cap, confidence)
+        self.interval = StopMonitor(rule, confidence, None, cap, decides=False)
+        self.rule = self.interval.rule
+        self.confidence = self.interval.confidence
+        self.cap = int(cap)
+        self.return_bounds = None
+
+    @property
+    def n(self) -> int:
+        return self.design.n
+
+    @property
+    def stopped(self) -> bool:
+        return self.design.stopped
+
+    @property
+    def fired(self) -> bool:
+        return self.design.fired
+
+    def feed(self, values: Any) -> int | None:
+        x = np.asarray(values, dtype=bool).reshape(-1)
+        before = self.design.n
+        hit = self.design.feed(x)
+        self.interval.feed(x[: self.design.n - before])  # the outcomes the design used, no more
+        return hit
+
+    def finish(self) -> int | None:
+        """Every episode up to the cap has finished (some failed for good, so fewer outcomes than the
+        cap): the design's last look at what it has (:meth:`TruncatedThreshold.finish`)."""
+        return self.design.finish()
+
+    def summary(self) -> dict[str, Any]:
+        out = self.interval.summary()
+        d = self.design.summary()
+        out.update(
+            design=DESIGN_NAME, decided_by=decided_by(self.design.design), method=d["method"],
+            interval_method=out["method"], reason=d["reason"], fired=d["fired"], decision=d["decision"],
+            k=d["k"], alpha=d["alpha"], alpha_spent=d["alpha_spent"], valid_until=d["valid_until"],
+            implied_success_rate=d["implied_success_rate"], power_at_implied=d["power_at_implied"],
+            looks=d["looks"], bounds=d["bounds"])
+        return out

@@ -1,0 +1,128 @@
+"""The record of a many-policy run, built once: :func:`build_many_record` (chosen by
+:func:`build_run_record`, which the engine and the durable run call for every run).
+
+From the one segment the engine handed up (a ledger of (policy, episode) rows, the race if one ran) and
+the earlier segments of a resumed run, it builds, for each policy, the record its own one-policy run
+would have: its episodes (cut at the race's decision: a policy dropped at k keeps episodes ``0..k-1``,
+and a race that ended at k keeps ``0..k-1`` for every remaining policy), its aggregates, videos, faults,
+facts and end state; then the run's :class:`~fasteval.types.many_result.ManyPolicyResult` with the
+ranking (:mod:`fasteval.types.ranking`) and the race's block. The end states are decided by the one
+rule, :func:`fasteval.run.record.end_status`, per policy and for the run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fasteval.core.outcome import Segment
+from fasteval.run.record import EpisodeRows, build_record, default_label, end_status, spec_facts
+from fasteval.types.eval_result import EarlierSegments, EvalResult, has_success_signal
+from fasteval.types.episode_table import EpisodeTable, merge_episodes
+from fasteval.types.many_result import ManyPolicyResult
+from fasteval.types.ranking import RETURN, SUCCESS, fixed_ranking, interval_trajectory, race_ranking
+from fasteval.types.spec import EvalSpec, policy_label
+
+RUN_ONLY_FACTS = ("per_policy", "n_policies", "policy_calls")
+"""Facts of the whole run that a policy's own record does not repeat."""
+
+
+def policy_table(records: EpisodeTable, name: str) -> EpisodeTable:
+    """Policy ``name``'s records, in episode order."""
+    if not len(records):
+        return records
+    mask = records.column("policy") == name
+    return records.take(np.flatnonzero(mask)).sorted_by_episode()
+
+
+def build_run_record(spec: EvalSpec, segment: Segment, **kwargs: Any) -> EvalResult:
+    """The one record of a run, one policy or several: :func:`~fasteval.run.record.build_record` or
+    :func:`build_many_record` (the same keyword arguments), chosen by ``spec.n_policies``."""
+    return (build_many_record if spec.n_policies > 1 else build_record)(spec, segment, **kwargs)
+
+
+def build_many_record(spec: EvalSpec, segment: Segment, *, earlier: EarlierSegments | None = None,
+                      task: Any = None, write_error: BaseException | None = None,
+                      run_id: str | None = None) -> ManyPolicyResult:
+    """See the module docstring (the arguments are :func:`~fasteval.run.record.build_record`'s)."""
+    ledger = segment.ledger
+    label = tuple(task) if task is not None else default_label(spec)
+    names, K = spec.names, spec.n_policies
+    records = EpisodeRows(ledger, label).table(signal=segment.success_signal)
+    eval_s = segment.eval_s
+    if earlier is not None and len(earlier.records):
+        records = merge_episodes(earlier.records, records)
+        eval_s += earlier.eval_s
+    race = segment.stop
+    block = race.summary() if race is not None else None
+    signal_stop = ledger.starting_stopped and not ledger.halting
+    facts = dict(segment.facts)
+    per_policy_facts = facts.get("per_policy") or [{} for _ in range(K)]
+    run_facts = {k: v for k, v in facts.items() if k not in RUN_ONLY_FACTS}
+    videos = segment.outputs.get("video_paths_by_policy") or {}
+    results: list[EvalResult] = []
+    kept: list[EpisodeTable] = []
+    totals = {"recorded": 0, "wanted": 0, "failed": 0}
+    for p, name in enumerate(names):
+        table = policy_table(records, name)
+        limit = race.limit(p) if race is not None else None
+        wanted = spec.n_episodes if limit is None else limit
+        if limit is not None:
+            table = table.take(np.flatnonzero(np.asarray(table.columns["episode_ix"]) < limit)) if len(table) else table
+        rows = np.flatnonzero(ledger.policy_ids == p) if ledger.policy_ids is not None else np.zeros(0, np.int64)
+        failed_rows = rows[ledger.failed[rows]]
+        if limit is not None:
+            failed_rows = failed_rows[ledger.episode_ids[failed_rows] < limit]
+        n_failed = int(failed_rows.size)
+        status = end_status(len(table), wanted, n_failed, segment.error, signal_stop, write_error)
+        meta = {**spec_facts(spec.for_policy(p)), "vectorization": spec.vectorization, "pipeline": spec.pipeline,
+                **run_facts, **per_policy_facts[p], "policy_name": name, "n_episodes": spec.n_episodes,
+                "status": status}
+        if earlier is not None:
+            meta["segments"] = earlier.segments + 1
+        if block is not None:
+            entry = block["policies"][p]
+            meta["race"] = {"rule": block["rule"], "episodes": entry["episodes"], "rank": entry["rank"],
+                            "dropped_at": entry["dropped_at"],
+                            "dropped_by": names[entry["dropped_by"]] if entry["dropped_by"] is not None else None}
+        errors = [e for e in segment.errors if e.get("policy") == name]
+        if run_id is not None:
+            errors = [{**e, "run_id": run_id} for e in errors]
+        results.append(EvalResult(table, eval_s, segment.timings, meta, video_paths=videos.get(name, ()),
+                                  errors=errors, n_failed=n_failed))
+        kept.append(table)
+        totals["recorded"] += len(table)
+        totals["wanted"] += wanted
+        totals["failed"] += n_failed
+    outcomes, ixs = _outcomes(results, block)
+    metric = block["metric"] if block is not None else (SUCCESS if has_success_signal(
+        records.columns["has_success_signal"]) else RETURN)
+    refs = [policy_label(p) for p in spec.policies]
+    ranking = race_ranking(block, refs) if block is not None else \
+        fixed_ranking(names, refs, ixs, [o if metric == SUCCESS else r for o, r in outcomes], metric, spec.confidence)
+    trajectory = interval_trajectory(names, [o if metric == SUCCESS else r for o, r in outcomes], metric,
+                                     spec.confidence, spec.return_bounds)
+    status = end_status(totals["recorded"], totals["wanted"], totals["failed"], segment.error, signal_stop, write_error)
+    meta = {**spec_facts(spec), "vectorization": spec.vectorization, "pipeline": spec.pipeline, **facts,
+            "n_episodes": spec.n_episodes, "status": status}
+    meta.pop("per_policy", None)
+    if earlier is not None:
+        meta["segments"] = earlier.segments + 1
+    labels = {"run_id": run_id} if run_id is not None else {}
+    errors = [{**e, **labels} for e in segment.errors] if labels else segment.errors
+    return ManyPolicyResult(EpisodeTable.concat(kept) if kept else EpisodeTable.empty(), eval_s, segment.timings, meta,
+                            video_paths=segment.outputs.get("video_paths", ()), errors=errors,
+                            n_failed=totals["failed"], policies=results, names=names, ranking=ranking, race=block,
+                            trajectory=trajectory)
+
+
+def _outcomes(results: list[EvalResult], block: Any) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[np.ndarray]]:
+    """Per policy: (successes as floats, returns) and the episode indices, in episode order."""
+    out, ixs = [], []
+    for r in results:
+        table = r.per_episode
+        out.append((np.asarray(table.columns["success"], dtype=np.float64),
+                    np.asarray(table.columns["sum_reward"], dtype=np.float64)))
+        ixs.append(np.asarray(table.columns["episode_ix"]))
+    return out, ixs
