@@ -322,6 +322,7 @@ def test_sweep_page_in_chromium(browser, sweep_dir, tmp_path):
         "only A succeeded": lambda p: p["success_mcnemar"]["only_a"] if p["success_mcnemar"] else None,
         "only B succeeded": lambda p: p["success_mcnemar"]["only_b"] if p["success_mcnemar"] else None,
         "McNemar p": lambda p: p["success_mcnemar"]["p_value"] if p["success_mcnemar"] else None,
+        "p (Holm)": lambda p: p["success_mcnemar"]["p_holm"] if p["success_mcnemar"] else None,
         "return B - A": lambda p: p["return_diff"]["mean_diff"], "B - A 95% CI": lambda p: p["return_diff"]["ci"]})
     assert page.evaluate("document.querySelectorAll('#plot-profiles svg polyline.line').length") == 2
     page = browser.open(sweep_dir / "report.html", width=1400)
