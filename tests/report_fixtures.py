@@ -10,16 +10,37 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 from click.testing import CliRunner
 
 from fasteval.doors.cli import main
 from fasteval.testing import KNOWN_ANSWER_ID
+from fasteval.testing.envs import KnownAnswerEnv
 
 PARITY = "fasteval.testing.policies:ParityPolicy"
 FAULTY = "fasteval.testing.faulty:FaultyEnv"
 RUN_ARGS = ["--env", KNOWN_ANSWER_ID, "--policy", PARITY, "-n", "24", "-b", "5", "--seed", "3", "--videos", "4",
             "--video-select", "first"]
 FAULT_SEEDS = (4, 9)
+
+
+class NoSignalEnv(gym.Wrapper):
+    """The known-answer env without ``info["is_success"]`` (as MuJoCo's envs): its videos are named
+    ``ep<i>_seed<s>.mp4``, with no outcome. Renders tiny 8x8 frames."""
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(KnownAnswerEnv(**kwargs))
+
+    def step(self, action: Any):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, reward, terminated, truncated, {k: v for k, v in info.items() if k != "is_success"}
+
+
+def make_no_signal_env(**kwargs: Any) -> NoSignalEnv:
+    return NoSignalEnv(**kwargs)
+
+
+NO_SIGNAL_ENV = "tests.report_fixtures:make_no_signal_env"
 
 
 def cli(*args: str) -> Any:

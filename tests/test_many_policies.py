@@ -292,6 +292,28 @@ def test_videos_are_named_by_policy(tmp_path):
         assert all(Path(p).is_file() for p in paths)
 
 
+@pytest.mark.parametrize("select", ["failures", "successes"])
+def test_replayed_videos_of_each_policy_are_its_own_runs(tmp_path, select):
+    """--video-select failures/successes replays the kept episodes: in a many-policy run each policy keeps
+    and replays the episodes its own single run would (the same files, by name and by frame count)."""
+    pytest.importorskip("imageio_ffmpeg")
+    import imageio.v3 as iio
+
+    many = tmp_path / "many"
+    args = ["--env", KA, "-n", "8", "-b", "3", "--videos", "2", "--video-select", select]
+    result = cli(*args, "--policy", PARITY, "--policy", "zero", "-o", str(many))
+    assert result.exit_code == 0, result.output
+    policies = json.loads((many / "eval_info.json").read_text())["policies"]
+    for name, ref in (("ParityPolicy", PARITY), ("zero", "zero")):
+        single = tmp_path / name
+        assert cli(*args, "--policy", ref, "-o", str(single)).exit_code == 0
+        theirs = json.loads((single / "eval_info.json").read_text())["overall"]["video_paths"]
+        ours = policies[name]["overall"]["video_paths"]
+        assert ours and [Path(p).name for p in ours] == [Path(p).name for p in theirs]
+        assert all(f"/videos/{name}/" in p for p in ours)
+        assert [len(iio.imread(p)) for p in ours] == [len(iio.imread(p)) for p in theirs]
+
+
 def test_a_resume_runs_only_the_missing_pairs(tmp_path):
     """A run folder whose log lost some (policy, episode) records: the resume reruns exactly those."""
     folder = tmp_path / "run"

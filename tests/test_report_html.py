@@ -21,7 +21,8 @@ from fasteval.render.html import write_compare_report, write_run_report
 from fasteval.render.html import svg
 from fasteval.testing import expected_episode
 from fasteval.types.results import EpisodeTable, EvalResult
-from tests.report_fixtures import (FAULT_SEEDS, Tables, compare_document, load, make_faulty_run, make_run, make_sweep,
+from fasteval.testing import KNOWN_ANSWER_ID
+from tests.report_fixtures import (FAULT_SEEDS, PARITY, Tables, compare_document, load, make_faulty_run, make_run, make_sweep,
                                    value)
 
 
@@ -89,6 +90,31 @@ def test_videos_are_grouped_by_outcome_with_episode_and_seed(run_dir):
         assert outcome == ("success" if record["success"] else "failure")
     galleries = re.findall(r'<div class="gallery" data-outcome="(\w+)">', html)
     assert galleries == [g for g in ("failure", "success") if any(o == g for _, _, o in figures)]
+
+
+@pytest.mark.parametrize("layout", ["fasteval", "lerobot"])
+def test_a_run_without_a_success_signal_lists_its_videos(tmp_path, layout):
+    """MuJoCo's case (no is_success: files ``ep<i>_seed<s>.mp4``) and lerobot-eval's names
+    (``eval_episode_<i>.mp4``): the page lists every video eval_info.json lists, with its episode, its
+    seed (the record's, for lerobot's names that carry none) and no outcome. The page used to match
+    only ``_success``/``_failure`` names and showed none."""
+    from tests.report_fixtures import NO_SIGNAL_ENV, cli
+
+    folder = tmp_path / "out"
+    result = cli("--env", NO_SIGNAL_ENV, "--policy", "zero", "-n", "6", "-b", "3", "--seed", "7", "--videos", "3",
+                 "--video-layout", layout, "-o", str(folder))
+    assert result.exit_code == 0, result.output
+    info = load(folder / "eval_info.json")
+    listed = info["overall"]["video_paths"]
+    assert len(listed) == 3 and not info["overall"]["has_success_signal"]
+    html = (folder / "report.html").read_text()
+    shown = re.findall(r'<video[^>]* src="([^"]+)"', html)
+    assert sorted((folder / v).resolve() for v in shown) == sorted(Path(v).resolve() for v in listed)
+    figures = re.findall(r'<figure data-episode="(\d+)" data-seed="(-?\d+)" data-outcome="([^"]+)">', html)
+    by_ix = {r["episode_ix"]: r for r in info["per_episode"]}
+    assert sorted(int(e) for e, _, _ in figures) == [0, 1, 2]
+    for episode, seed, outcome in figures:
+        assert int(seed) == by_ix[int(episode)]["seed"] == 7 + int(episode) and outcome == "no success signal"
 
 
 def test_every_plot_has_labelled_axes(run_dir):
@@ -208,10 +234,32 @@ def test_the_stopping_block_shows_anytime_valid_bounds(run_dir, tmp_path):
     html = (tmp_path / "report.html").read_text()
     assert "anytime-valid 95%: [21.0, 79.0]" in html
     page = Tables(html)
-    cells = dict(zip(page.headers["per-task"], page.tables["per-task"][0]["cells"]))
+    cells = dict(zip(page.headers["stopping"], page.tables["stopping"][0]["cells"]))
     assert cells["stop rule"][0] == "above=0.3" and cells["anytime-valid bounds"][0] == "[21.0, 79.0]"
+    assert cells["decision"][0] == "undecided at the cap" and "stop rule" not in page.headers["per-task"]
+    assert re.search(r'id="glance-decision" data-value="undecided at the cap">.*?still contains 30.0%', html)
     [plot] = re.findall(r'<div class="plots" id="plot-stopping">(.*?)</div>', html, flags=re.S)
     assert 'class="band"' in plot and 'class="ref"' in plot and "stopped by cap at k=24" in plot
+    assert '>threshold 30%</text>' in plot  # the dashed line says what it is
+    assert 'class="estimate"' not in plot  # this trajectory carries no estimate: none is drawn
+
+
+def test_a_stop_when_page_states_the_decision_and_draws_the_estimate(tmp_path):
+    from tests.report_fixtures import cli
+
+    result = cli("--env", KNOWN_ANSWER_ID, "--policy", PARITY, "-n", "400", "-b", "8", "--stop-when", "above=0.3",
+                 "-o", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    info, html = load(tmp_path / "eval_info.json"), (tmp_path / "report.html").read_text()
+    stop = info["stopping"]
+    assert stop["decision"] == "above" and stop["reason"] == "rule"
+    [card] = re.findall(r'<div class="card decision ok" id="glance-decision" data-value="([^"]+)">(.*?)</div></div>', html)
+    assert card[0] == "above 30.0%" and f"lower bound {100 * stop['cs_low']:.1f}% &gt; 30.0%" in card[1]
+    assert html.index('id="glance-decision"') < html.index('id="glance-success"')  # the decision comes first
+    tr = info["per_task"][0]["stopping"]["trajectory"]
+    assert tr["estimate"][-1] == pytest.approx(stop["estimate"]) and len(tr["estimate"]) == len(tr["k"])
+    [plot] = re.findall(r'<div class="plots" id="plot-stopping">(.*?)</div>', html, flags=re.S)
+    assert 'class="estimate"' in plot and "estimate (mean of the first k)" in html
 
 
 @pytest.fixture(scope="module")
@@ -240,6 +288,39 @@ def test_the_sweep_page_has_a_row_per_cell_with_the_report_numbers(sweep_dir):
     for r in page.tables["cells"]:
         link = re.search(r'href="([^"]+)"', (sweep_dir / "report.html").read_text().split(r["attrs"]["policy"], 1)[1])
         assert link and (sweep_dir / link.group(1)).is_file()
+
+
+def test_policies_with_equal_iqm_share_their_rank_overall(sweep_dir):
+    """zero and parity have the same IQM success % on the one env with a success signal: both rank 1,
+    marked tied, on the page and in report.md (a 1 and a 2 said one was better). Fails without the fix."""
+    with Store(sweep_dir, create=False) as store:
+        doc = build_report(store)
+    iqms = {a["policy"]: a["iqm_success_pct"] for a in doc["across_envs"]}
+    assert iqms["zero"] == iqms["parity"]  # the fixture's tie
+    page = Tables((sweep_dir / "report.html").read_text())
+    ranks = {r["attrs"]["policy"]: r["cells"][0] for r in page.tables["overall"]}
+    assert ranks == {"zero": ("1 (tied)", "1"), "parity": ("1 (tied)", "1")}
+    md = (sweep_dir / "report.md").read_text()
+    assert "1. (tied) zero" in md and "1. (tied) parity" in md and "2. " not in md.split("Best overall", 1)[1].split("\n")[0]
+
+
+def test_the_best_overall_names_the_envs_it_leaves_out(sweep_dir):
+    """cartpole has no success signal: the IQM ranking leaves it out (where parity is best), and both the
+    page and report.md say so, pointing to the probability of improvement, which covers it."""
+    html = unescape((sweep_dir / "report.html").read_text())
+    overall = html.split('id="overall"', 1)[1].split("</p>", 1)[0]
+    assert "Left out: cartpole (no success signal); the probability of improvement" in overall
+    md = (sweep_dir / "report.md").read_text()
+    line = next(x for x in md.splitlines() if x.startswith("Best overall"))
+    assert line.endswith("Left out: cartpole (no success signal); the probability of improvement below covers every env.")
+
+
+def test_competition_ranks():
+    from fasteval.render.words import competition_ranks
+
+    assert competition_ranks([50.0, 20.0, 50.0, math.nan, None]) == [(1, True), (3, False), (1, True), (4, True), (4, True)]
+    assert competition_ranks([3, 2, 1]) == [(1, False), (2, False), (3, False)]
+    assert competition_ranks([]) == []
 
 
 def test_a_failed_cell_says_why_and_that_a_retry_cannot_help(sweep_dir):
@@ -284,14 +365,47 @@ def test_the_compare_page_shows_verdicts_differences_and_the_sequence(tmp_path):
     assert [value(r["cells"][3]) for r in rows] == [2.4e-6, 0.51]
     [success] = page.tables["compare-success"]  # the second task has no success signal
     first = dict(zip(page.headers["compare-success"], success["cells"]))
-    assert value(first["diff (pp)"]) == 25.0 and first["diff 95% CI"][0] == "[14.0, 36.0]"
+    assert value(first["B - A (pp)"]) == 25.0 and first["B - A 95% CI"][0] == "[14.0, 36.0]"
     assert value(first["McNemar p"]) == 1.2e-6 and first["McNemar p"][0] == "1.2e-06"
     ret = [dict(zip(page.headers["compare-return"], r["cells"])) for r in page.tables["compare-return"]]
-    assert ret[0]["diff 95% CI"][0] == "[0.500, 2.000]" and value(ret[0]["p (Holm)"]) == 0.002
+    assert ret[0]["B - A 95% CI"][0] == "[0.500, 2.000]" and value(ret[0]["p (Holm)"]) == 0.002
     assert [value(r["P(B > A)"]) for r in ret] == [0.66, 0.48]
     assert "no success signal (compared by return): g/1 reach" in html
     assert "e-processes over episodes" in html and "(log scale)" in html
     assert 'id="glance-verdict" data-value="better"' in html
+
+
+def test_every_difference_says_its_direction_b_minus_a(tmp_path, sweep_dir):
+    """compare and sweep report the same direction, B - A (the later/candidate minus the baseline), and
+    every header of a difference says so."""
+    compare = Tables(write_compare_report(compare_document(), tmp_path).read_text())
+    for table_id in ("compare-success", "compare-return"):
+        diffs = [h for h in compare.headers[table_id] if "diff" in h or " - " in h]
+        assert diffs and all("B - A" in h for h in diffs), compare.headers[table_id]
+    with Store(sweep_dir, create=False) as store:
+        doc = build_report(store)
+    html = (sweep_dir / "report.html").read_text()
+    sweep = Tables(html)
+    assert [h for h in sweep.headers["paired"] if " - " in h] == ["return B - A", "B - A 95% CI"]
+    assert "A - B" not in html and "A - B" not in (sweep_dir / "report.md").read_text()
+    rows = {(r["attrs"]["a"], r["attrs"]["b"], r["attrs"]["env"]): dict(zip(sweep.headers["paired"], r["cells"]))
+            for r in sweep.tables["paired"]}
+    for p in doc["paired"]:
+        assert p["return_diff"]["direction"] == "B - A"
+        # parity (B, listed later) earns +0.5 per matching step that zero (A) does not: B - A > 0
+        assert p["return_diff"]["mean_diff"] > 0 and value(rows[(p["a"], p["b"], p["env"])]["return B - A"]) == p["return_diff"]["mean_diff"]
+    assert "| return B - A [95% CI] |" in (sweep_dir / "report.md").read_text()
+
+
+def test_a_compare_page_is_titled_with_the_policies_names(tmp_path):
+    doc = compare_document()
+    html = write_compare_report(doc, tmp_path).read_text()
+    assert "<title>fasteval compare: ParityPolicy (B) vs zero (A)</title>" in html
+    assert "B (ParityPolicy) against A (zero)" in html and "B vs A" not in html
+    same = dict(doc, a=dict(doc["a"], policy="ckpt.pt", source="runs/old"), b=dict(doc["b"], policy="ckpt.pt", source="runs/new"))
+    assert "<title>fasteval compare: ckpt.pt (new) (B) vs ckpt.pt (old) (A)</title>" in write_compare_report(same, tmp_path / "s").read_text()
+    named = dict(doc, a=dict(doc["a"], label="baseline"), b=dict(doc["b"], label="candidate"))
+    assert "<title>fasteval compare: candidate (B) vs baseline (A)</title>" in write_compare_report(named, tmp_path / "n").read_text()
 
 
 def test_svg_ticks_and_ranges():
@@ -411,3 +525,38 @@ def test_groups_of_several_tasks_get_their_own_table(tmp_path):
         assert value(row["n"]) == agg["n_episodes"] == 200 and value(row["tasks"]) == 2
         assert value(row["success %"]) == agg["pc_success"] and value(row["mean return"]) == agg["avg_sum_reward"]
         assert value(row["failed episodes"]) == 1500  # 3,000 planted failures, spread evenly over the 4 tasks
+
+
+def test_report_md_and_compare_md_escape_names_as_the_html_does(sweep_dir):
+    from fasteval.render.compare_text import render_markdown as compare_markdown
+    from fasteval.render.sweep_markdown import render_markdown
+
+    evil = "<script>alert(1)</script>|x"
+    with Store(sweep_dir, create=False) as store:
+        doc = build_report(store)
+    for c in doc["cells"]:
+        c["policy"] = evil if c["policy"] == "parity" else c["policy"]
+    for p in doc["paired"]:
+        p["b"] = evil if p["b"] == "parity" else p["b"]
+    for r in doc["best_per_env"]:
+        r["best"] = [evil if b == "parity" else b for b in r["best"]]
+    md = render_markdown(doc)
+    assert "<script>" not in md and "&lt;script&gt;alert(1)&lt;/script&gt;\\|x" in md
+    rows = [line for line in md.splitlines() if "&lt;script" in line and line.startswith("|")]
+    assert rows and all(line.count(" | ") == line.replace("\\|", "").count(" | ") for line in rows)
+    cdoc = compare_document()
+    cdoc["b"] = dict(cdoc["b"], label=evil, policy=evil)
+    cmd = compare_markdown(cdoc)
+    assert "<script>" not in cmd and "&lt;script&gt;" in cmd
+
+
+def test_a_2d_histogram_has_its_colour_scale():
+    rng = np.random.default_rng(1)
+    plot = svg.scatter(rng.integers(1, 300, 30_000), rng.normal(size=30_000), "length", "return", "t")
+    scale = re.findall(r'<rect class="scale"[^>]* fill="(#[0-9a-f]+)"/><text class="ticklabel"[^>]*>([^<]+)</text>', plot)
+    assert len(scale) >= 3 and ">episodes</text>" in plot
+    fills = set(re.findall(r'<rect class="cell"[^>]* fill="(#[0-9a-f]+)"', plot))
+    assert fills <= {f for f, _ in scale}  # every cell's colour is on the scale
+    counts = [int(c) for c in re.findall(r"<title>(\d+) episodes</title>", plot)]
+    labels = [label for _, label in scale]
+    assert labels[-1].startswith("1") and labels[0].endswith(str(max(counts)))  # darkest on top: up to the fullest cell

@@ -253,6 +253,25 @@ def test_monitor_stops_where_the_sequence_first_clears_the_threshold():
     assert k == int(np.argmax((high - low) / 2 <= 0.1)) + 1
 
 
+def test_trajectory_estimate_is_the_mean_of_the_first_k_in_every_feed():
+    """The estimate a --stop-when page draws: after each outcome, the mean of the first k (in the
+    rule's scale: returns, not the unit interval), across feeds of any size, up to the stop."""
+    rng = np.random.default_rng(12)
+    r = 100 * rng.beta(5, 2, 300)
+    mon = StopMonitor("return:ci<=1", return_bounds=(-20, 100))
+    for part in np.array_split(r, [1, 7, 8, 50, 120]):  # an empty feed among them
+        mon.feed(part)
+    tr = mon.trajectory(points=10_000)
+    k = np.asarray(tr["k"])
+    assert k.tolist() == list(range(1, r.size + 1))
+    np.testing.assert_allclose(tr["estimate"], np.cumsum(r) / k, rtol=1e-12)
+    stopped = StopMonitor("above=0.8")
+    x = (rng.random(1000) < 0.95).astype(float)
+    n = stopped.feed(x)
+    last = stopped.trajectory()
+    assert last["k"][-1] == n and math.isclose(last["estimate"][-1], x[:n].mean())
+
+
 def test_monitor_return_rule_and_out_of_bounds_returns():
     rng = np.random.default_rng(11)
     r = 100 * rng.beta(5, 2, 500)  # mean 71.4, bounds 0..100

@@ -13,11 +13,13 @@ from fasteval.types.stats import (
     MCNEMAR_EXACT_BELOW,
     aggregate_iqm,
     aggregate_mean,
+    average_probability_of_improvement,
     bootstrap_mean_ci,
     iqm,
     mcnemar,
     mcnemar_from_counts,
     paired_bootstrap_ci,
+    performance_profile,
     stratified_bootstrap_ci,
     wilson_interval,
 )
@@ -166,6 +168,66 @@ def test_stratified_bootstrap_iqm_seeded():
     a = stratified_bootstrap_ci(per_task, aggregate_iqm, seed=1)
     assert a == stratified_bootstrap_ci(per_task, aggregate_iqm, seed=1)
     assert a[0] <= aggregate_iqm(per_task) <= a[1]
+
+
+# -- rliable's performance profile and probability of improvement ------------------------------------
+
+def test_performance_profile_by_hand():
+    # rliable's score distribution: the fraction of all runs (of all tasks) scoring above each tau
+    profile = performance_profile([[0.0, 0.5, 1.0], [1.0]], [0.0, 0.5, 1.0], n_boot=500)
+    assert profile["tau"] == [0.0, 0.5, 1.0]
+    assert profile["fraction"] == [3 / 4, 2 / 4, 0.0]
+    assert all(lo <= f <= hi for lo, f, hi in zip(profile["low"], profile["fraction"], profile["high"]))
+    assert profile["low"][-1] == profile["high"][-1] == 0.0  # no run is above 1, in any resample
+    # as rliable computes it on a runs x tasks matrix: np.mean(scores > tau)
+    rng = np.random.default_rng(3)
+    scores = rng.uniform(size=(5, 4))  # 5 runs of 4 tasks
+    taus = np.linspace(0, 1, 11)
+    got = performance_profile(scores.T, taus, n_boot=10)["fraction"]
+    assert got == pytest.approx([float(np.mean(scores > t)) for t in taus])
+
+
+def test_performance_profile_resamples_within_tasks():
+    # Task A's runs all score 0.2 and task B's all 0.9: resampled within each task, the fraction
+    # above 0.5 is always 3 of 5 (B's runs); pooled resampling would move it.
+    profile = performance_profile([[0.2, 0.2], [0.9, 0.9, 0.9]], [0.5], n_boot=400)
+    assert profile["fraction"] == profile["low"] == profile["high"] == [0.6]
+    seeded = performance_profile([[0.1, 0.6, 0.8], [0.3, 0.9]], [0.5], seed=4)
+    assert seeded == performance_profile([[0.1, 0.6, 0.8], [0.3, 0.9]], [0.5], seed=4)
+    assert seeded["low"][0] < seeded["fraction"][0] < seeded["high"][0]
+    with pytest.raises(ValueError, match="non-empty"):
+        performance_profile([[0.5], []], [0.5])
+
+
+def test_probability_of_improvement_by_hand():
+    # per task P(B > A) + P(B = A) / 2 over paired episodes, then the mean over tasks (equal weights)
+    task1 = ([0.0, 1.0, 0.0], [1.0, 1.0, 0.0])  # wins 1, 1/2, 1/2: 2/3
+    task2 = ([5.0, 5.0], [1.0, 9.0])  # wins 0, 1: 1/2
+    result = average_probability_of_improvement([task1, task2], n_boot=500)
+    assert result["value"] == pytest.approx((2 / 3 + 1 / 2) / 2)  # pooled episodes would give 3/5
+    assert result["tasks"] == 2 and result["ci"][0] <= result["value"] <= result["ci"][1]
+    # B better on every episode: 1, and every resample says so
+    sure = average_probability_of_improvement([([0.0, 0.0], [1.0, 1.0]), ([3.0], [4.0])], n_boot=200)
+    assert sure["value"] == 1.0 and sure["ci"] == [1.0, 1.0]
+
+
+def test_probability_of_improvement_is_scale_free_and_antisymmetric():
+    rng = np.random.default_rng(5)
+    tasks = [(rng.normal(size=20), rng.normal(0.3, 1, size=20)) for _ in range(3)]
+    value = average_probability_of_improvement(tasks)["value"]
+    scaled = [(a * 1000.0, b * 1000.0) if i == 0 else (a, b) for i, (a, b) in enumerate(tasks)]
+    assert average_probability_of_improvement(scaled)["value"] == pytest.approx(value)
+    swapped = average_probability_of_improvement([(b, a) for a, b in tasks])["value"]
+    assert value + swapped == pytest.approx(1.0)
+
+
+def test_probability_of_improvement_rejects_and_propagates():
+    with pytest.raises(ValueError, match="equal length"):
+        average_probability_of_improvement([([1.0], [1.0, 2.0])])
+    with pytest.raises(ValueError, match="at least one task"):
+        average_probability_of_improvement([])
+    nan = average_probability_of_improvement([([1.0, math.nan], [2.0, 3.0])])
+    assert math.isnan(nan["value"]) and all(math.isnan(x) for x in nan["ci"])
 
 
 # -- McNemar -------------------------------------------------------------------------------------------

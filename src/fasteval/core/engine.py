@@ -395,6 +395,7 @@ class CoreEngine:
             except StopRuleError as exc:  # a return outside --return-bounds: the run's error
                 error = error or exc
         outputs = self.parts.finish_observers(observer) if observer is not None else None
+        eval_s += self.timers.seconds["encode"]  # the wait for the videos' encoder after the last episode: engine time too
         return Segment(ledger=ledger, errors=tuple(errors), eval_s=eval_s, timings=self.timers.as_dict(),
                        facts=self._facts(ledger), success_signal=self._success_signal(), stop=stop, cap=cap,
                        error=error, outputs=outputs or {})

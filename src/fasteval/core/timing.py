@@ -9,7 +9,12 @@ Stages (the same names appear in the loop, ``eval_info.json``, ``--profile`` and
 * ``policy``: the policy forward pass, including action post-processing; on a GPU, the time the
   GPU spends on it (see :class:`CudaStageTimers`);
 * ``d2h``: device-to-host copies of actions, and the sync they need;
-* ``bookkeeping``: the metrics kernel, ledger refills and result callbacks.
+* ``bookkeeping``: the metrics kernel, ledger refills and result callbacks;
+* ``render``: the recorders' work on the loop's thread (``--videos``: the frames ``env.render()``
+  draws and their hand-off to the encoder; episode data), taken out of the bookkeeping span it
+  happens in (:meth:`StageTimers.add_within`); zero without recorders;
+* ``encode``: the time the run waits for its videos' background encoder after the last episode
+  (the encoding itself runs beside the loop); zero without videos.
 
 A timer is two ``perf_counter`` calls (~0.1 us), cheap enough to leave always on.
 """
@@ -21,7 +26,7 @@ from typing import Any
 
 import torch
 
-STAGES = ("env_step", "h2d", "policy", "d2h", "bookkeeping")
+STAGES = ("env_step", "h2d", "policy", "d2h", "bookkeeping", "render", "encode")
 
 
 class StageTimers:
@@ -45,6 +50,16 @@ class StageTimers:
     def add(self, stage: str, since: float) -> float:
         now = perf_counter()
         self.seconds[stage] += now - since
+        return now
+
+    def add_within(self, stage: str, since: float, outer: str) -> float:
+        """Add ``perf_counter() - since`` to ``stage`` and take it out of ``outer``: a span timed inside one
+        of ``outer``'s (the loop adds that span later, this one included), so the two never count it twice.
+        ``outer`` may read below its true value until its span is added."""
+        now = perf_counter()
+        seconds = self.seconds
+        seconds[stage] += now - since
+        seconds[outer] -= now - since
         return now
 
     def take_out(self, stage: str, seconds: float) -> None:

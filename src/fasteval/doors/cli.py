@@ -20,7 +20,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import click
 
@@ -65,13 +65,16 @@ def default_output_dir(env: str) -> Path:
 
 
 class _Progress:
-    """tqdm bar on stderr: episodes done and the running success rate (a race: remaining policies, leader,
-    episodes counted). Off when stderr is not a TTY."""
+    """tqdm bar on stderr: episodes done and what is known of them: the running success rate, or the
+    mean return when the env reports no success signal (``signal()`` says, as the run goes); a race: remaining
+    policies, leader, episodes counted. Off when stderr is not a TTY."""
 
-    def __init__(self, total: int, enabled: bool, engine: Any = None):
+    def __init__(self, total: int, enabled: bool, signal: Callable[[], bool] = lambda: True, engine: Any = None):
         self.bar = None
         self.successes = 0
+        self.sum_return = 0.0
         self.done = 0
+        self.signal = signal
         self.engine = engine
         self.race_type: type | None = None
         """:class:`fasteval.core.racing.RaceStop` where the engine may run a race (its stop rule is made later,
@@ -88,13 +91,17 @@ class _Progress:
     def __call__(self, ledger: Any, episodes: Any) -> None:
         if self.bar is None:
             return
+        from fasteval.render.words import progress_outcome
+
         self.done += len(episodes)
         self.successes += int(ledger.success[episodes].sum())
+        self.sum_return += float(ledger.sum_reward[episodes].sum())
         race = self.engine.stop_rule if self.race_type is not None else None
         if self.race_type is not None and isinstance(race, self.race_type):
             self.bar.set_postfix_str(race.progress()[6:], refresh=False)
         else:
-            self.bar.set_postfix_str(f"success {100.0 * self.successes / self.done:.1f}%", refresh=False)
+            self.bar.set_postfix_str(progress_outcome(self.done, self.successes, self.sum_return, self.signal()),
+                                     refresh=False)
         self.bar.update(len(episodes))
 
     def close(self) -> None:
@@ -244,7 +251,8 @@ EVAL_OPTIONS = [
                       "(nn.Module policies; else as the env gives them), float32, float64, or keep (no cast)."),
     click.option("--videos", "--max-episodes-rendered", "max_episodes_rendered", type=click.IntRange(min=0), default=0,
                  show_default=True, help="Render K episodes (chosen by --video-select) into "
-                 "OUTPUT_DIR/videos/<task>/ep<episode>_seed<seed>_<success|failure>.mp4 (--video-layout lerobot: "
+                 "OUTPUT_DIR/videos/<task>/ep<episode>_seed<seed>_<success|failure>.mp4 (ep<episode>_seed<seed>.mp4 "
+                 "for an env without a success signal; --video-layout lerobot: "
                  "OUTPUT_DIR/videos/<group>_<task_id>/eval_episode_<episode>.mp4) [LeRobot-style options: 10]."),
     click.option("--video-layout", "video_layout", type=click.Choice(VIDEO_LAYOUTS), default="fasteval", show_default=True,
                  help="Video file names: fasteval's, or lerobot-eval's (the default with LeRobot-style options)."),
@@ -274,7 +282,8 @@ EVAL_OPTIONS = [
                       "sooner, and cannot be resumed with a larger -n)."),
     click.option("--video-select", "video_select", type=click.Choice(VIDEO_SELECTIONS), default="first", show_default=True,
                  help="Which episodes --videos renders: the first K by index, the first K failures or successes "
-                      "(by index; rendered as candidates, extra videos deleted), or the first K of every task (suites)."),
+                      "(by index; only the K kept episodes are rendered, replayed from their seeds and actions), or the "
+                      "first K of every task (suites)."),
 ]
 
 
@@ -631,7 +640,8 @@ def run_one(engine: Any, out_dir: Path, resume: bool) -> Any:
     from fasteval.types.errors import FastevalError, UserInputError
 
     spec = engine.spec
-    progress = _Progress(spec.n_episodes * spec.n_policies, enabled=sys.stderr.isatty(), engine=engine)
+    progress = _Progress(spec.n_episodes * spec.n_policies, enabled=sys.stderr.isatty(),
+                         signal=lambda: bool(engine.envs.has_success_signal), engine=engine)
     if spec.n_policies > 1 and spec.stop_when is not None:  # the race says its eliminations as they happen
         engine.announce = lambda line: (progress.bar.write(line, file=sys.stderr) if progress.bar is not None
                                         else click.echo(line, err=True))

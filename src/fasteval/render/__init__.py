@@ -9,7 +9,8 @@ statistic or reads a store, so every door shows the same numbers the same way.
 * :mod:`fasteval.render.sweep_plots` — a sweep's ``success.png`` and ``returns.png`` (matplotlib);
 * :mod:`fasteval.render.compare_text` — ``fasteval compare``'s terminal table and ``compare.md``;
 * :mod:`fasteval.render.bench_text` — ``fasteval bench``'s terminal report and machine header;
-* :mod:`fasteval.render.words` — the words they share (:data:`NO_SIGNAL`, :func:`plural`).
+* :mod:`fasteval.render.words` — the words they share (:data:`NO_SIGNAL`, :func:`plural`,
+  :func:`~fasteval.render.words.progress_outcome`, :func:`~fasteval.render.words.md_text`).
 
 The layer sits above ``run/`` (it may read a run folder's provenance) and below the doors.
 """

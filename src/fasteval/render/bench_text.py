@@ -14,6 +14,8 @@ from typing import Any, Mapping, Sequence
 
 STAGES = ("env_step", "policy", "transfers", "bookkeeping", "other")
 """The stage breakdown's columns, in the loop's order (``other``: loop time outside the stage timers)."""
+RECORDING_STAGES = ("render", "encode")
+"""Shown before ``other`` when some cell spent time in them (a run with videos)."""
 
 
 def fmt_rate(value: float) -> str:
@@ -66,15 +68,17 @@ def throughput_table(cells: Sequence[Mapping[str, Any]]) -> str:
 def breakdown_table(cells: Sequence[Mapping[str, Any]]) -> str:
     """Median seconds per repeat by stage, each with its share of eval_s and its us per env step."""
     rows = []
+    recording = tuple(part for part in RECORDING_STAGES if any(s["stages_s"].get(part) for s in cells))
+    stages = (*STAGES[:-1], *recording, STAGES[-1])  # render and encode when a cell recorded videos
     for s in cells:
         eval_s = s["eval_s"]["median"]
         row = [str(s["batch_size"]), s["vectorization"], f"{eval_s:.4f}"]
-        for part in STAGES:
+        for part in stages:
             sec = s["stages_s"][part]
             share = 100.0 * sec / eval_s if eval_s > 0 else math.nan
             row.append(f"{sec:.4f} ({share:.0f}%, {s['stages_us_per_step'][part]:.2f} us)")
         rows.append(row)
-    return text_table(["batch", "vec", "eval_s", *STAGES], rows)
+    return text_table(["batch", "vec", "eval_s", *stages], rows)
 
 
 def format_machine(info: Mapping[str, Any], run_threads: Sequence[int] | None = None) -> str:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
+from fasteval.render.words import md_text
+
 def _num(x: Any, digits: int = 3) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
@@ -37,23 +39,24 @@ def table_rows(doc: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-HEADERS = ["task", "n", "A rate", "B rate", "diff B-A [CI]", "McNemar p (Holm)", "return diff [CI]",
+HEADERS = ["task", "n", "A rate", "B rate", "success B-A [CI]", "McNemar p (Holm)", "return B-A [CI]",
            "signed-rank p (Holm)", "P(B>A)", "verdict"]
 
 
 def render_markdown(doc: dict[str, Any]) -> str:
     """The Markdown section: a heading, one row per task, the overall verdict."""
-    a, b = doc["a"]["label"], doc["b"]["label"]
+    a, b = md_text(doc["a"]["label"]), md_text(doc["b"]["label"])
     lines = [f"## Comparison: {b} vs {a}", "",
-             f"{b} = `{doc['b']['policy']}`, {a} = `{doc['a']['policy']}`, env `{doc['a']['env']}`; differences are "
-             f"{b} - {a}; alpha = {doc['alpha']} with Holm's correction across tasks.", "",
-             "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-    lines += ["| " + " | ".join(row) + " |" for row in table_rows(doc)]
+             f"{b} = {md_text(doc['b']['policy'])}, {a} = {md_text(doc['a']['policy'])}, env {md_text(doc['a']['env'])}; "
+             f"differences are {b} - {a} (positive: {b} did better); alpha = {doc['alpha']} with Holm's correction across tasks.",
+             "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    lines += ["| " + " | ".join(md_text(c) for c in row) + " |" for row in table_rows(doc)]
     o = doc["overall"]
     lines += ["", f"**Overall: {o['verdict']}** ({o['n_better']} better, {o['n_worse']} worse of {o['n_tasks']} tasks)"
               + (f"; non-inferior within {doc['margin']}: {o['non_inferior']}" if doc["margin"] is not None else "")
               + (f"; gate: {'FAILED (exit 3)' if o['exit_code'] else 'passed'}" if o["fail_if_worse"] else "") + "."]
-    lines += [""] + [f"{line}" for line in sequential_lines(doc)] if sequential_lines(doc) else []
+    seq = sequential_lines(doc, name=lambda t: md_text(_task_name(t)))
+    lines += [""] + seq if seq else []
     lines += ["", stopped_runs_line(doc)] if stopped_runs_line(doc) else []
     return "\n".join(lines) + "\n"
 
@@ -70,9 +73,11 @@ def stopped_runs_line(doc: dict[str, Any]) -> str:
             f"(--policy-a/--policy-b/--env --stop-when decided).")
 
 
-def sequential_lines(doc: dict[str, Any]) -> list[str]:
+def sequential_lines(doc: dict[str, Any], name: Any = None) -> list[str]:
     """A live comparison's sequential test in words, per task: where it stopped and why, what decided, the
-    anytime-valid interval of B - A, and that the fixed-n numbers above are descriptive after the stop."""
+    anytime-valid interval of B - A, and that the fixed-n numbers above are descriptive after the stop.
+    ``name(task)`` writes a task's name (``compare.md``: escaped)."""
+    name = name or _task_name
     out = []
     for t in doc["tasks"]:
         q = t.get("sequential")
@@ -84,7 +89,7 @@ def sequential_lines(doc: dict[str, Any]) -> list[str]:
         diff = q.get("difference") or {}
         interval = (f"; B - A in [{_num(diff.get('low'))}, {_num(diff.get('high'))}] "
                     f"({_num(100 * diff['confidence'], 0)}% anytime-valid, valid at the stop)" if diff else "")
-        out.append(f"Sequential ({_task_name(t)}): stopped at k = {q['k']} ({q['reason']}), decision "
+        out.append(f"Sequential ({name(t)}): stopped at k = {q['k']} ({q['reason']}), decision "
                    f"{q['decision'] or 'none'}; decided by {q.get('decided_by', q.get('method'))}; {evidence}{interval}. "
                    f"The p-values and bootstrap intervals above are {t.get('fixed_n_tests', 'fixed-n')}.")
     return out

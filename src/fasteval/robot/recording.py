@@ -14,18 +14,34 @@
                  one engine run it is ``first``
   =============  ==============================================================================
 
-  The outcome of an episode is known only at its end, so for ``failures``/``successes`` every
-  episode that may still be among the K is rendered as a candidate: an episode is rendered when
-  it starts unless K matching episodes with smaller indices have already finished (and its
-  recording stops as soon as that becomes true). A finished candidate that matches is encoded; when
-  that makes K + 1 videos, the one with the largest index is deleted. The videos left are exactly
-  the K matching episodes with the smallest indices, whatever the batch size, vectorization or
-  finishing order (fewer if fewer match). Episodes that fail with an error (env or policy faults)
-  have no video and count as neither.
-  A video has exactly ``length + 1`` frames: the reset frame, then one frame per step. Only the
-  slots being recorded are rendered; async envs render in their worker (gymnasium's ``_call``
-  pipe command), so frames cross the pipe only for those slots. ``result.video_paths`` lists the
-  videos in episode order. The env must be made with ``render_mode="rgb_array"``
+  How the frames are made, and what that costs:
+
+  * ``first`` (and ``per-task``): the K episodes are rendered in the loop as they run (exact by
+    construction: the frames are the episode's own), only the slots being recorded (async envs
+    render in their worker, so frames cross the pipe only for those slots);
+  * ``failures`` / ``successes``: the outcome of an episode is known only at its end, so the loop
+    renders nothing; it records the actions of every episode that may still be among the K (a few
+    bytes a step), and once an episode is kept and no episode with a smaller index can displace it
+    (every smaller index has finished), the encoder's thread replays it: a fresh env (the engine's
+    factory), reset with the episode's seed, stepped with its actions, rendering each frame. So only
+    the K kept episodes are ever rendered, never the candidates that are dropped. A replay is exact
+    for an env that is deterministic given its seed and actions (what every exact, batch-invariant
+    result of fasteval relies on) and is checked: a replay whose return, length, success or end
+    differs from the episode's is dropped with a warning, never kept as a video of another episode.
+    (Recording the env's state instead would need every env to expose and restore it; rendering
+    every candidate costs as many renders as episodes started before the K matches finish.)
+
+  Encoding runs beside the loop (:mod:`fasteval.robot.video_encoder`: a background thread feeding
+  ffmpeg, frames queued up to a byte bound, its errors raised in the run, every queued video written
+  before the run returns). The loop's time in the recorders is the ``render`` stage; the wait for
+  the encoder after the last episode is ``encode`` (:mod:`fasteval.core.timing`).
+
+  The videos left are exactly the K matching episodes with the smallest indices, whatever the batch
+  size, vectorization or finishing order (fewer if fewer match). Episodes that fail with an error (env
+  or policy faults) have no video and count as neither.
+  A video has exactly ``length + 1`` frames: the reset frame, then one frame per step. Videos are
+  written under a hidden ``.….partial.mp4`` name and renamed when complete. ``result.video_paths`` lists
+  the videos in episode order. The env must be made with ``render_mode="rgb_array"``
   (``--env-kwarg render_mode=rgb_array``; gym-pusht does it by default).
 * ``return_episode_data=True``: ``result.episode_data`` is a TensorDict with one row per step of
   every reported episode (exactly the episodes in ``result.per_episode``), each cut at its end
@@ -77,6 +93,7 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
+from time import perf_counter
 from typing import Any
 
 import gymnasium as gym
@@ -88,6 +105,7 @@ from fasteval.types.files import safe_filename
 from fasteval.kernels import IDLE
 from fasteval.robot.env_kinds import is_mujoco
 from fasteval.robot.policies.obs_mapping import RAW, plan_keys
+from fasteval.robot.video_encoder import ReplayJob, VideoEncoder
 
 DEFAULT_FPS = 30
 
@@ -195,47 +213,6 @@ def _check_frame(frame: Any, env: str) -> np.ndarray:
     return frame[..., :3]
 
 
-class FrameSpool:
-    """The frames of one episode, spooled raw to a hidden file in the video folder, encoded at the end.
-
-    Why not stream into ffmpeg: an ffmpeg process that lives across the episode would have the
-    write end of its stdin copied into any env worker forked meanwhile (an async env rebuilt after
-    a failure), and would then never see end-of-file; the encoder runs only in :meth:`encode`.
-    The file name (which carries the outcome) is chosen at the end. Memory stays at one frame per
-    open video.
-    """
-
-    def __init__(self, folder: Path, episode_ix: int):
-        self.tmp = folder / f".ep{int(episode_ix):06d}.frames"
-        self.file = open(self.tmp, "wb")
-        self.shape: tuple | None = None
-        self.count = 0
-
-    def append(self, frame: np.ndarray, env: str) -> None:
-        if self.shape is None:
-            self.shape = frame.shape
-        elif frame.shape != self.shape:
-            raise UserInputError(f"env {env!r}: env.render() changed its frame shape from {self.shape} to {frame.shape} "
-                                 f"within an episode; a video needs one frame size.")
-        self.file.write(np.ascontiguousarray(frame).tobytes())
-        self.count += 1
-
-    def encode(self, imageio: Any, fps: int, path: Path) -> None:
-        self.file.close()
-        try:
-            frames = np.memmap(self.tmp, dtype=np.uint8, mode="r", shape=(self.count, *self.shape))
-            with imageio.get_writer(str(path), fps=fps, macro_block_size=2, ffmpeg_log_level="error") as writer:
-                for frame in frames:
-                    writer.append_data(np.asarray(frame))
-            del frames
-        finally:
-            self.tmp.unlink(missing_ok=True)
-
-    def discard(self) -> None:
-        self.file.close()
-        self.tmp.unlink(missing_ok=True)
-
-
 def load_video_writer() -> Any:
     """``imageio.v2`` with its ffmpeg plugin (both in the default install); a clear error if missing."""
     try:
@@ -248,26 +225,41 @@ def load_video_writer() -> Any:
 
 
 class VideoRecorder(StepObserver):
-    """Renders the episodes that ``selection`` picks into mp4 files, frame by frame."""
+    """Renders the episodes that ``selection`` picks into mp4 files (see the module docstring): ``first``
+    in the loop, frame by frame, encoded beside it; ``failures``/``successes`` by replaying the kept
+    episodes' recorded actions in the encoder's thread (``factory`` builds its env)."""
 
     def __init__(self, envs: Any, ledger: Any, env: str, max_episodes: int, videos_dir: str | os.PathLike,
-                 select: str = FIRST, task: str | None = None, layout: str = "fasteval", policy: int | None = None):
-        self._imageio = load_video_writer()
+                 select: str = FIRST, task: str | None = None, layout: str = "fasteval",
+                 factory: Any = None, timers: Any = None, policy: int | None = None):
+        imageio = load_video_writer()
         local = envs.local_envs  # in-process envs only (the worker pool holds none in this process)
         problem = render_problem(local[0], env) if local else None
         if problem is not None:
             raise UserInputError(problem)
-        self.envs, self.ledger, self.env = envs, ledger, env
+        self.envs, self.ledger, self.env, self.timers = envs, ledger, env, timers
         self.task = task or env
         self.videos_dir = videos_dir
         self.layout = layout
         self.folder = Path(videos_dir) if layout == "lerobot" else Path(videos_dir) / safe_filename(self.task)
         self.selection = VideoSelection(select, max_episodes)
+        self.replays = self.selection.mode != FIRST
+        if self.replays and factory is None:
+            raise ValueError("VideoRecorder: video_select failures/successes replays episodes and needs the env factory.")
         metadata = envs.metadata or {}  # the env's metadata (render_fps), for sync and async envs
         self.fps = int(metadata.get("render_fps") or DEFAULT_FPS)
-        self.open: dict[int, tuple[int, FrameSpool]] = {}  # slot -> (ledger row, frames)
-        self.done: dict[int, str] = {}  # episode index -> path
-        self.frames: dict[int, int] = {}  # episode index -> frames written
+        self.encoder = VideoEncoder(imageio, self.fps, lambda frame: _check_frame(frame, env),
+                                    factory if self.replays else None)
+        if self.replays:
+            self.encoder.probe()  # a replay env whose frames a video cannot take stops the run at its first steps
+        self.open: dict[int, tuple[int, int]] = {}
+        """``first``: slot -> (ledger row, frames sent) of each video being rendered."""
+        self.recording: dict[int, tuple[int, list[Any]]] = {}
+        """``failures``/``successes``: slot -> (ledger row, actions sent) of each candidate episode."""
+        self.kept: dict[int, ReplayJob] = {}
+        """Candidates kept so far (``selection.keep``), replayed once no smaller index can displace them."""
+        self.prefix = 0
+        """Ledger rows below this one are all finished (or failed for good)."""
         self.policy = policy
         """A many-policy run: the policy whose episodes this recorder renders (one recorder per policy)."""
 
@@ -279,91 +271,154 @@ class VideoRecorder(StepObserver):
             return False
         return row != IDLE and self.selection.wanted(self._episode(row))
 
+    def _path(self, row: int) -> Path:
+        L = self.ledger
+        episode = self._episode(row)
+        signal = bool(self.envs.has_success_signal)  # none: no outcome in the name
+        return video_path(self.videos_dir, self.task, episode, L.seed + episode,
+                          bool(L.success[row]) if signal else None, self.layout)
+
+    # -- first: rendered in the loop ---------------------------------------------------------------------
     def _open(self, rows: dict[int, int]) -> None:
         """Start videos for ``{slot: ledger row}`` (rows of parked slots are not in the ledger yet)."""
         rows = {s: r for s, r in rows.items() if self._wanted(r)}
-        slots = list(rows)
-        if not slots:
+        if not rows:
             return
+        if self.replays:
+            for slot, row in rows.items():
+                self.recording[slot] = (row, [])
+            return
+        slots = list(rows)
         frames = self.envs.call(slots, "render")
-        for slot, frame in zip(slots, frames):
-            frame = _check_frame(frame, self.env)  # before any file is created
-            row = rows[slot]
-            self.folder.mkdir(parents=True, exist_ok=True)
-            spool = FrameSpool(self.folder, self._episode(row))
-            self.open[slot] = (row, spool)
-            spool.append(frame, self.env)
+        checked = [_check_frame(frame, self.env) for frame in frames]  # before any file is created
+        for slot, frame in zip(slots, checked):
+            episode = self._episode(rows[slot])
+            self.encoder.stream(episode, self.folder / f".ep{episode:06d}.partial.mp4")
+            self.encoder.frame(episode, frame)
+            self.open[slot] = (rows[slot], 1)
 
     def _close(self, slot: int) -> None:
-        row, spool = self.open.pop(slot)
+        row, _ = self.open.pop(slot)
         L = self.ledger
-        if not (L.finished[row] and not L.failed[row]):
-            spool.discard()
-            return
-        episode, success = self._episode(row), bool(L.success[row])
-        keep, dropped = self.selection.keep(episode, success)
-        if not keep:
-            spool.discard()
-            return
-        signal = bool(self.envs.has_success_signal)  # none: no outcome in the name
-        path = video_path(self.videos_dir, self.task, episode, L.seed + episode, success if signal else None,
-                          self.layout)
-        spool.encode(self._imageio, self.fps, path)
-        self.done[episode] = str(path)
-        self.frames[episode] = spool.count
-        for other in dropped:  # a matching episode with a smaller index finished later
-            Path(self.done.pop(other)).unlink(missing_ok=True)
-            self.frames.pop(other, None)
+        if L.finished[row] and not L.failed[row] and self.selection.keep(self._episode(row), bool(L.success[row]))[0]:
+            self.encoder.close(self._episode(row), self._path(row))
+        else:
+            self.encoder.discard(self._episode(row))
 
     def _discard(self, slot: int) -> None:
-        self.open.pop(slot)[1].discard()
+        if slot in self.open:
+            self.encoder.discard(self._episode(self.open.pop(slot)[0]))
+        self.recording.pop(slot, None)
 
+    # -- failures / successes: actions recorded, the kept episodes replayed --------------------------------
+    def _close_recording(self, slot: int) -> None:
+        row, actions = self.recording.pop(slot)
+        L = self.ledger
+        if not (L.finished[row] and not L.failed[row]):
+            return
+        episode = self._episode(row)
+        keep, dropped = self.selection.keep(episode, bool(L.success[row]))
+        if keep:
+            self.kept[episode] = ReplayJob(episode, L.seed + episode, actions, float(L.sum_reward[row]), int(L.length[row]),
+                                           bool(L.success[row]), self._path(row))
+        for other in dropped:  # a matching episode with a smaller index finished later
+            self.kept.pop(other, None)
+
+    def _replay_settled(self, everything: bool = False) -> None:
+        """Hand the encoder the kept episodes no smaller index can displace any more (all of them at the end)."""
+        L = self.ledger
+        done = L.finished
+        n = L.n_episodes
+        while self.prefix < n and (done[self.prefix] or L.failed[self.prefix]):
+            self.prefix += 1
+        settled = n if everything or self.prefix >= n else int(L.episode_ids[self.prefix])
+        for episode in sorted(e for e in self.kept if e < settled):
+            self.encoder.replay(self.kept.pop(episode))
+
+    # -- the observer ------------------------------------------------------------------------------------
     def on_start(self, slots: list[int]) -> None:
         failing = {f.slot for f in self.envs.failures}
         for slot in slots:
             if slot in self.open:
                 self._close(slot)
+            elif slot in self.recording:
+                self._close_recording(slot)
+        if self.replays:
+            self._replay_settled()
         self._open({s: int(self.ledger.slot_episode[s]) for s in slots if s not in failing})
 
     def on_step(self, active: list[int], actions: np.ndarray, parked: dict[int, int]) -> None:
+        self.encoder.check()  # an error of the encoder's thread stops the run here
         if parked:
             for slot in parked:
-                if slot in self.open:
-                    self._discard(slot)
+                self._discard(slot)
             self._open(dict(parked))
-        if not self.open:
+        if self.replays:
+            self._record_actions(active, actions, parked)
+        elif self.open:
+            self._render(active, parked)
+
+    def _record_actions(self, active: list[int], actions: np.ndarray, parked: dict[int, int]) -> None:
+        if not self.recording:
             return
+        L = self.ledger
+        for slot in active:
+            entry = self.recording.get(slot)
+            if entry is None or slot in parked:
+                continue
+            row, sent = entry
+            if not self.selection.wanted(self._episode(row)):  # K matching episodes with smaller indices are done
+                del self.recording[slot]
+            elif len(sent) != int(L.acc_len[slot]) or int(L.slot_episode[slot]) != row:
+                warnings.warn(f"episode {self._episode(row)} restarted where the recorder could not see it; its "
+                              f"video is dropped.", RuntimeWarning, stacklevel=3)
+                del self.recording[slot]
+            else:
+                sent.append(actions[slot].copy())
+
+    def _render(self, active: list[int], parked: dict[int, int]) -> None:
         acc_len = self.ledger.acc_len
         slots = []
         for slot in active:
             entry = self.open.get(slot)
             if entry is None or slot in parked:
                 continue
-            row, spool = entry
-            if not self.selection.wanted(self._episode(row)):  # K matching episodes with smaller indices are done
-                self._discard(slot)
-                continue
-            if spool.count != int(acc_len[slot]) + 1 or int(self.ledger.slot_episode[slot]) != row:
+            row, count = entry
+            if count != int(acc_len[slot]) + 1 or int(self.ledger.slot_episode[slot]) != row:
                 warnings.warn(f"episode {self._episode(row)} restarted where the recorder could not "
-                              f"see it; its video is dropped.", RuntimeWarning, stacklevel=2)
+                              f"see it; its video is dropped.", RuntimeWarning, stacklevel=3)
                 self._discard(slot)
                 continue
             slots.append(slot)
         if slots:
             try:
-                for slot, frame in zip(slots, self.envs.call(slots, "render")):
-                    self.open[slot][1].append(_check_frame(frame, self.env), self.env)
+                frames = [_check_frame(frame, self.env) for frame in self.envs.call(slots, "render")]
             except UserInputError:
                 for slot in list(self.open):  # no half-written files left behind
                     self._discard(slot)
                 raise
+            for slot, frame in zip(slots, frames):
+                row, count = self.open[slot]
+                self.encoder.frame(self._episode(row), frame)
+                self.open[slot] = (row, count + 1)
 
     def finish(self) -> dict[str, Any]:
-        """Close the open videos; what this recorder made: ``{"video_paths": [...]}`` in episode order (a
-        many-policy run's recorder: also ``{"video_paths_by_policy": {name: [...]}}``)."""
+        """Close the open videos, replay the kept episodes, wait for the encoder (its wait is the ``encode``
+        stage); what this recorder made: ``{"video_paths": [...]}`` in episode order (a many-policy run's
+        recorder: also ``{"video_paths_by_policy": {name: [...]}}``)."""
+        start = perf_counter()
         for slot in list(self.open):
             self._close(slot)
-        paths = [self.done[e] for e in sorted(self.done)]
+        for slot in list(self.recording):
+            self._close_recording(slot)
+        self._replay_settled(everything=True)
+        try:
+            self.encoder.finish()
+        finally:
+            if self.timers is not None:
+                self.timers.add("encode", start)
+        written = self.encoder.written
+        paths = [written[e] for e in sorted(written)]
         if self.policy is None:
             return {"video_paths": paths}
         return {"video_paths": paths, "video_paths_by_policy": {self.ledger.policy_names[self.policy]: paths}}
@@ -514,19 +569,32 @@ class EpisodeDataRecorder(StepObserver):
 
 
 class Recorders(StepObserver):
-    """The spec's recorders plus the caller's own observer, called in that order."""
+    """The spec's recorders plus the caller's own observer, called in that order. The recorders' time
+    is the ``render`` stage (taken out of the loop's bookkeeping span it falls in); the caller's
+    observer stays in bookkeeping."""
 
-    def __init__(self, parts: list[Any], user: StepObserver | None):
+    def __init__(self, parts: list[Any], user: StepObserver | None, timers: Any = None):
         self.parts = parts
-        self.observers = parts + ([user] if user is not None else [])
+        self.user = user
+        self.timers = timers
 
     def on_start(self, slots: list[int]) -> None:
-        for observer in self.observers:
-            observer.on_start(slots)
+        t = perf_counter()
+        for part in self.parts:
+            part.on_start(slots)
+        if self.timers is not None:
+            self.timers.add_within("render", t, "bookkeeping")
+        if self.user is not None:
+            self.user.on_start(slots)
 
     def on_step(self, active: list[int], actions: np.ndarray, parked: dict[int, int]) -> None:
-        for observer in self.observers:
-            observer.on_step(active, actions, parked)
+        t = perf_counter()
+        for part in self.parts:
+            part.on_step(active, actions, parked)
+        if self.timers is not None:
+            self.timers.add_within("render", t, "bookkeeping")
+        if self.user is not None:
+            self.user.on_step(active, actions, parked)
 
     def finish(self) -> dict[str, Any]:
         """Every recorder's outputs, merged (the record of the run is built from them)."""
@@ -550,20 +618,26 @@ def attach_recorders(engine: Any, ledger: Any, observer: StepObserver | None) ->
     if spec.max_episodes_rendered > 0:
         from fasteval.robot.env_names import lerobot_names
 
+        if spec.video_select in (FAILURES, SUCCESSES) and not isinstance(spec.env, str):
+            raise UserInputError(f"video_select={spec.video_select!r} replays the kept episodes in a fresh env built from "
+                                 f"the env's id, and a live env object cannot give a second one that shares nothing "
+                                 f"with the run's; use video_select='first', or pass the env by its id.")
         names = lerobot_names(spec.env, spec.env_kwargs)  # PushT-v0, not the fast PushT's import path
         task = names[1] if names else task_label(spec.env, spec.env_kwargs)
         videos_dir = spec.videos_dir or "videos"
         if ledger.policy_names is None:
             parts.append(VideoRecorder(engine.envs, ledger, spec.env, spec.max_episodes_rendered, videos_dir,
-                                       select=spec.video_select, layout=spec.video_layout, task=task))
+                                       select=spec.video_select, layout=spec.video_layout, task=task,
+                                       factory=engine.factory, timers=engine.timers))
         else:  # a many-policy run: each policy's videos in <videos_dir>/<policy name>/, chosen as its own run's
             for k, name in enumerate(ledger.policy_names):
                 parts.append(VideoRecorder(engine.envs, ledger, spec.env, spec.max_episodes_rendered,
                                            Path(videos_dir) / safe_filename(name), select=spec.video_select,
-                                           layout=spec.video_layout, task=task, policy=k))
+                                           layout=spec.video_layout, task=task, policy=k,
+                                           factory=engine.factory, timers=engine.timers))
     if spec.return_episode_data:
         parts.append(EpisodeDataRecorder(engine, ledger, spec.observation_format, spec.rename))
-    return Recorders(parts, observer) if parts else observer
+    return Recorders(parts, observer, engine.timers) if parts else observer
 
 
 def finish_recorders(observer: Any) -> dict[str, Any]:

@@ -4,6 +4,10 @@
 * :func:`bootstrap_mean_ci`: percentile bootstrap interval of a mean (returns).
 * :func:`iqm`, :func:`aggregate_mean`, :func:`aggregate_iqm`, :func:`stratified_bootstrap_ci`:
   aggregates across tasks with rliable's stratified bootstrap (runs resampled within each task).
+* :func:`performance_profile`: rliable's score distribution (the fraction of runs scoring above
+  each threshold), with a stratified bootstrap band.
+* :func:`average_probability_of_improvement`: rliable's average probability of improvement,
+  here over paired episodes within each task, with a stratified bootstrap interval.
 * :func:`mcnemar`, :func:`paired_bootstrap_ci`: two policies compared on the same episodes.
 """
 
@@ -157,6 +161,68 @@ def stratified_bootstrap_ci(
     for b in range(n_boot):
         stats[b] = statistic([t[rng.integers(0, t.size, size=t.size)] for t in tasks])
     return _percentile_interval(stats, confidence)
+
+
+def performance_profile(
+    per_task: Any, taus: Any, confidence: float = 0.95, n_boot: int = DEFAULT_N_BOOT, seed: int = 0
+) -> dict[str, list[float]]:
+    """rliable's performance profile (its "score distribution", ``run_score_deviation``): for each
+    threshold ``tau``, the fraction of all runs of all tasks whose score is above ``tau``, each task
+    weighted by its run count (as rliable's ``np.mean(scores > tau)`` over a runs x tasks matrix).
+
+    The band is rliable's stratified percentile bootstrap: runs resampled within each task, tasks
+    kept. Returns ``{"tau", "fraction", "low", "high"}`` (lists, one entry per threshold). Valid
+    only where the scores of different tasks share one scale (success rates in [0, 1] do; raw
+    returns of different envs do not).
+    """
+    _check_boot_args(n_boot, confidence)
+    tasks = _as_tasks(per_task)
+    t = np.asarray(taus, dtype=np.float64).reshape(-1)
+    runs = np.concatenate(tasks)
+    fraction = (runs[:, None] > t[None, :]).mean(axis=0)
+    rng = np.random.default_rng(seed)
+    above = np.zeros((n_boot, t.size), dtype=np.float64)
+    for scores in tasks:  # the resampled runs of this task, counted above each threshold
+        idx = rng.integers(0, scores.size, size=(n_boot, scores.size))
+        above += (scores[idx][:, :, None] > t[None, None, :]).sum(axis=1)
+    above /= runs.size
+    alpha = 100.0 * (1.0 - confidence) / 2.0
+    lo, hi = np.percentile(above, [alpha, 100.0 - alpha], axis=0)
+    return {"tau": t.tolist(), "fraction": fraction.tolist(), "low": lo.tolist(), "high": hi.tolist()}
+
+
+def average_probability_of_improvement(
+    pairs_per_task: Any, confidence: float = 0.95, n_boot: int = DEFAULT_N_BOOT, seed: int = 0
+) -> dict[str, Any]:
+    """rliable's average probability of improvement of B over A, over paired episodes: in each task,
+    ``P(B > A) + P(B = A) / 2`` over the episodes both ran with the same seed, then the mean over
+    tasks (each task weighs the same, whatever its episode count).
+
+    ``pairs_per_task``: one ``(a_scores, b_scores)`` pair of equal-length 1-D arrays per task.
+    rliable compares runs (seeds) with a Mann-Whitney statistic; paired episodes are what a sweep
+    holds (the same seeds for every policy), and per task the value is scale-free, so tasks on
+    different scales (returns of different envs) can be averaged. The interval is a stratified
+    percentile bootstrap: pairs resampled within each task. Returns ``{"value", "ci", "tasks"}``;
+    a NaN score gives NaN.
+    """
+    _check_boot_args(n_boot, confidence)
+    wins = []
+    for a, b in pairs_per_task:
+        x = np.asarray(a, dtype=np.float64).reshape(-1)
+        y = np.asarray(b, dtype=np.float64).reshape(-1)
+        if x.shape != y.shape or x.size == 0:
+            raise ValueError(f"average_probability_of_improvement: expected non-empty paired scores of equal length "
+                             f"per task, got {x.size} and {y.size}.")
+        if np.isnan(x).any() or np.isnan(y).any():
+            return {"value": math.nan, "ci": [math.nan, math.nan], "tasks": len(pairs_per_task)}
+        wins.append((y > x).astype(np.float64) + 0.5 * (y == x))
+    if not wins:
+        raise ValueError("average_probability_of_improvement: expected at least one task.")
+    value = float(np.mean([w.mean() for w in wins]))
+    rng = np.random.default_rng(seed)
+    boots = np.mean([_boot_means(w, n_boot, rng) for w in wins], axis=0)
+    lo, hi = _percentile_interval(boots, confidence)
+    return {"value": value, "ci": [lo, hi], "tasks": len(wins)}
 
 
 # -- paired comparisons of two policies on the same episodes ------------------------------------

@@ -12,7 +12,9 @@ Writes into the folder:
   test of ``fasteval compare`` (:func:`fasteval.types.comparison.compare_task`: McNemar's exact test
   for success, where the env has a success signal, and the paired bootstrap of the return
   difference B - A, B the policy listed later), with Holm's adjustment across every test the report
-  shows (``p_holm``); totals (episodes, env steps, wall time, episodes/s). NaN is written as ``null``.
+  shows (``p_holm``); per env, its policies ranked with the best named (``best_per_env``);
+  rliable's performance profiles (``profiles``) and average probability of improvement (``improvement``);
+  totals (episodes, env steps, wall time, episodes/s). NaN is written as ``null``.
 
   A sweep whose jobs stopped on their data (``options.stop_when``) chose each seed block's n from its
   episodes: its success intervals are then the anytime-valid betting confidence sequence (a cell's
@@ -45,7 +47,13 @@ import numpy as np
 
 from fasteval.types.comparison import DESCRIPTIVE, compare_task, finish
 from fasteval.types.sequential.stopped import METHOD as STOPPED_METHOD, sequence_bounds, simultaneous_bounds
-from fasteval.types.stats import bootstrap_mean_ci, iqm, wilson_interval
+from fasteval.types.stats import (
+    average_probability_of_improvement,
+    bootstrap_mean_ci,
+    iqm,
+    performance_profile,
+    wilson_interval,
+)
 from fasteval.types.stratified import IQM_METHOD, MEAN_METHOD, iqm_interval, stratified_interval
 from fasteval.doors.sweep.cells import cell_documents
 from fasteval.doors.sweep.retry import cell_retry_verdict
@@ -56,6 +64,11 @@ from fasteval.render.sweep_plots import PLOTS_MISSING, plot_report
 from fasteval.render.words import plural
 from fasteval.types.files import write_text_atomic
 from fasteval.types.results import write_json_atomic
+
+
+DIRECTION = "B - A"
+"""The one direction of every difference fasteval reports (sweep and compare alike): the later
+policy (B, the candidate) minus the earlier one (A, the baseline); positive means B did better."""
 
 
 def _cell_key(row: dict[str, Any]) -> tuple[str, str, str]:
@@ -76,9 +89,6 @@ def planned_rows(store: Store) -> tuple[list[dict[str, Any]], list[dict[str, Any
         blocks.setdefault((*_cell_key(j), j["task"]), []).append(range(j["seed"], j["seed"] + j["n_episodes"]))
     return jobs, [e for e in episodes if any(e["seed"] in r for r in blocks.get((*_cell_key(e), e["task"]), ()))]
 
-
-DIRECTION = "B - A"
-"""The direction of every paired difference: the policy listed later (B) minus the earlier one (A)."""
 
 
 def stopped_rule(store: Store) -> str | None:
@@ -119,6 +129,7 @@ def report_document(jobs: list[dict[str, Any]], episodes: list[dict[str, Any]], 
             cells.append(_cell(policy_name, env_name, env_id, env_kwargs, by_cell.get(key, []), jobs_by_cell.get(key, []),
                                stopped=stop_when is not None))
 
+    paired = _paired(policies, envs, by_cell)
     n = len(episodes)
     steps = int(sum(ep["length"] for ep in episodes))
     wall_s = float(sum(max(0.0, (r["finished_at"] or r["last_commit_at"]) - r["started_at"]) for r in runs))
@@ -132,7 +143,10 @@ def report_document(jobs: list[dict[str, Any]], episodes: list[dict[str, Any]], 
         "paired_tests": DESCRIPTIVE if stop_when is not None else "fixed n",
         "cells": cells,
         "across_envs": _across_envs(policies, envs, episodes, stopped=stop_when is not None),
-        "paired": _paired(policies, envs, by_cell),
+        "paired": paired,
+        "best_per_env": best_per_env(cells, paired),
+        "profiles": _profiles(policies, envs, episodes),
+        "improvement": _improvement(policies, envs, by_cell),
         "totals": {
             "episodes": n,
             "env_steps": steps,
@@ -290,6 +304,87 @@ def _paired(policies: dict[str, str], envs: dict[tuple[str, str], str], by_cell:
                     "return_diff": {"mean_diff": r["diff"], "ci": r["diff_ci"], "n_pairs": row["episodes"],
                                     "direction": DIRECTION, "signed_rank_p": r["p_value"], "signed_rank_p_holm": r["p_holm"]},
                     "verdict": task["verdict"], "family": len(tasks)})
+    return out
+
+
+def best_per_env(cells: list[dict[str, Any]], paired: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per env, its policies ranked by the env's metric (success % where the env has a success
+    signal, else mean return), each with its interval (Wilson 95%, or the bootstrap 95% of the mean
+    return); ``best`` names the policies tied at the top; ``versus`` is the paired comparison of the
+    best with the runner-up as :func:`_paired` computed it (its direction B - A, B listed later).
+    Cells without episodes are left out."""
+    out = []
+    for env in dict.fromkeys(c["env"] for c in cells):
+        members = [c for c in cells if c["env"] == env and c["episodes"]]
+        if not members:
+            continue
+        success = any(c["success_signal"] for c in members)
+        key, ci_key = ("success_pct", "success_ci95") if success else ("mean_return", "return_ci95")
+        ranked = sorted(members, key=lambda c: (-_orderable(c[key]), c["policy"]))
+        ranking = [{"policy": c["policy"], "value": c[key], "ci": c[ci_key], "episodes": c["episodes"]} for c in ranked]
+        top = ranking[0]["value"]
+        best = [r["policy"] for r in ranking if r["value"] == top and not math.isnan(top)]
+        versus = None
+        if len(ranking) > 1:
+            pair = {ranking[0]["policy"], ranking[1]["policy"]}
+            versus = next((p for p in paired if p["env"] == env and {p["a"], p["b"]} == pair), None)
+        out.append({"env": env, "metric": "success" if success else "return", "ranking": ranking, "best": best,
+                    "versus": versus})
+    return out
+
+
+def _orderable(x: Any) -> float:
+    return -math.inf if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
+
+
+PROFILE_TAUS = [i / 20 for i in range(21)]
+"""Thresholds of the success-rate performance profile: 0, 0.05, ..., 1."""
+
+
+def _block_rates(envs: dict[tuple[str, str], str], episodes: list[dict[str, Any]]) -> dict[tuple[str, str, str], list[float]]:
+    """Per cell with a success signal: the success rate of each seed block (job), the sweep's runs."""
+    blocks: dict[tuple[str, str, str], dict[str, list[bool]]] = {}
+    cell_eps: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for ep in episodes:
+        blocks.setdefault(_cell_key(ep), {}).setdefault(ep["job_id"], []).append(ep["success"])
+        cell_eps.setdefault(_cell_key(ep), []).append(ep)
+    return {k: [float(np.mean(s)) for s in v.values()] for k, v in blocks.items() if has_success_signal(cell_eps[k])}
+
+
+def _profiles(policies: dict[str, str], envs: dict[tuple[str, str], str], episodes: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """rliable's performance profiles of the per-seed-block success rates, per policy, over the envs
+    with a success signal (:func:`~fasteval.types.stats.performance_profile`); None without any."""
+    rates = _block_rates(envs, episodes)
+    out = []
+    for digest, name in policies.items():
+        per_task = [rates[(digest, e, kw)] for (e, kw) in envs if (digest, e, kw) in rates]
+        if per_task:
+            out.append({"policy": name, "envs": len(per_task), "runs": int(sum(len(t) for t in per_task)),
+                        **performance_profile(per_task, PROFILE_TAUS)})
+    return {"score": "success rate of a seed block", "policies": out} if out else None
+
+
+def _improvement(policies: dict[str, str], envs: dict[tuple[str, str], str],
+                 by_cell: dict[tuple[str, str, str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Every pair of policies (A listed first): rliable's average probability of improvement of B
+    over A across the envs both ran, over paired episodes (same task and seed), on each env's metric
+    (success where the env has a success signal, else return)."""
+    out = []
+    for (da, na), (db, nb) in combinations(policies.items(), 2):
+        tasks, metrics = [], []
+        for (env_id, kw) in envs:
+            a = {(ep["task"], ep["seed"]): ep for ep in by_cell.get((da, env_id, kw), [])}
+            b = {(ep["task"], ep["seed"]): ep for ep in by_cell.get((db, env_id, kw), [])}
+            common = sorted(set(a) & set(b))
+            if not common:
+                continue
+            field = "success" if has_success_signal([*a.values(), *b.values()]) else "sum_reward"
+            tasks.append(([float(a[k][field]) for k in common], [float(b[k][field]) for k in common]))
+            metrics.append("success" if field == "success" else "return")
+        if tasks:
+            poi = average_probability_of_improvement(tasks)
+            out.append({"a": na, "b": nb, "direction": DIRECTION, "value": poi["value"], "ci": poi["ci"],
+                        "envs": poi["tasks"], "by_success": metrics.count("success"), "by_return": metrics.count("return")})
     return out
 
 

@@ -20,6 +20,7 @@ from fasteval.doors.sweep.executors import LocalExecutor, Message
 from fasteval.doors.sweep.plan import Job, plan
 from fasteval.doors.sweep.spec import SweepSpec
 from fasteval.doors.sweep.store import Store, SweepLock
+from fasteval.render.words import progress_outcome
 
 
 @dataclass
@@ -80,7 +81,10 @@ class StoreSink:
             self.outcome.done += 1
             records = outcome["records"]
             wins = sum(bool(r["success"]) for r in records)
-            self.progress(f"[{n}/{self.total}] done   {job.label}: {len(records)} episodes, {wins} successes")
+            signal = any(r.get("has_success_signal") is not False for r in records)  # a record says (None: unknown)
+            known = (f"{wins} successes" if signal else
+                     progress_outcome(len(records), wins, sum(float(r["sum_reward"]) for r in records), False))
+            self.progress(f"[{n}/{self.total}] done   {job.label}: {len(records)} episodes, {known}")
         else:
             self.outcome.episodes_added += self.store.add_episodes(job, outcome.get("records", []), self.run_id)
             self.store.job_failed(job.job_id, outcome["error"], outcome.get("eval_s", 0.0))

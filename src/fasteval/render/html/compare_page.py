@@ -4,8 +4,11 @@ their intervals, McNemar and signed-rank p-values (raw and Holm-adjusted), the p
 improvement and the verdict; forest plots of the differences; and, for a live comparison, the
 sequential test (its e-values over episodes when the document carries a ``trajectory``).
 
-Differences are B - A (A = baseline, B = candidate): positive means B is better. Rates in the
-document are fractions; the page shows them in percent (differences in percentage points).
+Differences are B - A (A = baseline, B = candidate: "the new one minus the baseline", the one
+direction of every fasteval page and table), and every header that shows one says so: positive
+means B is better. Rates in the document are fractions; the page shows them in percent
+(differences in percentage points). The page and its title name each side by its label, or by its
+policy's short name when the label is the default "A" / "B".
 """
 
 from __future__ import annotations
@@ -37,15 +40,37 @@ def _task_label(t: Mapping[str, Any]) -> str:
     return f"{t.get('task_group')}/{t.get('task_id')}" + (f" {name}" if name is not None and str(name) != str(t.get("task_group")) else "")
 
 
+def side_names(doc: Mapping[str, Any]) -> tuple[str, str]:
+    """``(A's name, B's name)``: each side's label, or its policy's short name when the label is the
+    default; two sides with the same policy name are told apart by their sources (run folders)."""
+    from fasteval.render.html.run_input import short_name
+
+    def name(s: Mapping[str, Any], default: str) -> str:
+        label = s.get("label")
+        if label and str(label) != default:
+            return str(label)
+        policy = s.get("policy")
+        return short_name(policy if isinstance(policy, str) else json.dumps(policy, default=str), 40) if policy else default
+
+    a, b = doc.get("a") or {}, doc.get("b") or {}
+    na, nb = name(a, "A"), name(b, "B")
+    if na == nb:
+        sa, sb = (Path(str(s.get("source"))).name if s.get("source") else None for s in (a, b))
+        na, nb = (f"{na} ({sa})" if sa else f"{na} (A)"), (f"{nb} ({sb})" if sb and sb != sa else f"{nb} (B)")
+    return na, nb
+
+
 def glance(doc: Mapping[str, Any]) -> str:
     o = doc.get("overall") or {}
     a, b = doc.get("a") or {}, doc.get("b") or {}
+    na, nb = side_names(doc)
     verdict = o.get("verdict", "unknown")
     gate = ""
     if o.get("fail_if_worse"):
         gate = f"gate --fail-if-worse: exit code {o.get('exit_code')}"
     cards = [
-        f'<div class="card" id="glance-verdict" data-value="{escape(str(verdict))}"><div class="label">B against A</div>'
+        f'<div class="card" id="glance-verdict" data-value="{escape(str(verdict))}"><div class="label">'
+        f'B ({escape(nb)}) against A ({escape(na)})</div>'
         f'<div class="value">{page.badge(str(verdict), VERDICT_KIND.get(verdict))}</div><div class="detail">{escape(gate)}</div></div>',
         page.card("tasks", page.fmt(o.get("n_tasks")), f"{page.fmt(o.get('n_better'))} better, {page.fmt(o.get('n_worse'))} worse",
                   "glance-tasks"),
@@ -55,9 +80,9 @@ def glance(doc: Mapping[str, Any]) -> str:
     if o.get("non_inferior") is not None:
         cards.append(page.card("non-inferiority", "shown" if o["non_inferior"] else "not shown",
                                f"margin {doc.get('margin')}", "glance-noninferior"))
-    who = page.kv([("A (baseline)", _side(a)), ("B (candidate)", _side(b)), ("mode", doc.get("mode"))])
+    who = page.kv([(f"A (baseline): {na}", _side(a)), (f"B (candidate): {nb}", _side(b)), ("mode", doc.get("mode"))])
     return f'<div class="cards">{"".join(cards)}</div>{who}' + page.note(
-        "Differences are B - A: positive means B is better. " + verdict_basis_text(doc))
+        f"Differences are B - A ({nb} minus {na}): positive means B is better. " + verdict_basis_text(doc))
 
 
 def verdict_basis_text(doc: Mapping[str, Any]) -> str:
@@ -115,7 +140,7 @@ def task_table(doc: Mapping[str, Any]) -> str:
     out.append("<h3>Success</h3>")
     if success:
         out.append(page.table("compare-success", ["task", "A successes", "B successes", "A success %", "B success %",
-                                                  "diff (pp)", "diff 95% CI", "only A", "only B", "McNemar p", "p (Holm)"],
+                                                  "B - A (pp)", "B - A 95% CI", "only A", "only B", "McNemar p", "p (Holm)"],
                               success, caption=f"McNemar's exact test on the discordant pairs; the rate difference's "
                                                f"interval is a paired bootstrap ({doc.get('n_boot', '')} resamples)"
                                                + (": fixed-n numbers, descriptive, not valid after the stop (the "
@@ -124,7 +149,7 @@ def task_table(doc: Mapping[str, Any]) -> str:
     if missing:
         out.append(page.note(f"no success signal (compared by return): {', '.join(missing)}"))
     out.append("<h3>Return</h3>")
-    out.append(page.table("compare-return", ["task", "A mean return", "B mean return", "diff", "diff 95% CI", "signed-rank p",
+    out.append(page.table("compare-return", ["task", "A mean return", "B mean return", "B - A", "B - A 95% CI", "signed-rank p",
                                              "p (Holm)", "P(B > A)", "P(B > A) 95% CI"], returns,
                           caption="Paired bootstrap interval of the mean difference; Wilcoxon signed-rank test; "
                                   "P(B > A): probability of improvement over paired episodes"
@@ -206,9 +231,9 @@ def _trajectory_plot(name: str, b: Mapping[str, Any]) -> str:
 
 
 def render_compare_page(doc: Mapping[str, Any], page_dir: Path | None = None) -> str:
-    a, b = doc.get("a") or {}, doc.get("b") or {}
+    na, nb = side_names(doc)
     verdict = (doc.get("overall") or {}).get("verdict", "unknown")
-    title = f"fasteval compare: {b.get('label', 'B')} vs {a.get('label', 'A')}"
+    title = f"fasteval compare: {nb} (B) vs {na} (A)"
     subtitle = f"{page.badge(str(verdict), VERDICT_KIND.get(verdict))} {escape(str(doc.get('mode', '')))} comparison"
     raw = "<details><summary>compare.json</summary><pre>" + escape(json.dumps(doc, indent=2, default=_plain)) + "</pre></details>"
     settings = page.kv([("schema", doc.get("schema")), ("alpha", doc.get("alpha")), ("margin", doc.get("margin") or "none"),

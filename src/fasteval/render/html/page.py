@@ -17,23 +17,25 @@ from html import escape
 from typing import Any, Sequence
 
 CSS = """
-:root{--fg:#1d2330;--muted:#5b6472;--line:#d9dee5;--bg:#fff;--panel:#f5f7fa;--ok:#2f7d32;--bad:#b3261e;--warn:#9a6700;--accent:#4e79a7}
+:root{--fg:#1d2330;--muted:#535c69;--line:#d9dee5;--bg:#fff;--panel:#f5f7fa;--stripe:#fafbfc;--ok:#2f7d32;--bad:#b3261e;--warn:#8a5c00;--accent:#2b5f8f}
 *{box-sizing:border-box}
-body{margin:0;font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:var(--fg);background:var(--bg)}
+body{margin:0;font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:var(--fg);background:var(--bg);
+  overflow-wrap:break-word;word-break:normal;hyphens:none}
 header{padding:18px 28px 10px;border-bottom:1px solid var(--line);background:var(--panel)}
 header h1{margin:0 0 4px;font-size:21px}
 header .sub{color:var(--muted)}
-main{padding:8px 28px 40px;max-width:1280px}
-nav{margin:8px 0 0;font-size:13px}nav a{margin-right:14px;color:var(--accent);text-decoration:none}
+main{padding:8px 28px 40px;max-width:1600px}
+nav{margin:8px 0 0;font-size:13px}nav a{margin-right:14px;color:var(--accent);text-decoration:none;white-space:nowrap;display:inline-block}
 section{margin-top:26px}
 h2{font-size:17px;margin:0 0 10px;padding-bottom:4px;border-bottom:1px solid var(--line)}
 h3{font-size:14px;margin:14px 0 6px}
 .cards{display:flex;flex-wrap:wrap;gap:12px;margin-top:14px}
-.card{border:1px solid var(--line);border-radius:8px;padding:10px 14px;min-width:170px;background:var(--bg)}
+.card{border:1px solid var(--line);border-radius:8px;padding:10px 14px;min-width:170px;max-width:100%;background:var(--bg)}
 .card .label{color:var(--muted);font-size:12px;text-transform:uppercase;letter-spacing:.04em}
 .card .value{font-size:24px;font-weight:600;margin:2px 0}
 .card .detail{color:var(--muted);font-size:12.5px}
-.badge{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;font-weight:600;color:#fff;background:var(--muted)}
+.card.decision{border-width:2px}.card.decision.ok{border-color:var(--ok)}.card.decision.bad{border-color:var(--bad)}
+.badge{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;font-weight:600;color:#fff;background:var(--muted);white-space:nowrap}
 .badge.complete,.badge.better,.badge.done,.badge.ok{background:var(--ok)}
 .badge.failed,.badge.worse,.badge.interrupted{background:var(--bad)}
 .badge.running,.badge.partial,.badge.mixed,.badge.cap{background:var(--warn)}
@@ -41,35 +43,47 @@ table{border-collapse:collapse;font-size:13px;margin:6px 0 4px}
 caption{text-align:left;caption-side:bottom;padding-top:4px}
 .scroll{max-width:100%;overflow-x:auto}
 .stack{display:flex;flex-direction:column;gap:4px}.stack .ptitle{font-weight:600;font-size:13px}
-th,td{border-bottom:1px solid var(--line);padding:4px 9px;text-align:left;vertical-align:top}
-th{background:var(--panel);font-weight:600;white-space:nowrap}
+th,td{border-bottom:1px solid var(--line);padding:4px 8px;text-align:left;vertical-align:top}
+th{background:var(--panel);font-weight:600;vertical-align:bottom}
 table.sortable th{cursor:pointer;user-select:none}
-table.sortable th:after{content:" \\2195";color:#aab}
-table.sortable th[aria-sort=ascending]:after{content:" \\2191";color:var(--fg)}
-table.sortable th[aria-sort=descending]:after{content:" \\2193";color:var(--fg)}
+table.sortable th:after{content:"\\00a0\\2195";color:var(--muted)}
+table.sortable th[aria-sort=ascending]:after{content:"\\00a0\\2191";color:var(--fg)}
+table.sortable th[aria-sort=descending]:after{content:"\\00a0\\2193";color:var(--fg)}
 td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 td.none{color:var(--muted);font-style:italic}
-tbody tr:nth-child(even){background:#fafbfc}
+tbody tr:nth-child(even){background:var(--stripe)}
 .note{color:var(--muted);font-size:12.5px;margin:4px 0}
 .plots{display:flex;flex-wrap:wrap;gap:10px}
 .plot-blocks{display:flex;flex-wrap:wrap;gap:6px 24px;align-items:flex-start}.plot-block{max-width:100%}
 svg.plot{max-width:100%;height:auto;background:#fff;border:1px solid var(--line);border-radius:6px}
 svg .axis{stroke:#333;stroke-width:1}svg .tick{stroke:#333}svg .grid{stroke:#eceff3}
 svg .ticklabel{font-size:10px;fill:#444}svg .xlabel,svg .ylabel{font-size:11.5px;fill:#222}
-svg .ptitle{font-size:12px;font-weight:600;fill:#222}svg .ci{stroke-width:1.6}svg .ref{stroke:#888;stroke-dasharray:4 3}
-svg .empty{font-size:12px;fill:var(--muted)}
-.legend{font-size:12px;color:var(--muted);margin:2px 0 6px}.legend .key{margin-right:12px;white-space:nowrap}
+svg .ptitle{font-size:12px;font-weight:600;fill:#222}svg .ci{stroke-width:1.6}svg .ref{stroke:#6b6b6b;stroke-dasharray:4 3}
+svg .reflabel{font-size:10px;fill:#444}svg .empty{font-size:12px;fill:#535c69}
+.legend{font-size:12px;color:var(--muted);margin:2px 0 6px}.legend .key{margin-right:12px;white-space:nowrap;display:inline-block}
 .legend i{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:4px;vertical-align:-1px}
 .gallery{display:flex;flex-wrap:wrap;gap:12px}
-figure{margin:0;border:1px solid var(--line);border-radius:6px;padding:6px;background:var(--panel)}
-figure video{display:block;width:256px;max-height:256px;background:#000}
+figure{margin:0;border:1px solid var(--line);border-radius:6px;padding:6px;background:var(--panel);max-width:100%}
+figure video{display:block;width:256px;max-width:100%;max-height:256px;background:#000}
 figcaption{font-size:12px;margin-top:4px}
-dl.kv{display:grid;grid-template-columns:max-content 1fr;gap:3px 16px;margin:4px 0}
-dl.kv dt{color:var(--muted)}dl.kv dd{margin:0;word-break:break-all}
+dl.kv{display:grid;grid-template-columns:max-content minmax(0,1fr);gap:3px 16px;margin:4px 0}
+dl.kv dt{color:var(--muted)}dl.kv dd{margin:0;min-width:0}
 pre{background:var(--panel);border:1px solid var(--line);border-radius:6px;padding:8px 10px;overflow:auto;max-height:360px;font-size:12px}
 code{font-size:12.5px}
 details summary{cursor:pointer;color:var(--accent)}
 .bad{color:var(--bad)}.ok{color:var(--ok)}
+@media (max-width:720px){
+  header,main{padding-left:14px;padding-right:14px}
+  dl.kv{grid-template-columns:minmax(0,1fr);gap:0}dl.kv dd{margin-bottom:6px}
+  .scroll{overflow-x:visible}
+  table.stacked,table.stacked tbody,table.stacked tr,table.stacked td{display:block;width:100%}
+  table.stacked thead{position:absolute;width:1px;height:1px;overflow:hidden;clip:rect(0 0 0 0)}
+  table.stacked tr{border:1px solid var(--line);border-radius:6px;margin:0 0 8px;padding:2px 0}
+  table.stacked td{display:grid;grid-template-columns:minmax(0,42%) minmax(0,1fr);gap:8px;border-bottom:none;
+    text-align:left;white-space:normal;padding:2px 8px}
+  table.stacked td:before{content:attr(data-label);color:var(--muted);font-style:normal;font-weight:600}
+  table.stacked td>*{justify-self:start}table.stacked caption{display:block}
+}
 """
 
 SORT_JS = """
@@ -101,10 +115,14 @@ class Cell:
     html: bool = False
     """``text`` is HTML already (a link, a badge); otherwise it is escaped."""
 
-    def render(self) -> str:
+    def render(self, label: str | None = None) -> str:
+        """The ``<td>``; ``label`` (its column's header) is shown beside the value when a narrow
+        screen stacks the table's rows (``data-label``)."""
         attrs = ""
         if self.value is not None:
             attrs = f' data-value="{escape(value_attr(self.value))}"'
+        if label is not None:
+            attrs += f' data-label="{escape(label)}"'
         cls = self.css or ("num" if isinstance(self.value, (int, float)) and not isinstance(self.value, bool) else "")
         cls_attr = f' class="{cls}"' if cls else ""
         return f"<td{cls_attr}{attrs}>{self.text if self.html else escape(self.text)}</td>"
@@ -173,9 +191,10 @@ def interval(ci: Sequence[Any] | None, digits: int = 1) -> Cell:
 class IntervalCell(Cell):
     hi: float = math.nan
 
-    def render(self) -> str:
+    def render(self, label: str | None = None) -> str:
+        data_label = f' data-label="{escape(label)}"' if label is not None else ""
         return (f'<td class="num" data-value="{value_attr(self.value)}" data-low="{value_attr(self.value)}" '
-                f'data-high="{value_attr(self.hi)}">{escape(self.text)}</td>')
+                f'data-high="{value_attr(self.hi)}"{data_label}>{escape(self.text)}</td>')
 
 
 def none(text: str) -> Cell:
@@ -197,13 +216,17 @@ def badge(label: str, kind: str | None = None) -> str:
 
 def table(table_id: str, headers: Sequence[str], rows: Sequence[tuple[dict[str, Any], Sequence[Cell]]],
           sortable: bool = True, caption: str | None = None) -> str:
-    """A table; each row is ``(attributes of the <tr>, cells)``. Attributes become ``data-*``."""
+    """A table; each row is ``(attributes of the <tr>, cells)``. Attributes become ``data-*``.
+
+    Wide screens see a table (headers wrap between words, never inside one); below 720 px each
+    row becomes a block of ``header: value`` lines (``class="stacked"``), so no column of the
+    answer is ever off-screen."""
     head = "".join(f'<th scope="col">{escape(h)}</th>' for h in headers)
     body = []
     for attrs, cells in rows:
         a = "".join(f' data-{escape(k)}="{escape(value_attr(v))}"' for k, v in attrs.items())
-        body.append(f"<tr{a}>" + "".join(c.render() for c in cells) + "</tr>")
-    cls = ' class="sortable"' if sortable else ""
+        body.append(f"<tr{a}>" + "".join(c.render(headers[i] if i < len(headers) else None) for i, c in enumerate(cells)) + "</tr>")
+    cls = ' class="sortable stacked"' if sortable else ' class="stacked"'
     cap = f"<caption class=\"note\">{escape(caption)}</caption>" if caption else ""
     return (f'<div class="scroll"><table id="{escape(table_id)}"{cls}>{cap}<thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(body)}</tbody></table></div>')

@@ -10,6 +10,12 @@ from fasteval.render.html import page, svg
 from fasteval.render.html.run_input import MAX_ERROR_ROWS, MAX_TRACEBACKS, RunPageInput, final_errors, overall
 
 
+STAGES_CAPTION = ("env_step: the envs' steps and resets; h2d, d2h: copies to and from the policy's device; policy: "
+                  "the forward pass; bookkeeping: the metrics kernel, refills and callbacks; render: the recorders "
+                  "(--videos: the frames env.render() draws, handed to the encoder; episode data); encode: the wait "
+                  "for the videos' background encoder after the last episode.")
+
+
 def time_section(inp: RunPageInput) -> str:
     timings = {k: float(v) for k, v in (inp.doc.get("timings") or {}).items() if isinstance(v, (int, float))}
     o = overall(inp.doc)
@@ -26,7 +32,8 @@ def time_section(inp: RunPageInput) -> str:
         n = o.get("n_episodes") or 0
         rows = [({"stage": k}, [page.text(k), page.num(v, 4), page.num(100.0 * v / total),
                                 page.num(1000.0 * v / n, 3) if n else page.none("—")]) for k, v in timings.items()]
-        out.append(page.table("stages", ["stage", "seconds", "% of engine time", "ms per episode"], rows))
+        out.append(page.table("stages", ["stage", "seconds", "% of engine time", "ms per episode"], rows,
+                              caption=STAGES_CAPTION))
         out.append(svg.bars(list(timings.items()), "seconds", "time per stage"))
     return "".join(out)
 

@@ -23,7 +23,10 @@ BOOTSTRAP_UP_TO = 5000
 MAX_TASK_PLOTS = 120
 MAX_ERROR_ROWS = 1000
 MAX_TRACEBACKS = 20
-VIDEO_NAME = re.compile(r"ep(?P<episode>\d+)_seed(?P<seed>-?\d+)_(?P<outcome>success|failure)\.(?:mp4|webm|gif)$")
+VIDEO_NAME = re.compile(r"(?:ep(?P<episode>\d+)_seed(?P<seed>-?\d+)(?:_(?P<outcome>success|failure))?"
+                        r"|eval_episode_(?P<lerobot_episode>\d+))\.(?:mp4|webm|gif)$")
+"""The names recording.video_path gives: ``ep<episode>_seed<seed>_<success|failure>``, ``ep<episode>_seed<seed>``
+(an env without a success signal: MuJoCo's), and ``eval_episode_<episode>`` (``--video-layout lerobot``)."""
 LINKED_FILES = ("eval_info.json", "episodes.jsonl", "errors.jsonl", "manifest.json", "config.json")
 
 

@@ -95,7 +95,73 @@ def glance(inp: RunPageInput) -> str:
     if n:
         cards.append(page.card("speed", f"{page.fmt(o.get('episodes_per_s'))} ep/s",
                                f"{page.fmt(o.get('steps_per_s'), 0)} env steps/s; {page.fmt(o.get('eval_s'), 2)} s", "glance-speed"))
-    return f'<div class="cards">{"".join(cards)}</div>' + _stopping_note(stopping)
+    if stopping:
+        cards.insert(0, _decision_card(stopping))
+    return f'<div class="cards">{"".join(cards)}</div>' + _stopping_note(stopping) + stopping_table(tasks)
+
+
+def decision_words(block: Mapping[str, Any]) -> tuple[str, str, str | None]:
+    """What a ``--stop-when`` block decided, in words: ``(answer, why, kind)`` with kind ``"ok"``
+    (the rule held), ``"bad"`` (the cap came first) or None. ``above=0.8`` that held reads
+    "above 80%", with the anytime-valid lower bound that decided it."""
+    success = block.get("metric", "success") == "success"
+    scale, unit, digits = (100.0, "%", 1) if success else (1.0, "", 3)
+    what = "the success rate" if success else "the mean return"
+    conf = int(round(100 * float(block.get("confidence") or 0.95)))
+    lo, hi = block.get("cs_low"), block.get("cs_high")
+    bounds = (f"[{page.fmt(scale * lo, digits)}{unit}, {page.fmt(scale * hi, digits)}{unit}]"
+              if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) else "—")
+    threshold, epsilon = block.get("threshold"), block.get("epsilon")
+    t_text = f"{page.fmt(scale * threshold, digits)}{unit}" if isinstance(threshold, (int, float)) else ""
+    decision, reason = block.get("decision"), block.get("reason")
+    if decision in ("above", "below"):
+        side, bound = ("lower", lo) if decision == "above" else ("upper", hi)
+        sign = ">" if decision == "above" else "<"
+        return (f"{decision} {t_text}", f"{what} is {decision} {t_text}: its anytime-valid {conf}% {side} bound "
+                f"{page.fmt(scale * bound, digits)}{unit} {sign} {t_text} after k = {page.fmt(block.get('k'))} episodes", "ok")
+    if block.get("fired") and isinstance(epsilon, (int, float)):
+        return (f"±{page.fmt(scale * epsilon, digits)}{unit} reached", f"{what}'s anytime-valid {conf}% interval {bounds} "
+                f"is within ±{page.fmt(scale * epsilon, digits)}{unit} after k = {page.fmt(block.get('k'))} episodes", "ok")
+    if reason == "mixed":
+        return (f"{page.fmt(block.get('n_fired'))} of {page.fmt(block.get('n_tasks'))} tasks decided",
+                f"the rule held on {page.fmt(block.get('n_fired'))} tasks; the others reached the cap undecided "
+                "(see Stopping, per task)", None)
+    undecided = "undecided at the cap" if reason == "cap" else "undecided"
+    if isinstance(threshold, (int, float)):
+        why = f"the anytime-valid {conf}% interval {bounds} still contains {t_text}"
+    elif isinstance(epsilon, (int, float)):
+        why = f"the anytime-valid {conf}% interval {bounds} is still wider than ±{page.fmt(scale * epsilon, digits)}{unit}"
+    else:
+        why = f"the anytime-valid {conf}% interval is {bounds}"
+    if reason != "cap":
+        why += " (the run ended before the rule held or the cap was reached)"
+    return undecided, why + f" at k = {page.fmt(block.get('k'))}", "bad"
+
+
+def _decision_card(stopping: Mapping[str, Any]) -> str:
+    """The decision of the run's (overall) stopping block, first in At a glance."""
+    answer, why, kind = decision_words(stopping)
+    cls = f"card decision {kind}" if kind else "card decision"
+    return (f'<div class="{cls}" id="glance-decision" data-value="{escape(answer)}"><div class="label">--stop-when '
+            f'{escape(str(stopping.get("rule")))}</div><div class="value">{escape(answer)}</div>'
+            f'<div class="detail">{escape(why)}</div></div>')
+
+
+def stopping_table(tasks: list[Mapping[str, Any]]) -> str:
+    """One row per early-stopped task: the rule, k, what stopped it, the decision and the
+    anytime-valid bounds (a table of its own, beside the answer, so that no column of it is off-screen)."""
+    rows = []
+    for t in tasks:
+        block = t.get("stopping")
+        if not block:
+            continue
+        answer, _, _ = decision_words(block)
+        rows.append(({"task-group": t.get("task_group"), "task-id": t.get("task_id")},
+                     [page.text(task_label(t)), *_stop_cells(block)[:3], page.text(answer), _stop_cells(block)[3]]))
+    if not rows:
+        return ""
+    return "<h3>Stopping, per task</h3>" + page.table("stopping", ["task", "stop rule", "k", "stopped by", "decision",
+                                                                   "anytime-valid bounds"], rows)
 
 
 def _stopping_note(stopping: Mapping[str, Any] | None) -> str:
@@ -123,11 +189,8 @@ def task_table(inp: RunPageInput) -> str:
         return page.note("No episode finished, so there is nothing to tabulate.")
     failed = failed_by_task(doc)
     single = len(tasks) == 1
-    with_stop = any(t.get("stopping") for t in tasks)
     headers = ["task", "n", "successes", "success %", "success 95% CI", "mean return", "return 95% CI", "mean length",
                "failed episodes", "NaN-return episodes"]
-    if with_stop:
-        headers += ["stop rule", "k", "stopped by", "anytime-valid bounds"]
     rows = []
     for i, t in enumerate(tasks):
         a = t.get("aggregated") or {}
@@ -143,8 +206,6 @@ def task_table(inp: RunPageInput) -> str:
         n_failed = failed.get(key, 0) + (failed.get(("", ""), 0) if single else 0)
         cells += [page.num(a.get("avg_sum_reward"), 3), page.interval([lo, hi], 3), page.num(a.get("avg_length")),
                   page.num(n_failed), page.num(a.get("n_nan_reward_episodes"))]
-        if with_stop:
-            cells += _stop_cells(t.get("stopping"))
         rows.append(({"task-group": t.get("task_group"), "task-id": t.get("task_id")}, cells))
     methods = {inp.return_interval(i, metric(t, "sum_rewards"))[2] for i, t in enumerate(tasks)}
     stopped = any((t.get("aggregated") or {}).get("pc_success_ci95_fixed_n") is not None for t in tasks)
@@ -240,10 +301,15 @@ def stopping_plots(tasks: list[Mapping[str, Any]]) -> str:
         scale = 100.0 if block.get("metric", "success") == "success" else 1.0
         unit = "success %" if scale == 100.0 else "mean return"
         lo, hi = (np.asarray(tr[key], dtype=np.float64) * scale for key in ("cs_low", "cs_high"))
-        refs = [(f"threshold {block['threshold']}", float(block["threshold"]) * scale)] if isinstance(block.get("threshold"), (int, float)) else []
+        threshold = block.get("threshold")
+        refs = ([(f"threshold {svg.fmt_tick(float(threshold) * scale)}{'%' if scale == 100.0 else ''}", float(threshold) * scale)]
+                if isinstance(threshold, (int, float)) else [])
         conf = int(round(100 * float(block.get("confidence") or 0.95)))
+        est = tr.get("estimate")
+        estimate = ("estimate (mean of the first k)", np.asarray(est, dtype=np.float64) * scale) if est else None
         drawn.append(svg.band(tr["k"], [], [(f"anytime-valid {conf}% bounds", lo, hi)], "episodes (index prefix)", unit,
-                              f"{task_label(t)}: stopped by {block.get('reason')} at k={block.get('k')}", hlines=refs))
+                              f"{task_label(t)}: stopped by {block.get('reason')} at k={block.get('k')}", hlines=refs,
+                              estimate=estimate))
     if not drawn:
         return ""
     return ('<h3>Confidence sequence over episodes (--stop-when)</h3><div class="plots" id="plot-stopping">'

@@ -50,11 +50,22 @@ def find_videos(inp: RunPageInput) -> list[Video]:
         m = VIDEO_NAME.search(path.name)
         if m is None:
             continue
-        ep, seed = int(m["episode"]), int(m["seed"])
+        ep = int(m["episode"] if m["episode"] is not None else m["lerobot_episode"])
+        seed = int(m["seed"]) if m["seed"] is not None else None  # lerobot's names carry no seed: the record's
         record = _match(records.get(ep, seed), path)
+        if seed is None:
+            seed = int(record["seed"]) if record else ep + int((doc.get("meta") or {}).get("seed") or 0)
         signal = record.get("has_success_signal", True) if record else overall(doc).get("has_success_signal", True)
+        if not signal:
+            outcome = NO_SIGNAL
+        elif m["outcome"] is not None:
+            outcome = m["outcome"]
+        elif record is not None:
+            outcome = "success" if record.get("success") else "failure"
+        else:
+            outcome = NO_SIGNAL
         task = task_label(record) if record else path.parent.name
-        videos.append(Video(path, ep, seed, m["outcome"] if signal else NO_SIGNAL, task,
+        videos.append(Video(path, ep, seed, outcome, task,
                             record.get("sum_reward") if record else None, record.get("length") if record else None))
     return sorted(videos, key=lambda v: (v.task, v.episode))
 
@@ -71,13 +82,19 @@ class _EpisodeLookup:
             for r in table:
                 self.index.setdefault((int(r["episode_ix"]), int(r["seed"])), []).append(r)
 
-    def get(self, episode: int, seed: int) -> list[Mapping[str, Any]]:
+    def get(self, episode: int, seed: int | None) -> list[Mapping[str, Any]]:
+        """The records of ``episode`` with ``seed`` (``None``: any seed)."""
         if self.index is not None:
+            if seed is None:
+                return [r for (e, _), rs in self.index.items() if e == episode for r in rs]
             return self.index.get((episode, seed), [])
         if self.table is None:
             return []
         c = self.table.columns
-        rows = np.flatnonzero((c["episode_ix"] == episode) & (c["seed"] == seed))
+        hit = c["episode_ix"] == episode
+        if seed is not None:
+            hit &= c["seed"] == seed
+        rows = np.flatnonzero(hit)
         return list(self.table.take(rows)) if rows.size else []
 
 

@@ -18,8 +18,18 @@ from typing import Any, Sequence
 
 import numpy as np
 
-PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac")
-"""Distinct colours (Tableau 10), one per series; the page's legends use the same order."""
+PALETTE = ("#1f77b4", "#c85200", "#2a8a3e", "#d62728", "#1a8780", "#8c7000", "#9467bd", "#c2447a", "#8c564b", "#6b6b6b")
+"""Distinct colours, one per series (the page's legends use the same order): Tableau 10's hues,
+darkened until each has at least WCAG's 3:1 contrast for graphics against the plots' white
+(tests/test_report_contrast.py checks every colour the pages use)."""
+RAMP = ("#5d8fca", "#0b1f4d")
+"""The 2-D histogram's colour scale, from one episode (lightest; still 3:1 against white) to
+the fullest cell (darkest)."""
+BAND_OPACITY = 0.16
+"""A confidence band's fill: a light tint, decorative; its bounds are drawn as lines in the
+series colour (3:1), so the band reads without the fill."""
+ESTIMATE = "#1d2330"
+"""The estimate's line inside a band."""
 MAX_BINS = 30
 MAX_POINTS = 2000
 MAX_LINE_POINTS = 500
@@ -217,8 +227,8 @@ def histograms(series: Sequence[tuple[str, Any]], xlabel: str, title: str, width
 def scatter(x: Any, y: Any, xlabel: str, ylabel: str, title: str, groups: Any = None, group_names: Sequence[str] = (),
             width: int = 620, height: int = 300) -> str:
     """Points ``(x, y)`` (coloured by integer ``groups`` when given); above :data:`MAX_POINTS`
-    points, a 2-D histogram (cell shade = episodes in the cell) instead. Non-finite points are
-    left out and counted in the title."""
+    points, a 2-D histogram (cell colour = episodes in the cell, on the stepped scale drawn at the
+    right, :func:`count_levels`) instead. Non-finite points are left out and counted in the title."""
     xv = np.asarray(x, dtype=np.float64).reshape(-1)
     yv = np.asarray(y, dtype=np.float64).reshape(-1)
     g = np.zeros(xv.size, dtype=np.int64) if groups is None else np.asarray(groups, dtype=np.int64).reshape(-1)
@@ -226,27 +236,64 @@ def scatter(x: Any, y: Any, xlabel: str, ylabel: str, title: str, groups: Any = 
     left_out = int(xv.size - ok.sum())
     xv, yv, g = xv[ok], yv[ok], g[ok]
     full_title = title + (f" ({left_out} non-finite left out)" if left_out else "")
-    ax = Axes(width, height, padded_range(xv), padded_range(yv))
-    if xv.size > MAX_POINTS:
+    binned = xv.size > MAX_POINTS
+    margin = (MARGIN[0], SCALE_WIDTH if binned else MARGIN[1], MARGIN[2], MARGIN[3])
+    ax = Axes(width, height, padded_range(xv), padded_range(yv), margin=margin)
+    if binned:
         full_title += f" (2-D histogram of {xv.size} episodes)"
         _binned(ax, xv, yv)
     else:
         for xi, yi, gi in zip(xv.tolist(), yv.tolist(), g.tolist()):
-            ax.add(f'<circle class="pt" cx="{ax.sx(xi):.1f}" cy="{ax.sy(yi):.1f}" r="3.2" fill="{colour(gi)}" fill-opacity="0.65"/>')
+            ax.add(f'<circle class="pt" cx="{ax.sx(xi):.1f}" cy="{ax.sy(yi):.1f}" r="3" fill="{colour(gi)}" '
+                   f'fill-opacity="{POINT_OPACITY}"/>')
     ax.frame(xlabel, ylabel, full_title)
     return ax.svg(full_title) + legend(group_names)
 
 
+POINT_OPACITY = 0.85
+"""Scatter points: nearly opaque (overlaps still show), and 3:1 against white once blended."""
+SCALE_WIDTH = 92
+"""Right margin of a 2-D histogram: room for its colour scale."""
+
+
+def count_levels(top: int, most: int = 6) -> list[tuple[int, int, str]]:
+    """The 2-D histogram's stepped colour scale: ``(first, last, colour)`` count ranges covering
+    ``1 .. top`` on a log scale (at most ``most`` steps; a single count is one step), coloured along
+    :data:`RAMP` from light (few episodes) to dark."""
+    top = max(1, int(top))
+    edges = sorted({int(round(e)) for e in np.geomspace(1, top + 1, most + 1)})
+    if edges[-1] <= top:
+        edges.append(top + 1)
+    spans = [(a, b - 1) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+    n = len(spans)
+    return [(a, b, _mix(RAMP[0], RAMP[1], i / (n - 1) if n > 1 else 1.0)) for i, (a, b) in enumerate(spans)]
+
+
+def _mix(a: str, b: str, t: float) -> str:
+    ca = [int(a[i:i + 2], 16) for i in (1, 3, 5)]
+    cb = [int(b[i:i + 2], 16) for i in (1, 3, 5)]
+    return "#" + "".join(f"{round(x + (y - x) * t):02x}" for x, y in zip(ca, cb))
+
+
 def _binned(ax: Axes, xv: np.ndarray, yv: np.ndarray, nx: int = 40, ny: int = 24) -> None:
     counts, xe, ye = np.histogram2d(xv, yv, bins=[nx, ny], range=[[ax.x0, ax.x1], [ax.y0, ax.y1]])
-    top = counts.max() or 1.0
+    levels = count_levels(int(counts.max()))
+    firsts = np.array([a for a, _, _ in levels])
     for i, j in zip(*np.nonzero(counts)):
-        c = counts[i, j]
+        c = int(counts[i, j])
+        fill = levels[int(np.searchsorted(firsts, c, side="right")) - 1][2]
         x0, x1 = ax.sx(xe[i]), ax.sx(xe[i + 1])
         y0, y1 = ax.sy(ye[j + 1]), ax.sy(ye[j])
-        shade = 0.15 + 0.85 * math.log1p(c) / math.log1p(top)
         ax.add(f'<rect class="cell" x="{x0:.1f}" y="{y0:.1f}" width="{x1 - x0:.1f}" height="{y1 - y0:.1f}" '
-               f'fill="{PALETTE[0]}" fill-opacity="{shade:.2f}"><title>{int(c)} episodes</title></rect>')
+               f'fill="{fill}"><title>{c} episodes</title></rect>')
+    # the colour scale: one swatch per step, labelled with its counts
+    x = ax.width - ax.right + 14
+    ax.add(f'<text class="reflabel" x="{x}" y="{ax.top - 6}">episodes</text>')
+    for k, (a, b, fill) in enumerate(reversed(levels)):
+        y = ax.top + 16 * k
+        label = f"{a}" if a == b else f"{a}–{b}"
+        ax.add(f'<rect class="scale" x="{x}" y="{y}" width="12" height="12" fill="{fill}"/>'
+               f'<text class="ticklabel" x="{x + 16}" y="{y + 10}">{label}</text>')
 
 
 def bars(rows: Sequence[tuple[str, float]], xlabel: str, title: str, width: int = 620, row_height: int = 22) -> str:
@@ -274,10 +321,13 @@ def thin(n: int, most: int = MAX_LINE_POINTS) -> np.ndarray:
 
 
 def band(x: Any, lines: Sequence[tuple[str, Any]], bands: Sequence[tuple[str, Any, Any]], xlabel: str, ylabel: str, title: str,
-         hlines: Sequence[tuple[str, float]] = (), log_y: bool = False, width: int = 620, height: int = 280) -> str:
-    """Lines over ``x`` (e.g. an estimate), shaded bands between low and high arrays (e.g. a
-    confidence sequence), and dashed horizontal reference lines (e.g. a threshold). With ``log_y``
-    the y values are drawn on a log10 scale (positive values only)."""
+         hlines: Sequence[tuple[str, float]] = (), log_y: bool = False, width: int = 620, height: int = 280,
+         estimate: tuple[str, Any] | None = None) -> str:
+    """Lines over ``x``, shaded bands between low and high arrays (e.g. a confidence sequence;
+    each bound drawn as a line in the band's colour, the fill a light tint), the ``estimate`` inside
+    them (a dark line, first in the legend), and dashed horizontal reference lines (e.g. a
+    threshold), each labelled with its name at the right end. With ``log_y`` the y values are
+    drawn on a log10 scale (positive values only)."""
     xv = np.asarray(x, dtype=np.float64).reshape(-1)
     keep = thin(xv.size)
     xv = xv[keep]
@@ -291,37 +341,81 @@ def band(x: Any, lines: Sequence[tuple[str, Any]], bands: Sequence[tuple[str, An
 
     series = [(name, ys(v)) for name, v in lines]
     shaded = [(name, ys(lo), ys(hi)) for name, lo, hi in bands]
+    est = (estimate[0], ys(estimate[1])) if estimate is not None else None
     refs = [(name, math.log10(v) if log_y and v > 0 else v) for name, v in hlines]
-    everything = [v for _, v in series] + [a for _, a, _ in shaded] + [b for _, _, b in shaded] + [np.array([r for _, r in refs])]
+    everything = ([v for _, v in series] + [a for _, a, _ in shaded] + [b for _, _, b in shaded]
+                  + ([est[1]] if est else []) + [np.array([r for _, r in refs])])
     ax = Axes(width, height, padded_range(xv, 0.0), padded_range(np.concatenate(everything) if everything else [0, 1]))
-    names = []
+    names: list[str] = []
+    swatches: list[str] = []
     for i, (name, lo, hi) in enumerate(shaded):
         ok = np.isfinite(lo) & np.isfinite(hi)
+        c = colour(i)
         if ok.any():
-            pts = [f"{ax.sx(a):.1f},{ax.sy(b):.1f}" for a, b in zip(xv[ok], hi[ok])]
-            pts += [f"{ax.sx(a):.1f},{ax.sy(b):.1f}" for a, b in zip(xv[ok][::-1], lo[ok][::-1])]
-            ax.add(f'<polygon class="band" points="{" ".join(pts)}" fill="{colour(i)}" fill-opacity="0.22"/>')
+            top = [f"{ax.sx(a):.1f},{ax.sy(b):.1f}" for a, b in zip(xv[ok], hi[ok])]
+            bottom = [f"{ax.sx(a):.1f},{ax.sy(b):.1f}" for a, b in zip(xv[ok], lo[ok])]
+            ax.add(f'<polygon class="band" points="{" ".join(top + bottom[::-1])}" fill="{c}" fill-opacity="{BAND_OPACITY}"/>'
+                   f'<polyline class="bound" points="{" ".join(top)}" fill="none" stroke="{c}" stroke-width="1.4"/>'
+                   f'<polyline class="bound" points="{" ".join(bottom)}" fill="none" stroke="{c}" stroke-width="1.4"/>')
         names.append(name)
+        swatches.append(c)
+    if est is not None:
+        ok = np.isfinite(est[1])
+        if ok.any():
+            pts = " ".join(f"{ax.sx(a):.1f},{ax.sy(b):.1f}" for a, b in zip(xv[ok], est[1][ok]))
+            ax.add(f'<polyline class="estimate" points="{pts}" fill="none" stroke="{ESTIMATE}" stroke-width="1.8"/>')
+        names.append(est[0])
+        swatches.append(ESTIMATE)
     for i, (name, v) in enumerate(series, start=len(shaded)):
         ok = np.isfinite(v)
         if ok.any():
             pts = " ".join(f"{ax.sx(a):.1f},{ax.sy(b):.1f}" for a, b in zip(xv[ok], v[ok]))
             ax.add(f'<polyline class="line" points="{pts}" fill="none" stroke="{colour(i)}" stroke-width="1.8"/>')
         names.append(name)
+        swatches.append(colour(i))
     for name, v in refs:
         if math.isfinite(v):
-            ax.add(f'<line class="ref" x1="{ax.left}" y1="{ax.sy(v):.1f}" x2="{width - ax.right}" y2="{ax.sy(v):.1f}">'
-                   f'<title>{escape(name)}</title></line>')
+            y = ax.sy(v)
+            ax.add(f'<line class="ref" x1="{ax.left}" y1="{y:.1f}" x2="{width - ax.right}" y2="{y:.1f}">'
+                   f'<title>{escape(name)}</title></line>'
+                   f'<text class="reflabel" x="{width - ax.right - 4}" y="{y - 4:.1f}" text-anchor="end">{escape(name)}</text>')
     yticks = nice_ticks(ax.y0, ax.y1)
     labels = [fmt_tick(10 ** t) for t in yticks] if log_y else None
     ax.frame(xlabel, ylabel + (" (log scale)" if log_y else ""), title, yticks=yticks, ytick_labels=labels)
-    return ax.svg(title) + legend(names, first_is_band=len(shaded))
+    return ax.svg(title) + legend(names, first_is_band=len(shaded), colours=swatches)
+
+
+def profiles(series: Sequence[tuple[str, Any, Any, Any, Any, str]], xlabel: str, ylabel: str, title: str,
+             width: int = 620, height: int = 300) -> str:
+    """Step curves with their bands, one per ``(name, x, y, low, high, colour)`` (performance
+    profiles): the curve in its colour (3:1 against white), the band a light tint of it; a legend
+    below names each."""
+    xs = [np.asarray(x, dtype=np.float64) for _, x, _, _, _, _ in series]
+    everything = np.concatenate(xs) if xs else np.array([0.0, 1.0])
+    ax = Axes(width, height, padded_range(everything, 0.0), (0.0, 102.0))
+    for (name, x, y, lo, hi, c), xv in zip(series, xs):
+        yv, lov, hiv = (np.asarray(v, dtype=np.float64) for v in (y, lo, hi))
+        ok = np.isfinite(yv)
+        top = [f"{ax.sx(a):.1f},{ax.sy(b):.1f}" for a, b in zip(xv, hiv)]
+        bottom = [f"{ax.sx(a):.1f},{ax.sy(b):.1f}" for a, b in zip(xv, lov)]
+        ax.add(f'<polygon class="band" points="{" ".join(top + bottom[::-1])}" fill="{c}" fill-opacity="{BAND_OPACITY}"/>')
+        pts = " ".join(f"{ax.sx(a):.1f},{ax.sy(b):.1f}" for a, b in zip(xv[ok], yv[ok]))
+        ax.add(f'<polyline class="line" points="{pts}" fill="none" stroke="{c}" stroke-width="2">'
+               f'<title>{escape(name)}</title></polyline>')
+    ax.frame(xlabel, ylabel, title, yticks=[0, 25, 50, 75, 100])
+    names = [s_[0] for s_ in series]
+    return ax.svg(title) + legend(names, colours=[s_[5] for s_ in series]) if len(names) > 1 else ax.svg(title)
 
 
 def legend(names: Sequence[str], first_is_band: int = 0, colours: Sequence[str] | None = None) -> str:
     """A legend line below a plot: a colour swatch per series name (empty for one unnamed series)."""
     if len(names) < 2 and not first_is_band:
         return ""
-    items = "".join(f'<span class="key"><i style="background:{colours[i] if colours else colour(i)}{"; opacity:.4" if i < first_is_band else ""}"></i>'
-                    f'{escape(str(n))}</span>' for i, n in enumerate(names))
+    def swatch(i: int) -> str:
+        c = colours[i] if colours else colour(i)
+        if i < first_is_band:  # a band: its tint inside its bounds' colour
+            return f'<i class="band-key" style="background:{c}29;border:2px solid {c}"></i>'
+        return f'<i style="background:{c}"></i>'
+
+    items = "".join(f'<span class="key">{swatch(i)}{escape(str(n))}</span>' for i, n in enumerate(names))
     return f'<div class="legend">{items}</div>'

@@ -1,7 +1,10 @@
 """A sweep's page, from the sweep report document (``fasteval.doors.sweep.report.build_report``):
-one row per policy x env cell with intervals and IQM, the across-env aggregates, the paired
-comparisons, per-env plots, the failed cells (why, and whether a retry could help), and a link
-to each cell's own run page (written under ``cells/`` by :func:`write_cell_pages`).
+the answer at a glance (the best policy per env with its interval and the runner-up's, the
+paired difference between them, and the best overall), one row per policy x env cell with
+intervals and IQM, the aggregates across envs (rliable's IQM, performance profiles and
+probability of improvement, each with what it assumes), the paired comparisons (B - A), per-env
+plots, the failed cells (why, and whether a retry could help), and a link to each cell's own run
+page (written under ``cells/`` by :func:`write_cell_pages`).
 
 A cell may carry ``"retry"``: ``{"helps": true | false | null, "why": "..."}`` (the doors layer
 decides it from the job's error); the page shows it and decides nothing itself.
@@ -16,7 +19,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from fasteval.render.html import page, svg
-from fasteval.render.words import NO_SIGNAL
+from fasteval.render.words import NO_SIGNAL, competition_ranks
 from fasteval.render.html.run_page import RunPageInput, render_run_page
 from fasteval.types.files import safe_filename, write_text_atomic
 from fasteval.types.stats import iqm
@@ -64,7 +67,95 @@ def summary(doc: Mapping[str, Any]) -> str:
         page.card("wall time", f"{page.fmt(t.get('wall_s'), 1)} s", f"over {page.fmt(t.get('runs'))} sweep run(s)"),
         page.card("speed", f"{page.fmt(t.get('episodes_per_s'))} ep/s", f"{page.fmt(t.get('steps_per_s'), 0)} env steps/s"),
     ]
-    return f'<p id="summary-line">{escape(str(doc.get("summary") or ""))}</p><div class="cards">{"".join(cards)}</div>'
+    return (f'<p id="summary-line">{escape(str(doc.get("summary") or ""))}</p><div class="cards">{"".join(cards)}</div>'
+            + best_table(doc) + overall_table(doc))
+
+
+def _value_text(metric: str, value: Any) -> str:
+    return f"{page.fmt(value)}%" if metric == "success" else page.fmt(value, 3)
+
+
+def _versus_text(row: Mapping[str, Any]) -> page.Cell:
+    """The paired comparison of the best with the runner-up, in its own direction (B - A)."""
+    p = row.get("versus")
+    if not p:
+        return page.none("—")
+    if row["metric"] == "success":
+        m = p.get("success_mcnemar")
+        if not m:
+            return page.none("—")
+        return page.Cell(f"{p['a']} alone succeeded on {page.fmt(m['only_a'])}, {p['b']} alone on {page.fmt(m['only_b'])}; McNemar p = "
+                         f"{page.fmt_sig(m['p_value'], 3)}", m["p_value"])
+    d = p["return_diff"]
+    lo, hi = d["ci"]
+    return page.Cell(f"{p['b']} - {p['a']}: {page.fmt(d['mean_diff'], 3)} [{page.fmt(lo, 3)}, {page.fmt(hi, 3)}]", d["mean_diff"])
+
+
+def best_table(doc: Mapping[str, Any]) -> str:
+    """Per env: the best policy (by success % where the env has a success signal, else by mean
+    return) with its interval, the runner-up with its own, and the paired difference of the two."""
+    rows = []
+    for r in doc.get("best_per_env") or []:
+        ranking, metric = r["ranking"], r["metric"]
+        first, second = ranking[0], ranking[1] if len(ranking) > 1 else None
+        tie = len(r["best"]) > 1
+        cells = [page.text(r["env"]), page.text("success %" if metric == "success" else "mean return"),
+                 page.text(" = ".join(r["best"]) + (" (tied)" if tie else "") if r["best"] else "—"),
+                 page.num(first["value"], 1 if metric == "success" else 3),
+                 page.interval(first["ci"], 1 if metric == "success" else 3)]
+        if second is not None:
+            cells += [page.text(second["policy"] + (" (tied)" if second["policy"] in r["best"] else "")), page.num(second["value"], 1 if metric == "success" else 3),
+                      page.interval(second["ci"], 1 if metric == "success" else 3), _versus_text(r)]
+        else:
+            cells += [page.none("one policy")] + [page.none("—")] * 3
+        rows.append(({"env": r["env"], "best": first["policy"]}, cells))
+    if not rows:
+        return ""
+    headers = ["env", "judged by", "best", "best's value", "best's 95% CI", "runner-up", "runner-up's value",
+               "runner-up's 95% CI", "paired: best against runner-up (B - A)"]
+    return ("<h3>Best policy per env</h3>" + page.table("best-per-env", headers, rows, sortable=False) + page.note(
+        "Judged by success % (the cell's 95% interval: Wilson's, or the anytime-valid one where the sweep stopped on "
+        "its data) where the env reports a success signal, else by mean return "
+        "(bootstrap 95% interval of the mean). The best is the highest estimate; the last column is the paired "
+        "comparison of the two on the same seeds (McNemar for success; for return, the mean difference B - A, B the "
+        "policy listed later in the sweep, with its paired bootstrap 95% interval), one comparison, not corrected "
+        "for the others on this page. Overlapping intervals mean the order may not hold on other seeds."))
+
+
+def overall_table(doc: Mapping[str, Any]) -> str:
+    """The best overall: the policies ranked by their IQM success % across the envs with a success
+    signal (rliable's aggregate; the intervals of :mod:`fasteval.types.stratified`)."""
+    across = sorted(doc.get("across_envs") or [], key=lambda a: -a["iqm_success_pct"]
+                    if isinstance(a["iqm_success_pct"], (int, float)) and not np.isnan(a["iqm_success_pct"]) else np.inf)
+    if not across:
+        if doc.get("improvement"):
+            return ("<h3>Best overall</h3>" + page.note("No env reports a success signal, so no success rate is "
+                                                          "aggregated; see the probability of improvement under "
+                                                          "Aggregates across envs."))
+        return ""
+    ranks = competition_ranks([a["iqm_success_pct"] for a in across])  # equal IQMs share a rank
+    rows = [({"policy": a["policy"]}, [page.Cell(f"{rank} (tied)" if tied else str(rank), rank),
+                                      page.text(a["policy"]), page.num(a["envs"]),
+                                      page.num(a["iqm_success_pct"]), page.interval(a["iqm_success_ci95"]),
+                                      page.num(a["mean_success_pct"]), page.interval(a["mean_success_ci95"])])
+            for (rank, tied), a in zip(ranks, across)]
+    return ("<h3>Best overall</h3>" + page.table("overall", ["rank", "policy", "envs", "IQM success %", "IQM 95% CI",
+                                                             "mean success %", "mean 95% CI"], rows, sortable=False)
+            + page.note("Ranked by the interquartile mean over the envs with a success signal of each env's success rate "
+                        "(all its episodes), with 95% intervals for this fixed set of envs (IQM: "
+                        f"{across[0].get('iqm_success_method', '')}; mean: {across[0].get('mean_success_method', '')}); "
+                        "equal IQMs share a rank. It assumes the envs' success rates are comparable (one scale, 0 to "
+                        "100%); it says nothing of the envs it leaves out." + left_out_sentence(doc)))
+
+
+def left_out_sentence(doc: Mapping[str, Any]) -> str:
+    """`` Left out: ENV, ... (no success signal); ...`` when the best overall ranks only some envs: those
+    judged by return, which the probability of improvement still covers (empty when none is left out)."""
+    left = [r["env"] for r in doc.get("best_per_env") or [] if r["metric"] != "success"]
+    if not left:
+        return ""
+    return (f" Left out: {', '.join(left)} ({NO_SIGNAL})" + ("; the probability of improvement under Aggregates "
+            "across envs covers every env, each judged on its own metric." if doc.get("improvement") else "."))
 
 
 def cells_table(doc: Mapping[str, Any], links: Mapping[CellKey, str]) -> str:
@@ -97,19 +188,51 @@ def cells_table(doc: Mapping[str, Any], links: Mapping[CellKey, str]) -> str:
     return page.table("cells", headers, rows, caption=caption)
 
 
-def across_table(doc: Mapping[str, Any]) -> str:
+def aggregates(doc: Mapping[str, Any]) -> str:
+    """The aggregates across envs beyond the ranking in At a glance (IQM and mean, rliable's):
+    performance profiles and the average probability of improvement, each with what it assumes."""
+    return profiles_plot(doc) + improvement_table(doc)
+
+
+def profiles_plot(doc: Mapping[str, Any]) -> str:
+    prof = doc.get("profiles")
+    if not prof or not prof.get("policies"):
+        return ""
+    policies = list(dict.fromkeys(c["policy"] for c in doc.get("cells") or []))
+    series = [(p["policy"], p["tau"], [100 * v for v in p["fraction"]], [100 * v for v in p["low"]],
+               [100 * v for v in p["high"]], svg.colour(policies.index(p["policy"]) if p["policy"] in policies else i))
+              for i, p in enumerate(prof["policies"])]
+    plot = svg.profiles([(n, [100 * t for t in tau], f, lo, hi, c) for n, tau, f, lo, hi, c in series],
+                        "success rate of a seed block, τ (%)", "runs with success rate > τ (%)",
+                        "performance profile (score distribution)")
+    runs = ", ".join(f"{p['policy']}: {p['runs']} runs on {p['envs']} envs" for p in prof["policies"])
+    return ("<h3>Performance profiles</h3>" + f'<div id="plot-profiles">{plot}</div>' + page.note(
+        "For each τ, the share of runs (a run: one seed block on one env with a success signal) whose success rate is "
+        "above τ, rliable's score distribution; the band is its stratified bootstrap 95% interval. A curve above "
+        "another everywhere is better at every level. It assumes the envs share one scale (success rates do) and "
+        f"counts each env by its runs ({runs}); with one seed block per env the band has no width."))
+
+
+def improvement_table(doc: Mapping[str, Any]) -> str:
     rows = []
-    for a in doc.get("across_envs") or []:
-        rows.append(({"policy": a["policy"]}, [page.text(a["policy"]), page.num(a["envs"]), page.num(a["mean_success_pct"]),
-                                               page.interval(a["mean_success_ci95"]), page.num(a["iqm_success_pct"]),
-                                               page.interval(a["iqm_success_ci95"])]))
+    for p in doc.get("improvement") or []:
+        basis = []
+        if p.get("by_success"):
+            basis.append(f"{p['by_success']} by success")
+        if p.get("by_return"):
+            basis.append(f"{p['by_return']} by return")
+        rows.append(({"a": p["a"], "b": p["b"]}, [page.text(p["a"]), page.text(p["b"]), page.num(p["envs"]),
+                                                  page.text(", ".join(basis)), page.num(p["value"], 3),
+                                                  page.interval(p["ci"], 3)]))
     if not rows:
         return ""
-    first = (doc.get("across_envs") or [{}])[0]
-    return (page.note("Per policy: the mean and the IQM over envs of each env's success rate (all its episodes), with 95% "
-                      f"intervals for this fixed set of envs (mean: {first.get('mean_success_method', '')}; IQM: "
-                      f"{first.get('iqm_success_method', '')}). Envs without a success signal are left out.")
-            + page.table("across-envs", ["policy", "envs", "mean success %", "95% CI", "IQM success %", "95% CI"], rows))
+    return ("<h3>Probability of improvement</h3>" + page.table(
+        "improvement", ["A", "B", "envs", "judged by", "P(B > A)", "95% CI"], rows) + page.note(
+        "P(B > A): in each env, the chance that B beats A on an episode both ran with the same seed (ties count "
+        "half), averaged over the envs (rliable's average probability of improvement, on paired episodes); 0.5 "
+        "means neither is ahead. It needs no common scale (each env is judged on its own: success where it reports "
+        "a success signal, else return) and weighs every env the same; the interval is a stratified bootstrap "
+        "95% (pairs resampled within each env). B is the policy listed later in the sweep."))
 
 
 def paired_table(doc: Mapping[str, Any]) -> str:
@@ -132,7 +255,7 @@ def paired_table(doc: Mapping[str, Any]) -> str:
             cells.append(page.Cell(page.badge(v), v, html=True) if v else page.none("—"))
         rows.append(({"env": p["env"], "a": p["a"], "b": p["b"]}, cells))
     headers = ["env", "A", "B", "paired episodes", "only A succeeded", "only B succeeded", "McNemar p", "p (Holm)", "method",
-               "return B - A", "95% CI"] + (["compare verdict"] if with_verdict else [])
+               "return B - A", "B - A 95% CI"] + (["compare verdict"] if with_verdict else [])
     stopped = f" Every job stopped on its data: these tests are {doc['paired_tests']}." if doc.get("stop_when") else ""
     return (page.note("Over the episodes both policies ran (same env, task and seed), with fasteval compare's tests: "
                       "McNemar's exact test, Holm-adjusted across every comparison of this report "
@@ -197,7 +320,7 @@ def render_sweep_page(doc: Mapping[str, Any], links: Mapping[CellKey, str] | Non
     sections = [
         ("glance", "At a glance", summary(doc)),
         ("cells", "Cells", cells_table(doc, links)),
-        ("across", "Across envs", across_table(doc)),
+        ("across", "Aggregates across envs", aggregates(doc)),
         ("paired", "Paired comparisons", paired_table(doc)),
         ("plots", "Plots", plots(doc)),
         ("failed", "Failed cells", failed_section(doc)),

@@ -146,6 +146,8 @@ class StopMonitor:
         self.fired = False
         self._lows: list[np.ndarray] = []
         self._highs: list[np.ndarray] = []
+        self._sums: list[np.ndarray] = []
+        """Running sums of the outcomes (in the unit scale), one per outcome: the estimate's path."""
 
     @property
     def n(self) -> int:
@@ -208,19 +210,28 @@ class StopMonitor:
                 low, high = self.cs.update(part[: j + 1])
                 self._lows.append(low)
                 self._highs.append(high)
+                self._add_sums(part[: j + 1])
                 self.fired = True
                 return start + begin + j + 1
             self._lows.append(low)
             self._highs.append(high)
+            self._add_sums(part)
         return None
 
+    def _add_sums(self, part: np.ndarray) -> None:
+        before = self._sums[-1][-1] if self._sums and self._sums[-1].size else 0.0
+        self._sums.append(before + np.cumsum(part))
+
     def trajectory(self, points: int = TRAJECTORY_POINTS) -> dict[str, list[float]]:
-        """The bounds after each outcome, thinned to at most ``points`` (the last one always kept)."""
+        """The bounds and the estimate (the mean of the first k outcomes) after each outcome, thinned
+        to at most ``points`` (the last one always kept)."""
         lows = np.concatenate(self._lows) if self._lows else np.zeros(0)
         highs = np.concatenate(self._highs) if self._highs else np.zeros(0)
+        sums = np.concatenate(self._sums) if self._sums else np.zeros(0)
         keep = thin(lows.size, points)
         return {"k": (keep + 1).tolist(), "cs_low": [self._from_unit(v) for v in lows[keep]],
-                "cs_high": [self._from_unit(v) for v in highs[keep]]}
+                "cs_high": [self._from_unit(v) for v in highs[keep]],
+                "estimate": [self._from_unit(v) for v in sums[keep] / (keep + 1)]}
 
     def summary(self) -> dict[str, Any]:
         """This task's ``stopping`` block (see docs/how-many-episodes.md); the engine adds ``k`` (in
