@@ -34,6 +34,29 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 """Flags that work as root in a container; each run gets a new, empty ``--user-data-dir``."""
 
 
+# Page probes shared by the browser tests (evaluated in the page; %s takes a table id).
+# ROWS_JS: each body row as [text, data-value, data-low, data-high] per cell; HEADERS_JS: the header texts
+# without a sort arrow; LAYOUT_JS: what scrolls sideways, overflows its cell or lies off-screen ([] when clean).
+ROWS_JS = """Array.from(document.querySelectorAll('#%s tbody tr')).map(function(tr){
+  return Array.from(tr.cells).map(function(td){return [td.textContent.trim(), td.getAttribute('data-value'),
+    td.getAttribute('data-low'), td.getAttribute('data-high')];});})"""
+HEADERS_JS = "Array.from(document.querySelectorAll('#%s thead th')).map(function(th){return th.textContent.trim().replace(/\\s*[\\u2195\\u2191\\u2193]$/, '');})"
+LAYOUT_JS = """(function(){
+  var out=[], vw=document.documentElement.clientWidth, doc=document.documentElement;
+  if(doc.scrollWidth>vw+1) out.push('the page scrolls sideways: '+doc.scrollWidth+' > '+vw);
+  function where(e){return e.tagName.toLowerCase()+(e.id?'#'+e.id:'')+' "'+e.textContent.trim().slice(0,40)+'"';}
+  function offscreen(e){var r=e.getBoundingClientRect();return r.width>0&&(r.left<-1||r.right>vw+1);}
+  document.querySelectorAll('table').forEach(function(t){
+    var box=t.parentElement;
+    if(box.scrollWidth>box.clientWidth+1) out.push('#'+t.id+' is wider than its box: '+box.scrollWidth+' > '+box.clientWidth);
+    t.querySelectorAll('tbody td').forEach(function(c){
+      if(c.scrollWidth>c.clientWidth+1) out.push('#'+t.id+': the content of '+where(c)+' overflows its cell');
+      if(offscreen(c)) out.push('#'+t.id+': '+where(c)+' is off-screen');});});
+  document.querySelectorAll('.card, figure, video, svg.plot, dl.kv dd, h1, h2, nav a, p.note').forEach(function(e){
+    if(offscreen(e)) out.push(where(e)+' is off-screen ('+Math.round(e.getBoundingClientRect().right)+' > '+vw+')');});
+  return out;})()"""
+
+
 def find_chromium() -> str | None:
     given = os.environ.get("FASTEVAL_CHROMIUM")
     if given:

@@ -20,7 +20,7 @@ import pytest
 
 from fasteval.render.html import write_run_report
 from fasteval.testing.checkpoints import CheckpointFamily
-from tests.browser import Browser, find_chromium
+from tests.browser import HEADERS_JS, LAYOUT_JS, ROWS_JS, Browser, find_chromium
 from tests.report_fixtures import cli
 
 CHROMIUM = find_chromium()
@@ -30,24 +30,6 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None and not REQUIRED, reason=MISSIN
 WIDTHS = (1400, 400)
 FAMILY = CheckpointFamily((0.3, 0.5, 0.8), share=0.5)
 
-ROWS_JS = """Array.from(document.querySelectorAll('#%s tbody tr')).map(function(tr){
-  return Array.from(tr.cells).map(function(td){return [td.textContent.trim(), td.getAttribute('data-value'),
-    td.getAttribute('data-low'), td.getAttribute('data-high')];});})"""
-HEADERS_JS = "Array.from(document.querySelectorAll('#%s thead th')).map(function(th){return th.textContent.trim();})"
-LAYOUT_JS = """(function(){
-  var out=[], vw=document.documentElement.clientWidth, doc=document.documentElement;
-  if(doc.scrollWidth>vw+1) out.push('the page scrolls sideways: '+doc.scrollWidth+' > '+vw);
-  function where(e){return e.tagName.toLowerCase()+(e.id?'#'+e.id:'')+' "'+e.textContent.trim().slice(0,40)+'"';}
-  function offscreen(e){var r=e.getBoundingClientRect();return r.width>0&&(r.left<-1||r.right>vw+1);}
-  document.querySelectorAll('table').forEach(function(t){
-    var box=t.parentElement;
-    if(box.scrollWidth>box.clientWidth+1) out.push('#'+t.id+' is wider than its box: '+box.scrollWidth+' > '+box.clientWidth);
-    t.querySelectorAll('tbody td').forEach(function(c){
-      if(c.scrollWidth>c.clientWidth+1) out.push('#'+t.id+': the content of '+where(c)+' overflows its cell');
-      if(offscreen(c)) out.push('#'+t.id+': '+where(c)+' is off-screen');});});
-  document.querySelectorAll('.card, svg.plot, dl.kv dd, h1, h2, nav a, p.note').forEach(function(e){
-    if(offscreen(e)) out.push(where(e)+' is off-screen ('+Math.round(e.getBoundingClientRect().right)+' > '+vw+')');});
-  return out;})()"""
 
 
 def run_cli(folder: Path, *extra: str) -> Path:

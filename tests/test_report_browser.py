@@ -33,7 +33,7 @@ from fasteval.doors.sweep.report import build_report, write_report
 from fasteval.doors.sweep.store import Store
 from fasteval.render.html import write_compare_report, write_run_report
 from fasteval.testing import KNOWN_ANSWER_ID
-from tests.browser import Browser, find_chromium
+from tests.browser import HEADERS_JS, LAYOUT_JS, ROWS_JS, Browser, find_chromium
 from tests.report_fixtures import NO_SIGNAL_ENV, PARITY, cli, compare_document, load, make_run, make_sweep
 
 CHROMIUM = find_chromium()
@@ -43,29 +43,11 @@ REQUIRED = os.environ.get("FASTEVAL_REQUIRE_BROWSER") == "1"
 pytestmark = pytest.mark.skipif(CHROMIUM is None and not REQUIRED, reason=MISSING)
 WIDTHS = (1400, 400)
 
-ROWS_JS = """Array.from(document.querySelectorAll('#%s tbody tr')).map(function(tr){
-  return Array.from(tr.cells).map(function(td){return [td.textContent.trim(), td.getAttribute('data-value'),
-    td.getAttribute('data-low'), td.getAttribute('data-high')];});})"""
-HEADERS_JS = "Array.from(document.querySelectorAll('#%s thead th')).map(function(th){return th.textContent.trim().replace(/\\s*[\\u2195\\u2191\\u2193]$/, '');})"
 PLAY_JS = """Promise.all(Array.from(document.querySelectorAll('video')).map(function(v){return new Promise(function(done){
   var timer=setTimeout(function(){done({src:v.currentSrc,ok:false,why:'timeout',state:v.readyState});},15000);
   v.muted=true;v.play().then(function(){clearTimeout(timer);done({src:v.currentSrc,ok:v.readyState>=2,state:v.readyState,
     width:v.videoWidth});},function(e){clearTimeout(timer);done({src:v.currentSrc,ok:false,why:String(e),
     error:v.error&&v.error.code});});});}))"""
-LAYOUT_JS = """(function(){
-  var out=[], vw=document.documentElement.clientWidth, doc=document.documentElement;
-  if(doc.scrollWidth>vw+1) out.push('the page scrolls sideways: '+doc.scrollWidth+' > '+vw);
-  function where(e){return e.tagName.toLowerCase()+(e.id?'#'+e.id:'')+' "'+e.textContent.trim().slice(0,40)+'"';}
-  function offscreen(e){var r=e.getBoundingClientRect();return r.width>0&&(r.left<-1||r.right>vw+1);}
-  document.querySelectorAll('table').forEach(function(t){
-    var box=t.parentElement;
-    if(box.scrollWidth>box.clientWidth+1) out.push('#'+t.id+' is wider than its box: '+box.scrollWidth+' > '+box.clientWidth);
-    t.querySelectorAll('tbody td').forEach(function(c){
-      if(c.scrollWidth>c.clientWidth+1) out.push('#'+t.id+': the content of '+where(c)+' overflows its cell');
-      if(offscreen(c)) out.push('#'+t.id+': '+where(c)+' is off-screen');});});
-  document.querySelectorAll('.card, figure, video, svg.plot, dl.kv dd, h1, h2, nav a, p.note').forEach(function(e){
-    if(offscreen(e)) out.push(where(e)+' is off-screen ('+Math.round(e.getBoundingClientRect().right)+' > '+vw+')');});
-  return out;})()"""
 BROKEN_WORDS_JS = """(function(){
   var bad=[], runs=/\\S+/g, words=/[\\p{L}\\p{N}]+(?:[.,][\\p{N}]+)*%?/gu, n;
   function lines(node, start, end){var r=document.createRange(); r.setStart(node,start); r.setEnd(node,end);
