@@ -31,22 +31,6 @@ _encode = json.JSONEncoder(default=_leaf).encode
 builds a new encoder per call)."""
 
 
-def encoded_records(records: list[dict[str, Any]]) -> list[str]:
-    """``[json.dumps(r, default=_leaf) for r in records]``, the same strings, from one call of the C
-    encoder: the list is encoded at once and cut at the record boundaries (``, {"<first key>": ``, which
-    cannot occur inside an encoded string, whose quotes are escaped). Records that do not all start with
-    the same key, or a nested value that repeats the boundary, are encoded one by one instead."""
-    n = len(records)
-    first = next(iter(records[0]), None) if n else None
-    if first is not None and n > 1 and all(next(iter(r), None) == first for r in records):
-        head = "{" + _encode(first) + ": "
-        body = _encode(records)[1:-1]
-        parts = body.split(", " + head)
-        if len(parts) == n:
-            return [parts[0], *(head + part for part in parts[1:])]
-    return [_encode(record) for record in records]
-
-
 _BOOL_TEXT = {False: "false", True: "true"}
 _NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 
