@@ -2,7 +2,9 @@
 
 Wall-clock ratios move by 10% and more on a shared machine; the number of instructions a run
 executes does not. Each row runs under ``valgrind --tool=callgrind`` (with ``PYTHONHASHSEED=0``, so
-that string hashing, and so dict and set layouts, are the same in every run) twice, at ``--small``
+that string hashing, and so dict and set layouts, are the same in every run, and with OpenBLAS, OpenMP
+and MKL on one thread: their idle worker threads spin-wait, and the instructions they spin for depend on
+the scheduler, by 15 million and more per run, more than 20 CartPole episodes cost) twice, at ``--small``
 and ``--large`` episodes, and the difference of the two totals, divided by the difference of the
 episode counts, is the row's cost per episode: start-up (imports, env and engine building, the
 dry run, writing the run folder's fixed files) cancels out.
@@ -120,6 +122,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 def environment() -> dict[str, str]:
     env = dict(os.environ, PYTHONHASHSEED="0")
+    for threads in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # no spinning pool threads
+        env[threads] = "1"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH", "")) if p)
     return env
 
