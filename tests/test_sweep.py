@@ -50,18 +50,22 @@ ROW_COLUMNS = ("policy_digest, env_id, env_kwargs, task, seed, job_id, episode_i
 # -- envs for the fault tests (module:callable references; importable in subprocesses too) ------------
 
 class _SlowKnownAnswer(KnownAnswerEnv):
-    def __init__(self, delay: float = 0.0, **kwargs):
+    def __init__(self, delay: float = 0.0, hang_marker: str | None = None, **kwargs):
         super().__init__(**kwargs)
-        self.delay = delay
+        self.delay, self.hang_marker = delay, hang_marker
 
     def step(self, action):
         time.sleep(self.delay)
+        hang_until = time.monotonic() + 60
+        while self.hang_marker and os.path.exists(self.hang_marker) and time.monotonic() < hang_until:
+            time.sleep(0.05)  # a step that does not return (for at most a minute)
         return super().step(action)
 
 
-def make_slow_env(delay: float = 0.0, **kwargs):
-    """KnownAnswerEnv that sleeps ``delay`` s per step (so a sweep can be killed partway)."""
-    return _SlowKnownAnswer(delay, **kwargs)
+def make_slow_env(delay: float = 0.0, hang_marker: str | None = None, **kwargs):
+    """KnownAnswerEnv that sleeps ``delay`` s per step (so a sweep can be killed partway), and whose
+    steps hang (up to a minute each) while the file ``hang_marker`` exists."""
+    return _SlowKnownAnswer(delay, hang_marker, **kwargs)
 
 
 class _FlakyKnownAnswer(KnownAnswerEnv):
@@ -737,11 +741,12 @@ SLOW_SWEEP = {
 }
 
 
-def _start_sweep(tmp_path: Path, workers: int, background: bool = False) -> tuple[subprocess.Popen, Path, Path]:
+def _start_sweep(tmp_path: Path, workers: int, background: bool = False,
+                 sweep: dict = SLOW_SWEEP) -> tuple[subprocess.Popen, Path, Path]:
     """A real ``fasteval sweep`` process (in a script's background job with ``background``: bash sets its
     SIGINT to SIG_IGN there), its folder and its stderr file; returns once a job has finished."""
     spec_file = tmp_path / "slow.json"
-    spec_file.write_text(json.dumps(SLOW_SWEEP))
+    spec_file.write_text(json.dumps(sweep))
     out, log = tmp_path / "out", tmp_path / "stderr.txt"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO), os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, "-m", "fasteval.doors.cli", "sweep", str(spec_file), "-o", str(out), "-w", str(workers),
@@ -763,8 +768,8 @@ def _jobs(out: Path) -> dict[str, int]:
         return dict(conn.execute("SELECT status, COUNT(*) FROM jobs GROUP BY status").fetchall())
 
 
-def _resume_equals_a_clean_run(tmp_path: Path, out: Path) -> None:
-    spec = SweepSpec.from_dict(SLOW_SWEEP)
+def _resume_equals_a_clean_run(tmp_path: Path, out: Path, sweep: dict = SLOW_SWEEP) -> None:
+    spec = SweepSpec.from_dict(sweep)
     outcome = run_sweep(spec, out, executor=LocalExecutor(workers=1), report=False)
     assert outcome.ok
     clean = tmp_path / "clean"
@@ -802,6 +807,56 @@ def test_a_second_signal_stops_at_once_and_resume_is_exact(tmp_path):
     assert "stopped at once by a second SIGINT" in err and "Resume with:\n  fasteval sweep" in err
     assert "Traceback" not in err
     _resume_equals_a_clean_run(tmp_path, out)
+
+
+def _children(pid: int) -> set[int]:
+    """The live processes whose parent is ``pid`` (Linux's /proc)."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.add(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process tree from /proc")
+def test_a_second_signal_kills_pool_workers_stuck_in_a_step_and_resume_is_exact(tmp_path):
+    """With ``-w 2`` the workers ignore SIGINT (the driver decides). After a job has finished, every step
+    hangs: a second signal must kill the workers at once, not leave them in their steps for a minute."""
+    hang = tmp_path / "hang"
+    sweep = {**SLOW_SWEEP, "envs": [{**SLOW_SWEEP["envs"][0],
+                                     "kwargs": {**SLOW_SWEEP["envs"][0]["kwargs"], "hang_marker": str(hang)}}]}
+    proc, out, log = _start_sweep(tmp_path, 2, sweep=sweep)
+    hang.touch()
+    workers = _children(proc.pid)
+    assert len(workers) >= 2, workers  # the pool's workers (and multiprocessing's resource tracker)
+    proc.send_signal(signal.SIGINT)
+    while "SIGINT received" not in log.read_text():
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(120)
+    err = log.read_text()
+    assert proc.returncode == 130, err
+    assert "stopped at once by a second SIGINT" in err and "Traceback" not in err
+    deadline = time.monotonic() + 5
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stuck = [pid for pid in workers if _alive(pid)]
+    for pid in stuck:  # (a failed run leaves nothing behind)
+        os.kill(pid, signal.SIGKILL)
+    assert not stuck, "pool workers outlived the sweep"
+    hang.unlink()
+    _resume_equals_a_clean_run(tmp_path, out, sweep)
 
 
 def test_a_background_sweep_of_a_script_stops_on_sigint_too(tmp_path):

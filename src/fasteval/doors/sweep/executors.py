@@ -180,9 +180,9 @@ class LocalExecutor:
         ctx = mp.get_context("spawn")  # never fork a process that may hold torch threads
         queue = ctx.Queue()
         jobs = {job.job_id: job for job, _ in items}
+        others = set(mp.active_children())  # children from before the pool: not its workers
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_pool_worker,
                                    initargs=(queue, os.getpid()))
-        processes: dict = pool._processes  # (kept to kill them on a second signal: shutdown() forgets them)
         futures: dict[Any, Job] = {}
         pending: set[Any] = set()
         waiting = iter(items)
@@ -215,7 +215,7 @@ class LocalExecutor:
             _drain_mp(queue, sink)
         except BaseException:  # a second signal or a store error: do not wait for the queued jobs
             pool.shutdown(wait=False, cancel_futures=True)
-            for process in list(processes.values()):
+            for process in set(mp.active_children()) - others:  # the pool's workers (shutdown() forgets them)
                 process.kill()  # they ignore SIGINT/SIGTERM (the driver's to decide)
             try:
                 _drain_mp(queue, sink)  # what they sent before is stored
