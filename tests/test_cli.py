@@ -5,6 +5,7 @@ import math
 
 import click
 import pytest
+import torch
 from click.testing import CliRunner
 
 from fasteval.doors.cli import main, parse_env_kwargs
@@ -200,6 +201,55 @@ def test_resume_accepts_the_original_command_line_and_refuses_only_what_differs(
     assert other_dir.exit_code == 2 and "--output-dir" in other_dir.output
     kwargs = CliRunner().invoke(main, ["--env-kwarg", "nan_reward_seeds=[1]", "--resume", str(out)])
     assert kwargs.exit_code == 2 and "--env-kwarg: the run has {'nan_reward_seeds': [5]}" in kwargs.output
+
+
+class _CoinFlips:
+    """Actions drawn from torch's global RNG; ``declares`` says so in ``run_meta`` (as LeRobot's policies do)."""
+
+    def __init__(self, declares: bool):
+        self.declares = declares
+
+    def __call__(self, obs):
+        return torch.randint(0, 2, (obs.shape[0],))
+
+    def run_meta(self):
+        return {"policy_rng": "global"} if self.declares else {}
+
+
+def global_rng_policy():
+    return _CoinFlips(True)
+
+
+def undeclared_policy():
+    return _CoinFlips(False)
+
+
+@pytest.mark.parametrize("factory", ["global_rng_policy", "undeclared_policy"])
+def test_a_resumed_run_of_a_policy_on_the_global_rng_says_its_later_draws_are_not_one_runs(tmp_path, factory):
+    """A policy that declares draws from torch's global RNG: a resume seeds that RNG anew, so the record,
+    the summary and the page say the episodes after it are not the draws of one uninterrupted run."""
+    out = tmp_path / "run"
+    first = ["--env", KA, "--policy", f"tests.test_cli:{factory}", "--trust-remote-code", "-n", "4", "-b", "2",
+             "-o", str(out)]
+    assert run(first).exit_code == 0
+    info = json.loads((out / "eval_info.json").read_text())
+    assert "resumed_global_rng" not in info["meta"]  # one segment: nothing to say
+    extended = run([*first[:-4], "-n", "8", "--resume", str(out)])
+    assert extended.exit_code == 0, extended.output
+    info = json.loads((out / "eval_info.json").read_text())
+    page = (out / "report.html").read_text()
+    if factory == "global_rng_policy":
+        assert info["meta"]["policy_rng"] == "global"
+        assert "not the draws one uninterrupted run would have made" in info["meta"]["resumed_global_rng"]
+        assert "noise" in extended.output and "which a resume seeds anew" in extended.output
+        assert "noise after a resume" in page
+    else:
+        assert "resumed_global_rng" not in info["meta"] and "which a resume seeds anew" not in extended.output
+        assert "noise after a resume" not in page
+    again = run([*first[:-4], "-n", "8", "--resume", str(out)])  # nothing left to run: no new draws, same record
+    assert again.exit_code == 0, again.output
+    assert json.loads((out / "eval_info.json").read_text())["meta"].get("resumed_global_rng") == info["meta"].get(
+        "resumed_global_rng")
 
 
 def test_resume_accepts_the_original_config_file(tmp_path):

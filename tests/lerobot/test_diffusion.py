@@ -91,9 +91,13 @@ def test_run_meta_says_where_the_noise_comes_from(ddpm_checkpoint: Path, act_che
 
     ddpm = load_lerobot_policy(ddpm_checkpoint, n_slots=2, device="cpu").run_meta()
     assert ddpm["lerobot_policy_type"] == "diffusion" and ddpm["lerobot_batch_invariant"] is True
-    assert "per-episode" in ddpm["lerobot_noise"]
+    assert "per-episode" in ddpm["lerobot_noise"] and "policy_rng" not in ddpm  # its draws are its own per episode
     act = load_lerobot_policy(act_checkpoint, n_slots=2, device="cpu").run_meta()
     assert act["lerobot_noise"].startswith("none") and act["lerobot_queues"] == "per-slot queues"
+    assert "policy_rng" not in act  # deterministic: no draws a resume could not continue
     # A type without per-slot queues runs LeRobot's own select_action: Diffusion's noise is then global.
     wave = LeRobotWavePolicy(load_lerobot_policy(ddpm_checkpoint, 2, "cpu").policy, None, 2)  # type: ignore[arg-type]
     assert wave.run_meta()["lerobot_batch_invariant"] is False
+    assert wave.run_meta()["policy_rng"] == "global"  # declared: a resumed run's record says its draws restarted
+    global_noise = load_lerobot_policy(ddpm_checkpoint, n_slots=2, device="cpu", noise="global").run_meta()
+    assert global_noise["policy_rng"] == "global"

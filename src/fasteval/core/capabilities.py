@@ -98,9 +98,17 @@ class TakesTasks(Protocol):
     def set_task(self, env_ids: Any, descriptions: list[str]) -> Any: ...
 
 
+POLICY_RNG = "policy_rng"
+"""The ``run_meta()`` key by which a policy declares where its random draws come from: :data:`GLOBAL_RNG`
+(torch's global generator, in the order of the run's calls: its episodes depend on everything drawn
+before them, so a resume, which seeds that generator anew, cannot continue them exactly). Absent: the
+policy is deterministic, or its draws are its own per episode."""
+GLOBAL_RNG = "global"
+
+
 @runtime_checkable
 class ReportsRunMeta(Protocol):
-    """A policy that reports facts about itself for the run's metadata."""
+    """A policy that reports facts about itself for the run's metadata (see :data:`POLICY_RNG`)."""
 
     def run_meta(self) -> dict[str, Any]: ...
 

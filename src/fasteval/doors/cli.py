@@ -172,6 +172,10 @@ def format_summary(result: Any, profile: bool, logged: int | None = None, log_fi
 
     if result.meta.get("seeding", PER_EPISODE) != PER_EPISODE:  # a batched env: its workers, not its episodes, are seeded
         rows.append(("seeding", f"{result.meta['seeding']} (a batched env: episode i is not a function of seed + i)"))
+    from fasteval.types.eval_result import RESUMED_GLOBAL_RNG
+
+    if result.meta.get(RESUMED_GLOBAL_RNG):  # a resumed run of a policy on torch's global RNG
+        rows.append(("noise", result.meta[RESUMED_GLOBAL_RNG]))
     stop = result.meta.get("stopping")
     if stop:
         what = (f"rule {stop['rule']} held at k = {stop['k']}" if stop["reason"] == "rule" else

@@ -51,6 +51,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from fasteval.core.capabilities import GLOBAL_RNG, POLICY_RNG
 from fasteval.core.outcome import Segment, SegmentAborted
 from fasteval.run.engine import Engine
 from fasteval.run.folder_lock import FolderLock
@@ -447,8 +448,20 @@ def _earlier_segments(run_dir: RunDirectory, spec: EvalSpec, identity: dict[str,
     done = run_dir.records(RunIdentity(identity["run_id"], seed, spec.n_episodes, names))
     segments = list(manifest.get("segments", []))
     earlier = EarlierSegments(EpisodeTable.from_records(done), sum(s["eval_s"] for s in segments), len(segments),
-                              n_cancelled=sum(int(s.get("n_cancelled", 0)) for s in segments))
+                              n_cancelled=sum(int(s.get("n_cancelled", 0)) for s in segments),
+                              resumed_global_rng=_resumed_global_rng(segments))
     return manifest, earlier, segments
+
+
+def _resumed_global_rng(segments: list[dict[str, Any]]) -> bool:
+    """Whether a segment ran episodes after earlier ones were recorded, with a policy on torch's global RNG."""
+    recorded = 0
+    for segment in segments:
+        episodes = int(segment.get("episodes", 0))
+        if recorded and episodes and segment.get(POLICY_RNG) == GLOBAL_RNG:
+            return True
+        recorded += episodes
+    return False
 
 
 def missing_episodes(spec: EvalSpec, done: EpisodeTable) -> list[Any] | None:
@@ -549,7 +562,8 @@ def _finish(spec: EvalSpec, segment: Segment, earlier: EarlierSegments, log: _Se
     log.segments.append({"episodes": len(record.per_episode) - len(earlier.records),
                          "eval_s": record.eval_s - earlier.eval_s, "status": record.meta["status"],
                          "n_cancelled": int(segment.ledger.n_cancelled),
-                         "command": this_segment["command"], "started_at": this_segment["date"]})
+                         "command": this_segment["command"], "started_at": this_segment["date"],
+                         **({POLICY_RNG: GLOBAL_RNG} if record.meta.get(POLICY_RNG) == GLOBAL_RNG else {})})
     manifest_error = _kept_first(None, lambda: log.write_manifest(record.meta["status"], error))
     if manifest_error is None:
         wrote.append(MANIFEST)

@@ -29,11 +29,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from fasteval.core.capabilities import GLOBAL_RNG, POLICY_RNG
 from fasteval.core.ledger import Ledger
 from fasteval.core.outcome import Segment
 from fasteval.core.stopping import cut_at_stop, stopping_meta
-from fasteval.types.eval_result import (STATUS_COMPLETE, STATUS_FAILED, STATUS_INTERRUPTED, EarlierSegments,
-                                        EvalResult)
+from fasteval.types.eval_result import (RESUMED_GLOBAL_RNG, RESUMED_GLOBAL_RNG_TEXT, STATUS_COMPLETE, STATUS_FAILED,
+                                        STATUS_INTERRUPTED, EarlierSegments, EvalResult)
 from fasteval.types.episode_table import EpisodeTable
 from fasteval.types.json_writer import column_texts, row_template, row_texts, scalar_text
 from fasteval.types.spec import EvalSpec, env_label
@@ -184,6 +185,8 @@ def build_record(spec: EvalSpec, segment: Segment, *, earlier: EarlierSegments |
     meta: dict[str, Any] = {**spec_facts(spec), "vectorization": spec.vectorization, "pipeline": spec.pipeline,
                             **segment.facts}
     if earlier is not None:
+        if earlier.resumed_global_rng or (len(earlier.records) and len(records) and meta.get(POLICY_RNG) == GLOBAL_RNG):
+            meta[RESUMED_GLOBAL_RNG] = RESUMED_GLOBAL_RNG_TEXT
         records, eval_s = earlier.merged(records), earlier.eval_s + eval_s
         wanted += len(earlier.records)
         meta["segments"] = earlier.segments + 1

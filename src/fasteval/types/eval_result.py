@@ -43,6 +43,16 @@ STATUS_RUNNING, STATUS_COMPLETE, STATUS_INTERRUPTED, STATUS_FAILED = "running", 
 """A run's status (``meta["status"]``, and the manifest's: ``running`` until the run has ended)."""
 
 
+RESUMED_GLOBAL_RNG = "resumed_global_rng"
+"""``meta`` key of a resumed run whose policy draws from torch's global RNG (``run_meta()["policy_rng"]``):
+:data:`RESUMED_GLOBAL_RNG_TEXT`, shown in the summary and on the run page."""
+RESUMED_GLOBAL_RNG_TEXT = (
+    "the policy draws its noise from torch's global RNG, which a resume seeds anew: the episodes run after a "
+    "resume are valid episodes at their seeds, but not the draws one uninterrupted run would have made (nor, "
+    "for --noise global, lerobot-eval's). For draws that a resume continues exactly, run with --noise episode "
+    "where the policy takes its noise as an argument.")
+
+
 class FrozenDict(dict):
     """A ``dict`` that refuses every change after construction: a record's ``meta`` and ``timings`` (a
     record is built once; to change it, build another). Reads, ``dict(d)`` copies, JSON and pickling
@@ -95,6 +105,9 @@ class EarlierSegments:
     """How many segments ran before this one."""
     n_cancelled: int = 0
     """Episodes the earlier segments' stop rule cancelled in flight (their stopping blocks' ``n_cancelled``)."""
+    resumed_global_rng: bool = False
+    """An earlier segment ran episodes after episodes were recorded, with a policy on torch's global RNG
+    (:data:`RESUMED_GLOBAL_RNG`): the record says so whatever this segment runs."""
 
     def merged(self, new: EpisodeTable) -> EpisodeTable:
         """The earlier records plus ``new``, in episode order."""

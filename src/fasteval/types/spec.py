@@ -117,7 +117,9 @@ class What:
     ``episode`` (a generator per episode, seeded with its seed: batch-invariant) or ``global`` (LeRobot's
     global torch RNG, aligned with ``lerobot-eval``'s: its per-seed numbers; needs wave mode, which
     ``reset_mode="auto"`` then picks; see :mod:`fasteval.robot.lerobot.policy`). With ``global`` the draws
-    also follow the waves, so that run's numbers depend on its batch size: resume it at the same one."""
+    also follow the waves, so that run's numbers depend on its batch size; and a resume seeds the global
+    RNG anew, so the episodes after it are not one uninterrupted run's draws: the record says so
+    (``meta["resumed_global_rng"]``, for any policy that declares ``run_meta()["policy_rng"] == "global"``)."""
 
     policy_overrides: Mapping[str, str] = field(default_factory=dict)
     """What: it changes the policy. Fields of a LeRobot policy's config set on top of its saved ``config.json`` before the policy is built,

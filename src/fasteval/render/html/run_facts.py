@@ -8,6 +8,7 @@ from typing import Any
 
 from fasteval.render.html import page, svg
 from fasteval.render.html.run_input import MAX_ERROR_ROWS, MAX_TRACEBACKS, RunPageInput, final_errors, overall
+from fasteval.types.eval_result import RESUMED_GLOBAL_RNG
 
 
 STAGES_CAPTION = ("env_step: the envs' steps and resets; h2d, d2h: copies to and from the policy's device; policy: "
@@ -120,6 +121,7 @@ def provenance_pairs(inp: RunPageInput) -> list[tuple[str, Any]]:
         ("env", meta.get("env") or manifest.get("env")),
         ("env kwargs", _json_or_none(manifest.get("env_kwargs", meta.get("env_kwargs")))),
         ("seeds", _seeds_text(manifest, meta)), ("device", meta.get("device")),
+        *([("noise after a resume", meta[RESUMED_GLOBAL_RNG])] if meta.get(RESUMED_GLOBAL_RNG) else []),
         *protocol_pairs(meta.get("protocol") or manifest.get("protocol")),
         ("git commit", (git.get("commit") or "") + (" (uncommitted changes)" if git.get("dirty") else "") if git else None),
     ]

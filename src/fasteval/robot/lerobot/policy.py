@@ -72,6 +72,7 @@ import torch
 from torch import nn
 
 from fasteval.core import accel
+from fasteval.core.capabilities import GLOBAL_RNG, POLICY_RNG
 from fasteval.robot.lerobot import internals
 from fasteval.robot.lerobot.internals import ELEMENTWISE_STEPS, STATELESS_STEPS
 from fasteval.robot.lerobot.observations import LeRobotBatch
@@ -412,8 +413,11 @@ def _run_meta(wrapper: Any, queues: str) -> dict[str, Any]:
         noise = "per-episode torch.Generator seeded with the episode seed (batch-invariant)"
     else:
         noise = "LeRobot's global torch RNG (seeded per run): results depend on the batch size"
-    return {"lerobot_version": getattr(lerobot, "__version__", "unknown"), "lerobot_policy_type": str(config.type),
+    meta = {"lerobot_version": getattr(lerobot, "__version__", "unknown"), "lerobot_policy_type": str(config.type),
             "lerobot_queues": queues, "lerobot_noise": noise, "lerobot_batch_invariant": bool(wrapper.batch_invariant)}
+    if not wrapper.batch_invariant:  # a stochastic policy on LeRobot's global RNG (--noise global, or no noise argument)
+        meta[POLICY_RNG] = GLOBAL_RNG
+    return meta
 
 
 def _is_stochastic(config: Any) -> bool:
