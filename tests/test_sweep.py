@@ -270,6 +270,39 @@ def test_store_keys_are_unique_and_nan_survives(tmp_path):
             store.add_episodes(job, [{**record, "seed": 99}])
 
 
+def test_every_option_that_changes_the_numbers_is_a_stored_setting():
+    """Each sweep option that is a *what* field of EvalSpec changes ``result_settings`` when it leaves its
+    default (the stop rule's with a rule); the *how* options never do."""
+    from dataclasses import fields as dc_fields
+
+    from fasteval.doors.sweep.spec import SweepOptions
+    from fasteval.types.spec import WHAT_FIELDS
+
+    other = {"max_steps": 5, "obs_dtype": "float64", "stop_when": "above=0.5", "confidence": 0.9,
+             "return_bounds": (0.0, 1.0), "batch_size": 3, "device": "cpu", "vectorization": "async", "workers": 2,
+             "reset_mode": "wave", "trust_remote_code": True, "retries": 0, "on_nan_action": "skip-episode",
+             "step_timeout": 5.0, "torch_threads": 2}
+    names = [f.name for f in dc_fields(SweepOptions)]
+    assert sorted(other) == sorted(names), "give the new option a value here"
+    rule = {"stop_when": "above=0.5"}
+    for name in names:
+        base = rule if name in ("confidence", "return_bounds") else {}
+        changed = SweepOptions(**base, **{name: other[name]}).result_settings() != SweepOptions(**base).result_settings()
+        assert changed == (name in WHAT_FIELDS), name
+    assert SweepOptions().result_settings() == {"max_steps": None}  # what stores written before obs_dtype hold
+
+
+def test_a_sweep_resumed_with_another_obs_dtype_is_refused(tmp_path):
+    out = tmp_path / "sweep"
+    first = _with(policies=[{"name": "zero", "ref": "zero"}], envs=[{"name": "known", "id": KNOWN_ANSWER_ID}])
+    run_sweep(SweepSpec.from_dict(first), out, executor=LocalExecutor(workers=1), report=False)
+    changed = _with(**{k: v for k, v in first.items() if k != "options"},
+                    options={**first["options"], "obs_dtype": "float64"})
+    with pytest.raises(UserInputError, match="obs_dtype"):
+        run_sweep(SweepSpec.from_dict(changed), out, executor=LocalExecutor(workers=1), report=False)
+    assert run_sweep(SweepSpec.from_dict(first), out, executor=LocalExecutor(workers=1), report=False).ok
+
+
 def test_one_sweep_per_folder(tmp_path):
     with SweepLock(tmp_path):
         with pytest.raises(UserInputError, match="another sweep"):

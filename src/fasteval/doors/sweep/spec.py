@@ -30,7 +30,7 @@ from typing import Any, Mapping
 
 from fasteval.types.errors import UserInputError
 from fasteval.types.mapping_files import read_mapping_file
-from fasteval.types.spec import MAX_SEED, EvalSpec
+from fasteval.types.spec import MAX_SEED, WHAT_FIELDS, EvalSpec
 
 
 
@@ -148,8 +148,8 @@ class EnvEntry:
 class SweepOptions:
     """Options shared by every job: :class:`~fasteval.types.spec.EvalSpec` fields, plus torch threads.
 
-    Only ``max_steps`` changes the numbers of an episode; the others change speed or failure
-    handling, so a resume may change them."""
+    ``max_steps``, ``obs_dtype`` and the stop rule's options change the numbers (a store keeps them:
+    :meth:`result_settings`); the others change speed or failure handling, so a resume may change them."""
 
     batch_size: int = 16
     """Env slots stepped together in each job."""
@@ -216,12 +216,23 @@ class SweepOptions:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "torch_threads"}
 
     def result_settings(self) -> dict[str, Any]:
-        """The options that change an episode's numbers or the reported set (a store keeps them)."""
+        """The options that change an episode's numbers or the reported set (a store keeps them): every
+        option that is a *what* field of :class:`~fasteval.types.spec.EvalSpec`. ``max_steps`` always, the
+        stop rule's with a rule, any other one where it is not its default (so a store written before
+        that option was kept reads as its default)."""
         out: dict[str, Any] = {"max_steps": self.max_steps}
         if self.stop_when is not None:
             bounds = list(self.return_bounds) if self.return_bounds is not None else None
             out.update(stop_when=self.stop_when, confidence=self.confidence, return_bounds=bounds)
+        for f in fields(self):
+            if f.name in WHAT_FIELDS and f.name not in out and f.name not in _STOP_RULE_OPTIONS:
+                if getattr(self, f.name) != f.default:
+                    out[f.name] = getattr(self, f.name)
         return out
+
+
+_STOP_RULE_OPTIONS = ("stop_when", "confidence", "return_bounds")
+"""Options that matter with a stop rule only (:meth:`SweepOptions.result_settings` keeps them with one)."""
 
 
 OPTION_KEYS = tuple(f.name for f in fields(SweepOptions))
