@@ -413,7 +413,7 @@ class CoreEngine:
             "batch_size": self.n_slots,
             "device": str(self.device),
             "max_steps": self.max_steps,
-            "batching": "continuous" if self.runner.continuous else "wave",
+            "batching": "continuous" if self.runner.capabilities.continuous else "wave",
             "kernel_backend": kernels.BACKEND,
             "dry_run_s": self.dry_run_s,
             "capture_s": self.capture_s,

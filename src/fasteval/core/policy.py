@@ -107,16 +107,6 @@ class PolicyRunner:
             reset_kind=kind, policy_reset_kind=kind, continuous=kind != WAVE and reset_mode != "wave",
             tasks=isinstance(policy, TakesTasks), skips_observation=reads)
 
-    @property
-    def reset_kind(self) -> str:
-        """``per-env``, ``wave`` or ``none``: :attr:`capabilities`' ``reset_kind``."""
-        return self.capabilities.reset_kind
-
-    @property
-    def continuous(self) -> bool:
-        """True: continuous batching (freed slots refill at once). False: wave mode."""
-        return self.capabilities.continuous
-
     def reads_observation(self, rows: slice) -> bool:
         """Whether the next call for slots ``rows`` reads its observation (asked only when
         ``capabilities.skips_observation``; see the module docstring)."""
@@ -164,7 +154,7 @@ class PolicyRunner:
         may batch over policies (:mod:`fasteval.core.policy_set`); ``None`` otherwise. After the dry run."""
         from torch import nn
 
-        if not isinstance(self.policy, nn.Module) or self._raw_call is not self.policy or self.reset_kind != NO_RESET:
+        if not isinstance(self.policy, nn.Module) or self._raw_call is not self.policy or self.capabilities.reset_kind != NO_RESET:
             return None
         return (lambda obs: obs), self.policy, self._postprocess
 

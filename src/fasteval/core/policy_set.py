@@ -82,14 +82,6 @@ class PolicySet:
                             enforces_policy_timeout=all(c.enforces_policy_timeout for c in caps))
 
     @property
-    def reset_kind(self) -> str:
-        return self.capabilities.reset_kind
-
-    @property
-    def continuous(self) -> bool:
-        return self.capabilities.continuous
-
-    @property
     def policy(self) -> tuple[Any, ...]:
         return tuple(r.policy for r in self.runners)
 

@@ -171,7 +171,8 @@ class ServedRunner:
 
     def describe(self) -> dict[str, Any]:
         """What the client must know about this runner (its ``opened`` reply)."""
-        return {"reset_kind": self.runner.reset_kind, "continuous": bool(self.runner.continuous)}
+        caps = self.runner.capabilities
+        return {"reset_kind": caps.reset_kind, "continuous": bool(caps.continuous)}
 
 
 def _check_rows(key: str, value: Any, space: gym.Space, n: int) -> np.ndarray:

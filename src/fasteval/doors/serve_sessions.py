@@ -108,7 +108,7 @@ class Session:
         first = self.runners[0]
         return {KIND: "opened", "session": self.id, "resumed": resumed,
                 "groups": [r.describe() for r in self.runners],
-                "continuous": all(r.runner.continuous for r in self.runners),
+                "continuous": all(r.runner.capabilities.continuous for r in self.runners),
                 "policy_digest": policy_digest(first.policy, self.options.policy),
                 "policy_type": type(first.policy).__name__, "device": str(first.device)}
 

@@ -163,7 +163,8 @@ class RobotPolicyRunner(PolicyRunner):
         self._call = self.chunks
         # the queues are per-slot state (no CUDA-graph capture of the step, per-slot drops)
         self.capabilities = replace(self.capabilities, chunks=True,
-                                    reset_kind=PER_ENV if self.reset_kind == NO_RESET else self.reset_kind)
+                                    reset_kind=PER_ENV if self.capabilities.reset_kind == NO_RESET
+                                    else self.capabilities.reset_kind)
         return super()._choose_postprocess(raw[:, 0])
 
     def functional_step(self) -> Any:
