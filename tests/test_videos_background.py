@@ -240,14 +240,19 @@ def test_an_encoder_error_is_raised_in_the_run_and_nothing_half_written_stays(tm
     assert not list(tmp_path.iterdir()) and encoder.written == {}
 
 
+def _one_video_closed_one_open(encoder: VideoEncoder, folder: Path, frames_of_the_open_one: int) -> None:
+    """Episode 0's video: one frame, closed (its final name ``ep0.mp4``); episode 1's: still streaming."""
+    encoder.stream(0, folder / ".ep0.partial.mp4")
+    encoder.frame(0, np.zeros((4, 4, 3), np.uint8))
+    encoder.close(0, folder / "ep0.mp4")
+    encoder.stream(1, folder / ".ep1.partial.mp4")
+    for _ in range(frames_of_the_open_one):
+        encoder.frame(1, np.zeros((4, 4, 3), np.uint8))
+
+
 def test_an_error_left_at_the_end_is_a_warning_and_the_written_videos_stay(tmp_path):
     encoder = VideoEncoder(FakeImageio(fail_at=2), 30, lambda f: f)
-    encoder.stream(0, tmp_path / ".ep0.partial.mp4")
-    encoder.frame(0, np.zeros((4, 4, 3), np.uint8))
-    encoder.close(0, tmp_path / "ep0.mp4")
-    encoder.stream(1, tmp_path / ".ep1.partial.mp4")
-    for _ in range(4):
-        encoder.frame(1, np.zeros((4, 4, 3), np.uint8))
+    _one_video_closed_one_open(encoder, tmp_path, 4)
     with pytest.warns(RuntimeWarning, match="No space left.*1 videos were written"):
         encoder.finish()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ep0.mp4"]
@@ -283,12 +288,7 @@ def test_a_replay_env_whose_frames_a_video_cannot_take_stops_the_run_at_once(tmp
 
 def test_an_abort_keeps_the_finished_videos_and_deletes_the_unfinished(tmp_path):
     encoder = VideoEncoder(FakeImageio(delay=0.05), 30, lambda f: f)
-    encoder.stream(0, tmp_path / ".ep0.partial.mp4")
-    encoder.frame(0, np.zeros((4, 4, 3), np.uint8))
-    encoder.close(0, tmp_path / "ep0.mp4")
-    encoder.stream(1, tmp_path / ".ep1.partial.mp4")
-    for _ in range(50):
-        encoder.frame(1, np.zeros((4, 4, 3), np.uint8))
+    _one_video_closed_one_open(encoder, tmp_path, 50)
     deadline = time.monotonic() + 30
     while 0 not in encoder.written and time.monotonic() < deadline:
         time.sleep(0.01)
