@@ -25,6 +25,8 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+
+import pytest
 from typing import Any
 
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -277,3 +279,24 @@ class Page:
         path = Path(path)
         path.write_bytes(base64.b64decode(data))
         return path
+
+
+# -- what every browser test module shares ---------------------------------------------------------------
+
+CHROMIUM = find_chromium()
+MISSING = "Chromium is not installed (scripts/install_browser.sh installs it, or set FASTEVAL_CHROMIUM)"
+REQUIRED = os.environ.get("FASTEVAL_REQUIRE_BROWSER") == "1"
+"""CI can ask for the browser: then a missing Chromium fails these tests instead of skipping them."""
+needs_browser = pytest.mark.skipif(CHROMIUM is None and not REQUIRED, reason=MISSING)
+"""A browser test module's ``pytestmark``: it skips without Chromium, unless :data:`REQUIRED`."""
+WIDTHS = (1400, 400)
+"""The page widths every page is checked at (a desktop window, a phone)."""
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    """One headless Chromium per test module (import this fixture into the module)."""
+    if CHROMIUM is None:
+        pytest.fail(MISSING + "; FASTEVAL_REQUIRE_BROWSER=1 asks for it")
+    with Browser.launch(CHROMIUM, tmp_path_factory.mktemp("chromium")) as b:
+        yield b

@@ -13,23 +13,17 @@ Without Chromium every test here skips, as tests/test_report_browser.py's do.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 from fasteval.render.html import write_run_report
 from fasteval.testing.checkpoints import CheckpointFamily
-from tests.browser import HEADERS_JS, LAYOUT_JS, ROWS_JS, Browser, find_chromium
+from tests.browser import HEADERS_JS, LAYOUT_JS, ROWS_JS, WIDTHS, browser, needs_browser  # noqa: F401 (a fixture)
 from tests.report_fixtures import cli
 
-CHROMIUM = find_chromium()
-MISSING = "Chromium is not installed (scripts/install_browser.sh installs it, or set FASTEVAL_CHROMIUM)"
-REQUIRED = os.environ.get("FASTEVAL_REQUIRE_BROWSER") == "1"
-pytestmark = pytest.mark.skipif(CHROMIUM is None and not REQUIRED, reason=MISSING)
-WIDTHS = (1400, 400)
+pytestmark = needs_browser
 FAMILY = CheckpointFamily((0.3, 0.5, 0.8), share=0.5)
-
 
 
 def run_cli(folder: Path, *extra: str) -> Path:
@@ -38,14 +32,6 @@ def run_cli(folder: Path, *extra: str) -> Path:
                  f"share={FAMILY.share}", *policies, "-b", "7", *extra, "-o", str(folder))
     assert result.exit_code == 0, result.output
     return folder
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    if CHROMIUM is None:
-        pytest.fail(MISSING + "; FASTEVAL_REQUIRE_BROWSER=1 asks for it")
-    with Browser.launch(CHROMIUM, tmp_path_factory.mktemp("chromium")) as b:
-        yield b
 
 
 @pytest.fixture(scope="module")

@@ -33,15 +33,10 @@ from fasteval.doors.sweep.report import build_report, write_report
 from fasteval.doors.sweep.store import Store
 from fasteval.render.html import write_compare_report, write_run_report
 from fasteval.testing import KNOWN_ANSWER_ID
-from tests.browser import HEADERS_JS, LAYOUT_JS, ROWS_JS, Browser, find_chromium
+from tests.browser import HEADERS_JS, LAYOUT_JS, ROWS_JS, WIDTHS, browser, needs_browser  # noqa: F401 (a fixture)
 from tests.report_fixtures import NO_SIGNAL_ENV, PARITY, cli, compare_document, load, make_run, make_sweep
 
-CHROMIUM = find_chromium()
-MISSING = "Chromium is not installed (scripts/install_browser.sh installs it, or set FASTEVAL_CHROMIUM)"
-REQUIRED = os.environ.get("FASTEVAL_REQUIRE_BROWSER") == "1"
-"""CI can ask for the browser: then a missing Chromium fails these tests instead of skipping them."""
-pytestmark = pytest.mark.skipif(CHROMIUM is None and not REQUIRED, reason=MISSING)
-WIDTHS = (1400, 400)
+pytestmark = needs_browser
 
 PLAY_JS = """Promise.all(Array.from(document.querySelectorAll('video')).map(function(v){return new Promise(function(done){
   var timer=setTimeout(function(){done({src:v.currentSrc,ok:false,why:'timeout',state:v.readyState});},15000);
@@ -70,14 +65,6 @@ BROKEN_WORDS_JS = """(function(){
         if(w[0].length>1&&lines(n, run.index+w.index, run.index+w.index+w[0].length).lines>1)
           bad.push(w[0]+' in <'+el.tagName.toLowerCase()+'> "'+text.trim().slice(0,60)+'"');}}}
   return bad;})()"""
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    if CHROMIUM is None:
-        pytest.fail(MISSING + "; FASTEVAL_REQUIRE_BROWSER=1 asks for it")
-    with Browser.launch(CHROMIUM, tmp_path_factory.mktemp("chromium")) as b:
-        yield b
 
 
 def table(page, table_id):
