@@ -252,6 +252,32 @@ def test_a_resumed_run_of_a_policy_on_the_global_rng_says_its_later_draws_are_no
         "resumed_global_rng")
 
 
+@pytest.mark.parametrize("killed", ["the first segment", "the resumed segment"])
+def test_the_global_rng_note_survives_a_killed_segment(tmp_path, killed):
+    """A kill leaves a segment's records but no manifest entry for it (its status stays ``running``); the
+    note must still follow from what the folder holds, at the resume that runs nothing more."""
+    out = tmp_path / "run"
+    args = ["--env", KA, "--policy", "tests.test_cli:global_rng_policy", "--trust-remote-code", "-b", "2"]
+
+    def kill_the_last_segment():  # what a SIGKILL after the segment's last record leaves
+        manifest = json.loads((out / "manifest.json").read_text())
+        manifest["segments"].pop()
+        manifest["status"] = "running"
+        (out / "manifest.json").write_text(json.dumps(manifest))
+
+    assert run([*args, "-n", "4", "-o", str(out)]).exit_code == 0
+    if killed == "the first segment":
+        kill_the_last_segment()
+    assert run([*args, "-n", "8", "--resume", str(out)]).exit_code == 0  # episodes 4..7 drawn after a resume
+    if killed == "the resumed segment":
+        kill_the_last_segment()
+    last = run([*args, "-n", "8", "--resume", str(out)])  # nothing left to run
+    assert last.exit_code == 0, last.output
+    info = json.loads((out / "eval_info.json").read_text())
+    assert len(info["per_episode"]) == 8 and "resumed_global_rng" in info["meta"], info["meta"]
+    assert "which a resume seeds anew" in last.output
+
+
 def test_resume_accepts_the_original_config_file(tmp_path):
     out = tmp_path / "run"
     config = tmp_path / "c.json"

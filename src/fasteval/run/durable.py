@@ -58,6 +58,7 @@ from fasteval.run.folder_lock import FolderLock
 from fasteval.run.provenance import collect_provenance
 from fasteval.run.record import EpisodeRows, Label, default_label, manifest_document
 from fasteval.run.record_many import build_run_record
+from fasteval.types.eval_result import RESUMED_GLOBAL_RNG
 from fasteval.types.errors import FastevalError, UserInputError
 from fasteval.types.results import (STATUS_COMPLETE, STATUS_FAILED, STATUS_INTERRUPTED, STATUS_RUNNING,  # noqa: F401
                                     EarlierSegments, EpisodeTable, EvalResult)
@@ -449,19 +450,18 @@ def _earlier_segments(run_dir: RunDirectory, spec: EvalSpec, identity: dict[str,
     segments = list(manifest.get("segments", []))
     earlier = EarlierSegments(EpisodeTable.from_records(done), sum(s["eval_s"] for s in segments), len(segments),
                               n_cancelled=sum(int(s.get("n_cancelled", 0)) for s in segments),
-                              resumed_global_rng=_resumed_global_rng(segments))
+                              resumed_global_rng=_resumed_global_rng(segments, len(done)))
     return manifest, earlier, segments
 
 
-def _resumed_global_rng(segments: list[dict[str, Any]]) -> bool:
-    """Whether a segment ran episodes after earlier ones were recorded, with a policy on torch's global RNG."""
-    recorded = 0
-    for segment in segments:
-        episodes = int(segment.get("episodes", 0))
-        if recorded and episodes and segment.get(POLICY_RNG) == GLOBAL_RNG:
-            return True
-        recorded += episodes
-    return False
+def _resumed_global_rng(segments: list[dict[str, Any]], n_recorded: int) -> bool:
+    """Whether episodes of this run were drawn after a resume from torch's global RNG: a segment's record
+    said so, or a global-RNG segment that recorded episodes was followed by one killed after recording
+    more (a killed segment leaves its records, ``n_recorded`` in all, but no entry)."""
+    if any(segment.get(RESUMED_GLOBAL_RNG) for segment in segments):
+        return True
+    entered = sum(int(segment.get("episodes", 0)) for segment in segments)
+    return n_recorded > entered > 0 and any(segment.get(POLICY_RNG) == GLOBAL_RNG for segment in segments)
 
 
 def missing_episodes(spec: EvalSpec, done: EpisodeTable) -> list[Any] | None:
@@ -563,7 +563,8 @@ def _finish(spec: EvalSpec, segment: Segment, earlier: EarlierSegments, log: _Se
                          "eval_s": record.eval_s - earlier.eval_s, "status": record.meta["status"],
                          "n_cancelled": int(segment.ledger.n_cancelled),
                          "command": this_segment["command"], "started_at": this_segment["date"],
-                         **({POLICY_RNG: GLOBAL_RNG} if record.meta.get(POLICY_RNG) == GLOBAL_RNG else {})})
+                         **({POLICY_RNG: GLOBAL_RNG} if record.meta.get(POLICY_RNG) == GLOBAL_RNG else {}),
+                         **({RESUMED_GLOBAL_RNG: True} if record.meta.get(RESUMED_GLOBAL_RNG) else {})})
     manifest_error = _kept_first(None, lambda: log.write_manifest(record.meta["status"], error))
     if manifest_error is None:
         wrote.append(MANIFEST)
