@@ -204,11 +204,17 @@ class FakeWriter:
 
 
 class FakeImageio:
-    def __init__(self, **kwargs):
-        self.kwargs = kwargs
+    """Makes FakeWriters; with ``failing_writer=k``, only the k-th writer made (0-based) gets ``fail_at``."""
+
+    def __init__(self, failing_writer=None, **kwargs):
+        self.kwargs, self.failing_writer, self.made = kwargs, failing_writer, 0
 
     def get_writer(self, path, **_):
-        return FakeWriter(path, **self.kwargs)
+        kwargs = dict(self.kwargs)
+        if self.failing_writer is not None and self.made != self.failing_writer:
+            kwargs.pop("fail_at", None)
+        self.made += 1
+        return FakeWriter(path, **kwargs)
 
 
 def test_the_queue_is_bounded_in_bytes(tmp_path):
@@ -260,8 +266,12 @@ def test_an_error_left_at_the_end_is_a_warning_and_the_written_videos_stay(tmp_p
 
 def test_an_encoder_failure_during_a_run_is_surfaced(tmp_path, monkeypatch):
     """ffmpeg failing mid-run (a full disk): the run stops with the error at its next step (its finished
-    episodes kept), or, when the loop was already done, the run warns and lists only the videos written."""
-    monkeypatch.setattr(recording, "load_video_writer", lambda: FakeImageio(fail_at=2))
+    episodes kept), or, when the loop was already done, the run warns and lists only the videos written.
+
+    The third video fails: with two slots, its episode starts only after an earlier one finished, so at least
+    one finished episode exists whenever the failure is seen (a failure in the first video could stop the run
+    before any episode ends, which left nothing to keep and made the check a race)."""
+    monkeypatch.setattr(recording, "load_video_writer", lambda: FakeImageio(fail_at=2, failing_writer=2))
     from fasteval.types.errors import EvaluationAborted
 
     import warnings
