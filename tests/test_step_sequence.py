@@ -133,6 +133,9 @@ def test_chunk_queue_fill_with_only_the_needed_rows_equals_a_full_fill(n_slots, 
                 q.drop([s for s in op if s < n_slots])
 
 
+SLOW_FIRST_CALL_S = 1.5  # the first (dry-run) policy call's sleep
+
+
 class _SlowFirstCall:
     """Argmax of nothing: action 0; its first call (the engine's dry run) sleeps 0.3 s."""
 
@@ -146,7 +149,7 @@ class _SlowFirstCall:
 
         self.calls += 1
         if self.calls == 1:
-            time.sleep(0.3)
+            time.sleep(SLOW_FIRST_CALL_S)
         return torch.zeros(obs.shape[0], dtype=torch.long)
 
 
@@ -157,5 +160,6 @@ def test_the_dry_run_is_kept_out_of_eval_s_and_the_stages():
     with Engine(EvalSpec(env=KA, policy=_SlowFirstCall(), n_episodes=4, batch_size=2, device="cpu",
                          cuda_graph=False)) as engine:
         first, second = engine.run(), engine.run()
-    assert first.meta["dry_run_s"] >= 0.3 and second.meta["dry_run_s"] == 0.0
-    assert first.eval_s < 0.3 and sum(first.timings.values()) < 0.3, (first.eval_s, first.timings)
+    assert first.meta["dry_run_s"] >= SLOW_FIRST_CALL_S and second.meta["dry_run_s"] == 0.0
+    # 4 short episodes take milliseconds; the margin is wide so a loaded CI box cannot reach it
+    assert first.eval_s < SLOW_FIRST_CALL_S and sum(first.timings.values()) < SLOW_FIRST_CALL_S, (first.eval_s, first.timings)
