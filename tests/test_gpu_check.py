@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -225,7 +224,6 @@ def test_bench_lerobot_problems_name_rows_whose_rewards_differ_and_uncaptured_ch
 
 
 def test_the_script_runs_on_cpu_skips_every_device_row_by_name_and_exits_0(capsys):
-    start = time.perf_counter()
     code = gpu_check.main(["--quick"])
     out = capsys.readouterr().out
     assert code == 0, out
@@ -233,7 +231,6 @@ def test_the_script_runs_on_cpu_skips_every_device_row_by_name_and_exits_0(capsy
     for name in gpu_check.DEVICE_ROWS:
         assert f"SKIP: {name} -- no CUDA device" in out, name
     assert len(gpu_check.DEVICE_ROWS) == len(set(gpu_check.DEVICE_ROWS)) >= 20
-    assert time.perf_counter() - start < 240
 
 
 def test_a_failing_check_makes_the_script_exit_non_zero(monkeypatch, capsys):
