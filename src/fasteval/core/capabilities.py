@@ -71,6 +71,23 @@ class Capabilities:
 
 
 @runtime_checkable
+class UsesPolicyBlocks(Protocol):
+    """A policy that runs its own network call on blocks of ``rows`` rows (:mod:`fasteval.core.policy_blocks`)
+    when told to (LeRobot's per-slot queues over ``predict_action_chunk``); returns what it did, e.g.
+    ``"blocks of 8 rows"``, or ``"whole batch (reason)"``."""
+
+    def use_policy_blocks(self, rows: int) -> str: ...
+
+
+@runtime_checkable
+class CallsOneRowAtATime(Protocol):
+    """A policy that calls its network one row at a time (``calls_one_row_at_a_time = True``: per-episode noise
+    generators, drawn row by row): every call has one fixed shape already."""
+
+    calls_one_row_at_a_time: bool
+
+
+@runtime_checkable
 class SelectsActions(Protocol):
     """A policy object with ``select_action(obs) -> actions`` (else the policy itself is called)."""
 

@@ -421,11 +421,31 @@ class CoreEngine:
             **self._policy_facts(),
             **self._many_policy_facts(),
             **self._env_facts(),
+            **self._policy_call_facts(),
             "has_success_signal": self._success_signal(),
             "n_out_of_range_actions": self.check_actions.out_of_range,
             # the intra-op threads the run used (run() sets them for CPU policies, then restores them)
             "torch_threads": int(self.spec.cpu_threads) if cpu else torch.get_num_threads(),
         }
+
+    def _policy_call_facts(self) -> dict[str, Any]:
+        """How the policy was called and what that guarantees (:mod:`fasteval.core.policy_blocks`):
+        ``policy_block`` (R, 0 for the whole batch), ``policy_call`` and ``guarantee``."""
+        from fasteval.core.policy_blocks import guarantee
+
+        runners = self.runner.runners if isinstance(self.runner, PolicySet) else [self.runner]
+        calls = sorted({r.policy_call for r in runners})
+        status = calls[0] if len(calls) == 1 else "; ".join(calls)
+        if any(not (c.startswith("blocks of") or c.startswith("one row per call")) for c in calls):
+            status = next(c for c in calls if not (c.startswith("blocks of") or c.startswith("one row per call")))
+        cpu = self.device.type == "cpu" and self.spec.cpu_threads is not None
+        threads = int(self.spec.cpu_threads) if cpu else torch.get_num_threads()
+        global_rng = any(run_meta_of(p).get("policy_rng") == "global" for p in self.policies)
+        stacked = isinstance(self.runner, PolicySet) and self.runner.stacked is not None
+        return {"policy_block": self.spec.policy_block,
+                "policy_call": status if not stacked else f"{status}; stacked weights (vmap)",
+                "guarantee": guarantee(status, device=self.device, threads=threads, amp=self.spec.amp,
+                                       compile=self.spec.compile, global_rng=global_rng, stacked=stacked)}
 
     def _many_policy_facts(self) -> dict[str, Any]:
         """A many-policy run: how the policies were called (``policy_calls``: separate calls, or one stacked

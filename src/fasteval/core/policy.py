@@ -44,10 +44,11 @@ from typing import Any, Callable, Sequence
 
 import gymnasium as gym
 import torch
-from fasteval.core.capabilities import (NO_RESET, PER_ENV, WAVE, Capabilities, ReadsObservation, Resettable,
-                                         SelectsActions, TakesTasks)
+from fasteval.core.capabilities import (NO_RESET, PER_ENV, WAVE, CallsOneRowAtATime, Capabilities, ReadsObservation,
+                                         Resettable, SelectsActions, TakesTasks, UsesPolicyBlocks)
 from fasteval.types.errors import ActionSpaceMismatchError, PolicyDryRunError, UserInputError
 from fasteval.core.tensordict_policy import TensorDictPolicyAdapter, is_tensordict_module
+from fasteval.core.policy_blocks import WHOLE_BATCH, blocked
 
 __all__ = ["NO_RESET", "PER_ENV", "WAVE", "Capabilities", "PolicyRunner"]
 
@@ -78,7 +79,8 @@ class PolicyRunner:
     capabilities: Capabilities
     """What this runner can do: the one value core reads (:mod:`fasteval.core.capabilities`)."""
 
-    def __init__(self, policy: Any, action_space: gym.Space, n_slots: int, reset_mode: str = "auto"):
+    def __init__(self, policy: Any, action_space: gym.Space, n_slots: int, reset_mode: str = "auto",
+                 policy_block: int = WHOLE_BATCH):
         self.policy = policy
         self.action_space = action_space
         self.n_slots = n_slots
@@ -93,6 +95,9 @@ class PolicyRunner:
         self._raw_call = self._call
         """The policy's own call as chosen here (the module itself, ``select_action``, an adapter)."""
         kind, self._reset_wants_seeds = _reset_signature(policy)
+        self.policy_call = self._use_blocks(policy_block, kind)
+        """How the network is called (:mod:`fasteval.core.policy_blocks`): ``blocks of R rows``, ``one row per
+        call``, or ``whole batch (reason)``; decided here, once."""
         if reset_mode == "per-env" and kind == WAVE:
             raise UserInputError(
                 f"reset_mode 'per-env' needs a policy whose reset takes env ids (reset(env_ids)); "
@@ -106,6 +111,25 @@ class PolicyRunner:
         self.capabilities = Capabilities(
             reset_kind=kind, policy_reset_kind=kind, continuous=kind != WAVE and reset_mode != "wave",
             tasks=isinstance(policy, TakesTasks), skips_observation=reads)
+
+    def _use_blocks(self, rows: int, reset_kind: str) -> str:
+        """Put the policy's own call on blocks of ``rows`` rows where its rows are independent (see
+        :mod:`fasteval.core.policy_blocks`); returns what was done, for the run's ``policy_call`` fact."""
+        policy = self.policy
+        if isinstance(policy, CallsOneRowAtATime) and policy.calls_one_row_at_a_time:
+            return "one row per call (per-episode noise)"
+        if rows == WHOLE_BATCH:
+            return "whole batch (--policy-block 0)"
+        if isinstance(policy, UsesPolicyBlocks):  # it blocks its own network call (LeRobot's chunk prediction)
+            return policy.use_policy_blocks(rows)
+        if reset_kind != NO_RESET:
+            return (f"whole batch (the policy keeps per-slot state: {type(policy).__name__}.reset takes the "
+                    f"batch's rows)")
+        if isinstance(self._call, TensorDictPolicyAdapter):
+            self._call.use_blocks(rows)
+        else:
+            self._call = blocked(self._call, rows)
+        return f"blocks of {rows} rows"
 
     def reads_observation(self, rows: slice) -> bool:
         """Whether the next call for slots ``rows`` reads its observation (asked only when

@@ -25,7 +25,7 @@ shallow copy of the engine's TensorDict, so keys the module writes never leak in
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -67,6 +67,16 @@ class TensorDictPolicyAdapter:
         self.in_keys = list(module.in_keys or [])
         self.action_key = action_key_of(module)
         self._wrapped: dict[int, tuple[Any, Any]] = {}  # id(obs) -> (obs, its TensorDict); obs kept alive
+        self._run: Callable[[Any], torch.Tensor] = self._actions
+
+    def use_blocks(self, rows: int) -> None:
+        """Run the module on blocks of ``rows`` rows of the wrapped TensorDict (:mod:`fasteval.core.policy_blocks`)."""
+        from fasteval.core.policy_blocks import blocked
+
+        self._run = blocked(self._actions, rows)
+
+    def _actions(self, td: Any) -> torch.Tensor:
+        return self.module(td).get(self.action_key)
 
     def __call__(self, obs: Any) -> torch.Tensor:
         entry = self._wrapped.get(id(obs))
@@ -74,7 +84,7 @@ class TensorDictPolicyAdapter:
             if len(self._wrapped) >= MAX_CACHED_INPUTS:  # not the engine's static buffers: do not grow
                 self._wrapped.clear()
             entry = self._wrapped[id(obs)] = (obs, self._wrap(obs))
-        return self.module(entry[1]).get(self.action_key)
+        return self._run(entry[1])
 
     def _wrap(self, obs: Any) -> Any:
         from tensordict import TensorDictBase, TensorDict

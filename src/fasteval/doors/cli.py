@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping
 
 import click
 
-from fasteval.doors.click_types import DEVICE
+from fasteval.doors.click_types import BATCH_BLOCK, DEVICE, PolicyBlock
 from fasteval.doors.file_options import FileOptions, file_options
 from fasteval.doors.help_sections import Section, SectionedHelp
 from fasteval.doors.lerobot_options import FASTEVAL, LEROBOT
@@ -33,6 +33,7 @@ from fasteval.robot.env_names import summary_name
 from fasteval.run.paths import UsablePath, path_problem
 from fasteval.types.spec import (AMP_MODES, DESIGNS, EXPLORATIONS, NOISE_MODES, OBS_DTYPES, OBSERVATION_FORMATS, ON_NAN_ACTIONS,
                                  RESET_MODES, VECTORIZATIONS, VIDEO_LAYOUTS, VIDEO_SELECTIONS, EvalSpec)
+from fasteval.types.spec import DEFAULT_POLICY_BLOCK
 
 EXIT_OK, EXIT_RUNTIME_ERROR, EXIT_BAD_INPUT = 0, 1, 2
 DEFAULTS_KEY = "fasteval.defaults"
@@ -253,6 +254,12 @@ EVAL_OPTIONS = [
     click.option("--obs-dtype", "obs_dtype", type=click.Choice(OBS_DTYPES), default="auto", show_default=True,
                  help="dtype of float observations for the policy: auto = the policy's parameter dtype "
                       "(nn.Module policies; else as the env gives them), float32, float64, or keep (no cast)."),
+    click.option("--policy-block", "policy_block", type=PolicyBlock(), default=str(DEFAULT_POLICY_BLOCK),
+                 show_default=True, metavar="R|batch|0",
+                 help="Rows per policy call: the network runs on blocks of exactly R rows (the last padded), so an "
+                      "episode's numbers do not depend on -b, workers, pipelining or the other slots. 0: the whole "
+                      "batch (free batching; results move with -b by float rounding). batch: R = -b (lerobot-eval's "
+                      "rounding; the default with LeRobot-style options). Part of what is evaluated."),
     click.option("--videos", "--max-episodes-rendered", "max_episodes_rendered", type=click.IntRange(min=0), default=0,
                  show_default=True, help="Render K episodes (chosen by --video-select) into "
                  "OUTPUT_DIR/videos/<task>/ep<episode>_seed<seed>_<success|failure>.mp4 (ep<episode>_seed<seed>.mp4 "
@@ -304,6 +311,8 @@ def build_spec(policy, env, env_kwargs, n_episodes, batch_size, seed, vectorizat
         from fasteval.doors.lerobot_options import auto_batch_size
 
         batch_size = auto_batch_size(n_episodes)
+    if extra.get("policy_block") == BATCH_BLOCK:  # R = the batch size: lerobot-eval's rounding
+        extra["policy_block"] = batch_size
     from fasteval.run.policy_refs import as_policy_field, expand_policy_refs
 
     policy = as_policy_field(expand_policy_refs((policy,) if isinstance(policy, str) else tuple(policy)))
@@ -378,7 +387,7 @@ def lerobot_name_rows() -> list[tuple[str, str]]:
 
 HELP_SECTIONS = (
     Section("What to evaluate", ("policy", "env", "env_kwargs", "n_episodes", "seed", "max_steps", "observation_format",
-                                 "rename", "obs_dtype", "exploration", "trust_remote_code", "config_file", "resume_dir")),
+                                 "rename", "obs_dtype", "policy_block", "exploration", "trust_remote_code", "config_file", "resume_dir")),
     Section("How it runs", ("batch_size", "vectorization", "workers", "device", "reset_mode", "pipeline", "cuda_graph",
                             "amp", "compile_policy", "stack_weights", "cpu_threads", "profile")),
     Section("Outputs", ("output_dir", "report", "max_episodes_rendered", "video_select", "video_layout",

@@ -13,7 +13,10 @@ from typing import Any
 
 import click
 
-from fasteval.types.spec import DEVICES
+from fasteval.types.spec import DEVICES, MAX_POLICY_BLOCK
+
+BATCH_BLOCK = "batch"
+"""``--policy-block batch``: R is the run's batch size (lerobot-eval's rounding), resolved when the spec is built."""
 
 
 class Device(click.ParamType):
@@ -32,6 +35,24 @@ class Device(click.ParamType):
 
 
 DEVICE = Device()
+
+
+class PolicyBlock(click.ParamType):
+    """``--policy-block``: an integer R from 0 (the whole batch) to :data:`MAX_POLICY_BLOCK`, or ``batch``."""
+
+    name = "policy_block"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            text = str(value)
+        else:
+            text = str(value).strip().lower()
+        if text == BATCH_BLOCK:
+            return BATCH_BLOCK
+        if text.isdigit() and int(text) <= MAX_POLICY_BLOCK:
+            return int(text)
+        self.fail(f"{value!r}: expected a row count R from 1 to {MAX_POLICY_BLOCK} (blocks of R rows per policy call), "
+                  f"0 (the whole batch) or 'batch' (R = -b, lerobot-eval's rounding).", param, ctx)
 
 
 class FiniteFloatRange(click.FloatRange):

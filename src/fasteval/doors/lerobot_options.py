@@ -126,10 +126,11 @@ def seed_refusal(value: str) -> str | None:
 # -- which defaults ----------------------------------------------------------------------------------
 LEROBOT_PREFIXES = ("--policy.", "--env.", "--eval.")
 LEROBOT_DEFAULTS = {"seed": 1000, "n_episodes": 50, "batch_size": 0, "max_episodes_rendered": 10,
-                    "video_select": "per-task"}
+                    "video_select": "per-task", "policy_block": "batch"}
 """EvalSpec fields (and CLI parameters) under LeRobot-style flags: LeRobot 0.6.1's ``EvalPipelineConfig``
 ``seed``, ``EvalConfig`` ``n_episodes`` and ``batch_size`` (0: :func:`auto_batch_size`), and the 10
-episodes ``eval_main`` renders per task."""
+episodes ``eval_main`` renders per task; and the policy called on blocks of the batch size (``policy_block``
+``batch``): lerobot-eval calls its policy on the whole batch, so its rounding is the batch size's."""
 VIDEO_DEFAULTS = ("max_episodes_rendered", "video_select")
 """The video entries of :data:`LEROBOT_DEFAULTS`: only for env types that render (``EnvType.renders``)."""
 

@@ -257,5 +257,9 @@ def manifest_document(spec: EvalSpec, identity: Mapping[str, Any], status: str, 
 def manifest_spec(manifest: Mapping[str, Any]) -> dict[str, Any]:
     """The flat spec fields a manifest holds: its ``what`` and ``how`` (or an older fasteval's ``spec``)."""
     if "what" in manifest:
-        return {**manifest.get("what", {}), **manifest.get("how", {})}
-    return dict(manifest.get("spec") or {})
+        from fasteval.types.spec import LEGACY_WHAT_DEFAULTS
+
+        return {**LEGACY_WHAT_DEFAULTS, **manifest.get("what", {}), **manifest.get("how", {})}
+    from fasteval.types.spec import LEGACY_WHAT_DEFAULTS
+
+    return {**LEGACY_WHAT_DEFAULTS, **(manifest.get("spec") or {})}

@@ -306,11 +306,12 @@ def what_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[tuple[s
     """``[(field, the run's value, this one's)]`` for every *what* field that differs (a field an older
     manifest lacks counts as its default). ``n_episodes`` may grow: a larger one extends the run, except
     under ``design="truncated"``, whose error is spent by its cap and which is valid up to it only."""
-    from fasteval.types.spec import WHAT_FIELDS, What
+    from fasteval.types.spec import LEGACY_WHAT_DEFAULTS, WHAT_FIELDS, What
 
     defaults = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())  # type: ignore[misc]
                 for f in dataclasses.fields(What) if f.default is not dataclasses.MISSING
                 or f.default_factory is not dataclasses.MISSING}
+    defaults.update(LEGACY_WHAT_DEFAULTS)  # a field added later: what its absence meant in older manifests
     out = []
     truncated = "truncated" in (saved.get("design"), now.get("design"))  # valid up to its cap only: -n is fixed
     for key in WHAT_FIELDS:

@@ -57,6 +57,17 @@ far beyond it, OpenMP fails to create the threads and the process crashes (``--c
 segfaulted in libgomp)."""
 
 
+DEFAULT_POLICY_BLOCK = 8
+"""The default rows per policy call (``What.policy_block``), chosen by measurement (benchmarks/RESULTS.md,
+"Policy blocks")."""
+WHOLE_BATCH = 0
+"""``What.policy_block`` for no blocks: the policy runs on the whole batch."""
+MAX_POLICY_BLOCK = 1 << 16
+LEGACY_WHAT_DEFAULTS = {"policy_block": WHOLE_BATCH}
+"""*What* fields whose absence from an older manifest means another value than today's default: runs written
+before ``policy_block`` existed called their policy on the whole batch."""
+
+
 @dataclass(frozen=True)
 class What:
     """What is evaluated: the fields that decide the numbers. Episode ``i`` (0 <= i < n_episodes) is reset
@@ -111,6 +122,14 @@ class What:
     policy device into buffers allocated once: ``auto`` (the dtype of an ``nn.Module`` policy's first
     floating parameter; other policies get the env's dtypes), ``float32``, ``float64``, or ``keep`` (no
     cast). Integer and uint8 entries (raw images) are never cast. See :mod:`fasteval.robot.policies.obs_dtype`."""
+
+    policy_block: int = DEFAULT_POLICY_BLOCK
+    """What: the row count of every policy call changes the float rounding, so it decides the bits. The
+    policy's network runs on blocks of exactly this many rows, the last padded with inert copies of a real
+    row, whatever the batch size, workers, pipelining or active slots (``--policy-block``); ``0`` runs it on
+    the whole batch (free batching: results then move with the batch size by float rounding). Policies that
+    keep per-slot state run on the whole batch regardless, and the run says so (``meta["policy_call"]``,
+    ``meta["guarantee"]``). See :mod:`fasteval.core.policy_blocks`."""
 
     noise: str = "episode"
     """What: it decides a stochastic policy's draws. Where a stochastic LeRobot policy's noise comes from:
@@ -195,6 +214,8 @@ class What:
                  self.policy_overrides)
         object.__setattr__(self, "policy_overrides", dict(self.policy_overrides))
         _require(self.obs_dtype in OBS_DTYPES, "obs_dtype", " or ".join(OBS_DTYPES), self.obs_dtype)
+        _require(_is_int(self.policy_block) and 0 <= self.policy_block <= MAX_POLICY_BLOCK, "policy_block",
+                 f"an integer from 0 (the whole batch) to {MAX_POLICY_BLOCK}", self.policy_block)
         _require(self.noise in NOISE_MODES, "noise", " or ".join(NOISE_MODES), self.noise)
         _require(self.exploration in EXPLORATIONS, "exploration", " or ".join(EXPLORATIONS), self.exploration)
         _require(self.amp in AMP_MODES, "amp", " or ".join(AMP_MODES), self.amp)

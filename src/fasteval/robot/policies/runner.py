@@ -81,6 +81,7 @@ class RunnerSpec(Protocol):
     obs_dtype: str
     reset_mode: str
     pipeline: bool
+    policy_block: int
 
 
 class InputPipeline:
@@ -120,8 +121,8 @@ class RobotPolicyRunner(PolicyRunner):
 
     def __init__(self, policy: Any, action_space: gym.Space, n_slots: int, reset_mode: str = "auto", *,
                  inputs: InputPipeline | None = None, unnormalize: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                 tasks: TaskDescriptions | None = None, pipelined: bool = False):
-        super().__init__(policy, action_space, n_slots, reset_mode)
+                 tasks: TaskDescriptions | None = None, pipelined: bool = False, policy_block: int = 0):
+        super().__init__(policy, action_space, n_slots, reset_mode, policy_block)
         self.pipelined = pipelined
         call = self._call
         self.unnormalize = unnormalize
@@ -277,4 +278,5 @@ def build_policy_runner(policy: Any, spec: RunnerSpec, envs: Any, h2d: Any, n_sl
     if stages and not pipelined:
         inputs.prepare(h2d.policy_input)  # the engine's buffer: allocated now, not on the first step
     return RobotPolicyRunner(policy, envs.action_space, n_slots, spec.reset_mode,
-                             inputs=inputs, unnormalize=unnormalize, tasks=tasks, pipelined=pipelined)
+                             inputs=inputs, unnormalize=unnormalize, tasks=tasks, pipelined=pipelined,
+                             policy_block=spec.policy_block)

@@ -96,6 +96,8 @@ class SB3SampledPolicy(SB3Policy):
     """``policy.predict(obs_row, deterministic=False)`` one row at a time, per-episode noise (module docstring)."""
 
     deterministic = False
+    calls_one_row_at_a_time = True
+    """Every ``predict`` has one row (:class:`fasteval.core.capabilities.CallsOneRowAtATime`)."""
 
     def __init__(self, policy: Any, model: Any | None, n_slots: int):
         super().__init__(policy, model, n_slots)

@@ -99,6 +99,8 @@ class RandomExplorationActor(ExplorationActor):
     slot's per-episode generator (module docstring)."""
 
     exploration = RANDOM
+    calls_one_row_at_a_time = True
+    """Every call of the actor has one row (:class:`fasteval.core.capabilities.CallsOneRowAtATime`)."""
 
     def __init__(self, actor: Any, action_space: gym.Space, n_slots: int):
         super().__init__(actor, action_space, n_slots)
