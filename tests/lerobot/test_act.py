@@ -104,13 +104,18 @@ def test_continuous_async_equals_sync(act_checkpoint: Path) -> None:
     assert rows(async_) == rows(sync)
 
 
-def test_batch_sizes_agree_within_rounding(act_checkpoint: Path) -> None:
-    """Across batch sizes the policy's matrix products round differently (about 1e-8 here): the
-    per-episode numbers agree to TOL, not bit for bit."""
-    one = rows(evaluate(**varying_spec(act_checkpoint, batch_size=1)))
-    ten = rows(evaluate(**varying_spec(act_checkpoint, batch_size=10)))
-    assert [r[0] for r in one] == [r[0] for r in ten]
-    for a, b in zip(one, ten):
+def test_batch_sizes_agree_bit_for_bit_with_policy_blocks(act_checkpoint: Path) -> None:
+    """The chunk prediction runs on blocks of 8 rows (``policy_block``, fasteval.core.policy_blocks): every
+    episode is identical at batch 1, 3 and 10, sync and async. Without blocks (``policy_block=0``, the whole
+    batch) the matrix products round by row count and the numbers agree to TOL only."""
+    one = evaluate(**varying_spec(act_checkpoint, batch_size=1))
+    assert one.meta["guarantee"].startswith("bitwise per episode") and one.meta["policy_call"] == "blocks of 8 rows"
+    for fields in (dict(batch_size=3), dict(batch_size=10), dict(batch_size=4, vectorization="async", workers=2)):
+        assert rows(evaluate(**varying_spec(act_checkpoint, **fields))) == rows(one), fields
+    free_one = rows(evaluate(**varying_spec(act_checkpoint, batch_size=1, policy_block=0)))
+    free_ten = rows(evaluate(**varying_spec(act_checkpoint, batch_size=10, policy_block=0)))
+    assert [r[0] for r in free_one] == [r[0] for r in free_ten]
+    for a, b in zip(free_one, free_ten):
         assert a[1] == pytest.approx(b[1], abs=TOL) and a[2] == pytest.approx(b[2], abs=TOL) and a[3] == b[3]
 
 

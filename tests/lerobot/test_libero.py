@@ -216,6 +216,33 @@ def libero_act(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_libero_act_checkpoint(tmp_path_factory.mktemp("libero_act"), seed=0)
 
 
+ACT_STEPS = 12
+"""Long enough for contacts to amplify a last-bit difference (without blocks, frames part after about 9 steps)."""
+
+
+@needs_libero
+def test_a_real_act_gives_identical_episodes_at_batch_1_and_5_and_with_the_pool(libero_home: Path,
+                                                                                  tmp_path_factory) -> None:
+    """A random-init LeRobot ACT with two cameras that reads every observation (``n_action_steps`` 1): its chunk
+    prediction runs on blocks of 8 rows (``policy_block``), so every observation of every episode is
+    bit-identical at batch 1, batch 5 and batch 5 over 2 env workers (issue: with the whole batch, frames 0-8
+    agreed and then parted)."""
+    from fasteval.robot.lerobot.testing import write_libero_act_checkpoint
+
+    folder = write_libero_act_checkpoint(tmp_path_factory.mktemp("libero_act_reads_all"), seed=3, image_size=32,
+                                         chunk_size=2, n_action_steps=1)
+    one = _run(batch_size=1, policy=str(folder), max_steps=ACT_STEPS, observation_format="lerobot")
+    assert one.meta["guarantee"].startswith("bitwise per episode"), one.meta["guarantee"]
+    reference = _episodes(one)
+    assert len(reference) == N * ACT_STEPS
+    for fields in (dict(batch_size=5), dict(batch_size=5, vectorization="async", workers=2)):
+        other = _episodes(_run(policy=str(folder), max_steps=ACT_STEPS, observation_format="lerobot", **fields))
+        assert other.keys() == reference.keys(), fields
+        for key, obs in reference.items():
+            for name, value in obs.items():
+                assert np.array_equal(value, other[key][name]), (fields, key, name)
+
+
 @needs_libero
 def test_two_suites_from_one_command_offline_from_a_clean_environment(libero_act: Path, tmp_path: Path) -> None:
     """``--env.type=libero --env.task=libero_spatial,libero_object --env.task_ids=[0]`` in a fresh process with a

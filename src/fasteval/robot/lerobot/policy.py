@@ -196,6 +196,10 @@ class LeRobotPolicy(_FollowsDevice):
         self.history: dict[str, torch.Tensor] = {}
         self._device: torch.device | None = None
         """The device of the per-device state below (None until :meth:`_moved_to` makes it)."""
+        self.block_rows = 0
+        """Rows per ``predict_action_chunk`` call (``policy_block``; :mod:`fasteval.core.policy_blocks`): the rows
+        that get a chunk are cut into blocks of exactly this many, the last padded with copies of its last row
+        (which draw from the scratch generator); 0: one call on all of them."""
         self._moved_to(_device_of(policy))
         self.chunk_rows = "all"
         """``"all"`` (default): when some slot needs a chunk, the policy runs on every row (a static
@@ -216,7 +220,14 @@ class LeRobotPolicy(_FollowsDevice):
         self.generators = [torch.Generator(device=device) for _ in range(self.n_slots)]
         self._scratch = torch.Generator(device=device)
         self._fresh_mask = StagedUpload(self.n_slots, torch.bool, device)
-        self._row_index = StagedUpload(self.n_slots, torch.int64, device)
+        self._row_index = StagedUpload(max(self.n_slots, self.block_rows), torch.int64, device)
+
+    def use_policy_blocks(self, rows: int) -> str:
+        """Run ``predict_action_chunk`` on blocks of ``rows`` rows (:class:`fasteval.core.capabilities.UsesPolicyBlocks`)."""
+        self.block_rows = int(rows)
+        if self._device is not None:
+            self._row_index = StagedUpload(max(self.n_slots, self.block_rows), torch.int64, self._device)
+        return f"blocks of {rows} rows"
 
     def run_meta(self) -> dict[str, Any]:
         """Facts for a run's metadata (``lerobot_*`` keys): type, queues, where the noise comes from."""
@@ -335,21 +346,16 @@ class LeRobotPolicy(_FollowsDevice):
     def _refill(self, batch: dict[str, Any], need: np.ndarray) -> None:
         n = self.n_slots
         rows = np.flatnonzero(need) if self.chunk_rows == "needed" else np.arange(n)
-        sub = batch if rows.size == n else _take_rows(batch, self._row_index, rows, n)
-        kwargs: dict[str, Any] = {}
-        # Rows that need no chunk draw from a scratch generator: their slots' generators stay untouched.
-        gens = [self.generators[i] if need[i] else self._scratch for i in rows.tolist()]
-        if self.noise_shape is not None:
-            param = next(self.policy.parameters())
-            noise = torch.stack([torch.randn(self.noise_shape, generator=g, device=g.device) for g in gens])
-            kwargs["noise"] = noise.to(device=param.device, dtype=param.dtype)
-        if self.scheduler_generators:
-            with internals.scheduler_generators(self.policy, gens):
-                chunk = self.policy.predict_action_chunk(sub, **kwargs)
-        elif rows.size == n and not kwargs:  # the static shape: a CUDA graph where one may run
-            chunk = self._predict(sub)
-        else:
-            chunk = self.policy.predict_action_chunk(sub, **kwargs)
+        size = self.block_rows
+        if size == 0 or size == rows.size:
+            chunk = self._chunks_for(batch, rows, need, rows.size)
+        else:  # blocks of exactly `size` rows, the last padded with copies of its last row
+            parts = []
+            for start in range(0, rows.size, size):
+                real = rows[start:start + size]
+                index = np.concatenate([real, np.repeat(real[-1:], size - real.size)])
+                parts.append(self._chunks_for(batch, index, need, real.size)[:real.size])
+            chunk = torch.cat(parts)
         chunk = chunk[:, : self.n_action_steps]
         if chunk.shape[1] != self.n_action_steps:
             raise UserInputError(f"LeRobot {self.policy_type}: predict_action_chunk returned {chunk.shape[1]} actions; "
@@ -359,6 +365,26 @@ class LeRobotPolicy(_FollowsDevice):
             flat = self.pipelines.post(chunk.reshape(-1, *chunk.shape[2:]))
             chunk = flat.reshape(*chunk.shape[:2], *flat.shape[1:])
         self.queue.fill(chunk, need)
+
+    def _chunks_for(self, batch: dict[str, Any], index: np.ndarray, need: np.ndarray, real: int) -> torch.Tensor:
+        """``predict_action_chunk`` on the rows ``index`` of ``batch`` (the first ``real`` of them are real; the
+        rest pad a block and draw from the scratch generator, as do rows that need no chunk)."""
+        n = self.n_slots
+        whole = index.size == n and real == n and bool((index == np.arange(n)).all())
+        sub = batch if whole else _take_rows(batch, self._row_index, index, n)
+        kwargs: dict[str, Any] = {}
+        # Rows that need no chunk draw from a scratch generator: their slots' generators stay untouched.
+        gens = [self.generators[i] if need[i] and j < real else self._scratch for j, i in enumerate(index.tolist())]
+        if self.noise_shape is not None:
+            param = next(self.policy.parameters())
+            noise = torch.stack([torch.randn(self.noise_shape, generator=g, device=g.device) for g in gens])
+            kwargs["noise"] = noise.to(device=param.device, dtype=param.dtype)
+        if self.scheduler_generators:
+            with internals.scheduler_generators(self.policy, gens):
+                return self.policy.predict_action_chunk(sub, **kwargs)
+        if whole and not kwargs:  # the static shape: a CUDA graph where one may run
+            return self._predict(sub)
+        return self.policy.predict_action_chunk(sub, **kwargs)
 
 
 def _device_of(policy: nn.Module) -> torch.device:
@@ -382,6 +408,11 @@ class LeRobotWavePolicy(_FollowsDevice):
         self._batch = LeRobotBatch()
         self.batch_invariant = not _is_stochastic(policy.config)
         """Deterministic types only: LeRobot's own select_action draws noise from the global RNG."""
+
+    def use_policy_blocks(self, rows: int) -> str:
+        """LeRobot's own ``select_action`` keeps its queues per batch row: it runs on the whole batch, as in
+        ``lerobot-eval`` (:class:`fasteval.core.capabilities.UsesPolicyBlocks`)."""
+        return "whole batch (LeRobot's own select_action keeps its queues per batch row, as in lerobot-eval)"
 
     def run_meta(self) -> dict[str, Any]:
         return _run_meta(self, "whole batch (LeRobot's select_action; wave mode)")
