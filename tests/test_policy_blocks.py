@@ -326,3 +326,34 @@ def test_an_older_run_without_r_resumes_as_whole_batch(tmp_path):
 def test_bad_policy_block_values_get_one_clear_line(tmp_path):
     done = run_cli("--env", "CartPole-v1", "--policy-block", "-3", "-n", "1", "-o", str(tmp_path / "x"))
     assert done.returncode == 2 and "expected a row count R" in done.stderr
+
+
+def test_compare_names_a_different_r(tmp_path):
+    policy = str(Path(__file__).resolve().parents[1] / "src" / "fasteval" / "assets" / "cartpole_mlp")
+    for name, block in (("a", "8"), ("b", "0")):
+        done = run_cli("--policy", policy, "--env", "CartPole-v1", "-n", "6", "--policy-block", block,
+                       "-o", str(tmp_path / name), "--no-report")
+        assert done.returncode == 0, done.stderr[-2000:]
+    done = run_cli("compare", str(tmp_path / "a"), str(tmp_path / "b"), "-o", str(tmp_path / "cmp"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "blocks of 8 rows (--policy-block 8), B on the whole batch (--policy-block 0)" in done.stderr
+    doc = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    assert doc["a"]["policy_block"] == 8 and doc["b"]["policy_block"] == 0 and len(doc["notes"]) == 1
+
+
+def test_deterministic_kernels_on_cuda_only_and_restored():
+    """The GPU rule (deterministic algorithms, no TF32, no cuDNN benchmark) is set on a CUDA device with blocks and
+    restored after; on the CPU nothing changes. (Set and restored without a GPU: these are process flags.)"""
+    from fasteval.core.policy_blocks import deterministic_kernels
+
+    before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cuda.matmul.allow_tf32,
+              torch.backends.cudnn.benchmark)
+    with deterministic_kernels(torch.device("cpu"), True):
+        assert torch.are_deterministic_algorithms_enabled() == before[0]
+    with deterministic_kernels(torch.device("cuda"), False):
+        assert torch.are_deterministic_algorithms_enabled() == before[0]
+    with deterministic_kernels(torch.device("cuda"), True):
+        assert torch.are_deterministic_algorithms_enabled() and not torch.backends.cuda.matmul.allow_tf32
+        assert not torch.backends.cudnn.benchmark and torch.backends.cudnn.deterministic
+    assert (torch.are_deterministic_algorithms_enabled(), torch.backends.cuda.matmul.allow_tf32,
+            torch.backends.cudnn.benchmark) == before

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import random
 from time import perf_counter
 from typing import Any, Callable, Iterator, Sequence
@@ -26,6 +27,7 @@ from torch import nn
 from fasteval import kernels
 from fasteval.core import accel
 from fasteval.core.accel import dry_run_and_accelerate
+from fasteval.core.policy_blocks import CUBLAS_WORKSPACE, WHOLE_BATCH, deterministic_kernels
 from fasteval.core.capabilities import Capabilities, run_meta_of
 from fasteval.core.envs import SlotEnvs, build_slot_envs, make_factory
 from fasteval.core.faults import Faults, make_action_check
@@ -119,6 +121,8 @@ class CoreEngine:
 
     def _build_policy_side(self, spec: EvalSpec) -> None:
         envs = self.envs
+        if str(spec.device).startswith("cuda") and spec.policy_block != WHOLE_BATCH:
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)  # before the first cuBLAS handle
         specs = [spec.for_policy(k) for k in range(spec.n_policies)]
         loaded = [self.parts.load_policy(one, envs, self.n_slots) for one in specs]
         self.device = resolve_device(spec.device, loaded[0])
@@ -354,7 +358,8 @@ class CoreEngine:
         if self.device.type == "cpu" and self.spec.cpu_threads is not None:
             torch.set_num_threads(self.spec.cpu_threads)
         try:
-            with torch.random.fork_rng(devices=devices), torch.inference_mode():
+            with torch.random.fork_rng(devices=devices), torch.inference_mode(), \
+                    deterministic_kernels(self.device, self.spec.policy_block != WHOLE_BATCH):
                 # Seed only what fork_rng restores: torch.manual_seed would also reseed every CUDA device.
                 torch.default_generator.manual_seed(seed)
                 if self.device.type == "cuda":

@@ -27,8 +27,10 @@ that draws from torch's global RNG draws in batch order.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -157,9 +159,10 @@ def guarantee(status: str, *, device: torch.device, threads: int, amp: str = "no
     input), without torch's global RNG (drawn in batch order), and not stacked (vmap's batched products are
     checked to rounding only)."""
     reasons = []
-    fixed_shape = status.startswith("blocks of") or status.startswith("one row per call")
-    if not fixed_shape:
-        reasons.append(f"the policy runs on {status}")
+    if status.startswith("served"):
+        reasons.append(status)
+    elif not (status.startswith("blocks of") or status.startswith("one row per call")):
+        reasons.append(f"the policy runs on the {status}" if status.startswith("whole batch") else status)
     if global_rng:
         reasons.append("the policy draws from torch's global RNG in batch order")
     if compile:
@@ -183,3 +186,34 @@ def cpu_isa() -> str:
         import platform
 
         return f"CPU {platform.machine()}"
+
+
+CUBLAS_WORKSPACE = ":4096:8"
+"""``CUBLAS_WORKSPACE_CONFIG`` for deterministic cuBLAS (PyTorch's reproducibility notes); it must be set before
+the first cuBLAS handle is made, so the engine sets it (if unset) before it loads a policy on CUDA."""
+
+
+@contextlib.contextmanager
+def deterministic_kernels(device: torch.device, blocks: bool) -> Iterator[None]:
+    """On a CUDA device with blocks (``blocks``): deterministic algorithms (warn-only: an op without a
+    deterministic kernel warns instead of failing the run), TF32 off for matmuls and cuDNN, cuDNN's benchmark
+    off (it picks kernels by timing); every setting restored afterwards. A no-op on the CPU, whose kernels
+    are deterministic for a fixed shape and thread count."""
+    if device.type != "cuda" or not blocks:
+        yield
+        return
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+    saved = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+             torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark,
+             torch.backends.cudnn.deterministic)
+    try:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.deterministic = True
+        yield
+    finally:
+        torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
+        (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark,
+         torch.backends.cudnn.deterministic) = saved[2:]

@@ -177,6 +177,8 @@ def format_summary(result: Any, profile: bool, logged: int | None = None, log_fi
 
     if result.meta.get(RESUMED_GLOBAL_RNG):  # a resumed run of a policy on torch's global RNG
         rows.append(("noise", result.meta[RESUMED_GLOBAL_RNG]))
+    if result.meta.get("guarantee"):  # bitwise per episode (conditions), or to rounding (why)
+        rows.append(("guarantee", result.meta["guarantee"]))
     stop = result.meta.get("stopping")
     if stop:
         what = (f"rule {stop['rule']} held at k = {stop['k']}" if stop["reason"] == "rule" else

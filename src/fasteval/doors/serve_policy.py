@@ -37,6 +37,7 @@ from fasteval.core.transfer import HostToDevice, pinned_zeros, pins_host
 from fasteval.robot.policies.loaders import load_policy
 from fasteval.robot.policies.runner import build_policy_runner
 from fasteval.robot.policies.task_descriptions import TASK_ATTR
+from fasteval.types.spec import DEFAULT_POLICY_BLOCK
 from fasteval.types.wire import WireError
 
 
@@ -54,6 +55,8 @@ class RunnerOptions:
     observation_format: str = "raw"
     rename: dict = field(default_factory=dict)
     obs_dtype: str = "auto"
+    policy_block: int = DEFAULT_POLICY_BLOCK
+    """Rows per policy call (:mod:`fasteval.core.policy_blocks`): the client's, or the server's default (openpi)."""
     reset_mode: str = "auto"
     env: str | None = None
     env_kwargs: dict = field(default_factory=dict)

@@ -42,7 +42,7 @@ from fasteval.types.errors import UserInputError
 from fasteval.types.wire import KIND, WireError, field, space_from_wire
 
 CLIENT_SPEC_FIELDS = ("observation_format", "rename", "obs_dtype", "reset_mode", "env", "env_kwargs", "amp",
-                      "compile", "cuda_graph")
+                      "compile", "cuda_graph", "policy_block")
 """The client spec fields that shape the served runner (the rest of the spec stays on the client)."""
 
 

@@ -73,6 +73,8 @@ def compare(runs: tuple[str, ...], alpha: float, margin: float | None, fail_if_w
         click.echo(f"Error: {exc}", err=True)
         sys.exit(EXIT_BAD_INPUT)
     click.echo(render_table(doc))
+    for note in doc.get("notes", []):
+        click.echo(f"note: {note}", err=True)
     click.echo(f"wrote {json_path} and {md_path}")
     try:  # the page is a view of compare.json: a failure to write it loses no result
         from fasteval.render.html import write_compare_report

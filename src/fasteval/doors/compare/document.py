@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fasteval.doors.compare.inputs import Side, _has_signal, pair_episodes
+from fasteval.doors.compare.inputs import Side, _has_signal, block_note, pair_episodes
 from fasteval.render.compare_text import render_markdown
 from fasteval.types.comparison import SCHEMA, STOPPED_RUNS, compare_task, finish
 from fasteval.types.results import write_json_atomic
@@ -41,7 +41,8 @@ def build_document(a: Side, b: Side, *, alpha: float = 0.05, margin: float | Non
     seq_top = tasks[0].get("sequential") if sequential is not None and len(tasks) == 1 else None
     return {"schema": SCHEMA, "mode": mode, "a": a.header(), "b": b.header(), "alpha": alpha, "margin": margin,
             "correction": "holm", "n_boot": n_boot, "boot_seed": boot_seed, "confidence": confidence,
-            "tasks": tasks, "overall": overall, "sequential": seq_top}
+            "tasks": tasks, "overall": overall, "sequential": seq_top,
+            "notes": [note for note in (block_note(a, b),) if note]}
 
 
 def write_outputs(doc: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:

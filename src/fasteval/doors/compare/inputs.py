@@ -53,7 +53,8 @@ def _from_eval_info(path: Path, label: str) -> Side:
     meta = doc.get("meta") or {}
     rule = (doc.get("stopping") or {}).get("rule") if isinstance(doc.get("stopping"), dict) else None
     return Side(label, str(path.parent), meta.get("policy"), meta.get("env"), meta.get("env_kwargs") or {},
-                meta.get("seed"), doc["per_episode"], stop_when=rule or meta.get("stop_when"))
+                meta.get("seed"), doc["per_episode"], stop_when=rule or meta.get("stop_when"),
+                policy_block=meta.get("policy_block", 0))
 
 
 def _from_run_log(folder: Path, label: str) -> Side:
@@ -64,7 +65,7 @@ def _from_run_log(folder: Path, label: str) -> Side:
 
     spec = manifest_spec(_read_json(folder / "manifest.json", label))
     return Side(label, str(folder), spec.get("policy"), spec.get("env"), spec.get("env_kwargs") or {},
-                spec.get("seed"), run.records(), stop_when=spec.get("stop_when"))
+                spec.get("seed"), run.records(), stop_when=spec.get("stop_when"), policy_block=spec.get("policy_block"))
 
 
 def _load_sweep_cell(ref: str, label: str) -> Side:
@@ -92,6 +93,18 @@ def _load_sweep_cell(ref: str, label: str) -> Side:
 
 
 # -- pairing -------------------------------------------------------------------------------------------
+def block_note(a: Side, b: Side) -> str | None:
+    """A line naming a difference in rows per policy call (``policy_block``), which changes the float rounding of
+    every episode: the two runs are still paired, but an equal policy would not give equal numbers."""
+    if a.policy_block is None or b.policy_block is None or a.policy_block == b.policy_block:
+        return None
+    def words(r: int) -> str:
+        return "the whole batch" if r == 0 else f"blocks of {r} rows"
+    return (f"A called its policy on {words(a.policy_block)} (--policy-block {a.policy_block}), B on "
+            f"{words(b.policy_block)} (--policy-block {b.policy_block}): a different evaluation, whose float rounding "
+            f"differs; rerun one with the other's --policy-block for a like-for-like comparison.")
+
+
 def _task_key(record: dict[str, Any]) -> tuple[Any, Any]:
     return (record.get("task_group"), record.get("task_id"))
 

@@ -121,6 +121,7 @@ def provenance_pairs(inp: RunPageInput) -> list[tuple[str, Any]]:
         ("env", meta.get("env") or manifest.get("env")),
         ("env kwargs", _json_or_none(manifest.get("env_kwargs", meta.get("env_kwargs")))),
         ("seeds", _seeds_text(manifest, meta)), ("device", meta.get("device")),
+        *([("policy call", meta["policy_call"]), ("guarantee", meta["guarantee"])] if meta.get("guarantee") else []),
         *([("noise after a resume", meta[RESUMED_GLOBAL_RNG])] if meta.get(RESUMED_GLOBAL_RNG) else []),
         *protocol_pairs(meta.get("protocol") or manifest.get("protocol")),
         ("git commit", (git.get("commit") or "") + (" (uncommitted changes)" if git.get("dirty") else "") if git else None),

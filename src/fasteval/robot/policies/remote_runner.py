@@ -37,7 +37,7 @@ from fasteval.types.errors import ActionSpaceMismatchError, PolicyDryRunError, P
 from fasteval.types.wire import KIND, SERVER_KINDS, WireError, message_kind, pack, space_to_wire, unpack
 
 SPEC_FIELDS = ("observation_format", "rename", "obs_dtype", "reset_mode", "env", "env_kwargs", "amp", "compile",
-               "cuda_graph")
+               "cuda_graph", "policy_block")
 
 
 def build_remote_runner(remote: RemotePolicy, spec: Any, envs: Any, h2d: Any, n_slots: int) -> PolicyRunner:
@@ -66,6 +66,9 @@ class _RemoteBase(PolicyRunner):
             accelerated_elsewhere=True,  # --amp, --compile and --cuda-graph travel with the spec to the server
             enforces_policy_timeout=True)  # requests time out and reconnects retry up to policy_timeout_s
         self.remote, self.spec, self.envs = remote, spec, envs
+        self.policy_call = (f"served: the server calls the policy (blocks of {spec.policy_block} rows asked for; "
+                            f"not verified bitwise across the connection)" if remote.protocol == "fasteval" else
+                            "served (openpi): the server's own batching")
         self.tasks = None
         self.groups = group_rows(envs, bool(spec.pipeline))
         self._group_of = {id(h2d.group(rows)[0]): g for g, rows in enumerate(self.groups)}
