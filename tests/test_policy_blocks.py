@@ -357,3 +357,22 @@ def test_deterministic_kernels_on_cuda_only_and_restored():
         assert not torch.backends.cudnn.benchmark and torch.backends.cudnn.deterministic
     assert (torch.are_deterministic_algorithms_enabled(), torch.backends.cuda.matmul.allow_tf32,
             torch.backends.cudnn.benchmark) == before
+
+
+def _sb3_cheetah():
+    pytest.importorskip("stable_baselines3")
+    from stable_baselines3 import PPO
+
+    return PPO("MlpPolicy", "HalfCheetah-v5", seed=3, device="cpu", policy_kwargs={"net_arch": [64, 64]})
+
+
+@pytest.mark.parametrize("family", ["torchrl", "sb3"])
+@pytest.mark.parametrize("exploration", ["deterministic", "random"])
+def test_torchrl_and_sb3_policies_on_halfcheetah_are_bitwise_the_same_at_every_batch_size(family, exploration):
+    pytest.importorskip("mujoco")
+    policy = _torchrl_actor(False) if family == "torchrl" else _sb3_cheetah()
+    spec = dict(CHEETAH, n_episodes=12, max_steps=30, exploration=exploration)
+    one = evaluate(policy=policy, batch_size=1, **spec)
+    assert one.meta["guarantee"].startswith(BITWISE), one.meta["guarantee"]
+    for how in (dict(batch_size=5), dict(batch_size=12)):
+        assert episodes(evaluate(policy=policy, **how, **spec)) == episodes(one), (family, exploration, how)
