@@ -63,6 +63,7 @@ WHAT_CHANGES = {
     "observation_format": {"observation_format": "lerobot"},
     "rename": {"rename": {"observation": "observation.state"}},
     "obs_dtype": {"obs_dtype": "float64"},
+    "policy_block": {"policy_block": 0},
     "noise": {"noise": "global"},
     "policy_overrides": {"policy_overrides": {"n_action_steps": "3"}},
     "exploration": {"exploration": "random"},
