@@ -27,7 +27,8 @@ from torch import nn
 from fasteval import kernels
 from fasteval.core import accel
 from fasteval.core.accel import dry_run_and_accelerate
-from fasteval.core.policy_blocks import CUBLAS_WORKSPACE, WHOLE_BATCH, deterministic_kernels
+from fasteval.core.policy_blocks import (CUBLAS_WORKSPACE, WHOLE_BATCH, PolicyCall, deterministic_kernels, fixed_shape,
+                                         guarantee)
 from fasteval.core.capabilities import Capabilities, run_meta_of
 from fasteval.core.envs import SlotEnvs, build_slot_envs, make_factory
 from fasteval.core.faults import Faults, make_action_check
@@ -436,21 +437,22 @@ class CoreEngine:
     def _policy_call_facts(self) -> dict[str, Any]:
         """How the policy was called and what that guarantees (:mod:`fasteval.core.policy_blocks`):
         ``policy_block`` (R, 0 for the whole batch), ``policy_call`` and ``guarantee``."""
-        from fasteval.core.policy_blocks import guarantee
+        return self.policy_call().facts()
 
+    def policy_call(self) -> PolicyCall:
+        """The one record of how this engine calls its policies: every runner's call (a many-policy run states the
+        first that is not of a fixed shape, else their common one), the threads, the device, and the guarantee."""
         runners = self.runner.runners if isinstance(self.runner, PolicySet) else [self.runner]
-        calls = sorted({r.policy_call for r in runners})
-        status = calls[0] if len(calls) == 1 else "; ".join(calls)
-        if any(not (c.startswith("blocks of") or c.startswith("one row per call")) for c in calls):
-            status = next(c for c in calls if not (c.startswith("blocks of") or c.startswith("one row per call")))
+        calls = [r.policy_call for r in runners]
+        status = next((c for c in calls if not fixed_shape(c)), calls[0])
         cpu = self.device.type == "cpu" and self.spec.cpu_threads is not None
         threads = int(self.spec.cpu_threads) if cpu else torch.get_num_threads()
         global_rng = any(run_meta_of(p).get("policy_rng") == "global" for p in self.policies)
         stacked = isinstance(self.runner, PolicySet) and self.runner.stacked is not None
-        return {"policy_block": self.spec.policy_block,
-                "policy_call": status if not stacked else f"{status}; stacked weights (vmap)",
-                "guarantee": guarantee(status, device=self.device, threads=threads, amp=self.spec.amp,
-                                       compile=self.spec.compile, global_rng=global_rng, stacked=stacked)}
+        text = guarantee(status, device=self.device, threads=threads, amp=self.spec.amp, compile=self.spec.compile,
+                         global_rng=global_rng, stacked=stacked)
+        return PolicyCall(block=self.spec.policy_block, status=status + ("; stacked weights (vmap)" if stacked else ""),
+                          guarantee=text, threads=threads, device=str(self.device))
 
     def _many_policy_facts(self) -> dict[str, Any]:
         """A many-policy run: how the policies were called (``policy_calls``: separate calls, or one stacked

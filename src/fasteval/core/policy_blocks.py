@@ -150,6 +150,11 @@ class PolicyCall:
         return {"policy_block": self.block, "policy_call": self.status, "guarantee": self.guarantee}
 
 
+def fixed_shape(status: str) -> bool:
+    """Whether a runner's ``policy_call`` status computes every row on one fixed shape (blocks, or one row per call)."""
+    return status.startswith("blocks of") or status.startswith("one row per call")
+
+
 def guarantee(status: str, *, device: torch.device, threads: int, amp: str = "none", compile: bool = False,
               global_rng: bool = False, stacked: bool = False) -> str:
     """The guarantee a run can state, from how its policy was called (``status``) and its settings.
@@ -161,7 +166,7 @@ def guarantee(status: str, *, device: torch.device, threads: int, amp: str = "no
     reasons = []
     if status.startswith("served"):
         reasons.append(status)
-    elif not (status.startswith("blocks of") or status.startswith("one row per call")):
+    elif not fixed_shape(status):
         reasons.append(f"the policy runs on the {status}" if status.startswith("whole batch") else status)
     if global_rng:
         reasons.append("the policy draws from torch's global RNG in batch order")
