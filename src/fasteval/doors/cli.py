@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping
 
 import click
 
+from fasteval.doors.backend_options import OPTION_NAMES as BACKEND_OPTION_NAMES, backend_options, pop_backend
 from fasteval.doors.click_types import DEVICE
 from fasteval.doors.file_options import FileOptions, file_options
 from fasteval.doors.help_sections import Section, SectionedHelp
@@ -382,7 +383,10 @@ HELP_SECTIONS = (
     Section("What to evaluate", ("policy", "env", "env_kwargs", "n_episodes", "seed", "max_steps", "observation_format",
                                  "rename", "obs_dtype", "exploration", "trust_remote_code", "config_file", "resume_dir")),
     Section("How it runs", ("batch_size", "vectorization", "workers", "device", "reset_mode", "pipeline", "cuda_graph",
-                            "amp", "compile_policy", "stack_weights", "cpu_threads", "profile", "shard")),
+                            "amp", "compile_policy", "stack_weights", "cpu_threads", "profile")),
+    Section("Many machines", ("shard", *BACKEND_OPTION_NAMES),
+            intro="One evaluation over many machines: shards merged by `fasteval merge`, or Ray actors driven from "
+                  "here (docs/distributed.md)."),
     Section("Outputs", ("output_dir", "report", "max_episodes_rendered", "video_select", "video_layout",
                         "save_episodes_dir", "export_formats", "log_targets", "print_config")),
     Section("Faults and limits", ("retries", "on_nan_action", "step_timeout", "policy_timeout_s", "stop_grace_s")),
@@ -487,6 +491,7 @@ class LazyGroup(SectionedHelp, click.Group):
 @click.option("--save-episodes", "save_episodes_dir", type=UsablePath("dir", writable=True), default=None,
               help="Write every step of the n episodes (observations, actions, rewards, flags) to DIR as a TensorDict "
                    "memory map (load it with fasteval.run.episode_files.load_episodes).")
+@backend_options
 @file_options
 @click.version_option(package_name="fasteval")
 @click.pass_context
@@ -506,6 +511,7 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
     """
     if ctx.invoked_subcommand is not None:
         return
+    backend = pop_backend(options)  # --backend ray and its options: where the episodes run, not the spec
     files = FileOptions(options)  # --config, --print-config, --log, --export
     files.defaults = ctx.meta.get(DEFAULTS_KEY, FASTEVAL)
     from fasteval.doors.suites import suite_from_spec
@@ -544,7 +550,9 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
             if save_episodes_dir is not None:
                 raise UserInputError("--save-episodes is not supported for a list of tasks yet; run one task at a time.")
             sys.exit(suite_command(spec, suite, out_dir, files, profile, report))
-        engine = build_engine(spec)
+        from fasteval.doors.backend_options import build_run_engine
+
+        engine = build_run_engine(spec, backend, build_engine)
     except UserInputError as exc:
         fail(str(exc), EXIT_BAD_INPUT)
     outcome = run_one(engine, out_dir, resume=resume_dir is not None, shard=shard)

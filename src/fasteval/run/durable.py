@@ -65,7 +65,7 @@ from fasteval.types.errors import FastevalError, UserInputError
 from fasteval.types.results import (STATUS_COMPLETE, STATUS_FAILED, STATUS_INTERRUPTED, STATUS_RUNNING,  # noqa: F401
                                     EarlierSegments, EpisodeTable, EvalResult)
 from fasteval.run.rundir import (EVAL_INFO, MANIFEST, RunDirectory, RunIdentity, check_resumable, format_records,
-                                  episode_lines, policy_digest, resume_command)
+                                  episode_lines, resume_command)
 from fasteval.types.spec import EvalSpec
 
 
@@ -91,12 +91,10 @@ class DurableOutcome:
 
 
 def run_identity(spec: EvalSpec, engine: Engine) -> dict[str, Any]:
-    """What the manifest holds besides the spec and must match on resume: the policy's weight digest and
-    the step cap the env resolved to; and, where the env has one, its protocol card (LIBERO's:
-    :mod:`fasteval.robot.lerobot.libero_protocol`), recorded, not compared (a resume on another machine may
-    render with another GL renderer)."""
-    return {"policy_digest": policy_digest(engine.policy, spec.policy), "max_steps": engine.max_steps,
-            **{k: v for k, v in engine._env_facts().items() if k == "protocol"}}
+    """What the manifest holds besides the spec and must match on resume: the engine's
+    :meth:`~fasteval.run.engine.Engine.identity_facts` (the policy's weight digest, the resolved step cap, the
+    env's protocol card where it has one)."""
+    return dict(engine.identity_facts())
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,166 @@
+"""``--backend ray``: one evaluation on Ray actors over a multi-node cluster (``ray.cluster_utils.Cluster``,
+3 nodes of one CPU each, on this machine), identical per episode to a local run at 1, 2 and 4 workers;
+a killed worker actor and a removed node lose nothing and count nothing twice; ``--resume`` of a Ray run,
+on Ray or locally (issue 43)."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from fasteval.doors.cli import main
+from fasteval.run.durable import run_durable
+from fasteval.run.engine import Engine
+from fasteval.run.rundir import RunDirectory
+from fasteval.types.spec import EvalSpec
+
+ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'fasteval[ray]'")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from fasteval.run.ray_engine import RayEngine, RayOptions  # noqa: E402
+
+KA = "fasteval/KnownAnswer-v0"
+MLP = str(Path(__file__).resolve().parents[1] / "src" / "fasteval" / "assets" / "cartpole_mlp")
+SPECS = {
+    "known-answer": EvalSpec(env=KA, policy="zero", n_episodes=13, seed=3, batch_size=2),
+    "cartpole-mlp": EvalSpec(env="CartPole-v1", policy=MLP, n_episodes=8, seed=5, batch_size=2),
+}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Three nodes with their own resources (one CPU each; actors reserve half a CPU, so 4 fit on 2 cores)."""
+    if ray.is_initialized():
+        ray.shutdown()
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"head": 1}})
+    for _ in range(2):
+        c.add_node(num_cpus=1)
+    c.wait_for_nodes()
+    ray.init(address=c.address, include_dashboard=False, log_to_driver=False)
+    yield c
+    ray.shutdown()
+    c.shutdown()
+
+
+def local(spec, folder, **kwargs):
+    engine = Engine(spec)
+    try:
+        return run_durable(engine, RunDirectory(folder), announce=lambda m: None, **kwargs)
+    finally:
+        engine.close()
+
+
+def on_ray(spec, folder, workers, **kwargs):
+    engine = RayEngine(spec, RayOptions(workers=workers, num_cpus=0.5))
+    try:
+        hook = kwargs.pop("hook", None)
+        if hook is not None:
+            kwargs["on_finished"] = lambda ledger, rows: hook(engine)
+        return run_durable(engine, RunDirectory(folder), announce=lambda m: None, **kwargs)
+    finally:
+        engine.close()
+
+
+@pytest.fixture(scope="module")
+def expected(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("local")
+    return {name: local(spec, tmp / name).result for name, spec in SPECS.items()}
+
+
+@pytest.mark.parametrize("workers", [1, 2, 4])
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_a_ray_run_equals_a_local_run_per_episode(cluster, expected, tmp_path, name, workers):
+    outcome = on_ray(SPECS[name], tmp_path / "ray", workers)
+    assert outcome.status == "complete"
+    assert outcome.result.per_episode.to_list() == expected[name].per_episode.to_list()
+    lines = [json.loads(line) for line in (tmp_path / "ray" / "episodes.jsonl").read_text().splitlines()]
+    assert sorted(r["episode_ix"] for r in lines) == list(range(SPECS[name].n_episodes))  # each once
+    meta = outcome.result.meta
+    assert meta["backend"] == "ray" and meta["ray_workers"] == workers
+    if workers == 4:
+        assert meta["ray_nodes"] >= 2  # SPREAD placed the actors on several nodes
+
+
+def test_a_killed_worker_returns_its_block_and_the_result_is_exact(cluster, expected, tmp_path):
+    killed = []
+
+    def kill_one(engine):
+        if not killed and engine.leases:
+            actor, rows, _ = next(iter(engine.leases.values()))
+            ray.kill(actor, no_restart=True)
+            killed.append(rows.tolist())
+
+    outcome = on_ray(SPECS["known-answer"], tmp_path / "ray", 2, hook=kill_one)
+    assert killed and outcome.status == "complete"
+    assert outcome.result.meta["ray_actors_lost"] == 1
+    assert outcome.result.per_episode.to_list() == expected["known-answer"].per_episode.to_list()
+    ixs = [json.loads(line)["episode_ix"] for line in (tmp_path / "ray" / "episodes.jsonl").read_text().splitlines()]
+    assert sorted(ixs) == list(range(13))  # nothing lost, nothing twice
+
+
+def test_a_removed_node_loses_nothing(cluster, expected, tmp_path):
+    removed = []
+
+    def remove_a_node(engine):
+        if removed:
+            return
+        workers = [n for n in cluster.worker_nodes]
+        if workers:
+            cluster.remove_node(workers[-1])
+            removed.append(True)
+
+    try:
+        outcome = on_ray(SPECS["known-answer"], tmp_path / "ray", 3, hook=remove_a_node)
+    finally:
+        if removed:
+            cluster.add_node(num_cpus=1)
+            cluster.wait_for_nodes()
+    assert removed and outcome.status == "complete"
+    assert outcome.result.per_episode.to_list() == expected["known-answer"].per_episode.to_list()
+
+
+def test_resume_of_a_ray_run_on_ray_and_locally(cluster, expected, tmp_path):
+    spec = SPECS["known-answer"]
+    short = spec.replace(n_episodes=6)
+    on_ray(short, tmp_path / "a", 2)
+    resumed = on_ray(spec, tmp_path / "a", 2, resume=True)  # a larger -n extends it, on Ray
+    assert resumed.resumed_episodes == 6 and resumed.status == "complete"
+    assert resumed.result.per_episode.to_list() == expected["known-answer"].per_episode.to_list()
+    on_ray(short, tmp_path / "b", 2)
+    locally = local(spec, tmp_path / "b", resume=True)  # ... and locally
+    assert locally.result.per_episode.to_list() == expected["known-answer"].per_episode.to_list()
+    local(short, tmp_path / "c")
+    on_ray_after_local = on_ray(spec, tmp_path / "c", 2, resume=True)  # a local run resumed on Ray
+    assert on_ray_after_local.result.per_episode.to_list() == expected["known-answer"].per_episode.to_list()
+
+
+def test_the_cli_runs_on_ray_and_shards_on_ray_merge(cluster, expected, tmp_path):
+    args = ["--env", KA, "-n", "13", "--seed", "3", "-b", "2", "--no-report", "--backend", "ray",
+            "--address", cluster.address, "--ray-workers", "2", "--num-cpus", "0.5"]
+    result = CliRunner().invoke(main, [*args, "-o", str(tmp_path / "run")], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    info = json.loads((tmp_path / "run" / "eval_info.json").read_text())
+    assert info["per_episode"] == expected["known-answer"].per_episode.to_list()
+    for k in range(2):
+        shard = CliRunner().invoke(main, [*args, "--shard", f"{k}/2", "-o", str(tmp_path / f"s{k}")],
+                                   catch_exceptions=False)
+        assert shard.exit_code == 0, shard.output
+    merged = CliRunner().invoke(main, ["merge", str(tmp_path / "s0"), str(tmp_path / "s1"), "-o", str(tmp_path / "m"),
+                                       "--no-report"], catch_exceptions=False)
+    assert merged.exit_code == 0, merged.output
+    assert json.loads((tmp_path / "m" / "eval_info.json").read_text())["per_episode"] == info["per_episode"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--backend", "ray", "--stop-when", "ci<=0.3"], "not supported yet"),
+    (["--backend", "ray", "--policy", "zero", "--policy", "random"], "runs one policy"),
+    (["--ray-workers", "2"], "options of --backend ray"),
+])
+def test_what_ray_cannot_run_yet_exits_2(tmp_path, args, message):
+    result = CliRunner().invoke(main, ["--env", KA, "-n", "3", *args, "-o", str(tmp_path / "x")])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert not (tmp_path / "x").exists()
+    shutil.rmtree(tmp_path, ignore_errors=True)
