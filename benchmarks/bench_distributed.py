@@ -11,7 +11,8 @@ is the cost, as in a simulator-bound evaluation. For each W:
   2 sync slots, leasing blocks of ``--block`` episodes.
 
 Engine and actor start-up are outside the timings (Ray's ``ray.init`` and the actors' import of torch cost
-seconds); the dry runs are inside. Each row reports wall seconds, episodes per hour, and the speed-up over
+seconds), and so is a warm-up run of each engine (the dry runs, the kernels' first calls; for Ray, about a
+block per actor). Each row reports wall seconds, episodes per hour, and the speed-up over
 its own W = 1; the last column is Ray's episodes per hour over the pool's at the same W (the cost of the
 engine: leases, the object store, a process per actor). The per-episode results of every row are checked
 equal to the first row's.
@@ -45,6 +46,7 @@ def spec_for(args: argparse.Namespace, work: int, **how) -> EvalSpec:
 def run_local(args: argparse.Namespace, work: int, workers: int) -> tuple[float, list]:
     engine = Engine(spec_for(args, work, batch_size=2 * workers, vectorization="async", workers=workers))
     try:
+        engine.run_segment(n_episodes=2 * workers)  # warm-up: the dry run, the kernels' first calls
         started = time.perf_counter()
         segment = engine.run_segment()
         wall = time.perf_counter() - started
@@ -59,6 +61,7 @@ def run_ray(args: argparse.Namespace, work: int, workers: int, cores: int) -> tu
     engine = RayEngine(spec_for(args, work, batch_size=2),
                        RayOptions(workers=workers, num_cpus=min(1.0, cores / workers), block=args.block))
     try:
+        engine.run_segment(n_episodes=workers * args.block)  # warm-up: a block per actor (its dry run, first calls)
         started = time.perf_counter()
         segment = engine.run_segment()
         wall = time.perf_counter() - started

@@ -22,6 +22,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from fasteval.run.ray_engine import RayEngine, RayOptions  # noqa: E402
 
 KA = "fasteval/KnownAnswer-v0"
+TIMING = {"eval_s", "eval_ep_s", "steps_per_s", "episodes_per_s"}
 MLP = str(Path(__file__).resolve().parents[1] / "src" / "fasteval" / "assets" / "cartpole_mlp")
 SPECS = {
     "known-answer": EvalSpec(env=KA, policy="zero", n_episodes=13, seed=3, batch_size=2),
@@ -72,6 +73,9 @@ def expected(tmp_path_factory):
 @pytest.mark.parametrize("workers", [1, 2, 4])
 @pytest.mark.parametrize("name", sorted(SPECS))
 def test_a_ray_run_equals_a_local_run_per_episode(cluster, expected, tmp_path, name, workers):
+    if workers == 1:  # the library's door: RayEngine(spec).run() returns the record, as Engine(spec).run() does
+        with RayEngine(SPECS[name], RayOptions(workers=1, num_cpus=0.5)) as engine:
+            assert engine.run().per_episode.to_list() == expected[name].per_episode.to_list()
     outcome = on_ray(SPECS[name], tmp_path / "ray", workers)
     assert outcome.status == "complete"
     assert outcome.result.per_episode.to_list() == expected[name].per_episode.to_list()
@@ -100,25 +104,34 @@ def test_a_killed_worker_returns_its_block_and_the_result_is_exact(cluster, expe
     assert sorted(ixs) == list(range(13))  # nothing lost, nothing twice
 
 
-def test_a_removed_node_loses_nothing(cluster, expected, tmp_path):
+def test_a_removed_node_loses_nothing(cluster, tmp_path):
+    """The node of an actor that holds a block is removed mid-run: its block runs again elsewhere, exactly.
+    The known-answer env with ~20 ms of CPU per step, so that a block is still running when its node goes."""
+    spec = EvalSpec(env="fasteval/BusyKnownAnswer-v0", env_kwargs={"work": 20_000}, policy="zero", n_episodes=25,
+                    seed=3, batch_size=2)
     removed = []
 
-    def remove_a_node(engine):
+    def remove_a_leased_node(engine):
         if removed:
             return
-        workers = [n for n in cluster.worker_nodes]
-        if workers:
-            cluster.remove_node(workers[-1])
-            removed.append(True)
+        for actor, _, _ in list(engine.leases.values()):
+            node = next((n for n in cluster.worker_nodes if n.node_id == engine.node_of.get(id(actor))), None)
+            if node is not None:
+                cluster.remove_node(node)
+                removed.append(node.node_id)
+                return
 
     try:
-        outcome = on_ray(SPECS["known-answer"], tmp_path / "ray", 3, hook=remove_a_node)
+        outcome = on_ray(spec, tmp_path / "ray", 3, hook=remove_a_leased_node)
     finally:
         if removed:
             cluster.add_node(num_cpus=1)
             cluster.wait_for_nodes()
     assert removed and outcome.status == "complete"
-    assert outcome.result.per_episode.to_list() == expected["known-answer"].per_episode.to_list()
+    assert outcome.result.meta["ray_actors_lost"] >= 1
+    assert outcome.result.per_episode.to_list() == local(spec, tmp_path / "local").result.per_episode.to_list()
+    ixs = [json.loads(line)["episode_ix"] for line in (tmp_path / "ray" / "episodes.jsonl").read_text().splitlines()]
+    assert sorted(ixs) == list(range(25))
 
 
 def test_resume_of_a_ray_run_on_ray_and_locally(cluster, expected, tmp_path):
@@ -153,8 +166,20 @@ def test_the_cli_runs_on_ray_and_shards_on_ray_merge(cluster, expected, tmp_path
     assert json.loads((tmp_path / "m" / "eval_info.json").read_text())["per_episode"] == info["per_episode"]
 
 
+def test_a_stop_rule_on_ray_stops_at_the_local_k_with_the_local_record(cluster, tmp_path):
+    """The driver decides on the index prefix as blocks arrive: the same k and records as a local run."""
+    spec = EvalSpec(env=KA, policy="zero", n_episodes=80, seed=3, batch_size=2, stop_when="ci<=0.25")
+    here = local(spec, tmp_path / "local").result
+    there = on_ray(spec, tmp_path / "ray", 3)
+    assert there.status == "complete"
+    a, b = here.meta["stopping"], there.result.meta["stopping"]
+    assert b["reason"] == a["reason"] == "rule" and b["k"] == a["k"]
+    assert there.result.per_episode.to_list() == here.per_episode.to_list()
+    assert {k: v for k, v in there.result.overall().items() if k not in TIMING} == \
+        {k: v for k, v in here.overall().items() if k not in TIMING}
+
+
 @pytest.mark.parametrize("args, message", [
-    (["--backend", "ray", "--stop-when", "ci<=0.3"], "not supported yet"),
     (["--backend", "ray", "--policy", "zero", "--policy", "random"], "runs one policy"),
     (["--ray-workers", "2"], "options of --backend ray"),
 ])

@@ -16,8 +16,12 @@ back to the head of the queue and runs again from its seeds on a new actor (Ray 
 is still there). A block is leased at most :data:`MAX_LEASES` times; a block that kills every actor it
 meets fails the run. Nothing is counted twice: a block's rows are written once, when it returns.
 
-Not yet: stop rules and races (``--stop-when``) are refused with the Ray backend (exit 2); several
-policies, videos and ``--save-episodes`` too. A policy that draws from torch's global RNG is seeded per
+Stop rules (``--stop-when``) decide here, on index prefixes, as blocks arrive (the rule's prefix gate reads
+episodes in index order whatever order they come back in, so ``k`` is the local run's); once the rule holds,
+no block is leased any more, and the blocks still out are abandoned (their episodes count in ``n_cancelled``,
+and rows past ``k`` that came back are listed as computed past the stop, not counted), as in the local engine.
+
+Not yet (refused, exit 2): several policies (so no race), videos and ``--save-episodes``. A policy that draws from torch's global RNG is seeded per
 block (as per resumed segment): deterministic and per-episode-noise policies are exact.
 """
 
@@ -32,7 +36,9 @@ import numpy as np
 
 from fasteval.core.ledger import Ledger
 from fasteval.core.outcome import Segment, SegmentAborted
+from fasteval.core.stopping import StopRuleError, StopWhen
 from fasteval.core.watchdog import Watchdog
+from fasteval.run.engine import Engine
 from fasteval.types.errors import UserInputError
 from fasteval.types.spec import EvalSpec
 
@@ -71,13 +77,9 @@ class RayOptions:
 
 def check_ray_spec(spec: EvalSpec) -> None:
     """What the Ray backend cannot run yet: UserInputError (exit 2) saying so and what to do."""
-    if spec.stop_when is not None:
-        raise UserInputError(f"--backend ray with --stop-when {spec.stop_when}: not supported yet (the driver would "
-                             f"have to decide on index prefixes as blocks arrive). Run a fixed -n on Ray, or "
-                             f"--stop-when locally.")
     if spec.n_policies > 1:
-        raise UserInputError(f"--backend ray runs one policy; this run has {spec.n_policies}. Run each policy on its "
-                             f"own, or run them together locally.")
+        raise UserInputError(f"--backend ray runs one policy; this run has {spec.n_policies} (and so no race yet). "
+                             f"Run each policy on its own, or run them together locally.")
     if spec.max_episodes_rendered or spec.return_episode_data:
         raise UserInputError("--backend ray does not render videos nor save episode data yet (--videos, "
                              "--save-episodes): run those locally.")
@@ -153,7 +155,8 @@ class RayEngine:
         self.leases: dict[Any, tuple[Any, np.ndarray, int]] = {}
         """Blocks out on actors: ``{object ref: (actor, ledger rows, lease count)}``."""
         self.actors_lost = 0
-        self.nodes: set[str] = set()
+        self.node_of: dict[int, str] = {}
+        """``{id(actor): Ray node id}`` of the actors that have returned a block (where they run)."""
         try:
             self.actors = [self._actor_class.remote(spec) for _ in range(self.n_workers)]
             self._identity = self._first_answer(lambda actor: actor.identity.remote())
@@ -163,14 +166,18 @@ class RayEngine:
         self.max_steps = self._identity.get("max_steps")
 
     def _first_answer(self, call: Callable[[Any], Any]) -> dict[str, Any]:
-        """The answer of the first actor that gives one (a bad spec: the engine's own error, exit 2)."""
+        """Every actor's answer (each has built its engine: start-up stays out of the run), the first one's
+        returned; a bad spec raises the engine's own error (exit 2)."""
         try:
-            return self.ray.get(call(self.actors[0]))
+            return self.ray.get([call(actor) for actor in self.actors])[0]
         except self.ray.exceptions.RayTaskError as exc:
             raise _cause(exc) from None
 
     def identity_facts(self) -> dict[str, Any]:
         return dict(self._identity)
+
+    run = Engine.run
+    """The library's door, as a local engine's: run and return the record (:meth:`fasteval.run.engine.Engine.run`)."""
 
     def stop_starting(self) -> None:
         """Graceful stop: the blocks out finish, no block is leased any more."""
@@ -187,9 +194,15 @@ class RayEngine:
         spec = self.spec
         ids = np.arange(spec.n_episodes if n_episodes is None else n_episodes) if episodes is None else \
             np.asarray(sorted({int(e) for e in episodes}), dtype=np.int64)
+        cap = spec.n_episodes if episodes is not None or n_episodes is None else int(n_episodes)
+        stop = self._stop_rule(cap, earlier)
+        self.stop_rule = stop
+        if stop is not None and stop.fired:
+            ids = ids[:0]  # the rule held on the earlier segments: the run stays stopped
         ledger = Ledger(len(ids), max(1, self.n_workers), spec.seed if seed is None else int(seed), ids)
         self.ledger = ledger
         state = _Blocks()
+        state.stop, state.cap = stop, cap
         state.idle.extend(self.actors)
         started = time.perf_counter()
         try:
@@ -208,6 +221,17 @@ class RayEngine:
             raise SegmentAborted(self._segment(ledger, state, time.perf_counter() - started, state.error))
         return self._segment(ledger, state, time.perf_counter() - started, None)
 
+    def _stop_rule(self, cap: int, earlier: Any) -> StopWhen | None:
+        """The spec's ``stop_when`` as the local engine builds it (fed the earlier segments' episodes), or None."""
+        spec = self.spec
+        if spec.stop_when is None:
+            return None
+        stop = StopWhen(spec.stop_when, spec.confidence, spec.return_bounds, cap=cap,
+                        min_feed=max(1, self.block // 4), design=spec.design)
+        if earlier is not None:
+            stop.prime(earlier.records, earlier.n_cancelled)
+        return stop
+
     def _drive(self, ledger: Ledger, state: "_Blocks", on_finished: Callable[[Ledger, np.ndarray], None],
                on_error: Callable[[dict[str, Any]], None]) -> None:
         """Lease blocks to idle actors, land the blocks that come back, until none is out or left."""
@@ -222,7 +246,8 @@ class RayEngine:
                 actor, rows, count = self.leases.pop(ref)
                 try:
                     out = ray.get(ref)
-                except ray.exceptions.RayActorError:  # the actor (or its node) is gone: its block goes back
+                except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError):  # the actor or its node is gone
+                    # (or the block's result with it): its block goes back
                     self._lost(actor, rows, count, state)
                     continue
                 except ray.exceptions.RayTaskError as exc:  # the worker's engine raised outside a block's run
@@ -230,7 +255,17 @@ class RayEngine:
                     state.idle.append(actor)
                     continue
                 state.idle.append(actor)
-                self._land(ledger, rows, out, state, on_finished, on_error)
+                self._land(ledger, rows, out, state, on_finished, on_error, actor)
+            if ledger.stop_requested:  # the stop rule held: the blocks still out are abandoned
+                self._abandon(ledger)
+                return
+
+    def _abandon(self, ledger: Ledger) -> None:
+        """Drop the blocks still out (their episodes have no record; counted in ``n_cancelled``). Their actors
+        finish them and are idle again for a next run (their results are never read)."""
+        for ref in list(self.leases):
+            _, rows, _ = self.leases.pop(ref)
+            ledger.n_cancelled += len(rows)
 
     def _lease(self, ledger: Ledger, state: "_Blocks") -> None:
         """Give each idle actor a block: a lost block first (lowest indices first), then the next in index order."""
@@ -267,7 +302,8 @@ class RayEngine:
         state.idle.append(replacement)
 
     def _land(self, ledger: Ledger, rows: np.ndarray, out: dict[str, Any], state: "_Blocks",
-              on_finished: Callable[[Ledger, np.ndarray], None], on_error: Callable[[dict[str, Any]], None]) -> None:
+              on_finished: Callable[[Ledger, np.ndarray], None], on_error: Callable[[dict[str, Any]], None],
+              actor: Any = None) -> None:
         """A block came back: its rows into the ledger by index, its faults and finished rows handed up."""
         assert np.array_equal(out["episode_ids"], ledger.episode_ids[rows]), "a block came back for other episodes"
         for column in ROW_COLUMNS:
@@ -277,23 +313,31 @@ class RayEngine:
             state.errors.append(record)
             on_error(record)
         state.add(out)
+        self.node_of[id(actor)] = out["node"]
         ledger.acc_len[0] += 1  # progress the stop grace watches (the driver's slots hold no episode)
         self.envs.has_success_signal = self.envs.has_success_signal or out["success_signal"]
         ledger.success_signal = out["success_signal"]
         done = rows[out["finished"]]
         if done.size:
             on_finished(ledger, done)
+            if state.stop is not None:  # decides on the index prefix, whatever order blocks come back in
+                state.stop.on_finished(ledger, done)
         if out["error"] is not None:
             state.error = state.error or out["error"]
 
     def _segment(self, ledger: Ledger, state: "_Blocks", eval_s: float, error: BaseException | None) -> Segment:
+        if state.stop is not None:
+            try:
+                state.stop.finish(ledger)
+            except StopRuleError as exc:  # a return outside --return-bounds: the run's error
+                error = error or exc
         facts = {**state.facts, "backend": "ray", "ray_workers": self.n_workers, "ray_block": self.block,
                  "ray_nodes": len(state.nodes), "ray_actors_lost": self.actors_lost,
                  "has_success_signal": bool(self.envs.has_success_signal),
                  "n_out_of_range_actions": state.out_of_range}
         return Segment(ledger=ledger, errors=tuple(state.errors), eval_s=eval_s, timings=dict(state.timings),
-                       facts=facts, success_signal=bool(self.envs.has_success_signal), stop=None,
-                       cap=self.spec.n_episodes, error=error, outputs={})
+                       facts=facts, success_signal=bool(self.envs.has_success_signal), stop=state.stop,
+                       cap=state.cap, error=error, outputs={})
 
     def close(self) -> None:
         for actor in self.actors:
@@ -326,6 +370,8 @@ class _Blocks:
         self.nodes: set[str] = set()
         self.out_of_range = 0
         self.error: BaseException | None = None
+        self.stop: StopWhen | None = None
+        self.cap: int | None = None
 
     def add(self, out: dict[str, Any]) -> None:
         for stage, seconds in out["timings"].items():
