@@ -149,6 +149,25 @@ def test_resume_of_a_ray_run_on_ray_and_locally(cluster, expected, tmp_path):
     assert on_ray_after_local.result.per_episode.to_list() == expected["known-answer"].per_episode.to_list()
 
 
+def test_a_graceful_stop_leases_no_more_blocks_and_resume_finishes_exactly(cluster, expected, tmp_path):
+    """What a first SIGINT/SIGTERM does (``engine.stop_starting()``): the blocks out finish and are kept, no block
+    is leased after; the run ends ``interrupted``, and ``--resume`` (on Ray) runs exactly the missing episodes."""
+    spec = SPECS["known-answer"]
+    stopped = []
+
+    def stop_after_first_block(engine):
+        if not stopped:
+            engine.stop_starting()
+            stopped.append(engine.ledger.next_episode)
+
+    first = on_ray(spec, tmp_path / "run", 2, hook=stop_after_first_block)
+    assert first.status == "interrupted"
+    assert 0 < len(first.result.per_episode) <= stopped[0] < spec.n_episodes
+    resumed = on_ray(spec, tmp_path / "run", 2, resume=True)
+    assert resumed.status == "complete" and resumed.resumed_episodes == len(first.result.per_episode)
+    assert resumed.result.per_episode.to_list() == expected["known-answer"].per_episode.to_list()
+
+
 def test_the_cli_runs_on_ray_and_shards_on_ray_merge(cluster, expected, tmp_path):
     args = ["--env", KA, "-n", "13", "--seed", "3", "-b", "2", "--no-report", "--backend", "ray",
             "--address", cluster.address, "--ray-workers", "2", "--num-cpus", "0.5"]
@@ -177,6 +196,30 @@ def test_a_stop_rule_on_ray_stops_at_the_local_k_with_the_local_record(cluster, 
     assert there.result.per_episode.to_list() == here.per_episode.to_list()
     assert {k: v for k, v in there.result.overall().items() if k not in TIMING} == \
         {k: v for k, v in here.overall().items() if k not in TIMING}
+
+
+def test_a_checkpoint_folder_travels_to_the_actors_with_its_digest(cluster, expected, tmp_path):
+    """The policy folder is shipped through the object store: each actor loads its own copy (not the driver's
+    path), checked by digest; the results are the local run's. A damaged package is refused on arrival."""
+    from fasteval.run.ray_engine import pack_folder, unpack_folder
+
+    with RayEngine(SPECS["cartpole-mlp"], RayOptions(workers=2, num_cpus=0.5)) as engine:
+        paths = ray.get([actor.policy_ref.remote() for actor in engine.actors])
+        assert all(p != MLP and p.endswith("cartpole_mlp") for p in paths)
+        record = engine.run()
+    assert record.per_episode.to_list() == expected["cartpole-mlp"].per_episode.to_list()
+    assert record.meta["policy_shipped"]["digest"] == pack_folder(MLP).digest
+    package = pack_folder(MLP)
+    damaged = type(package)(package.name, {**package.files, "config.json": b"{}"}, package.digest)
+    with pytest.raises(RuntimeError, match="arrived damaged"):
+        unpack_folder(damaged, str(tmp_path))
+
+
+def test_a_bad_spec_on_ray_is_the_engines_own_bad_input(cluster):
+    from fasteval.types.errors import UserInputError
+
+    with pytest.raises(UserInputError):
+        RayEngine(SPECS["known-answer"].replace(env_kwargs={"no_such_kwarg": 1}), RayOptions(workers=1, num_cpus=0.5))
 
 
 @pytest.mark.parametrize("args, message", [

@@ -27,11 +27,14 @@ BACKEND_OPTIONS = [
                  help="--backend ray: CPUs each worker actor reserves."),
     click.option("--num-gpus", "ray_num_gpus", type=click.FloatRange(min=0), default=0.0, show_default=True,
                  help="--backend ray: GPUs each worker actor reserves (its policy runs there)."),
+    click.option("--ship-policy/--no-ship-policy", "ray_ship_policy", default=True, show_default=True,
+                 help="--backend ray: send a checkpoint folder policy to every worker through Ray's object store "
+                      "(its digest checked on arrival), so the nodes need not share its path."),
     click.option("--ray-block", "ray_block", type=click.IntRange(min=1), default=None,
                  help="--backend ray: episodes per lease (a worker runs them, then returns their rows) "
                       "[default: the batch size]."),
 ]
-OPTION_NAMES = ("backend", "ray_address", "ray_workers", "ray_num_cpus", "ray_num_gpus", "ray_block")
+OPTION_NAMES = ("backend", "ray_address", "ray_workers", "ray_num_cpus", "ray_num_gpus", "ray_ship_policy", "ray_block")
 """The parameter names of :data:`BACKEND_OPTIONS` (``--help``'s section)."""
 
 
@@ -63,4 +66,4 @@ def build_run_engine(spec: Any, backend: dict[str, Any], build_local: Any) -> An
 
     return RayEngine(spec, RayOptions(address=backend["ray_address"], workers=backend["ray_workers"],
                                       num_cpus=backend["ray_num_cpus"], num_gpus=backend["ray_num_gpus"],
-                                      block=backend["ray_block"]))
+                                      block=backend["ray_block"], ship_policy=backend["ray_ship_policy"]))

@@ -65,6 +65,9 @@ class RayOptions:
     """GPUs each worker actor reserves (its policy then runs there: ``--device auto``)."""
     block: int | None = None
     """Episodes per lease; ``None``: the batch size."""
+    ship_policy: bool = True
+    """A checkpoint folder policy travels to every actor through Ray's object store (its digest checked on
+    arrival), so the nodes need not share its path; ``False``: each node reads the path itself."""
 
     def __post_init__(self) -> None:
         if self.workers is not None and self.workers < 1:
@@ -85,16 +88,95 @@ def check_ray_spec(spec: EvalSpec) -> None:
                              "--save-episodes): run those locally.")
 
 
+@dataclass(frozen=True)
+class FolderPackage:
+    """A checkpoint folder as it travels to the actors: its files' bytes and their digest."""
+
+    name: str
+    """The folder's own name (kept on arrival: a loader may read it)."""
+    files: dict[str, bytes]
+    """Path relative to the folder -> the file's bytes."""
+    digest: str
+    """:func:`files_digest` of ``files``, computed where the folder was read."""
+
+    @property
+    def n_bytes(self) -> int:
+        return sum(len(b) for b in self.files.values())
+
+
+def files_digest(files: dict[str, bytes]) -> str:
+    """sha256 over the sorted (relative path, sha256 of the bytes) pairs of a folder's files."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in sorted(files):
+        h.update(name.encode())
+        h.update(hashlib.sha256(files[name]).digest())
+    return h.hexdigest()
+
+
+def pack_folder(path: str) -> FolderPackage:
+    """Every file under ``path`` (links followed), with the digest of the lot."""
+    from pathlib import Path
+
+    root = Path(path)
+    files = {str(f.relative_to(root)): f.read_bytes() for f in sorted(root.rglob("*")) if f.is_file()}
+    return FolderPackage(root.resolve().name, files, files_digest(files))
+
+
+def unpack_folder(package: FolderPackage, into: str) -> str:
+    """Write ``package`` under ``into/<its name>`` after checking its digest (a RuntimeError when the bytes
+    that arrived are not those that left); returns the folder's new path."""
+    from pathlib import Path
+
+    arrived = files_digest(package.files)
+    if arrived != package.digest:
+        raise RuntimeError(f"the checkpoint folder {package.name!r} arrived damaged: digest {arrived[:12]}..., "
+                           f"sent as {package.digest[:12]}.... Run again; if it repeats, use --no-ship-policy with "
+                           f"the folder at the same path on every node.")
+    root = Path(into) / package.name
+    for name, data in package.files.items():
+        target = root / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    return str(root)
+
+
+def policy_package(spec: EvalSpec, options: RayOptions) -> FolderPackage | None:
+    """The spec's checkpoint folder, packed to ship (``options.ship_policy`` and a local folder policy), else None."""
+    import os
+
+    policy = spec.policy
+    if options.ship_policy and isinstance(policy, str) and os.path.isdir(policy):
+        return pack_folder(policy)
+    return None
+
+
 class EpisodeWorker:
-    """A Ray actor's body: the existing engine, built once, run on the blocks of episodes it leases."""
+    """A Ray actor's body: the existing engine, built once, run on the blocks of episodes it leases.
+    ``package``: the policy's checkpoint folder, shipped (written to a folder of this actor's, digest checked)."""
 
-    def __init__(self, spec: EvalSpec):
-        from fasteval.run.engine import Engine
+    def __init__(self, spec: EvalSpec, package: FolderPackage | None = None):
+        self.engine, self.error = None, None
+        try:  # an actor whose constructor raises dies, and its error would reach the driver as a dead actor
+            if package is not None:
+                import tempfile
 
-        self.engine = Engine(spec)
+                spec = spec.replace(policy=unpack_folder(package, tempfile.mkdtemp(prefix="fasteval-policy-")))
+            self.policy_path = spec.policy
+            self.engine = Engine(spec)
+        except Exception as exc:  # noqa: BLE001 -- raised again by identity(): the driver's first call
+            self.error = exc
+
+    def policy_ref(self) -> Any:
+        """The policy reference this actor's engine loaded (a shipped folder: this actor's copy)."""
+        return self.policy_path
 
     def identity(self) -> dict[str, Any]:
-        """What the run folder's manifest holds about the policy and env (its digest, the step cap)."""
+        """What the run folder's manifest holds about the policy and env (its digest, the step cap); the
+        engine's own error (a bad spec: exit 2) when it could not be built."""
+        if self.error is not None:
+            raise self.error
         return self.engine.identity_facts()
 
     def node(self) -> str:
@@ -157,13 +239,18 @@ class RayEngine:
         self.actors_lost = 0
         self.node_of: dict[int, str] = {}
         """``{id(actor): Ray node id}`` of the actors that have returned a block (where they run)."""
+        self.package = policy_package(spec, options)
+        self._package_ref = ray.put(self.package) if self.package is not None else None
         try:
-            self.actors = [self._actor_class.remote(spec) for _ in range(self.n_workers)]
+            self.actors = [self._new_actor() for _ in range(self.n_workers)]
             self._identity = self._first_answer(lambda actor: actor.identity.remote())
         except BaseException:
             self.close()
             raise
         self.max_steps = self._identity.get("max_steps")
+
+    def _new_actor(self) -> Any:
+        return self._actor_class.remote(self.spec, self._package_ref)
 
     def _first_answer(self, call: Callable[[Any], Any]) -> dict[str, Any]:
         """Every actor's answer (each has built its engine: start-up stays out of the run), the first one's
@@ -297,7 +384,7 @@ class RayEngine:
             return
         state.returned.append((rows, count))
         state.returned = collections.deque(sorted(state.returned, key=lambda item: int(item[0][0])))
-        replacement = self._actor_class.remote(self.spec)
+        replacement = self._new_actor()
         self.actors.append(replacement)
         state.idle.append(replacement)
 
@@ -333,6 +420,8 @@ class RayEngine:
                 error = error or exc
         facts = {**state.facts, "backend": "ray", "ray_workers": self.n_workers, "ray_block": self.block,
                  "ray_nodes": len(state.nodes), "ray_actors_lost": self.actors_lost,
+                 **({"policy_shipped": {"digest": self.package.digest, "bytes": self.package.n_bytes}}
+                    if self.package is not None else {}),
                  "has_success_signal": bool(self.envs.has_success_signal),
                  "n_out_of_range_actions": state.out_of_range}
         return Segment(ledger=ledger, errors=tuple(state.errors), eval_s=eval_s, timings=dict(state.timings),
