@@ -28,8 +28,8 @@ BACKEND_OPTIONS = [
     click.option("--num-gpus", "ray_num_gpus", type=click.FloatRange(min=0), default=0.0, show_default=True,
                  help="--backend ray: GPUs each worker actor reserves (its policy runs there)."),
     click.option("--ship-policy/--no-ship-policy", "ray_ship_policy", default=True, show_default=True,
-                 help="--backend ray: send a checkpoint folder policy to every worker through Ray's object store "
-                      "(its digest checked on arrival), so the nodes need not share its path."),
+                 help="--backend ray: send a checkpoint folder to each worker by Ray's object store (digest "
+                      "checked), so nodes need not share its path."),
     click.option("--ray-block", "ray_block", type=click.IntRange(min=1), default=None,
                  help="--backend ray: episodes per lease (a worker runs them, then returns their rows) "
                       "[default: the batch size]."),
