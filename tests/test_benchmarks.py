@@ -64,6 +64,8 @@ def test_bench_cartpole_tiny_json_and_exact_returns(tiny_run):
     ("kernels_bench.py", [], ["cython", "reference"]),
     ("bench_workers.py", ["--tiny"], ["| cartpole ", "vs sync (pool / pool+pipeline)", "CartPole b=256"]),
     ("scaling.py", ["--tiny"], ["| workers | env steps/s | speed-up |", "FixedCostEnv"]),
+    ("bench_distributed.py", ["--tiny"], ["| local pool |       2 |", "| ray        |       2 |",
+                                          "per-episode results identical in every row: True"]),
     ("ab_compare.py", ["--tiny", "--before", str(ROOT)], ["| cartpole zero b16 sync ", "after / before"]),
     ("bench_cli_overhead.py", ["--tiny"], ["| CLI ", "same episodes in every row: True"]),
     ("bench_rl_hooks.py", ["--tiny"], ["| fasteval EvalCallback ", "| SB3 EvalCallback ",

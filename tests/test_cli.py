@@ -141,7 +141,7 @@ def test_help_puts_every_option_under_one_heading_by_purpose():
     options = {p.name for p in main.params if isinstance(p, click.Option)} - {"help", "version"}
     assert sorted(names) == sorted(options), "each option of `fasteval` under exactly one HELP_SECTIONS heading"
     titles = [line.rstrip(":") for line in result.output.splitlines() if line.endswith(":") and not line.startswith(" ")]
-    assert titles == ["What to evaluate", "How it runs", "Outputs", "Faults and limits", "Statistics", "LeRobot names",
+    assert titles == ["What to evaluate", "How it runs", "Many machines", "Outputs", "Faults and limits", "Statistics", "LeRobot names",
                       "Other options", "Commands"]
     lerobot = result.output.split("LeRobot names:")[1].split("Other options:")[0]
     for name in ("--policy.path", "--env.type", "--eval.n_episodes", "--eval.batch_size", "--policy.device", "--noise"):

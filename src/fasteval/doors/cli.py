@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping
 
 import click
 
+from fasteval.doors.backend_options import OPTION_NAMES as BACKEND_OPTION_NAMES, backend_options, pop_backend
 from fasteval.doors.click_types import BATCH_BLOCK, DEVICE, PolicyBlock
 from fasteval.doors.file_options import FileOptions, file_options
 from fasteval.doors.help_sections import Section, SectionedHelp
@@ -358,6 +359,7 @@ SUBCOMMANDS = {
     "report": "fasteval.doors.sweep.cli:report",
     "compare": "fasteval.doors.compare:compare",
     "serve": "fasteval.doors.serve:serve",
+    "merge": "fasteval.doors.merge:merge",
 }
 SUBCOMMAND_HELP = {
     # name -> the line `fasteval --help` shows, so that the help imports none of them (nor torch).
@@ -366,6 +368,7 @@ SUBCOMMAND_HELP = {
     "report": "Write the report (report.html; for sweeps also report.md) of a run or sweep folder.",
     "compare": "Compare two policies on the same episodes (paired tests; --fail-if-worse exits 3).",
     "serve": "Serve a policy over websockets (openpi's protocol and fasteval's); docs/serving.md.",
+    "merge": "Merge the run folders of one evaluation's shards (--shard K/N) into one record; docs/distributed.md.",
 }
 
 
@@ -392,6 +395,9 @@ HELP_SECTIONS = (
                                  "rename", "obs_dtype", "policy_block", "exploration", "trust_remote_code", "config_file", "resume_dir")),
     Section("How it runs", ("batch_size", "vectorization", "workers", "device", "reset_mode", "pipeline", "cuda_graph",
                             "amp", "compile_policy", "stack_weights", "cpu_threads", "profile")),
+    Section("Many machines", ("shard", *BACKEND_OPTION_NAMES),
+            intro="One evaluation over many machines: shards merged by `fasteval merge`, or Ray actors driven from "
+                  "here (docs/distributed.md)."),
     Section("Outputs", ("output_dir", "report", "max_episodes_rendered", "video_select", "video_layout",
                         "save_episodes_dir", "export_formats", "log_targets", "print_config")),
     Section("Faults and limits", ("retries", "on_nan_action", "step_timeout", "policy_timeout_s", "stop_grace_s")),
@@ -486,18 +492,23 @@ class LazyGroup(SectionedHelp, click.Group):
                    "seconds (a hung policy or env call), the run stops as a second signal would (finished episodes "
                    "kept, exit 130/143).")
 @click.option("--profile", is_flag=True, help="Show the per-stage time breakdown.")
+@click.option("--shard", "shard", default=None, metavar="K/N",
+              help="Run only shard K of N of the evaluation (episodes i with i % N == K, K from 0) into its own "
+                   "folder; `fasteval merge DIR...` builds the one record of all N. Not with --stop-when. "
+                   "docs/distributed.md.")
 @click.option("--report/--no-report", "report", default=True, show_default=True,
               help="Write OUTPUT_DIR/report.html: one self-contained page with the results, plots, videos, errors "
                    "and provenance (rebuild it later with `fasteval report OUTPUT_DIR`).")
 @click.option("--save-episodes", "save_episodes_dir", type=UsablePath("dir", writable=True), default=None,
               help="Write every step of the n episodes (observations, actions, rewards, flags) to DIR as a TensorDict "
                    "memory map (load it with fasteval.run.episode_files.load_episodes).")
+@backend_options
 @file_options
 @click.version_option(package_name="fasteval")
 @click.pass_context
 def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, retries: int, on_nan_action: str,
          step_timeout: float, policy_timeout_s: float | None, stop_grace_s: float, profile: bool, report: bool,
-         save_episodes_dir: Path | None, **options: Any) -> None:
+         save_episodes_dir: Path | None, shard: str | None, **options: Any) -> None:
     """Evaluate a policy on a gymnasium env: exactly N episodes, seeds SEED..SEED+N-1.
 
     \b
@@ -511,6 +522,7 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
     """
     if ctx.invoked_subcommand is not None:
         return
+    backend = pop_backend(options)  # --backend ray and its options: where the episodes run, not the spec
     files = FileOptions(options)  # --config, --print-config, --log, --export
     files.defaults = ctx.meta.get(DEFAULTS_KEY, FASTEVAL)
     from fasteval.doors.suites import suite_from_spec
@@ -533,6 +545,12 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
             click.echo(dump_config(spec, out_dir, defaults=files.defaults))
             return
         suite = suite_from_spec(spec)  # --env.task=a,b (a list of task names): one durable run per task
+        if shard is not None:  # one shard of the evaluation (a resume's is checked against its manifest)
+            from fasteval.run.shards import check_shardable, parse_shard
+
+            shard = parse_shard(shard)
+            if resume_dir is None:
+                check_shardable(shard, spec, suite=suite is not None)
         if files.defaults == LEROBOT and resume_dir is None:  # LeRobot writes over an earlier run; fasteval keeps it
             from fasteval.doors.lerobot_options import rerun_note
 
@@ -543,11 +561,15 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
             if save_episodes_dir is not None:
                 raise UserInputError("--save-episodes is not supported for a list of tasks yet; run one task at a time.")
             sys.exit(suite_command(spec, suite, out_dir, files, profile, report))
-        engine = build_engine(spec)
+        from fasteval.doors.backend_options import build_run_engine
+
+        engine = build_run_engine(spec, backend, build_engine)
     except UserInputError as exc:
         fail(str(exc), EXIT_BAD_INPUT)
-    outcome = run_one(engine, out_dir, resume=resume_dir is not None)
-    code = end_of_run(outcome, spec, out_dir, files, profile, wanted=spec.n_episodes, save_episodes_dir=save_episodes_dir,
+    outcome = run_one(engine, out_dir, resume=resume_dir is not None, shard=shard)
+    shard = outcome.result.meta.get("shard")  # a resumed shard's is its manifest's
+    wanted = len(range(shard["index"], spec.n_episodes, shard["count"])) if shard else spec.n_episodes
+    code = end_of_run(outcome, spec, out_dir, files, profile, wanted=wanted, save_episodes_dir=save_episodes_dir,
                       report=report)
     if code != EXIT_OK:
         sys.exit(code)
@@ -648,21 +670,23 @@ def build_engine(spec: Any) -> Any:
     return engine
 
 
-def run_one(engine: Any, out_dir: Path, resume: bool) -> Any:
-    """Run ``engine`` durably into ``out_dir`` with a progress bar; errors before the run exit 2, errors in it 1."""
+def run_one(engine: Any, out_dir: Path, resume: bool, shard: Any = None) -> Any:
+    """Run ``engine`` durably into ``out_dir`` with a progress bar; errors before the run exit 2, errors in it 1.
+    ``shard``: only shard K of N's episodes (``--shard``, :mod:`fasteval.run.shards`)."""
     from fasteval.run.durable import run_durable
     from fasteval.run.rundir import RunDirectory
     from fasteval.types.errors import FastevalError, UserInputError
 
     spec = engine.spec
-    progress = _Progress(spec.n_episodes * spec.n_policies, enabled=sys.stderr.isatty(),
+    total = shard.size(spec.n_episodes) if shard is not None else spec.n_episodes
+    progress = _Progress(total * spec.n_policies, enabled=sys.stderr.isatty(),
                          signal=lambda: bool(engine.envs.has_success_signal), engine=engine)
     if spec.n_policies > 1 and spec.stop_when is not None:  # the race says its eliminations as they happen
         engine.announce = lambda line: (progress.bar.write(line, file=sys.stderr) if progress.bar is not None
                                         else click.echo(line, err=True))
     try:
         return run_durable(engine, RunDirectory(out_dir), resume=resume, on_finished=progress,
-                           announce=lambda m: click.echo(m, err=True))
+                           announce=lambda m: click.echo(m, err=True), shard=shard)
     except UserInputError as exc:
         fail(str(exc), EXIT_BAD_INPUT)
     except FastevalError as exc:

@@ -40,6 +40,7 @@ prints the resume command and ends the process with exit code 1.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
@@ -58,12 +59,13 @@ from fasteval.run.folder_lock import FolderLock
 from fasteval.run.provenance import collect_provenance
 from fasteval.run.record import EpisodeRows, Label, default_label, manifest_document
 from fasteval.run.record_many import build_run_record
+from fasteval.run.shards import Shard, check_shardable, shard_of_folder
 from fasteval.types.eval_result import RESUMED_GLOBAL_RNG
 from fasteval.types.errors import FastevalError, UserInputError
 from fasteval.types.results import (STATUS_COMPLETE, STATUS_FAILED, STATUS_INTERRUPTED, STATUS_RUNNING,  # noqa: F401
                                     EarlierSegments, EpisodeTable, EvalResult)
 from fasteval.run.rundir import (EVAL_INFO, MANIFEST, RunDirectory, RunIdentity, check_resumable, format_records,
-                                  episode_lines, policy_digest, resume_command)
+                                  episode_lines, resume_command)
 from fasteval.types.spec import EvalSpec
 
 
@@ -89,12 +91,10 @@ class DurableOutcome:
 
 
 def run_identity(spec: EvalSpec, engine: Engine) -> dict[str, Any]:
-    """What the manifest holds besides the spec and must match on resume: the policy's weight digest and
-    the step cap the env resolved to; and, where the env has one, its protocol card (LIBERO's:
-    :mod:`fasteval.robot.lerobot.libero_protocol`), recorded, not compared (a resume on another machine may
-    render with another GL renderer)."""
-    return {"policy_digest": policy_digest(engine.policy, spec.policy), "max_steps": engine.max_steps,
-            **{k: v for k, v in engine._env_facts().items() if k == "protocol"}}
+    """What the manifest holds besides the spec and must match on resume: the engine's
+    :meth:`~fasteval.run.engine.Engine.identity_facts` (the policy's weight digest, the resolved step cap, the
+    env's protocol card where it has one)."""
+    return dict(engine.identity_facts())
 
 
 @dataclass(frozen=True)
@@ -464,9 +464,13 @@ def _resumed_global_rng(segments: list[dict[str, Any]], n_recorded: int) -> bool
     return n_recorded > entered > 0 and any(segment.get(POLICY_RNG) == GLOBAL_RNG for segment in segments)
 
 
-def missing_episodes(spec: EvalSpec, done: EpisodeTable) -> list[Any] | None:
+def missing_episodes(spec: EvalSpec, done: EpisodeTable, shard: Shard | None = None) -> list[Any] | None:
     """What a (resumed) run still has to run: ``None`` (everything), the missing episode indices, or for a
-    many-policy run the missing ``(policy, episode)`` pairs (the engine's race drops those it no longer needs)."""
+    many-policy run the missing ``(policy, episode)`` pairs (the engine's race drops those it no longer needs).
+    ``shard``: a run over shard K of N (:mod:`fasteval.run.shards`): only its episode indices."""
+    if shard is not None:
+        done_ix = set(done.column("episode_ix").tolist()) if len(done) else set()
+        return [i for i in shard.episodes(spec.n_episodes) if i not in done_ix]
     if not len(done):
         return None
     ixs = done.column("episode_ix").tolist()
@@ -486,9 +490,11 @@ def run_durable(
     announce: Callable[[str], None] = lambda message: print(message, file=sys.stderr),
     flush_policy: FlushPolicy = FlushPolicy(),
     task: Label | None = None,
+    shard: Shard | None = None,
 ) -> DurableOutcome:
     """Run ``engine.spec`` into ``run_dir`` (see the module docstring); ``task``: the label of its records
-    (a suite's task; default: the env's names).
+    (a suite's task; default: the env's names); ``shard``: run only shard K of N's episodes
+    (:mod:`fasteval.run.shards`; a resumed run's is its manifest's).
 
     Loses no finished episode on a normal exit, an error or a signal, and at most
     ``flush_policy``'s window on a kill. Raises :class:`~fasteval.types.errors.UserInputError` (the
@@ -502,20 +508,25 @@ def run_durable(
             if not run_dir.path.is_dir():
                 run_dir.read_manifest()  # raises: "no manifest.json there"
             lock.acquire()  # before anything is read: a second process on the folder exits 2 naming us
-        return _run(engine, run_dir, resume, on_finished, announce, flush_policy, lock, task)
+        return _run(engine, run_dir, resume, on_finished, announce, flush_policy, lock, task, shard)
     finally:
         lock.release()
 
 
 def _run(engine: Engine, run_dir: RunDirectory, resume: bool, on_finished: Callable[[Any, Any], None] | None,
          announce: Callable[[str], None], flush_policy: FlushPolicy, lock: FolderLock,
-         task: Label | None) -> DurableOutcome:
+         task: Label | None, shard: Shard | None = None) -> DurableOutcome:
     spec = engine.spec
     identity = run_identity(spec, engine)
     original_manifest, earlier, segments = _earlier_segments(run_dir, spec, identity, resume)
+    if resume:
+        shard = shard_of_folder(original_manifest, shard, run_dir.path)
+    if shard is not None:
+        check_shardable(shard, spec)
+        identity["shard"] = shard.to_dict()  # the manifest says which episodes this folder holds
     this_segment = collect_provenance()  # the command, versions, git commit, machine and date (the report shows them)
     identity["provenance"] = (original_manifest or {}).get("provenance") or this_segment  # the run's first segment
-    missing = missing_episodes(spec, earlier.records)
+    missing = missing_episodes(spec, earlier.records, shard)
     log = _SegmentLog(engine, run_dir, identity, segments, flush_policy, on_finished, announce, lock, resume,
                       task if task is not None else default_label(spec))
     engine.watchdog.on_expire = log.expire
@@ -539,6 +550,8 @@ def _run(engine: Engine, run_dir: RunDirectory, resume: bool, on_finished: Calla
     if log.unavailable is not None:  # the folder could not be set up: this run wrote nothing there
         log.undo(original_manifest)
         raise log.unavailable
+    if shard is not None:  # the record says which episodes of the evaluation it holds
+        segment = dataclasses.replace(segment, facts={**segment.facts, "shard": shard.to_dict()})
     return _finish(spec, segment, earlier, log, write_error, stopper.received, this_segment, task)
 
 

@@ -81,6 +81,17 @@ class Engine(CoreEngine):
                  parts: Any = PARTS):
         super().__init__(spec, parts, n_slots=n_slots, pin_memory=pin_memory)
 
+    def identity_facts(self) -> dict[str, Any]:
+        """What a run folder's manifest holds besides the spec and a resume must match: the policy's weight
+        digest and the step cap the env resolved to; and, where the env has one, its protocol card (LIBERO's:
+        :mod:`fasteval.robot.lerobot.libero_protocol`), recorded, not compared (a resume on another machine may
+        render with another GL renderer). A Ray run's driver asks a worker for these
+        (:class:`fasteval.run.ray_engine.RayEngine`)."""
+        from fasteval.run.rundir import policy_digest
+
+        return {"policy_digest": policy_digest(self.policy, self.spec.policy), "max_steps": self.max_steps,
+                **{k: v for k, v in self._env_facts().items() if k == "protocol"}}
+
     def run(
         self,
         n_episodes: int | None = None,

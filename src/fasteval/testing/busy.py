@@ -1,4 +1,9 @@
-"""A CPU-heavy toy env for throughput benchmarks (pipelining, async workers).
+"""CPU-heavy toy envs for throughput benchmarks (pipelining, async workers, Ray workers).
+
+``BusyKnownAnswerEnv(work=N)`` (``fasteval/BusyKnownAnswer-v0``): the known-answer env
+(:mod:`fasteval.testing.envs`, the same numbers per seed) that burns ``N`` 64-element dot products per
+step: a fixed amount of CPU work, the same in every process (pass ``N``, not milliseconds, so that a busy
+machine shows its contention instead of hiding it).
 
 ``BusyEnv(step_ms=1.0, image=True)``: each step burns ``step_ms`` milliseconds of CPU in
 NumPy (a fixed amount of arithmetic, calibrated once per process), returns a 64x64x3 uint8
@@ -12,6 +17,8 @@ import time
 
 import gymnasium as gym
 import numpy as np
+
+from fasteval.testing.envs import KnownAnswerEnv
 
 _WORK_PER_MS: int | None = None
 
@@ -64,3 +71,26 @@ class BusyEnv(gym.Env):
 
 def make_busy_env(**kwargs) -> BusyEnv:
     return BusyEnv(**kwargs)
+
+
+def work_per_ms() -> int:
+    """64-element dot products per millisecond here (calibrated once per process)."""
+    global _WORK_PER_MS
+    if _WORK_PER_MS is None:
+        _WORK_PER_MS = _calibrate()
+    return _WORK_PER_MS
+
+
+class BusyKnownAnswerEnv(KnownAnswerEnv):
+    """:class:`~fasteval.testing.envs.KnownAnswerEnv` plus ``work`` dot products of CPU per step."""
+
+    def __init__(self, work: int = 1000, **kwargs):
+        super().__init__(**kwargs)
+        self.work = int(work)
+        self._vec = np.random.default_rng(1).standard_normal(64)
+
+    def step(self, action):
+        v = self._vec
+        for _ in range(self.work):
+            v @ v
+        return super().step(action)

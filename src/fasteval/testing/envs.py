@@ -26,6 +26,8 @@ import gymnasium as gym
 import numpy as np
 
 KNOWN_ANSWER_ID = "fasteval/KnownAnswer-v0"
+BUSY_KNOWN_ANSWER_ID = "fasteval/BusyKnownAnswer-v0"
+"""The known-answer env with a fixed CPU cost per step (:class:`fasteval.testing.busy.BusyKnownAnswerEnv`)."""
 """The gymnasium id of :class:`KnownAnswerEnv`, registered by :func:`register_envs` (which importing
 :mod:`fasteval.testing` calls; ``import fasteval`` registers nothing)."""
 
@@ -38,6 +40,9 @@ def register_envs() -> None:
     it) imports it before gymnasium looks the id up."""
     if KNOWN_ANSWER_ID not in gym.registry:
         gym.register(id=KNOWN_ANSWER_ID, entry_point="fasteval.testing.envs:KnownAnswerEnv", max_episode_steps=64)
+    if BUSY_KNOWN_ANSWER_ID not in gym.registry:
+        gym.register(id=BUSY_KNOWN_ANSWER_ID, entry_point="fasteval.testing.busy:BusyKnownAnswerEnv",
+                     max_episode_steps=64)
 
 
 def episode_length(seed: int) -> int:

@@ -1,0 +1,478 @@
+"""``--backend ray``: one evaluation across the nodes of a Ray cluster, exact per episode.
+
+The driver (this process) keeps what a run is: the ledger of the evaluation's episodes, the run folder
+and the record (:func:`fasteval.run.durable.run_durable` drives a :class:`RayEngine` as it drives a local
+:class:`~fasteval.run.engine.Engine`). The work goes to Ray actors (:class:`EpisodeWorker`), spread over
+the cluster's nodes (``SPREAD``), each with ``num_cpus``/``num_gpus``: an actor builds the existing engine
+once (envs, policy, dry run) and runs the blocks of episode indices it leases, as a resumed run runs its
+missing episodes (episode ``i`` always with seed ``seed + i``), and returns the block's finished rows.
+
+The driver leases blocks in index order (``block`` episodes each, default the batch size), writes each
+block's rows into its ledger by index, and hands them up (``episodes.jsonl``, the progress bar) as they
+arrive: a result never depends on which actor or node ran an episode, nor on the order blocks came back.
+
+Faults: an actor that dies (killed, its node removed, its process crashed) loses its block; the block goes
+back to the head of the queue and runs again from its seeds on a new actor (Ray places it on a node that
+is still there). A block is leased at most :data:`MAX_LEASES` times; a block that kills every actor it
+meets fails the run. Nothing is counted twice: a block's rows are written once, when it returns.
+
+Stop rules (``--stop-when``) decide here, on index prefixes, as blocks arrive (the rule's prefix gate reads
+episodes in index order whatever order they come back in, so ``k`` is the local run's); once the rule holds,
+no block is leased any more, and the blocks still out are abandoned (their episodes count in ``n_cancelled``,
+and rows past ``k`` that came back are listed as computed past the stop, not counted), as in the local engine.
+
+Not yet (refused, exit 2): several policies (so no race), videos and ``--save-episodes``. A policy that draws from torch's global RNG is seeded per
+block (as per resumed segment): deterministic and per-episode-noise policies are exact.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from fasteval.core.ledger import Ledger
+from fasteval.core.outcome import Segment, SegmentAborted
+from fasteval.core.stopping import StopRuleError, StopWhen
+from fasteval.core.watchdog import Watchdog
+from fasteval.run.engine import Engine
+from fasteval.types.errors import UserInputError
+from fasteval.types.spec import EvalSpec
+
+MAX_LEASES = 3
+"""Times one block may be leased (its actor died each time before): then the run fails."""
+
+ROW_COLUMNS = ("sum_reward", "max_reward", "length", "nan_rewards", "success", "finished", "failed", "attempts")
+"""The ledger's per-row arrays a worker sends back for its block."""
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """How the Ray backend places its workers (``--address``, ``--ray-workers``, ``--num-cpus``, ``--num-gpus``,
+    ``--ray-block``)."""
+
+    address: str | None = None
+    """The cluster to join (``auto``, ``ray://HOST:PORT``, ``HOST:PORT``); ``None``: the running Ray
+    instance, else a new local one."""
+    workers: int | None = None
+    """Worker actors; ``None``: as many as the cluster's CPUs allow (``CPU // num_cpus``, at least 1)."""
+    num_cpus: float = 1.0
+    """CPUs each worker actor reserves."""
+    num_gpus: float = 0.0
+    """GPUs each worker actor reserves (its policy then runs there: ``--device auto``)."""
+    block: int | None = None
+    """Episodes per lease; ``None``: the batch size."""
+    ship_policy: bool = True
+    """A checkpoint folder policy travels to every actor through Ray's object store (its digest checked on
+    arrival), so the nodes need not share its path; ``False``: each node reads the path itself."""
+
+    def __post_init__(self) -> None:
+        if self.workers is not None and self.workers < 1:
+            raise UserInputError(f"--ray-workers: expected at least 1, got {self.workers}.")
+        if self.num_cpus < 0 or self.num_gpus < 0:
+            raise UserInputError(f"--num-cpus/--num-gpus: expected >= 0, got {self.num_cpus}/{self.num_gpus}.")
+        if self.block is not None and self.block < 1:
+            raise UserInputError(f"--ray-block: expected at least 1 episode per lease, got {self.block}.")
+
+
+def check_ray_spec(spec: EvalSpec) -> None:
+    """What the Ray backend cannot run yet: UserInputError (exit 2) saying so and what to do."""
+    if spec.n_policies > 1:
+        raise UserInputError(f"--backend ray runs one policy; this run has {spec.n_policies} (and so no race yet). "
+                             f"Run each policy on its own, or run them together locally.")
+    if spec.max_episodes_rendered or spec.return_episode_data:
+        raise UserInputError("--backend ray does not render videos nor save episode data yet (--videos, "
+                             "--save-episodes): run those locally.")
+
+
+@dataclass(frozen=True)
+class FolderPackage:
+    """A checkpoint folder as it travels to the actors: its files' bytes and their digest."""
+
+    name: str
+    """The folder's own name (kept on arrival: a loader may read it)."""
+    files: dict[str, bytes]
+    """Path relative to the folder -> the file's bytes."""
+    digest: str
+    """:func:`files_digest` of ``files``, computed where the folder was read."""
+
+    @property
+    def n_bytes(self) -> int:
+        return sum(len(b) for b in self.files.values())
+
+
+def files_digest(files: dict[str, bytes]) -> str:
+    """sha256 over the sorted (relative path, sha256 of the bytes) pairs of a folder's files."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in sorted(files):
+        h.update(name.encode())
+        h.update(hashlib.sha256(files[name]).digest())
+    return h.hexdigest()
+
+
+def pack_folder(path: str) -> FolderPackage:
+    """Every file under ``path`` (links followed), with the digest of the lot."""
+    from pathlib import Path
+
+    root = Path(path)
+    files = {str(f.relative_to(root)): f.read_bytes() for f in sorted(root.rglob("*")) if f.is_file()}
+    return FolderPackage(root.resolve().name, files, files_digest(files))
+
+
+def unpack_folder(package: FolderPackage, into: str) -> str:
+    """Write ``package`` under ``into/<its name>`` after checking its digest (a RuntimeError when the bytes
+    that arrived are not those that left); returns the folder's new path."""
+    from pathlib import Path
+
+    arrived = files_digest(package.files)
+    if arrived != package.digest:
+        raise RuntimeError(f"the checkpoint folder {package.name!r} arrived damaged: digest {arrived[:12]}..., "
+                           f"sent as {package.digest[:12]}.... Run again; if it repeats, use --no-ship-policy with "
+                           f"the folder at the same path on every node.")
+    root = Path(into) / package.name
+    for name, data in package.files.items():
+        target = root / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    return str(root)
+
+
+def policy_package(spec: EvalSpec, options: RayOptions) -> FolderPackage | None:
+    """The spec's checkpoint folder, packed to ship (``options.ship_policy`` and a local folder policy), else None."""
+    import os
+
+    policy = spec.policy
+    if options.ship_policy and isinstance(policy, str) and os.path.isdir(policy):
+        return pack_folder(policy)
+    return None
+
+
+class EpisodeWorker:
+    """A Ray actor's body: the existing engine, built once, run on the blocks of episodes it leases.
+    ``package``: the policy's checkpoint folder, shipped (written to a folder of this actor's, digest checked)."""
+
+    def __init__(self, spec: EvalSpec, package: FolderPackage | None = None):
+        self.engine, self.error = None, None
+        try:  # an actor whose constructor raises dies, and its error would reach the driver as a dead actor
+            if package is not None:
+                import tempfile
+
+                spec = spec.replace(policy=unpack_folder(package, tempfile.mkdtemp(prefix="fasteval-policy-")))
+            self.policy_path = spec.policy
+            self.engine = Engine(spec)
+        except Exception as exc:  # noqa: BLE001 -- raised again by identity(): the driver's first call
+            self.error = exc
+
+    def policy_ref(self) -> Any:
+        """The policy reference this actor's engine loaded (a shipped folder: this actor's copy)."""
+        return self.policy_path
+
+    def identity(self) -> dict[str, Any]:
+        """What the run folder's manifest holds about the policy and env (its digest, the step cap); the
+        engine's own error (a bad spec: exit 2) when it could not be built."""
+        if self.error is not None:
+            raise self.error
+        return self.engine.identity_facts()
+
+    def node(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+    def run_block(self, episodes: Sequence[int]) -> dict[str, Any]:
+        """Run episodes ``episodes`` (global indices): their rows, faults, timings and facts; an error that
+        stopped the block comes back in ``error`` with the rows finished before it."""
+        error = None
+        try:
+            segment = self.engine.run_segment(episodes=list(episodes))
+        except SegmentAborted as exc:
+            segment, error = exc.segment, exc.segment.error
+        ledger = segment.ledger
+        return {"episode_ids": ledger.episode_ids.copy(), **{c: getattr(ledger, c).copy() for c in ROW_COLUMNS},
+                "success_signal": bool(segment.success_signal), "errors": list(segment.errors),
+                "timings": dict(segment.timings), "eval_s": segment.eval_s, "facts": dict(segment.facts),
+                "error": error, "node": self.node()}
+
+
+class _RemoteEnvs:
+    """What the doors read of a run's envs while it runs: whether they have reported a success signal."""
+
+    has_success_signal = False
+
+
+class RayEngine:
+    """The driver of a run on Ray: the engine interface :func:`~fasteval.run.durable.run_durable` drives
+    (``spec``, :meth:`identity_facts`, :meth:`run_segment`, :meth:`stop_starting`, ``ledger``,
+    ``watchdog``, :meth:`close`), with the episodes run by :class:`EpisodeWorker` actors."""
+
+    def __init__(self, spec: EvalSpec, options: RayOptions = RayOptions()):
+        check_ray_spec(spec)
+        try:
+            import ray
+        except ImportError:
+            raise UserInputError("--backend ray needs Ray: pip install 'fasteval[ray]'.") from None
+        self.ray = ray
+        self.spec, self.options = spec, options
+        self.started_ray = not ray.is_initialized()
+        if self.started_ray:
+            ray.init(address=options.address, include_dashboard=False, log_to_driver=False)
+        self.watchdog = Watchdog()
+        """Never armed here (the workers' engines keep their own): run_durable sets its expiry."""
+        self.envs = _RemoteEnvs()
+        self.ledger: Ledger | None = None
+        self.stop_rule = None
+        self.announce: Callable[[str], None] | None = None
+        self.block = int(options.block or spec.n_slots)
+        per_worker = options.num_cpus or 1.0
+        cpus = float(ray.cluster_resources().get("CPU", 1.0))
+        self.n_workers = int(options.workers or max(1, int(cpus // per_worker)))
+        self._actor_class = ray.remote(EpisodeWorker).options(
+            num_cpus=options.num_cpus, num_gpus=options.num_gpus, max_restarts=0, scheduling_strategy="SPREAD")
+        self.actors: list[Any] = []
+        self.leases: dict[Any, tuple[Any, np.ndarray, int]] = {}
+        """Blocks out on actors: ``{object ref: (actor, ledger rows, lease count)}``."""
+        self.actors_lost = 0
+        self.node_of: dict[int, str] = {}
+        """``{id(actor): Ray node id}`` of the actors that have returned a block (where they run)."""
+        self.package = policy_package(spec, options)
+        self._package_ref = ray.put(self.package) if self.package is not None else None
+        try:
+            self.actors = [self._new_actor() for _ in range(self.n_workers)]
+            self._identity = self._first_answer(lambda actor: actor.identity.remote())
+        except BaseException:
+            self.close()
+            raise
+        self.max_steps = self._identity.get("max_steps")
+
+    def _new_actor(self) -> Any:
+        return self._actor_class.remote(self.spec, self._package_ref)
+
+    def _first_answer(self, call: Callable[[Any], Any]) -> dict[str, Any]:
+        """Every actor's answer (each has built its engine: start-up stays out of the run), the first one's
+        returned; a bad spec raises the engine's own error (exit 2)."""
+        try:
+            return self.ray.get([call(actor) for actor in self.actors])[0]
+        except self.ray.exceptions.RayTaskError as exc:
+            raise _cause(exc) from None
+
+    def identity_facts(self) -> dict[str, Any]:
+        return dict(self._identity)
+
+    run = Engine.run
+    """The library's door, as a local engine's: run and return the record (:meth:`fasteval.run.engine.Engine.run`)."""
+
+    def stop_starting(self) -> None:
+        """Graceful stop: the blocks out finish, no block is leased any more."""
+        if self.ledger is not None:
+            self.ledger.stop_starting()
+
+    def run_segment(self, n_episodes: int | None = None, seed: int | None = None,
+                    on_finished: Callable[[Ledger, np.ndarray], None] | None = None,
+                    episodes: Sequence[int] | None = None, on_error: Callable[[dict[str, Any]], None] | None = None,
+                    observer: Any = None, earlier: Any = None) -> Segment:
+        """Run the spec's episodes (or ``episodes``: a resume's missing ones) on the actors; hand up the
+        segment, as :meth:`fasteval.core.engine.CoreEngine.run_segment` does (:class:`SegmentAborted` when the
+        run stopped early, holding every block that came back)."""
+        spec = self.spec
+        ids = np.arange(spec.n_episodes if n_episodes is None else n_episodes) if episodes is None else \
+            np.asarray(sorted({int(e) for e in episodes}), dtype=np.int64)
+        cap = spec.n_episodes if episodes is not None or n_episodes is None else int(n_episodes)
+        stop = self._stop_rule(cap, earlier)
+        self.stop_rule = stop
+        if stop is not None and stop.fired:
+            ids = ids[:0]  # the rule held on the earlier segments: the run stays stopped
+        ledger = Ledger(len(ids), max(1, self.n_workers), spec.seed if seed is None else int(seed), ids)
+        self.ledger = ledger
+        state = _Blocks()
+        state.stop, state.cap = stop, cap
+        state.idle.extend(self.actors)
+        started = time.perf_counter()
+        try:
+            self._drive(ledger, state, on_finished or (lambda ledger, rows: None), on_error or (lambda record: None))
+        except BaseException as exc:
+            if isinstance(exc, UserInputError) and not ledger.finished.any():
+                raise  # the workers' dry run failed: nothing was evaluated
+            raise SegmentAborted(self._segment(ledger, state, time.perf_counter() - started, exc)) from exc
+        finally:
+            for ref in list(self.leases):  # a block still out (an error, a second signal): abandoned
+                actor, rows, _ = self.leases.pop(ref)
+                ledger.n_cancelled += len(rows)
+        if state.error is not None:
+            if isinstance(state.error, UserInputError) and not ledger.finished.any():
+                raise state.error
+            raise SegmentAborted(self._segment(ledger, state, time.perf_counter() - started, state.error))
+        return self._segment(ledger, state, time.perf_counter() - started, None)
+
+    def _stop_rule(self, cap: int, earlier: Any) -> StopWhen | None:
+        """The spec's ``stop_when`` as the local engine builds it (fed the earlier segments' episodes), or None."""
+        spec = self.spec
+        if spec.stop_when is None:
+            return None
+        stop = StopWhen(spec.stop_when, spec.confidence, spec.return_bounds, cap=cap,
+                        min_feed=max(1, self.block // 4), design=spec.design)
+        if earlier is not None:
+            stop.prime(earlier.records, earlier.n_cancelled)
+        return stop
+
+    def _drive(self, ledger: Ledger, state: "_Blocks", on_finished: Callable[[Ledger, np.ndarray], None],
+               on_error: Callable[[dict[str, Any]], None]) -> None:
+        """Lease blocks to idle actors, land the blocks that come back, until none is out or left."""
+        ray = self.ray
+        while True:
+            if state.error is None:
+                self._lease(ledger, state)
+            if not self.leases:
+                return
+            ready, _ = ray.wait(list(self.leases), num_returns=1, timeout=0.5)
+            for ref in ready:
+                actor, rows, count = self.leases.pop(ref)
+                try:
+                    out = ray.get(ref)
+                except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError):  # the actor or its node is gone
+                    # (or the block's result with it): its block goes back
+                    self._lost(actor, rows, count, state)
+                    continue
+                except ray.exceptions.RayTaskError as exc:  # the worker's engine raised outside a block's run
+                    state.error = state.error or _cause(exc)
+                    state.idle.append(actor)
+                    continue
+                state.idle.append(actor)
+                self._land(ledger, rows, out, state, on_finished, on_error, actor)
+            if ledger.stop_requested:  # the stop rule held: the blocks still out are abandoned
+                self._abandon(ledger)
+                return
+
+    def _abandon(self, ledger: Ledger) -> None:
+        """Drop the blocks still out (their episodes have no record; counted in ``n_cancelled``). Their actors
+        finish them and are idle again for a next run (their results are never read)."""
+        for ref in list(self.leases):
+            _, rows, _ = self.leases.pop(ref)
+            ledger.n_cancelled += len(rows)
+
+    def _lease(self, ledger: Ledger, state: "_Blocks") -> None:
+        """Give each idle actor a block: a lost block first (lowest indices first), then the next in index order."""
+        while state.idle:
+            if ledger.starting_stopped:  # a graceful stop: no block starts, not even a lost one
+                return
+            if state.returned:
+                rows, count = state.returned.popleft()
+            else:
+                start, stop = ledger.next_episode, min(ledger.limit, ledger.next_episode + self.block)
+                if start >= stop:
+                    return
+                ledger.next_episode = stop
+                rows, count = np.arange(start, stop), 0
+            actor = state.idle.popleft()
+            ref = actor.run_block.remote(ledger.episode_ids[rows].tolist())
+            self.leases[ref] = (actor, rows, count + 1)
+
+    def _lost(self, actor: Any, rows: np.ndarray, count: int, state: "_Blocks") -> None:
+        """An actor died with ``rows`` leased: they go back to the queue (in index order) and a new actor takes
+        its place; a block lost :data:`MAX_LEASES` times fails the run."""
+        self.actors_lost += 1
+        self.actors = [a for a in self.actors if a is not actor]
+        if count >= MAX_LEASES:
+            state.error = state.error or RuntimeError(
+                f"episodes {int(self.ledger.episode_ids[rows[0]])}..{int(self.ledger.episode_ids[rows[-1]])} lost "
+                f"their Ray worker {count} times (an actor or node died each time); the run stops. Every finished "
+                f"episode is kept: fix the cause, then --resume.")
+            return
+        state.returned.append((rows, count))
+        state.returned = collections.deque(sorted(state.returned, key=lambda item: int(item[0][0])))
+        replacement = self._new_actor()
+        self.actors.append(replacement)
+        state.idle.append(replacement)
+
+    def _land(self, ledger: Ledger, rows: np.ndarray, out: dict[str, Any], state: "_Blocks",
+              on_finished: Callable[[Ledger, np.ndarray], None], on_error: Callable[[dict[str, Any]], None],
+              actor: Any = None) -> None:
+        """A block came back: its rows into the ledger by index, its faults and finished rows handed up."""
+        assert np.array_equal(out["episode_ids"], ledger.episode_ids[rows]), "a block came back for other episodes"
+        for column in ROW_COLUMNS:
+            getattr(ledger, column)[rows] = out[column]
+        ledger.failed_rows.extend(int(rows[k]) for k in np.flatnonzero(out["failed"]))
+        for record in out["errors"]:
+            state.errors.append(record)
+            on_error(record)
+        state.add(out)
+        self.node_of[id(actor)] = out["node"]
+        ledger.acc_len[0] += 1  # progress the stop grace watches (the driver's slots hold no episode)
+        self.envs.has_success_signal = self.envs.has_success_signal or out["success_signal"]
+        ledger.success_signal = out["success_signal"]
+        done = rows[out["finished"]]
+        if done.size:
+            on_finished(ledger, done)
+            if state.stop is not None:  # decides on the index prefix, whatever order blocks come back in
+                state.stop.on_finished(ledger, done)
+        if out["error"] is not None:
+            state.error = state.error or out["error"]
+
+    def _segment(self, ledger: Ledger, state: "_Blocks", eval_s: float, error: BaseException | None) -> Segment:
+        if state.stop is not None:
+            try:
+                state.stop.finish(ledger)
+            except StopRuleError as exc:  # a return outside --return-bounds: the run's error
+                error = error or exc
+        facts = {**state.facts, "backend": "ray", "ray_workers": self.n_workers, "ray_block": self.block,
+                 "ray_nodes": len(state.nodes), "ray_actors_lost": self.actors_lost,
+                 **({"policy_shipped": {"digest": self.package.digest, "bytes": self.package.n_bytes}}
+                    if self.package is not None else {}),
+                 "has_success_signal": bool(self.envs.has_success_signal),
+                 "n_out_of_range_actions": state.out_of_range}
+        return Segment(ledger=ledger, errors=tuple(state.errors), eval_s=eval_s, timings=dict(state.timings),
+                       facts=facts, success_signal=bool(self.envs.has_success_signal), stop=state.stop,
+                       cap=state.cap, error=error, outputs={})
+
+    def close(self) -> None:
+        for actor in self.actors:
+            try:
+                self.ray.kill(actor)
+            except Exception:  # noqa: BLE001 -- already gone
+                pass
+        self.actors = []
+        self.watchdog.close()
+        if self.started_ray:
+            self.ray.shutdown()
+            self.started_ray = False
+
+    def __enter__(self) -> "RayEngine":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class _Blocks:
+    """The driver's state of one run: idle actors, lost blocks waiting, what came back so far."""
+
+    def __init__(self) -> None:
+        self.idle: collections.deque = collections.deque()
+        self.returned: collections.deque = collections.deque()
+        self.errors: list[dict[str, Any]] = []
+        self.timings: dict[str, float] = {}
+        self.facts: dict[str, Any] = {}
+        self.nodes: set[str] = set()
+        self.out_of_range = 0
+        self.error: BaseException | None = None
+        self.stop: StopWhen | None = None
+        self.cap: int | None = None
+
+    def add(self, out: dict[str, Any]) -> None:
+        for stage, seconds in out["timings"].items():
+            self.timings[stage] = self.timings.get(stage, 0.0) + float(seconds)
+        if not self.facts:
+            self.facts = dict(out["facts"])
+        self.nodes.add(out["node"])
+        self.out_of_range += int(out["facts"].get("n_out_of_range_actions", 0))
+
+
+def _cause(exc: BaseException) -> BaseException:
+    """The exception a Ray task raised (a UserInputError stays one: exit 2), without Ray's wrapping."""
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, BaseException) else exc
+
