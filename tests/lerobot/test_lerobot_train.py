@@ -121,3 +121,56 @@ def test_lerobot_summary_aggregates_as_lerobot_does():
     assert out["overall"]["avg_sum_reward"] == 2.0  # nanmean, as LeRobot's _agg_from_list
     assert out["overall"]["pc_success"] == pytest.approx(100 / 3) and out["overall"]["eval_ep_s"] == pytest.approx(2 / 3)
     assert set(out) == {"per_task", "per_group", "overall"} and out["per_group"]["g"]["n_episodes"] == 3
+
+
+# -- the env settings of a training config, as the records store them (issue 42) -----------------------------
+def _needs(module: str) -> None:
+    pytest.importorskip(module, reason=f"--env.type needs {module}")
+
+
+NON_DEFAULT_SETTINGS = [
+    pytest.param("pusht", {"obs_type": "environment_state_agent_pos"}, None, id="pusht-env-state"),
+    pytest.param("pusht", {"observation_height": 96, "observation_width": 96}, None, id="pusht-96px"),
+    pytest.param("libero", {"task": "libero_spatial", "observation_height": 128, "observation_width": 128},
+                 "libero", id="libero-128px"),
+    pytest.param("libero", {"task": "libero_spatial", "task_ids": [3], "obs_type": "pixels",
+                            "camera_name_mapping": {"agentview_image": "front"}}, "libero", id="libero-pixels"),
+    pytest.param("metaworld", {"task": "push-v3", "obs_type": "pixels"}, "metaworld", id="metaworld-pixels"),
+]
+
+
+@pytest.mark.parametrize(("env_type", "settings", "module"), NON_DEFAULT_SETTINGS)
+def test_non_default_env_settings_are_recorded_and_rebuild_the_same_config(env_type, settings, module, tmp_path):
+    """LeRobot derives ``features`` (``PolicyFeature`` values, not JSON) from the other settings: env_options leaves
+    them out, the record of the evaluation is written, and the options rebuild the same config (features too)."""
+    if module is not None:
+        _needs(module)
+    from lerobot.envs.factory import make_env_config
+
+    from fasteval.integrations.lerobot_train import ENV_REF, _tasks, env_options
+    from fasteval.types.json_writer import write_json_atomic
+    from fasteval.types.spec import EvalSpec
+
+    cfg = make_env_config(env_type, **settings)
+    options = env_options(cfg)
+    assert "features" not in options and "features_map" not in options
+    assert {k: options[k] for k in settings if k != "task"} == {k: v for k, v in settings.items() if k != "task"}
+    rebuilt = make_env_config(env_type, **({"task": cfg.task} if cfg.task is not None else {}), **options)
+    assert (rebuilt.features, rebuilt.features_map) == (cfg.features, cfg.features_map)
+    for _group, _task_id, kwargs in _tasks(cfg):
+        what = EvalSpec(env=ENV_REF, env_kwargs=kwargs, policy="ckpt").what.to_dict()
+        json.dumps(what, allow_nan=True)  # no default=: plain values only
+        write_json_atomic(tmp_path / "eval_info.json", {"meta": {"what": what}})
+
+
+def test_features_set_by_hand_are_refused_with_the_reason():
+    from lerobot.configs.types import FeatureType, PolicyFeature
+    from lerobot.envs.factory import make_env_config
+
+    from fasteval.integrations.lerobot_train import env_options
+    from fasteval.types.errors import UserInputError
+
+    cfg = make_env_config("pusht")
+    cfg.features["extra"] = PolicyFeature(type=FeatureType.STATE, shape=(3,))
+    with pytest.raises(UserInputError, match="features differ from what LeRobot derives"):
+        env_options(cfg)
