@@ -583,15 +583,16 @@ def resolve_run(ctx: click.Context, options: dict[str, Any], files: FileOptions,
 
 
 def default_videos_dir(spec: Any, out_dir: Path) -> Path:
-    """``OUTPUT_DIR/videos``; LeRobot's layout, one task: its task's folder, ``videos/<group>_0``."""
+    """``OUTPUT_DIR/videos``; LeRobot's layout, one task: its task's folder, ``videos/<group>_<task_id>``."""
     from fasteval.doors.suites import suite_from_spec
 
     if spec.video_layout != LEROBOT or suite_from_spec(spec) is not None:
         return out_dir / "videos"  # a suite puts each task's videos in videos/<group>_<task_id>/
-    from fasteval.robot.env_names import task_names
+    from fasteval.robot.env_names import task_label
     from fasteval.types.eval_result import task_folder
 
-    return out_dir / "videos" / task_folder(task_names(spec.env, spec.env_kwargs)[0], 0)
+    group, task_id, _task = task_label(spec.env, spec.env_kwargs)
+    return out_dir / "videos" / task_folder(group, task_id)
 
 
 def check_lerobot_first(spec: Any) -> None:

@@ -165,10 +165,13 @@ def _tasks(env_cfg: Any) -> list[tuple[str, int, dict[str, Any]]]:
     suite = suite_tasks(env_cfg.type, task, **options)
     if suite is not None:
         return [(group, task_id, kwargs) for group, task_id, kwargs, _name in suite]
+    from fasteval.robot.env_names import task_label
+
     kwargs = {"type": env_cfg.type, **options}
     if task is not None and task != type(env_cfg)().task:
         kwargs["task"] = task
-    return [(str(env_cfg.type), 0, kwargs)]
+    group, task_id, _name = task_label(ENV_REF, kwargs)  # LeRobot's labels: libero_spatial 3, push-v3 0, pusht 0
+    return [(group, task_id, kwargs)]
 
 
 def _session(cfg: Any, policy: Any, processors: tuple[Any, Any, Any, Any], n_episodes: int,

@@ -187,6 +187,15 @@ def libero_task_names(suite: str) -> list[str]:
         return _task_names(benchmark, suite)
 
 
+def libero_task_name(suite: str, task_id: int) -> str:
+    """LIBERO's name of task ``task_id`` of ``suite``. Raises :class:`UserInputError` for an id out of range."""
+    names = libero_task_names(suite)
+    if not 0 <= int(task_id) < len(names):
+        raise UserInputError(f"--env.type=libero --env.task={suite}: task id {task_id} out of range; the suite has "
+                             f"{len(names)} tasks (ids 0..{len(names) - 1}).")
+    return names[int(task_id)]
+
+
 def _task_names(benchmark: Any, suite: str) -> list[str]:
     suites = benchmark.get_benchmark_dict()
     if suite not in suites:
