@@ -578,6 +578,8 @@ def resolve_run(ctx: click.Context, options: dict[str, Any], files: FileOptions,
     if spec.max_episodes_rendered and spec.videos_dir is None:
         spec = spec.replace(videos_dir=str(default_videos_dir(spec, out_dir)))
     check_output_paths(out_dir, spec)
+    if resume_dir is None and not files.print_config:
+        check_new_output_folder(out_dir, lerobot=files.defaults == LEROBOT)
     check_lerobot_first(spec)
     return spec, out_dir
 
@@ -784,6 +786,23 @@ def check_output_paths(out_dir: Path, spec: Any) -> None:
         problem = path_problem(path, kind="dir", writable=True)
         if problem is not None:
             raise UserInputError(f"the {what} {str(path)!r} is not usable: {problem}. Choose another folder.")
+
+
+def check_new_output_folder(out_dir: Path, lerobot: bool = False) -> None:
+    """A new run never writes over files fasteval did not write: a folder that holds other files and no run is
+    refused (:func:`fasteval.run.output_folder.new_folder_problem`). LeRobot-style options (``lerobot``) move an
+    earlier run's folder aside whole (:func:`~fasteval.doors.lerobot_options.set_aside_earlier_run`)."""
+    from fasteval.run.output_folder import new_folder_problem
+    from fasteval.types.errors import UserInputError
+
+    if lerobot:
+        from fasteval.doors.lerobot_options import holds_earlier_run
+
+        if holds_earlier_run(out_dir):
+            return
+    problem = new_folder_problem(out_dir)
+    if problem is not None:
+        raise UserInputError(problem)
 
 
 def spec_from_manifest(ctx: click.Context, run_dir: Any, options: dict[str, Any], output_dir: Path | None = None,
