@@ -744,9 +744,10 @@ def resume_hint(status: str, recorded: int, wanted: int, out_dir: Path, suite: b
     """How to finish a run that stopped: ``--resume DIR`` (one task; with ``--trust-remote-code`` when the
     run names code, which a manifest cannot allow), or the same command into the same folder (a suite
     resumes each task's run folder)."""
+    from fasteval.doors.suites import suite_resume
     from fasteval.run.rundir import resume_command
 
-    how = f"the same command with --output-dir {out_dir}" if suite else resume_command(out_dir, spec)
+    how = suite_resume(out_dir) if suite else resume_command(out_dir, spec)
     what = "interrupted" if status == "interrupted" else "stopped"
     return f"{what} after {recorded} of {wanted} episodes. Resume with:\n  {how}"
 

@@ -281,6 +281,11 @@ def suite_from_spec(spec: EvalSpec) -> dict[str, dict[int, Task]] | None:
     return None
 
 
+def suite_resume(out_dir: str | Path) -> str:
+    """How a suite that stopped is finished: the same command into the same folder (each task's run resumes)."""
+    return f"the same command with --output-dir {out_dir}"
+
+
 @dataclass(frozen=True)
 class SuiteOutcome:
     """A command-line suite: the merged record (its ``meta["status"]`` is the suite's end state: the first
@@ -330,6 +335,7 @@ def run_suite_durable(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], ou
         task_spec = spec.replace(**task_fields(task, budget, videos_root / label))
         folder = out_dir / "tasks" / label
         run_dir = RunDirectory(folder)
+        run_dir.resume = f"run {suite_resume(out_dir)}"  # a suite resumes each task's folder
         resume = run_dir.has_manifest()  # the same command again: finish (or reuse) the task's run
         announce(f"task {group}/{task_id} ({task.name or task.env}) -> {folder}" + (" (resuming)" if resume else ""))
         with Engine(task_spec) as engine:
@@ -352,7 +358,8 @@ def run_suite_durable(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], ou
     except OSError as exc:  # a full disk: the tasks' folders hold their records; say only what was written
         from fasteval.run.record_file import write_error
 
-        error, wrote = error or write_error(out_dir / "eval_info.json", exc, out_dir), ()
+        error, wrote = error or write_error(out_dir / "eval_info.json", exc, out_dir,
+                                              f"run {suite_resume(out_dir)}"), ()
     return SuiteOutcome(merged, folders, error, signal_number, wrote)
 
 

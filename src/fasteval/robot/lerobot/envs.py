@@ -52,8 +52,13 @@ def env_config(type: str, task: str | None = None, task_id: int | None = None, *
     """LeRobot's ``EnvConfig`` for one task. Raises :class:`UserInputError` for an unknown type or option."""
     require_lerobot(f"--env.type={type}")
     ensure_headless_gl()  # before LeRobot's env modules import MuJoCo
+    from lerobot.envs.configs import EnvConfig, HubEnvConfig
     from lerobot.envs.factory import make_env_config
 
+    cls = EnvConfig.get_known_choices().get(type)
+    if cls is not None and issubclass(cls, HubEnvConfig):  # a file may name this env (fasteval.types.trust): no hub code
+        raise UserInputError(f"--env.type={type} is not supported: LeRobot downloads this env's code from the hub "
+                             f"({cls.hub_path}) and runs it; fasteval runs no hub code.")
     kwargs = {k: v for k, v in options.items() if k not in LIBERO_FASTEVAL_KWARGS}  # fasteval's, not LeRobot's
     if task is not None:
         kwargs["task"] = task
