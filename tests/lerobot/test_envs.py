@@ -129,3 +129,13 @@ def test_libero_suites_task_ids_and_errors(libero_config: None) -> None:
         suite_tasks("libero", "libero_spatial", task_ids=[10])
     with pytest.raises(UserInputError, match="unknown --env.task 'libero_spatail'; expected one of .*libero_spatial"):
         suite_tasks("libero", "libero_spatail")
+
+
+def test_a_hub_env_type_is_refused_by_the_env_itself():
+    """A file may name fasteval's env constructor without --trust-remote-code (fasteval.types.trust): the constructor
+    itself refuses LeRobot's hub env types, whose code LeRobot would download and run."""
+    from fasteval.robot.lerobot.envs import env_config
+    from fasteval.types.errors import UserInputError
+
+    with pytest.raises(UserInputError, match="fasteval runs no hub code"):
+        env_config("isaaclab_arena")
