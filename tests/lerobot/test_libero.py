@@ -332,6 +332,41 @@ def test_a_single_task_run_records_task_3_and_its_language_instruction(libero_ho
 
 
 @needs_libero
+def test_a_config_written_by_another_installation_is_rewritten_by_setup_and_refused_by_a_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """``~/.libero/config.yaml`` of another environment (its folders exist, but are another ``libero`` package's):
+    ``check`` says so (exit 1), a run refuses it with the fix, ``setup`` rewrites it and says why (issue 42: all three
+    kept it silently, and a run read the other environment's BDDL files and init states)."""
+    from fasteval.robot.lerobot.libero import config_path, main, prepare_libero
+    from fasteval.types.errors import UserInputError
+
+    monkeypatch.delenv("LIBERO_CONFIG_PATH", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    other = tmp_path / "other-venv" / "libero" / "libero"
+    for sub in ("bddl_files", "init_files"):
+        (other / sub).mkdir(parents=True)
+    path = config_path()
+    assert path == tmp_path / "home" / ".libero" / "config.yaml"
+    path.parent.mkdir(parents=True)
+    foreign = (f"benchmark_root: {other}\nbddl_files: {other / 'bddl_files'}\ninit_states: {other / 'init_files'}\n"
+               f"datasets: {other.parent / 'datasets'}\nassets: {other / 'assets'}\n")
+    path.write_text(foreign)
+    capsys.readouterr()
+    assert main(["check"]) == 1
+    assert "written by another installation" in capsys.readouterr().out
+    with pytest.raises(UserInputError, match="another installation.*libero setup"):
+        prepare_libero()
+    assert path.read_text() == foreign  # a run changes nothing
+    assert main(["setup"]) == 0
+    said = capsys.readouterr().out
+    assert f"benchmark_root folder {other} is not this environment's" in said and "rewritten for this environment" in said
+    written = path.read_text()
+    assert str(other) not in written and f"bddl_files: {libero_dir() / 'bddl_files'}" in written
+    assert prepare_libero() == path and main(["check"]) == 0
+    assert main(["setup"]) == 0 and "exists: kept" in capsys.readouterr().out
+
+
+@needs_libero
 def test_both_cameras_in_a_video_frame(libero_home: Path) -> None:
     """``video_cameras=all``: each frame shows the agent view and the wrist camera side by side (as LeRobot's render
     flips them); the default frame is LeRobot's render, the agent view."""
