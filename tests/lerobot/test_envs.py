@@ -139,3 +139,24 @@ def test_a_hub_env_type_is_refused_by_the_env_itself():
 
     with pytest.raises(UserInputError, match="fasteval runs no hub code"):
         env_config("isaaclab_arena")
+
+
+def test_the_docs_own_spelling_without_a_task_runs_the_types_default_task(tmp_path: Path) -> None:
+    """docs/lerobot.md's ``--env fasteval.robot.lerobot.envs:make_env --env-kwarg type=pusht ...`` (no task) runs
+    PushT-v0 (issue 42: a traceback, ``suite_tasks() missing 1 required positional argument: 'task'``); without
+    ``type`` the command says what to give (exit 2)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from fasteval.doors.cli import main
+
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["--policy", "zero", "--env", ENV_REF, "--env-kwarg", "type=pusht",
+                                       "--env-kwarg", "episode_length=5", "-n", "2", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    info = json.loads((out / "eval_info.json").read_text())
+    assert [(r["task_group"], r["task"], r["length"]) for r in info["per_episode"]] == [("pusht", "PushT-v0", 5)] * 2
+    missing = CliRunner().invoke(main, ["--policy", "zero", "--env", ENV_REF, "-n", "2", "-o", str(tmp_path / "x")])
+    assert missing.exit_code == 2 and "--env-kwarg type=<type>" in missing.output, missing.output
+    assert "Traceback" not in missing.output

@@ -263,7 +263,11 @@ def suite_from_spec(spec: EvalSpec) -> dict[str, dict[int, Task]] | None:
     if spec.env == LEROBOT_ENV_REF:  # LeRobot's env types: LeRobot's own groups and task ids
         from fasteval.robot.lerobot.envs import suite_tasks
 
-        tasks = suite_tasks(**dict(spec.env_kwargs))
+        kwargs = dict(spec.env_kwargs)
+        if not isinstance(kwargs.get("type"), str):
+            raise UserInputError(f"--env {LEROBOT_ENV_REF} builds one of LeRobot's env types: give it with --env-kwarg "
+                                 f"type=<type> (pusht, libero, metaworld...), or use --env.type=<type>.")
+        tasks = suite_tasks(**kwargs)
         if tasks is None:
             return None
         suite: dict[str, dict[int, Task]] = {}

@@ -129,10 +129,11 @@ def _attach_step_limit(env: gym.Env, type: str) -> None:
 
 
 # -- suites: one command, many tasks ----------------------------------------------------------------
-def suite_tasks(type: str, task: str | list[str] | None, task_id: int | None = None,
+def suite_tasks(type: str, task: str | list[str] | None = None, task_id: int | None = None,
                 **options: Any) -> list[tuple[str, int, dict[str, Any], str]] | None:
     """The tasks LeRobot's factory builds for ``type`` / ``task``, as ``[(task_group, task_id, env_kwargs, name)]``
-    in LeRobot's order and with LeRobot's labels; ``None`` when that is a single env (one task, no suite).
+    in LeRobot's order and with LeRobot's labels; ``None`` when that is a single env (one task, no suite; no
+    ``task``: the type's default task).
 
     ``task`` is LeRobot's string (``"push-v3,reach-v3"``) or its list of comma-separated parts. Each part is
     a task group, expanded the way LeRobot's ``create_*_envs`` expands it, without building an env:
