@@ -111,6 +111,8 @@ class _Progress:
 
 def format_success(agg: Mapping[str, Any], ci: bool = True) -> str:
     """``pc_success`` of an aggregate for the terminal, or why there is none."""
+    if agg.get("n_episodes") == 0:  # no episode to read a signal from: not the env's lack of one
+        return "none: no episode finished"
     if agg.get("pc_success") is None:
         return "no success signal (the env never reported info['is_success'])"
     if not ci:
