@@ -174,3 +174,37 @@ def test_features_set_by_hand_are_refused_with_the_reason():
     cfg.features["extra"] = PolicyFeature(type=FeatureType.STATE, shape=(3,))
     with pytest.raises(UserInputError, match="features differ from what LeRobot derives"):
         env_options(cfg)
+
+
+def test_an_evaluation_with_non_default_env_settings_writes_its_record(act_checkpoint, tmp_path):
+    """The wrapper's evaluation itself, as lerobot-train calls it, with PushT's image size set (a non-default setting:
+    LeRobot derives other ``features``): the evaluation runs and writes ``eval_info_step_<step>.json`` (issue 42:
+    ``TypeError: Object of type PolicyFeature is not JSON serializable``, the training run killed)."""
+    import types
+
+    import torch
+    from lerobot.configs.policies import PreTrainedConfig
+    from lerobot.envs.factory import make_env_config, make_env_pre_post_processors
+    from lerobot.policies.factory import make_policy, make_pre_post_processors
+
+    from fasteval.integrations.lerobot_train import TrainEnvs, close, eval_policy_all
+
+    env_cfg = make_env_config("pusht", episode_length=3, observation_height=96, observation_width=96)
+    cfg = types.SimpleNamespace(env=env_cfg, seed=SEED, eval=types.SimpleNamespace(batch_size=2, use_async_envs=False))
+    policy_cfg = PreTrainedConfig.from_pretrained(str(act_checkpoint))
+    policy_cfg.pretrained_path, policy_cfg.device = str(act_checkpoint), "cpu"
+    policy = make_policy(cfg=policy_cfg, env_cfg=env_cfg).eval()
+    pre, post = make_pre_post_processors(policy_cfg=policy_cfg, pretrained_path=str(act_checkpoint),
+                                         preprocessor_overrides={"device_processor": {"device": "cpu"}})
+    env_pre, env_post = make_env_pre_post_processors(env_cfg=env_cfg, policy_cfg=policy_cfg)
+    videos = tmp_path / "eval" / "videos_step_000002"
+    try:
+        with torch.no_grad():
+            out = eval_policy_all(TrainEnvs(cfg), policy, env_pre, env_post, pre, post, n_episodes=2,
+                                  max_episodes_rendered=0, videos_dir=videos, start_seed=SEED)
+    finally:
+        close()
+    assert out["overall"]["n_episodes"] == 2
+    info = json.loads((tmp_path / "eval" / "eval_info_step_000002.json").read_text())
+    assert [r["seed"] for r in info["per_episode"]] == [SEED, SEED + 1]
+    assert info["meta"]["env_kwargs"]["observation_height"] == 96 and "features" not in info["meta"]["env_kwargs"]
