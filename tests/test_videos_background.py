@@ -181,6 +181,23 @@ def test_a_replay_that_is_not_the_episode_is_dropped_with_a_warning(tmp_path):
     assert not [p for p in Path(tmp_path).rglob("*") if p.is_file()]  # no partial file left
 
 
+def test_a_video_being_written_has_one_hidden_partial_name(tmp_path, monkeypatch):
+    """Each video is written as ``.ep<episode>.partial.mp4`` until it is complete (issue 42: ``..ep….partial.partial.mp4``,
+    the partial name of a name that was partial already)."""
+    seen = []
+    real = VideoEncoder._do_stream
+
+    def spy(self, key, path):
+        real(self, key, path)
+        seen.append(self._writers[key][1].name)
+
+    monkeypatch.setattr(VideoEncoder, "_do_stream", spy)
+    result = evaluate(env=f"{__name__}:make_counting_env", policy="zero", n_episodes=2, batch_size=1, seed=0,
+                      max_episodes_rendered=2, videos_dir=str(tmp_path))
+    assert seen == [".ep000000.partial.mp4", ".ep000001.partial.mp4"]
+    assert len(result.video_paths) == 2 and not list(Path(tmp_path).rglob(".*partial*"))
+
+
 # -- the encoder on its own -----------------------------------------------------------------------------
 
 class FakeWriter:
@@ -220,7 +237,7 @@ class FakeImageio:
 def test_the_queue_is_bounded_in_bytes(tmp_path):
     frame = np.zeros((512, 512, 3), np.uint8)  # 768 KiB
     encoder = VideoEncoder(FakeImageio(delay=0.005), 30, lambda f: f, max_bytes=4 * frame.nbytes)
-    encoder.stream(0, tmp_path / ".ep0.partial.mp4")
+    encoder.stream(0, tmp_path / "ep0.mp4")
     most = 0
     for _ in range(40):
         encoder.frame(0, frame)
@@ -229,12 +246,13 @@ def test_the_queue_is_bounded_in_bytes(tmp_path):
     encoder.finish()
     assert most <= 4 * frame.nbytes  # the loop waited instead of queueing more
     assert (tmp_path / "ep0.mp4").read_bytes() == b"video 40" and not (tmp_path / ".ep0.partial.mp4").exists()
+    assert partial_path(tmp_path / "ep0.mp4") == tmp_path / ".ep0.partial.mp4"
     assert MAX_QUEUED_BYTES >= 100 * 2**20
 
 
 def test_an_encoder_error_is_raised_in_the_run_and_nothing_half_written_stays(tmp_path):
     encoder = VideoEncoder(FakeImageio(fail_at=3), 30, lambda f: f)
-    encoder.stream(0, tmp_path / ".ep0.partial.mp4")
+    encoder.stream(0, tmp_path / "ep0.mp4")
     for _ in range(6):
         encoder.frame(0, np.zeros((4, 4, 3), np.uint8))
     deadline = time.monotonic() + 30
@@ -248,10 +266,10 @@ def test_an_encoder_error_is_raised_in_the_run_and_nothing_half_written_stays(tm
 
 def _one_video_closed_one_open(encoder: VideoEncoder, folder: Path, frames_of_the_open_one: int) -> None:
     """Episode 0's video: one frame, closed (its final name ``ep0.mp4``); episode 1's: still streaming."""
-    encoder.stream(0, folder / ".ep0.partial.mp4")
+    encoder.stream(0, folder / "ep0.mp4")
     encoder.frame(0, np.zeros((4, 4, 3), np.uint8))
     encoder.close(0, folder / "ep0.mp4")
-    encoder.stream(1, folder / ".ep1.partial.mp4")
+    encoder.stream(1, folder / "ep1.mp4")
     for _ in range(frames_of_the_open_one):
         encoder.frame(1, np.zeros((4, 4, 3), np.uint8))
 

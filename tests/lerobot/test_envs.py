@@ -129,3 +129,34 @@ def test_libero_suites_task_ids_and_errors(libero_config: None) -> None:
         suite_tasks("libero", "libero_spatial", task_ids=[10])
     with pytest.raises(UserInputError, match="unknown --env.task 'libero_spatail'; expected one of .*libero_spatial"):
         suite_tasks("libero", "libero_spatail")
+
+
+def test_a_hub_env_type_is_refused_by_the_env_itself():
+    """A file may name fasteval's env constructor without --trust-remote-code (fasteval.types.trust): the constructor
+    itself refuses LeRobot's hub env types, whose code LeRobot would download and run."""
+    from fasteval.robot.lerobot.envs import env_config
+    from fasteval.types.errors import UserInputError
+
+    with pytest.raises(UserInputError, match="fasteval runs no hub code"):
+        env_config("isaaclab_arena")
+
+
+def test_the_docs_own_spelling_without_a_task_runs_the_types_default_task(tmp_path: Path) -> None:
+    """docs/lerobot.md's ``--env fasteval.robot.lerobot.envs:make_env --env-kwarg type=pusht ...`` (no task) runs
+    PushT-v0 (issue 42: a traceback, ``suite_tasks() missing 1 required positional argument: 'task'``); without
+    ``type`` the command says what to give (exit 2)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from fasteval.doors.cli import main
+
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["--policy", "zero", "--env", ENV_REF, "--env-kwarg", "type=pusht",
+                                       "--env-kwarg", "episode_length=5", "-n", "2", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    info = json.loads((out / "eval_info.json").read_text())
+    assert [(r["task_group"], r["task"], r["length"]) for r in info["per_episode"]] == [("pusht", "PushT-v0", 5)] * 2
+    missing = CliRunner().invoke(main, ["--policy", "zero", "--env", ENV_REF, "-n", "2", "-o", str(tmp_path / "x")])
+    assert missing.exit_code == 2 and "--env-kwarg type=<type>" in missing.output, missing.output
+    assert "Traceback" not in missing.output

@@ -121,3 +121,90 @@ def test_lerobot_summary_aggregates_as_lerobot_does():
     assert out["overall"]["avg_sum_reward"] == 2.0  # nanmean, as LeRobot's _agg_from_list
     assert out["overall"]["pc_success"] == pytest.approx(100 / 3) and out["overall"]["eval_ep_s"] == pytest.approx(2 / 3)
     assert set(out) == {"per_task", "per_group", "overall"} and out["per_group"]["g"]["n_episodes"] == 3
+
+
+# -- the env settings of a training config, as the records store them (issue 42) -----------------------------
+def _needs(module: str) -> None:
+    pytest.importorskip(module, reason=f"--env.type needs {module}")
+
+
+NON_DEFAULT_SETTINGS = [
+    pytest.param("pusht", {"obs_type": "environment_state_agent_pos"}, None, id="pusht-env-state"),
+    pytest.param("pusht", {"observation_height": 96, "observation_width": 96}, None, id="pusht-96px"),
+    pytest.param("libero", {"task": "libero_spatial", "observation_height": 128, "observation_width": 128},
+                 "libero", id="libero-128px"),
+    pytest.param("libero", {"task": "libero_spatial", "task_ids": [3], "obs_type": "pixels",
+                            "camera_name_mapping": {"agentview_image": "front"}}, "libero", id="libero-pixels"),
+    pytest.param("metaworld", {"task": "push-v3", "obs_type": "pixels"}, "metaworld", id="metaworld-pixels"),
+]
+
+
+@pytest.mark.parametrize(("env_type", "settings", "module"), NON_DEFAULT_SETTINGS)
+def test_non_default_env_settings_are_recorded_and_rebuild_the_same_config(env_type, settings, module, tmp_path):
+    """LeRobot derives ``features`` (``PolicyFeature`` values, not JSON) from the other settings: env_options leaves
+    them out, the record of the evaluation is written, and the options rebuild the same config (features too)."""
+    if module is not None:
+        _needs(module)
+    from lerobot.envs.factory import make_env_config
+
+    from fasteval.integrations.lerobot_train import ENV_REF, _tasks, env_options
+    from fasteval.types.json_writer import write_json_atomic
+    from fasteval.types.spec import EvalSpec
+
+    cfg = make_env_config(env_type, **settings)
+    options = env_options(cfg)
+    assert "features" not in options and "features_map" not in options
+    assert {k: options[k] for k in settings if k != "task"} == {k: v for k, v in settings.items() if k != "task"}
+    rebuilt = make_env_config(env_type, **({"task": cfg.task} if cfg.task is not None else {}), **options)
+    assert (rebuilt.features, rebuilt.features_map) == (cfg.features, cfg.features_map)
+    for _group, _task_id, kwargs in _tasks(cfg):
+        what = EvalSpec(env=ENV_REF, env_kwargs=kwargs, policy="ckpt").what.to_dict()
+        json.dumps(what, allow_nan=True)  # no default=: plain values only
+        write_json_atomic(tmp_path / "eval_info.json", {"meta": {"what": what}})
+
+
+def test_features_set_by_hand_are_refused_with_the_reason():
+    from lerobot.configs.types import FeatureType, PolicyFeature
+    from lerobot.envs.factory import make_env_config
+
+    from fasteval.integrations.lerobot_train import env_options
+    from fasteval.types.errors import UserInputError
+
+    cfg = make_env_config("pusht")
+    cfg.features["extra"] = PolicyFeature(type=FeatureType.STATE, shape=(3,))
+    with pytest.raises(UserInputError, match="features differ from what LeRobot derives"):
+        env_options(cfg)
+
+
+def test_an_evaluation_with_non_default_env_settings_writes_its_record(act_checkpoint, tmp_path):
+    """The wrapper's evaluation itself, as lerobot-train calls it, with PushT's image size set (a non-default setting:
+    LeRobot derives other ``features``): the evaluation runs and writes ``eval_info_step_<step>.json`` (issue 42:
+    ``TypeError: Object of type PolicyFeature is not JSON serializable``, the training run killed)."""
+    import types
+
+    import torch
+    from lerobot.configs.policies import PreTrainedConfig
+    from lerobot.envs.factory import make_env_config, make_env_pre_post_processors
+    from lerobot.policies.factory import make_policy, make_pre_post_processors
+
+    from fasteval.integrations.lerobot_train import TrainEnvs, close, eval_policy_all
+
+    env_cfg = make_env_config("pusht", episode_length=3, observation_height=96, observation_width=96)
+    cfg = types.SimpleNamespace(env=env_cfg, seed=SEED, eval=types.SimpleNamespace(batch_size=2, use_async_envs=False))
+    policy_cfg = PreTrainedConfig.from_pretrained(str(act_checkpoint))
+    policy_cfg.pretrained_path, policy_cfg.device = str(act_checkpoint), "cpu"
+    policy = make_policy(cfg=policy_cfg, env_cfg=env_cfg).eval()
+    pre, post = make_pre_post_processors(policy_cfg=policy_cfg, pretrained_path=str(act_checkpoint),
+                                         preprocessor_overrides={"device_processor": {"device": "cpu"}})
+    env_pre, env_post = make_env_pre_post_processors(env_cfg=env_cfg, policy_cfg=policy_cfg)
+    videos = tmp_path / "eval" / "videos_step_000002"
+    try:
+        with torch.no_grad():
+            out = eval_policy_all(TrainEnvs(cfg), policy, env_pre, env_post, pre, post, n_episodes=2,
+                                  max_episodes_rendered=0, videos_dir=videos, start_seed=SEED)
+    finally:
+        close()
+    assert out["overall"]["n_episodes"] == 2
+    info = json.loads((tmp_path / "eval" / "eval_info_step_000002.json").read_text())
+    assert [r["seed"] for r in info["per_episode"]] == [SEED, SEED + 1]
+    assert info["meta"]["env_kwargs"]["observation_height"] == 96 and "features" not in info["meta"]["env_kwargs"]

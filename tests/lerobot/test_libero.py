@@ -314,6 +314,86 @@ def test_fastevals_own_spelling_is_the_same_env(libero_home: Path) -> None:
 
 
 @needs_libero
+def test_a_single_task_is_labelled_with_its_task_id_name_and_folder(libero_home: Path, tmp_path: Path) -> None:
+    """``--env.task=libero_spatial --env.task_ids=[3]`` (or fasteval's ``task_id=3``) runs task 3, and is labelled
+    task 3 with LIBERO's name for it: the run's task, its video folder (LeRobot's ``libero_spatial_3``) and
+    fasteval-lerobot-train's task (issue 42: all said task 0, named after the suite)."""
+    from lerobot.envs.factory import make_env_config
+
+    from fasteval.doors.cli import default_videos_dir
+    from fasteval.integrations.lerobot_train import _tasks
+    from fasteval.robot.env_names import task_label
+    from fasteval.robot.lerobot.envs import ENV_REF, libero_task_names
+    from fasteval.run.record import default_label
+    from fasteval.types.errors import UserInputError
+    from fasteval.types.spec import EvalSpec
+
+    name = libero_task_names("libero_spatial")[3]
+    assert name != libero_task_names("libero_spatial")[0]
+    for one in ({"task_ids": [3]}, {"task_id": 3}):
+        kwargs = {"type": "libero", "task": "libero_spatial", **one, **SMALL}
+        assert task_label(ENV_REF, kwargs) == ("libero_spatial", 3, name)
+        spec = EvalSpec(env=ENV_REF, env_kwargs=kwargs, policy="zero", video_layout="lerobot")
+        assert default_label(spec) == ("libero_spatial", 3, name)
+        assert default_videos_dir(spec, tmp_path) == tmp_path / "videos" / "libero_spatial_3"
+    with pytest.raises(UserInputError, match="task id 10 out of range"):
+        task_label(ENV_REF, {"type": "libero", "task": "libero_spatial", "task_ids": [10]})
+    train = _tasks(make_env_config("libero", task="libero_spatial", task_ids=[3]))
+    assert [(group, task_id) for group, task_id, _kwargs in train] == [("libero_spatial", 3)]
+
+
+@needs_libero
+def test_a_single_task_run_records_task_3_and_its_language_instruction(libero_home: Path) -> None:
+    """One episode of one step of task 3: per_task, per_episode and the protocol card name task 3, its LIBERO
+    name and the instruction the policy is given."""
+    from libero.libero import benchmark
+
+    task = benchmark.get_benchmark_dict()["libero_spatial"]().get_task(3)
+    result = _run(env_kwargs={"type": "libero", "task": "libero_spatial", "task_ids": [3], **SMALL}, n_episodes=1,
+                  max_steps=1, return_episode_data=False)
+    assert [(t["task_group"], t["task_id"], t["task"]) for t in result.to_eval_info()["per_task"]] == [
+        ("libero_spatial", 3, task.name)]
+    assert [(r["task_id"], r["task"]) for r in result.per_episode] == [(3, task.name)]
+    card = result.meta["protocol"]
+    assert (card["task"], card["language_instruction"]) == (task.name, task.language)
+
+
+@needs_libero
+def test_a_config_written_by_another_installation_is_rewritten_by_setup_and_refused_by_a_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """``~/.libero/config.yaml`` of another environment (its folders exist, but are another ``libero`` package's):
+    ``check`` says so (exit 1), a run refuses it with the fix, ``setup`` rewrites it and says why (issue 42: all three
+    kept it silently, and a run read the other environment's BDDL files and init states)."""
+    from fasteval.robot.lerobot.libero import config_path, main, prepare_libero
+    from fasteval.types.errors import UserInputError
+
+    monkeypatch.delenv("LIBERO_CONFIG_PATH", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    other = tmp_path / "other-venv" / "libero" / "libero"
+    for sub in ("bddl_files", "init_files"):
+        (other / sub).mkdir(parents=True)
+    path = config_path()
+    assert path == tmp_path / "home" / ".libero" / "config.yaml"
+    path.parent.mkdir(parents=True)
+    foreign = (f"benchmark_root: {other}\nbddl_files: {other / 'bddl_files'}\ninit_states: {other / 'init_files'}\n"
+               f"datasets: {other.parent / 'datasets'}\nassets: {other / 'assets'}\n")
+    path.write_text(foreign)
+    capsys.readouterr()
+    assert main(["check"]) == 1
+    assert "written by another installation" in capsys.readouterr().out
+    with pytest.raises(UserInputError, match="another installation.*libero setup"):
+        prepare_libero()
+    assert path.read_text() == foreign  # a run changes nothing
+    assert main(["setup"]) == 0
+    said = capsys.readouterr().out
+    assert f"benchmark_root folder {other} is not this environment's" in said and "rewritten for this environment" in said
+    written = path.read_text()
+    assert str(other) not in written and f"bddl_files: {libero_dir() / 'bddl_files'}" in written
+    assert prepare_libero() == path and main(["check"]) == 0
+    assert main(["setup"]) == 0 and "exists: kept" in capsys.readouterr().out
+
+
+@needs_libero
 def test_both_cameras_in_a_video_frame(libero_home: Path) -> None:
     """``video_cameras=all``: each frame shows the agent view and the wrist camera side by side (as LeRobot's render
     flips them); the default frame is LeRobot's render, the agent view."""

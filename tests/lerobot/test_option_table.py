@@ -112,3 +112,17 @@ def test_each_row_word_is_what_the_rewrite_does() -> None:
     for env_type in ("isaaclab_arena", "gym_manipulator"):
         with pytest.raises(ValueError, match="not supported"):
             rewrite([f"--env.type={env_type}"], main.params)
+
+
+def test_the_image_sizes_in_the_table_are_lerobots_defaults() -> None:
+    """The default column of ``--env.observation_height``/``width`` names each type's LeRobot default (issue 42: the
+    docs said 128 px for LIBERO, where LeRobot 0.6.1's ``LiberoEnv`` renders 360 px)."""
+    from lerobot.envs.configs import EnvConfig
+
+    row = next(default for names, default, _ in table_rows() if "--env.observation_height" in names)
+    listed = {t: (int(h), int(w)) for t, h, w in re.findall(r"`(\w+)` (\d+), (\d+)", row)}
+    assert {"pusht", "aloha", "libero"} <= set(listed)
+    choices = EnvConfig.get_known_choices()
+    for env_type, size in listed.items():
+        cls = choices[env_type]
+        assert size == (cls.observation_height, cls.observation_width), env_type

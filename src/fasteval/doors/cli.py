@@ -113,6 +113,8 @@ class _Progress:
 
 def format_success(agg: Mapping[str, Any], ci: bool = True) -> str:
     """``pc_success`` of an aggregate for the terminal, or why there is none."""
+    if agg.get("n_episodes") == 0:  # no episode to read a signal from: not the env's lack of one
+        return "none: no episode finished"
     if agg.get("pc_success") is None:
         return "no success signal (the env never reported info['is_success'])"
     if not ci:
@@ -611,20 +613,23 @@ def resolve_run(ctx: click.Context, options: dict[str, Any], files: FileOptions,
     if spec.max_episodes_rendered and spec.videos_dir is None:
         spec = spec.replace(videos_dir=str(default_videos_dir(spec, out_dir)))
     check_output_paths(out_dir, spec)
+    if resume_dir is None and not files.print_config:
+        check_new_output_folder(out_dir, lerobot=files.defaults == LEROBOT)
     check_lerobot_first(spec)
     return spec, out_dir
 
 
 def default_videos_dir(spec: Any, out_dir: Path) -> Path:
-    """``OUTPUT_DIR/videos``; LeRobot's layout, one task: its task's folder, ``videos/<group>_0``."""
+    """``OUTPUT_DIR/videos``; LeRobot's layout, one task: its task's folder, ``videos/<group>_<task_id>``."""
     from fasteval.doors.suites import suite_from_spec
 
     if spec.video_layout != LEROBOT or suite_from_spec(spec) is not None:
         return out_dir / "videos"  # a suite puts each task's videos in videos/<group>_<task_id>/
-    from fasteval.robot.env_names import task_names
+    from fasteval.robot.env_names import task_label
     from fasteval.types.eval_result import task_folder
 
-    return out_dir / "videos" / task_folder(task_names(spec.env, spec.env_kwargs)[0], 0)
+    group, task_id, _task = task_label(spec.env, spec.env_kwargs)
+    return out_dir / "videos" / task_folder(group, task_id)
 
 
 def check_lerobot_first(spec: Any) -> None:
@@ -776,9 +781,10 @@ def resume_hint(status: str, recorded: int, wanted: int, out_dir: Path, suite: b
     """How to finish a run that stopped: ``--resume DIR`` (one task; with ``--trust-remote-code`` when the
     run names code, which a manifest cannot allow), or the same command into the same folder (a suite
     resumes each task's run folder)."""
+    from fasteval.doors.suites import suite_resume
     from fasteval.run.rundir import resume_command
 
-    how = f"the same command with --output-dir {out_dir}" if suite else resume_command(out_dir, spec)
+    how = suite_resume(out_dir) if suite else resume_command(out_dir, spec)
     what = "interrupted" if status == "interrupted" else "stopped"
     return f"{what} after {recorded} of {wanted} episodes. Resume with:\n  {how}"
 
@@ -818,6 +824,23 @@ def check_output_paths(out_dir: Path, spec: Any) -> None:
         problem = path_problem(path, kind="dir", writable=True)
         if problem is not None:
             raise UserInputError(f"the {what} {str(path)!r} is not usable: {problem}. Choose another folder.")
+
+
+def check_new_output_folder(out_dir: Path, lerobot: bool = False) -> None:
+    """A new run never writes over files fasteval did not write: a folder that holds other files and no run is
+    refused (:func:`fasteval.run.output_folder.new_folder_problem`). LeRobot-style options (``lerobot``) move an
+    earlier run's folder aside whole (:func:`~fasteval.doors.lerobot_options.set_aside_earlier_run`)."""
+    from fasteval.run.output_folder import new_folder_problem
+    from fasteval.types.errors import UserInputError
+
+    if lerobot:
+        from fasteval.doors.lerobot_options import holds_earlier_run
+
+        if holds_earlier_run(out_dir):
+            return
+    problem = new_folder_problem(out_dir)
+    if problem is not None:
+        raise UserInputError(problem)
 
 
 def spec_from_manifest(ctx: click.Context, run_dir: Any, options: dict[str, Any], output_dir: Path | None = None,

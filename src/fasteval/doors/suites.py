@@ -263,7 +263,11 @@ def suite_from_spec(spec: EvalSpec) -> dict[str, dict[int, Task]] | None:
     if spec.env == LEROBOT_ENV_REF:  # LeRobot's env types: LeRobot's own groups and task ids
         from fasteval.robot.lerobot.envs import suite_tasks
 
-        tasks = suite_tasks(**dict(spec.env_kwargs))
+        kwargs = dict(spec.env_kwargs)
+        if not isinstance(kwargs.get("type"), str):
+            raise UserInputError(f"--env {LEROBOT_ENV_REF} builds one of LeRobot's env types: give it with --env-kwarg "
+                                 f"type=<type> (pusht, libero, metaworld...), or use --env.type=<type>.")
+        tasks = suite_tasks(**kwargs)
         if tasks is None:
             return None
         suite: dict[str, dict[int, Task]] = {}
@@ -279,6 +283,11 @@ def suite_from_spec(spec: EvalSpec) -> dict[str, dict[int, Task]] | None:
         return {suite_group(spec.env): {i: Task(spec.env, {**spec.env_kwargs, key: name}, name=name)
                                         for i, name in enumerate(names)}}
     return None
+
+
+def suite_resume(out_dir: str | Path) -> str:
+    """How a suite that stopped is finished: the same command into the same folder (each task's run resumes)."""
+    return f"the same command with --output-dir {out_dir}"
 
 
 @dataclass(frozen=True)
@@ -330,6 +339,7 @@ def run_suite_durable(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], ou
         task_spec = spec.replace(**task_fields(task, budget, videos_root / label))
         folder = out_dir / "tasks" / label
         run_dir = RunDirectory(folder)
+        run_dir.resume = f"run {suite_resume(out_dir)}"  # a suite resumes each task's folder
         resume = run_dir.has_manifest()  # the same command again: finish (or reuse) the task's run
         announce(f"task {group}/{task_id} ({task.name or task.env}) -> {folder}" + (" (resuming)" if resume else ""))
         with Engine(task_spec) as engine:
@@ -352,7 +362,8 @@ def run_suite_durable(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], ou
     except OSError as exc:  # a full disk: the tasks' folders hold their records; say only what was written
         from fasteval.run.record_file import write_error
 
-        error, wrote = error or write_error(out_dir / "eval_info.json", exc, out_dir), ()
+        error, wrote = error or write_error(out_dir / "eval_info.json", exc, out_dir,
+                                              f"run {suite_resume(out_dir)}"), ()
     return SuiteOutcome(merged, folders, error, signal_number, wrote)
 
 

@@ -113,18 +113,47 @@ _SESSIONS: dict[tuple, list[tuple[str, int, Any]]] = {}
 """Per (policy, processors, config): ``[(task_group, task_id, Evaluator)]``, kept for the whole training run."""
 
 
+DERIVED_FIELDS = ("features", "features_map")
+"""Fields of LeRobot's env configs that ``__post_init__`` derives from the others (``obs_type``, the image size,
+``camera_name_mapping``): the rebuilt config derives them again, so they are not options (and their
+``PolicyFeature`` values are not JSON)."""
+
+
 def env_options(env_cfg: Any) -> dict[str, Any]:
     """The fields of LeRobot's env config that differ from its defaults (``episode_length=20``...): the options
-    ``fasteval.robot.lerobot.envs:make_env`` rebuilds the same config from."""
+    ``fasteval.robot.lerobot.envs:make_env`` rebuilds the same config from. Plain JSON values only: they go into
+    the run's record (``eval_info_step_<step>.json``).
+
+    The derived fields (:data:`DERIVED_FIELDS`) are left out; where they differ from what the other options
+    derive (set by hand), or another option is not JSON, raises :class:`UserInputError`."""
     default = type(env_cfg)()
     out = {}
     for f in dataclasses.fields(env_cfg):
-        if not f.init or f.name == "task":
+        if not f.init or f.name == "task" or f.name in DERIVED_FIELDS:
             continue
         value = getattr(env_cfg, f.name)
         if value != getattr(default, f.name):
             out[f.name] = value
+    try:
+        out = json.loads(json.dumps(out))  # tuples become lists, as the record stores them
+    except (TypeError, ValueError) as exc:
+        raise UserInputError(f"fasteval-lerobot-train: --env.type={env_cfg.type}: the env settings {sorted(out)} "
+                             f"must be plain values (numbers, strings, lists, dicts) to be recorded: {exc}. Run "
+                             f"lerobot-train itself for this env config.") from None
+    _check_derived(env_cfg, out)
     return out
+
+
+def _check_derived(env_cfg: Any, options: dict[str, Any]) -> None:
+    """Raise :class:`UserInputError` where ``env_cfg``'s derived fields are not what ``options`` derive."""
+    task = {"task": env_cfg.task} if env_cfg.task is not None else {}
+    rebuilt = type(env_cfg)(**task, **options)
+    differ = [name for name in DERIVED_FIELDS if getattr(rebuilt, name, None) != getattr(env_cfg, name, None)]
+    if differ:
+        raise UserInputError(f"fasteval-lerobot-train: --env.type={env_cfg.type}: {' and '.join(differ)} differ from "
+                             f"what LeRobot derives from the other env settings (set by hand?); fasteval rebuilds the "
+                             f"eval env from those settings. Leave {' and '.join(differ)} unset, or run lerobot-train "
+                             f"itself.")
 
 
 def _tasks(env_cfg: Any) -> list[tuple[str, int, dict[str, Any]]]:
@@ -136,10 +165,13 @@ def _tasks(env_cfg: Any) -> list[tuple[str, int, dict[str, Any]]]:
     suite = suite_tasks(env_cfg.type, task, **options)
     if suite is not None:
         return [(group, task_id, kwargs) for group, task_id, kwargs, _name in suite]
+    from fasteval.robot.env_names import task_label
+
     kwargs = {"type": env_cfg.type, **options}
     if task is not None and task != type(env_cfg)().task:
         kwargs["task"] = task
-    return [(str(env_cfg.type), 0, kwargs)]
+    group, task_id, _name = task_label(ENV_REF, kwargs)  # LeRobot's labels: libero_spatial 3, push-v3 0, pusht 0
+    return [(group, task_id, kwargs)]
 
 
 def _session(cfg: Any, policy: Any, processors: tuple[Any, Any, Any, Any], n_episodes: int,

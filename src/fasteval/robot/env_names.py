@@ -24,6 +24,26 @@ def task_names(env: str, env_kwargs: Mapping[str, Any] | None = None) -> tuple[s
     return lerobot_names(env, env_kwargs) or (env, env)
 
 
+def task_label(env: str, env_kwargs: Mapping[str, Any] | None = None) -> tuple[str, int, str]:
+    """``(task_group, task_id, task)`` of the one task of ``env``: :func:`task_names` and :func:`task_id`."""
+    group, task = task_names(env, env_kwargs)
+    return group, task_id(env, env_kwargs), task
+
+
+def task_id(env: str, env_kwargs: Mapping[str, Any] | None = None) -> int:
+    """The task id LeRobot gives the one task of a LeRobot env type: the one its kwargs choose (``task_id``, or
+    ``task_ids=[k]``: LIBERO's task ``k`` of the suite, as ``--env.task_ids=[3]`` runs it), else 0."""
+    kwargs = dict(env_kwargs or {})
+    if env != LEROBOT_ENV_REF:
+        return 0
+    if kwargs.get("task_id") is not None:
+        return int(kwargs["task_id"])
+    ids = kwargs.get("task_ids")
+    if isinstance(ids, (list, tuple)) and len(ids) == 1:
+        return int(ids[0])
+    return 0
+
+
 def lerobot_names(env: str, env_kwargs: Mapping[str, Any] | None = None) -> tuple[str, str] | None:
     """``(task_group, task)`` as LeRobot names the one task of ``env``; ``None`` when ``env`` is no LeRobot env type."""
     kwargs = dict(env_kwargs or {})
@@ -42,10 +62,12 @@ def lerobot_names(env: str, env_kwargs: Mapping[str, Any] | None = None) -> tupl
         task = _default_task(env_type) or env_type
     from fasteval.robot.lerobot.libero import is_libero_type
 
-    if is_libero_type(env_type) and kwargs.get("task_id") is not None:
-        from fasteval.robot.lerobot.envs import libero_task_names
+    ids = kwargs.get("task_ids")
+    if is_libero_type(env_type) and (kwargs.get("task_id") is not None or (isinstance(ids, (list, tuple))
+                                                                           and len(ids) == 1)):
+        from fasteval.robot.lerobot.envs import libero_task_name
 
-        return task, libero_task_names(task)[int(kwargs["task_id"])]
+        return task, libero_task_name(task, task_id(env, kwargs))
     return (env_type if _default_factory(env_type) else task), task
 
 

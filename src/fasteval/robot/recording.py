@@ -293,7 +293,7 @@ class VideoRecorder(StepObserver):
         checked = [_check_frame(frame, self.env) for frame in frames]  # before any file is created
         for slot, frame in zip(slots, checked):
             episode = self._episode(rows[slot])
-            self.encoder.stream(episode, self.folder / f".ep{episode:06d}.partial.mp4")
+            self.encoder.stream(episode, self.folder / f"ep{episode:06d}.mp4")  # written as .ep…partial.mp4 until closed
             self.encoder.frame(episode, frame)
             self.open[slot] = (rows[slot], 1)
 

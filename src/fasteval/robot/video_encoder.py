@@ -129,6 +129,8 @@ class VideoEncoder:
             raise error
 
     def stream(self, key: Any, path: Path) -> None:
+        """Open video ``key``, written under :func:`partial_path` of ``path`` (``ep3.mp4``: ``.ep3.partial.mp4``)
+        until :meth:`close` renames it."""
         self._put(("stream", key, path))
 
     def frame(self, key: Any, frame: np.ndarray) -> None:

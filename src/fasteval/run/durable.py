@@ -503,6 +503,8 @@ def run_durable(
     segment, the earlier segments and the final flush (:func:`fasteval.run.record_many.build_run_record`).
     """
     lock = FolderLock(run_dir.path)
+    if run_dir.resume is None:  # a failed write says how to finish the run, as the end of the run does
+        run_dir.resume = f"run `{resume_command(run_dir.path, engine.spec)}`"
     try:
         if resume:
             if not run_dir.path.is_dir():

@@ -70,12 +70,11 @@ def end_status(n_recorded: int, n_wanted: int, n_failed: int, error: BaseExcepti
 def default_label(spec: EvalSpec) -> Label:
     """The task of a one-task run: LeRobot's names for its env types (``pusht``, ``push-v3``), else the env id
     (a live env object or factory: its label, ``<ClassName>``)."""
-    from fasteval.robot.env_names import task_names
+    from fasteval.robot.env_names import task_label
 
     if not isinstance(spec.env, str):
         return (env_label(spec.env), 0, env_label(spec.env))
-    group, task = task_names(spec.env, spec.env_kwargs)
-    return (group, 0, task)
+    return task_label(spec.env, spec.env_kwargs)
 
 
 def spec_facts(spec: EvalSpec) -> dict[str, Any]:

@@ -22,10 +22,13 @@ class DiskFullError(FastevalError, OSError):
     """The disk filled up while writing results (the records already written stay valid)."""
 
 
-def write_error(path: Path, exc: OSError, folder: Path) -> FastevalError:
-    """The error to raise when writing ``path`` failed: it names the file, and says what is kept."""
+def write_error(path: Path, exc: OSError, folder: Path, resume: str | None = None) -> FastevalError:
+    """The error to raise when writing ``path`` failed: it names the file, says what is kept and how to finish
+    (``resume``: "run `<the run's resume command>`", :func:`fasteval.run.rundir.resume_command`'s; default
+    ``fasteval --resume <folder>``)."""
+    resume = resume or f"run `fasteval --resume {folder}`"
     kept = ("The record files end in complete lines: every episode recorded so far is valid; "
-            f"free some space and run `fasteval --resume {folder}` to finish the remaining episodes.")
+            f"free some space and {resume} to finish the remaining episodes.")
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return DiskFullError(exc.errno, f"disk full while writing {path}. {kept}")
     return FastevalError(f"writing {path} failed: {exc.strerror or exc}. {kept}")
@@ -37,8 +40,10 @@ class RecordFile:
     write = staticmethod(os.write)
     """The system call (a test replaces it to fill the disk)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, resume: str | None = None):
         self.path = Path(path)
+        self.resume = resume
+        """How to finish the run, for the error of a failed write (:func:`write_error`)."""
         self.fd: int | None = None
 
     def open(self) -> None:
@@ -69,7 +74,7 @@ class RecordFile:
                 os.ftruncate(self.fd, start)  # no torn line: the group is all in, or not at all
             except OSError:
                 pass
-            raise write_error(self.path, exc, self.path.parent) from None
+            raise write_error(self.path, exc, self.path.parent, self.resume) from None
 
     def close(self) -> None:
         if self.fd is None:

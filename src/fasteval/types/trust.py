@@ -16,7 +16,8 @@ The rules, for an env or a policy reference:
   callable (``os:system``, ``subprocess:run``, ``builtins:exec``) needs the flag;
 * a ``module:callable`` that comes from a **file** (``--config``, a sweep spec, a run's manifest on
   ``--resume``) needs the flag on the command line, whatever it names: a shared file must be data.
-  Only the entry point of a registered gymnasium id is allowed without it (it is that id);
+  Only the entry point of a registered gymnasium id is allowed without it (it is that id), and fasteval's own
+  env constructors that ``--env.type`` names (:data:`FASTEVAL_ENV_CONSTRUCTORS`);
 * a gymnasium id with a namespace (``ns/Name-v0``) is data once its namespace is registered, but to
   find an unregistered one fasteval imports the package that registers it, which runs that package's
   top-level code. From a **file**, only an installed gymnasium plugin may be imported: a namespace that
@@ -52,6 +53,15 @@ These are the env packages of robot learning (LeRobot's ``gym-pusht``, ``gym-alo
 import, and fasteval's own known-answer envs (``fasteval/KnownAnswer-v0``: ``fasteval.testing``). They declare no entry point: gymnasium 1.0 removed the plugin loader that read them (see
 :func:`declared_env_plugins`), so an installed plugin can no longer be told apart by its metadata. The
 module each one imports is the env layer's (``fasteval.robot.env_kinds.PLUGINS``)."""
+FASTEVAL_ENV_CONSTRUCTORS = frozenset({
+    "fasteval.robot.lerobot.envs:make_env",  # LeRobot's env types (--env.type=libero, ...): fasteval.robot.lerobot.envs
+    "fasteval.robot.metaworld:make_metaworld_env", "fasteval.doors.suites:make_metaworld_env",  # --env.type=metaworld
+    "fasteval.robot.fast_envs.pusht:make_pusht",  # --env.type=pusht's fast PushT
+})
+"""fasteval's own env constructors, the ones ``--env.type`` names: data from a file, as the entry point of a
+registered gymnasium id is. Their kwargs choose an env type and its tasks from LeRobot's and fasteval's tables
+(no hub code: :func:`fasteval.robot.lerobot.envs.env_config`), so a run's manifest or config naming them needs
+no ``--trust-remote-code`` (tests/test_trust.py checks the list against the robot layer's constants)."""
 PLUGIN_GROUP = "gymnasium.envs"
 """The entry-point group through which a package declares itself a gymnasium env plugin."""
 
@@ -167,7 +177,7 @@ def check_env_ref(ref: Any, source: str, trust_remote_code: bool) -> None:
         return
     if is_file_ref(ref):
         refuse("env", ref, source, "loads Python code from a file")
-    if registered_entry_point(ref) is not None:
+    if ref in FASTEVAL_ENV_CONSTRUCTORS or registered_entry_point(ref) is not None:
         return
     if source != COMMAND_LINE:
         refuse("env", ref, source, "names a Python callable, and a file cannot choose code to run")
@@ -192,11 +202,14 @@ def check_policy_ref(ref: Any, source: str, trust_remote_code: bool) -> None:
 
 
 def needs_trust_from_file(env: Any, policy: Any) -> bool:
-    """Whether a file naming ``env`` and ``policy`` (a manifest on ``--resume``) needs ``--trust-remote-code``."""
-    env_code = is_code_ref(env) and (is_file_ref(env) or registered_entry_point(env) is None)
-    namespace = env_namespace(env)
-    policy_code = any(is_code_ref(p) for p in policy) if isinstance(policy, (tuple, list)) else is_code_ref(policy)
-    return env_code or policy_code or (namespace is not None and not plugin_import_allowed(namespace))
+    """Whether a file naming ``env`` and ``policy`` (a manifest on ``--resume``) needs ``--trust-remote-code``:
+    whether :func:`check_env_ref` or :func:`check_policy_ref` refuses them from a file (the one rule)."""
+    try:
+        check_env_ref(env, "a file", False)
+        check_policy_ref(policy, "a file", False)
+    except UserInputError:
+        return True
+    return False
 
 
 def refuse_trust_from_file(data: Mapping[str, Any], where: str, trust_remote_code: bool,

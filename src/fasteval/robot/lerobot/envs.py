@@ -52,8 +52,13 @@ def env_config(type: str, task: str | None = None, task_id: int | None = None, *
     """LeRobot's ``EnvConfig`` for one task. Raises :class:`UserInputError` for an unknown type or option."""
     require_lerobot(f"--env.type={type}")
     ensure_headless_gl()  # before LeRobot's env modules import MuJoCo
+    from lerobot.envs.configs import EnvConfig, HubEnvConfig
     from lerobot.envs.factory import make_env_config
 
+    cls = EnvConfig.get_known_choices().get(type)
+    if cls is not None and issubclass(cls, HubEnvConfig):  # a file may name this env (fasteval.types.trust): no hub code
+        raise UserInputError(f"--env.type={type} is not supported: LeRobot downloads this env's code from the hub "
+                             f"({cls.hub_path}) and runs it; fasteval runs no hub code.")
     kwargs = {k: v for k, v in options.items() if k not in LIBERO_FASTEVAL_KWARGS}  # fasteval's, not LeRobot's
     if task is not None:
         kwargs["task"] = task
@@ -124,10 +129,11 @@ def _attach_step_limit(env: gym.Env, type: str) -> None:
 
 
 # -- suites: one command, many tasks ----------------------------------------------------------------
-def suite_tasks(type: str, task: str | list[str] | None, task_id: int | None = None,
+def suite_tasks(type: str, task: str | list[str] | None = None, task_id: int | None = None,
                 **options: Any) -> list[tuple[str, int, dict[str, Any], str]] | None:
     """The tasks LeRobot's factory builds for ``type`` / ``task``, as ``[(task_group, task_id, env_kwargs, name)]``
-    in LeRobot's order and with LeRobot's labels; ``None`` when that is a single env (one task, no suite).
+    in LeRobot's order and with LeRobot's labels; ``None`` when that is a single env (one task, no suite; no
+    ``task``: the type's default task).
 
     ``task`` is LeRobot's string (``"push-v3,reach-v3"``) or its list of comma-separated parts. Each part is
     a task group, expanded the way LeRobot's ``create_*_envs`` expands it, without building an env:
@@ -185,6 +191,15 @@ def libero_task_names(suite: str) -> list[str]:
         from libero.libero import benchmark
 
         return _task_names(benchmark, suite)
+
+
+def libero_task_name(suite: str, task_id: int) -> str:
+    """LIBERO's name of task ``task_id`` of ``suite``. Raises :class:`UserInputError` for an id out of range."""
+    names = libero_task_names(suite)
+    if not 0 <= int(task_id) < len(names):
+        raise UserInputError(f"--env.type=libero --env.task={suite}: task id {task_id} out of range; the suite has "
+                             f"{len(names)} tasks (ids 0..{len(names) - 1}).")
+    return names[int(task_id)]
 
 
 def _task_names(benchmark: Any, suite: str) -> list[str]:

@@ -17,7 +17,8 @@ Face Hub only when that is missing, so:
 **No prompt.** The first ``import libero.libero`` asks on stdin for a dataset folder unless
 ``$LIBERO_CONFIG_PATH/config.yaml`` (default ``~/.libero/config.yaml``) exists, and dies with ``EOFError``
 without a stdin. :func:`prepare_libero` writes it (LIBERO's own folders inside the installed package) before
-anything imports LIBERO, and refuses a stale one (its ``bddl_files`` folder gone) with the fix.
+anything imports LIBERO, and refuses a stale one (its ``bddl_files`` folder gone) or another installation's (its
+package folders are not the imported ``libero``'s) with the fix; ``setup`` rewrites such a file and says why.
 
 **Exact per episode.** LeRobot's ``LiberoEnv`` takes each episode's init state from its own counter
 (``init_state_id``: the sub-env's index, plus the batch size at every reset, autoresets included), so which
@@ -171,19 +172,56 @@ def stale_config(path: Path) -> str | None:
     return None
 
 
+PACKAGE_KEYS = ("benchmark_root", "bddl_files", "init_states")
+"""The entries of LIBERO's config that are folders of the ``libero`` package itself (tasks and init states); the
+others (``assets``, ``datasets``) may be anywhere."""
+
+
+def foreign_config(path: Path) -> str | None:
+    """Why the LIBERO config at ``path`` belongs to another installation: one of its package folders
+    (:data:`PACKAGE_KEYS`) is not the imported ``libero`` package's (another environment's BDDL files and init
+    states); ``None`` when they agree, when the config names none of them, or without hf-libero."""
+    if libero_dir() is None:
+        return None
+    try:
+        entries = _read_config(path)
+    except OSError as exc:
+        return f"it cannot be read ({exc.strerror or exc})"
+    ours = config_entries()
+    for key in PACKAGE_KEYS:
+        if key in entries and _resolved(entries[key]) != _resolved(ours[key]):
+            return (f"its {key} folder {entries[key]} is not this environment's LIBERO package's ({ours[key]}): "
+                    f"it was written by another installation")
+    return None
+
+
+def _resolved(path: str | Path) -> Path:
+    try:
+        return Path(path).expanduser().resolve()
+    except (OSError, RuntimeError):
+        return Path(path)
+
+
+def config_problem(path: Path) -> str | None:
+    """Why the existing LIBERO config at ``path`` cannot serve this environment (:func:`stale_config`,
+    :func:`foreign_config`), else ``None``."""
+    return stale_config(path) or foreign_config(path)
+
+
 def prepare_libero(assets: str | Path | None = None) -> Path:
     """Write LIBERO's config file unless it exists, so its first import asks no question; return its path.
 
-    An existing file is kept (a user's choices win), unless it is stale (:func:`stale_config`): then a
-    :class:`UserInputError` says which folder is missing and how to fix it."""
+    An existing file is kept (a user's choices win), unless it cannot serve this environment
+    (:func:`config_problem`: a folder is missing, or it is another installation's): then a
+    :class:`UserInputError` says which folder and how to fix it."""
     path = config_path()
     if path.exists():
         if libero_dir() is not None:
-            why = stale_config(path)
+            why = config_problem(path)
             if why is not None:
                 raise UserInputError(
-                    f"LIBERO's config {path}: {why} (it was written for another installation). Remove it (fasteval "
-                    f"writes a new one), run `python -m fasteval.robot.lerobot.libero setup`, or set LIBERO_CONFIG_PATH "
+                    f"LIBERO's config {path}: {why}. Run `python -m fasteval.robot.lerobot.libero setup` (it rewrites "
+                    f"the file for this environment), remove it (fasteval writes a new one), or set LIBERO_CONFIG_PATH "
                     f"to another folder.")
         return path
     write_config(path, assets)
@@ -248,9 +286,10 @@ def setup(assets: str | Path | None = None) -> list[str]:
     path = config_path()
     if libero_dir() is None:
         return lines  # no LIBERO: no config to write
-    if path.exists() and stale_config(path) is not None:
-        lines.append(f"{path}: {stale_config(path)}: rewritten")
+    why = config_problem(path) if path.exists() else None
+    if why is not None:
         write_config(path, assets)
+        lines.append(f"{path}: {why}: rewritten for this environment ({libero_dir()})")
     elif path.exists():
         lines.append(f"{path} exists: kept")
     else:
@@ -336,10 +375,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"libero setup: {line}")
         return 0
     if command == "check":
-        print(f"config: {config_path()} ({'exists' if config_path().exists() else 'missing'})")
+        path = config_path()
+        why = config_problem(path) if path.exists() and libero_dir() is not None else None
+        state = "missing" if not path.exists() else "exists" if why is None else (
+            f"{why}; `python -m fasteval.robot.lerobot.libero setup` rewrites it")
+        print(f"config: {path} ({state})")
         print(f"assets: {assets_dir()}")
         print(json.dumps(versions(), indent=1))
-        return 0 if assets_dir() is not None else 1
+        return 0 if assets_dir() is not None and why is None else 1
     print("usage: python -m fasteval.robot.lerobot.libero [setup|check]", file=sys.stderr)
     return 2
 

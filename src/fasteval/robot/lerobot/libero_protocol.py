@@ -1,7 +1,8 @@
 """LIBERO's protocol card: the settings that move a LIBERO success rate, recorded with every LIBERO run.
 
 ``meta["protocol"]`` in ``eval_info.json`` (per task: ``meta["tasks"][i]["protocol"]`` of a suite), in
-``manifest.json`` and on the run page (``report.html``), from :func:`env_meta`: ``num_steps_wait``,
+``manifest.json`` and on the run page (``report.html``), from :func:`env_meta`: LIBERO's task name and its
+language instruction (what the policy is told), ``num_steps_wait``,
 ``hard_reset``, ``init_states`` and the init-state rule (:mod:`fasteval.robot.lerobot.libero`), the image size,
 the cameras, the control frequency and mode, the episode length, the success rule, the render backend
 (``MUJOCO_GL``) and its GL renderer string, and the versions of the packages the numbers depend on (the asset
@@ -87,6 +88,8 @@ def _card(key: str) -> dict[str, Any]:
         mapping = dict(env_field(inner, "camera_name_mapping", {}) or {})
         card = {
             "benchmark": "LIBERO-plus" if env_field(inner, "is_libero_plus", False) else "LIBERO",
+            "task": env_field(inner, "task", None),
+            "language_instruction": env_field(inner, "task_description", None),
             "num_steps_wait": env_field(inner, "num_steps_wait", None),
             "hard_reset": env_field(inner, "hard_reset", None),
             "init_states": bool(env_field(inner, "init_states", False)),

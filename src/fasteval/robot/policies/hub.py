@@ -57,7 +57,20 @@ def hub_cache_dir() -> Path:
 def resolve_hf_ref(ref: str) -> Path:
     """The local snapshot folder of ``ref`` (downloaded if needed and allowed). Raises PolicyLoadError."""
     repo_id, revision = parse_hf_ref(ref)
-    return _resolve(repo_id, revision, str(hub_cache_dir()), hub_offline())
+    try:
+        return _resolve(repo_id, revision, str(hub_cache_dir()), hub_offline())
+    except PolicyLoadError as exc:
+        if revision is None and not Path(repo_id).exists():  # LeRobot's --policy.path: a local folder, else a hub id
+            raise PolicyLoadError(f"{local_folder_note(repo_id)} {exc}") from None
+        raise
+
+
+def local_folder_note(repo_id: str) -> str:
+    """What a missing local folder named like hub id ``repo_id`` says before the hub's error (``--policy.path``
+    reads a local folder first, then the hub): that no such folder exists, and why."""
+    parent, name = Path(repo_id).parent, Path(repo_id).name
+    why = f"{parent}/ holds no {name!r}" if parent.is_dir() else f"there is no folder {parent}/"
+    return f"policy {repo_id}: no such local folder ({why}); as a hub id,"
 
 
 @functools.lru_cache(maxsize=64)
