@@ -223,6 +223,86 @@ def takes_seeded_reset(env: Any) -> bool:
     return isinstance(base, GymWrapper)
 
 
+# -- running normalization -----------------------------------------------------------------------------
+VECNORM_NAMES = ("VecNorm", "VecNormV2")
+
+
+def env_transforms(env: Any) -> list[Any]:
+    """Every transform of ``env`` (through nested ``TransformedEnv`` s and ``Compose`` s), outermost first."""
+    from torchrl.envs import Compose, TransformedEnv
+
+    out: list[Any] = []
+    base = env
+    while isinstance(base, TransformedEnv):
+        pending = [getattr(base, "transform", None)]
+        while pending:
+            t = pending.pop(0)
+            if t is None:
+                continue
+            if isinstance(t, Compose):
+                pending[:0] = list(t.transforms)
+            else:
+                out.append(t)
+        base = base.base_env
+    return out
+
+
+def running_vecnorms(env: Any) -> list[Any]:
+    """The ``VecNorm`` transforms of ``env`` whose statistics still update with every step (not frozen)."""
+    return [t for t in env_transforms(env) if type(t).__name__ in VECNORM_NAMES and not getattr(t, "frozen", False)]
+
+
+def _has_statistics(vecnorm: Any) -> bool:
+    """Whether a ``VecNorm`` has seen a step: ``VecNorm`` has no statistics table before (``frozen_copy`` raises),
+    ``VecNormV2`` starts with a count of 0 (frozen, both normalize by NaN)."""
+    try:
+        vecnorm.frozen_copy()
+    except RuntimeError:
+        return False
+    count = getattr(vecnorm, "_count", None)
+    if count is None:
+        return True
+    leaves = list(count.values(True, True)) if hasattr(count, "values") else [count]
+    return all(bool((leaf > 0).all()) for leaf in leaves)
+
+
+def freeze_vecnorms(env: Any, owned: bool = True) -> None:
+    """Freeze the running ``VecNorm`` s of ``env``, an env the engine owns (its own copy, or what a factory made),
+    with a warning: a running ``VecNorm`` updates its statistics with every evaluation step, so two evaluations
+    of the same weights and seeds differ, and each slot's copy would drift apart from the others. Freezing the
+    engine's own copy in place is TorchRL's ``VecNorm.frozen_copy()`` (a copy that keeps the statistics and does
+    not update them); the caller's env is never touched. A ``VecNorm`` that has no statistics yet (never stepped)
+    would normalize by NaN when frozen: refused. ``owned=False`` (a batched env used as it is): warn only."""
+    import warnings
+
+    running = running_vecnorms(env)
+    if not running:
+        return
+    if not owned:
+        warnings.warn(f"the TorchRL env has a running {type(running[0]).__name__}: its statistics change with every "
+                      f"evaluation step, so evaluations of the same weights and seeds differ. Freeze it "
+                      f"(vecnorm.freeze(), or build the env with vecnorm.frozen_copy()) for reproducible numbers.",
+                      UserWarning, stacklevel=2)
+        return
+    for t in running:
+        if not hasattr(t, "frozen_copy"):  # a TorchRL without frozen statistics
+            warnings.warn(f"the TorchRL env has a running {type(t).__name__}, and this TorchRL cannot freeze it "
+                          f"(no frozen_copy): evaluations of the same weights and seeds will differ.", UserWarning,
+                          stacklevel=2)
+            continue
+        if not _has_statistics(t):
+            raise UserInputError(
+                f"the TorchRL env has a running {type(t).__name__} with no statistics yet (it was never stepped): "
+                f"fasteval evaluates with frozen statistics (reproducible numbers), and frozen empty ones normalize by "
+                f"NaN. Pass an env whose VecNorm holds the training statistics (e.g. the training env's "
+                f"vecnorm.frozen_copy() in the eval env's transforms).") from None
+        t.freeze()
+    warnings.warn(f"the TorchRL env has a running {type(running[0]).__name__}: its statistics change with every step, "
+                  f"so evaluations of the same weights and seeds would differ. fasteval evaluates a frozen copy "
+                  f"(VecNorm.frozen_copy(): the statistics as they were when the env was copied or made for the engine). "
+                  f"Pass a frozen VecNorm to silence this.", UserWarning, stacklevel=2)
+
+
 # -- one env per slot ----------------------------------------------------------------------------------
 class TorchRLGymEnv(gym.Env):
     """One non-batched TorchRL env as a ``gymnasium.Env`` (autoreset never: fasteval owns the episode ends).
@@ -236,6 +316,7 @@ class TorchRLGymEnv(gym.Env):
 
     def __init__(self, env: Any):
         self.env = env
+        freeze_vecnorms(env)  # the engine's own env: reproducible numbers
         self.keys = EnvKeys(env, batched=False)
         self.observation_space, self.action_space = self.keys.observation_space, self.keys.action_space
         self.seeded_reset = takes_seeded_reset(env)
@@ -294,6 +375,7 @@ class BatchedSource(SlotEnvsSource):
         if len(env.batch_size) != 1:
             raise UserInputError(f"the batched TorchRL env has batch size {tuple(env.batch_size)}; fasteval steps envs "
                                  f"with one batch dimension (its workers).")
+        freeze_vecnorms(env, owned=owned)  # a caller's env, used as it is: warn only
         self.env, self.owned = env, owned
 
     def build(self, n_slots: int) -> "TorchRLBatchedEnvs":
