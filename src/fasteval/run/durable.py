@@ -54,7 +54,8 @@ import numpy as np
 from fasteval.core.capabilities import GLOBAL_RNG, POLICY_RNG
 from fasteval.core.outcome import Segment, SegmentAborted
 from fasteval.run.engine import Engine
-from fasteval.run.folder_lock import FolderLock
+from fasteval.run.folder_lock import FolderLock, LockWriteError, disk_full_text
+from fasteval.run.record_file import DiskFullError
 from fasteval.run.provenance import collect_provenance
 from fasteval.run.record import EpisodeRows, Label, default_label, manifest_document
 from fasteval.run.record_many import build_run_record
@@ -338,15 +339,28 @@ class _SegmentLog:
             except OSError as exc:
                 raise UserInputError(f"cannot create the output folder {self.run_dir.path}: "
                                      f"{exc.strerror or exc}. Choose another --output-dir.") from None
-            self.lock.acquire()  # a second process on the folder exits 2 naming us
+            try:
+                self.lock.acquire()  # a second process on the folder exits 2 naming us
+            except LockWriteError:  # a full disk: the lock file (ours) and the folder this run made go
+                self.run_dir.remove_new_run(remove_folder=self.created_folder)
+                raise
             check_new_folder(self.run_dir)  # again, under the lock
             self.owns_folder = True
         for name, n in self.run_dir.cut_torn_tails().items():
             self.announce(f"{name} ended in a torn line (an interrupted write): cut {n} bytes back to its last "
                           f"complete record before appending.")
-        self.run_dir.open_logs()
-        self.run_dir.remove_eval_info()  # an earlier segment's end: this segment is running now
-        self.write_manifest(STATUS_RUNNING)
+        try:
+            self.run_dir.open_logs()
+            self.run_dir.remove_eval_info()  # an earlier segment's end: this segment is running now
+            self.write_manifest(STATUS_RUNNING)
+        except DiskFullError as exc:
+            if self.resume:
+                raise
+            # a new run on a full disk: nothing of it is kept (its folder, its lock file), and it says so (exit 2)
+            self.run_dir.remove_new_run(remove_folder=self.created_folder)
+            self.lock.release()
+            self.owns_folder = False
+            raise UserInputError(disk_full_text(self.run_dir.path, exc, "its manifest")) from None
         # ledger rows are buffered; the run layer's one record builder turns each group into records
         self.log = GroupCommitLog(self.run_dir.append_episode_text, self.flush_policy, render=self._render)
 
