@@ -38,3 +38,21 @@ def test_a_new_run_on_a_full_disk_says_so_and_leaves_no_folder(tmp_path, monkeyp
     monkeypatch.undo()  # the disk has room again: the same folder starts at once
     again = CliRunner().invoke(main, ["--env", "CartPole-v1", "-n", "2", "-o", str(out)])
     assert again.exit_code == 0, again.output
+
+
+def test_the_disk_full_lines_resume_hint_has_trust_remote_code_where_the_run_needs_it(tmp_path, monkeypatch):
+    calls = []
+
+    def fills_up(fd, data):
+        calls.append(1)
+        if len(calls) > 1:  # the first group fits, then the disk is full
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return os.write(fd, data)
+
+    monkeypatch.setattr(RecordFile, "write", staticmethod(fills_up))
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, ["--env", "fasteval/KnownAnswer-v0", "--policy",
+                                       "fasteval.testing.policies:ParityPolicy", "--trust-remote-code", "-n", "600",
+                                       "-b", "8", "-o", str(out)])
+    assert result.exit_code == 1, result.output
+    assert f"run `fasteval --resume {out} --trust-remote-code` to finish" in result.output

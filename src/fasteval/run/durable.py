@@ -530,6 +530,7 @@ def _run(engine: Engine, run_dir: RunDirectory, resume: bool, on_finished: Calla
     this_segment = collect_provenance()  # the command, versions, git commit, machine and date (the report shows them)
     identity["provenance"] = (original_manifest or {}).get("provenance") or this_segment  # the run's first segment
     missing = missing_episodes(spec, earlier.records)
+    run_dir.resume_hint = resume_command(run_dir.path, spec)  # a write error's hint (--trust-remote-code if needed)
     log = _SegmentLog(engine, run_dir, identity, segments, flush_policy, on_finished, announce, lock, resume,
                       task if task is not None else default_label(spec))
     engine.watchdog.on_expire = log.expire

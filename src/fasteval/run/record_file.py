@@ -22,10 +22,12 @@ class DiskFullError(FastevalError, OSError):
     """The disk filled up while writing results (the records already written stay valid)."""
 
 
-def write_error(path: Path, exc: OSError, folder: Path) -> FastevalError:
-    """The error to raise when writing ``path`` failed: it names the file, and says what is kept."""
+def write_error(path: Path, exc: OSError, folder: Path, resume: str | None = None) -> FastevalError:
+    """The error to raise when writing ``path`` failed: it names the file, and says what is kept. ``resume``: the
+    command that finishes the run (:func:`fasteval.run.rundir.resume_command`, with ``--trust-remote-code`` where the
+    run needs it); ``fasteval --resume FOLDER`` if not given."""
     kept = ("The record files end in complete lines: every episode recorded so far is valid; "
-            f"free some space and run `fasteval --resume {folder}` to finish the remaining episodes.")
+            f"free some space and run `{resume or f'fasteval --resume {folder}'}` to finish the remaining episodes.")
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return DiskFullError(exc.errno, f"disk full while writing {path}. {kept}")
     return FastevalError(f"writing {path} failed: {exc.strerror or exc}. {kept}")
@@ -37,9 +39,11 @@ class RecordFile:
     write = staticmethod(os.write)
     """The system call (a test replaces it to fill the disk)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, resume: str | None = None):
         self.path = Path(path)
         self.fd: int | None = None
+        self.resume = resume
+        """The command that finishes the run, for a write error's message (:func:`write_error`)."""
 
     def open(self) -> None:
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC  # POSIX, as the folder lock
@@ -69,7 +73,7 @@ class RecordFile:
                 os.ftruncate(self.fd, start)  # no torn line: the group is all in, or not at all
             except OSError:
                 pass
-            raise write_error(self.path, exc, self.path.parent) from None
+            raise write_error(self.path, exc, self.path.parent, self.resume) from None
 
     def close(self) -> None:
         if self.fd is None:

@@ -112,7 +112,7 @@ def policy_digest(policy: Any, reference: Any) -> str:
     return h.hexdigest()
 
 
-def _write_guard(path: Path):
+def _write_guard(path: Path, resume: str | None = None):
     """Turns an OSError while writing ``path`` into :func:`~fasteval.run.record_file.write_error`'s error."""
     class Guard:
         def __enter__(self):
@@ -120,7 +120,7 @@ def _write_guard(path: Path):
 
         def __exit__(self, kind, exc, tb):
             if isinstance(exc, OSError) and not isinstance(exc, FastevalError):
-                raise write_error(path, exc, path.parent) from None
+                raise write_error(path, exc, path.parent, resume) from None
             return False
 
     return Guard()
@@ -133,6 +133,9 @@ class RunDirectory:
         self.path = Path(path)
         self._episodes = None
         self._errors = None
+        self.resume_hint: str | None = None
+        """The command that finishes this run (:func:`resume_command`, set by the durable run from its spec), named
+        by a write error (disk full); ``fasteval --resume DIR`` when not set."""
 
     # -- manifest -----------------------------------------------------------------------
     @property
@@ -155,7 +158,7 @@ class RunDirectory:
         return manifest
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        with _write_guard(self.manifest_path):
+        with _write_guard(self.manifest_path, self.resume_hint):
             write_json_atomic(self.manifest_path, manifest)
 
     def set_status(self, status: str, **extra: Any) -> None:
@@ -171,7 +174,8 @@ class RunDirectory:
         except OSError as exc:
             raise UserInputError(f"cannot create the output folder {self.path}: {exc.strerror or exc}. "
                                  f"Choose another --output-dir.") from None
-        self._episodes, self._errors = RecordFile(self.path / EPISODES), RecordFile(self.path / ERRORS)
+        self._episodes = RecordFile(self.path / EPISODES, self.resume_hint)
+        self._errors = RecordFile(self.path / ERRORS, self.resume_hint)
         self._episodes.open()
         self._errors.open()
 
@@ -252,11 +256,11 @@ class RunDirectory:
         except FileNotFoundError:
             pass
         except OSError as exc:
-            raise write_error(self.path / EVAL_INFO, exc, self.path) from None
+            raise write_error(self.path / EVAL_INFO, exc, self.path, self.resume_hint) from None
 
     def write_eval_info(self, document: dict[str, Any]) -> Path:
         path = self.path / EVAL_INFO
-        with _write_guard(path):
+        with _write_guard(path, self.resume_hint):
             return write_json_atomic(path, document)
 
 
