@@ -64,7 +64,7 @@ from fasteval.types.errors import FastevalError, UserInputError
 from fasteval.types.results import (STATUS_COMPLETE, STATUS_FAILED, STATUS_INTERRUPTED, STATUS_RUNNING,  # noqa: F401
                                     EarlierSegments, EpisodeTable, EvalResult)
 from fasteval.run.rundir import (EVAL_INFO, MANIFEST, RunDirectory, RunIdentity, check_resumable, format_records,
-                                  episode_lines, policy_digest, resume_command)
+                                  digested_lines, episode_lines, policy_digest, resume_command, what_digest)
 from fasteval.types.spec import EvalSpec
 
 
@@ -365,7 +365,7 @@ class _SegmentLog:
         self.log = GroupCommitLog(self.run_dir.append_episode_text, self.flush_policy, render=self._render)
 
     def _render(self, rows: list[int]) -> str:
-        return episode_lines(self.rows, rows, self.run_id)
+        return digested_lines(episode_lines(self.rows, rows, self.run_id), self.identity["what_digest"])
 
     def finished(self, ledger: Any, rows: Any) -> None:
         """The engine's ``on_finished``: buffer the rows (their records are built when written)."""
@@ -445,22 +445,35 @@ def check_new_folder(run_dir: RunDirectory) -> None:
                              f"with theirs. Choose another --output-dir, or remove those files.")
 
 
-def _earlier_segments(run_dir: RunDirectory, spec: EvalSpec, identity: dict[str, Any],
-                      resume: bool) -> tuple[dict[str, Any] | None, EarlierSegments, list[dict[str, Any]]]:
+def _earlier_segments(run_dir: RunDirectory, spec: EvalSpec, identity: dict[str, Any], resume: bool,
+                      notes: list[str] | None = None) -> tuple[dict[str, Any] | None, EarlierSegments, list[dict[str, Any]]]:
     """``(original manifest, what earlier segments recorded, their segment list)``; for a new run,
-    checks that the folder holds no run yet (no manifest, no records), and gives it a run id; a resume
-    takes the manifest's and refuses records of another run. Raises :class:`UserInputError` with the fix."""
+    checks that the folder holds no run yet (no manifest, no records), and gives it a run id and a what digest
+    (:func:`~fasteval.run.rundir.what_digest`); a resume takes the manifest's, refuses an edited manifest (its what
+    no longer gives its what digest) and records of another run, and drops records that do not match their digest,
+    garbage lines and repeats, saying so in ``notes``. Raises :class:`UserInputError` with the fix."""
+    digest = what_digest(spec.what.to_dict(), identity)
     if not resume:
         if run_dir.path.exists():
             check_new_folder(run_dir)
         identity["run_id"] = uuid.uuid4().hex
+        identity["what_digest"] = digest
         return None, EarlierSegments(EpisodeTable.empty()), []
     manifest = run_dir.read_manifest()
     check_resumable(manifest, spec, identity, run_dir.path)
     identity["run_id"] = manifest.get("run_id")  # None: a run folder of an older fasteval, whose records carry none
+    stored = manifest.get("what_digest")  # None: an older fasteval's run (its records carry no digest)
+    if stored is not None and stored != digest:
+        raise UserInputError(
+            f"refusing to resume {run_dir.path}: manifest.json's what (env_kwargs, seed, ...) no longer gives the what "
+            f"digest its records were written under ({stored}; now {digest}): it was edited after the run started, and "
+            f"resuming would mix two configurations in one run. Restore manifest.json, or start a new run with "
+            f"another --output-dir.")
+    identity["what_digest"] = stored or digest
     seed = manifest["what"]["seed"] if "what" in manifest else manifest["seed"]
     names = spec.names if spec.n_policies > 1 else None
-    done = run_dir.records(RunIdentity(identity["run_id"], seed, spec.n_episodes, names))
+    done = run_dir.records(RunIdentity(identity["run_id"], seed, spec.n_episodes, names), what=identity["what_digest"],
+                           notes=notes)
     segments = list(manifest.get("segments", []))
     earlier = EarlierSegments(EpisodeTable.from_records(done), sum(s["eval_s"] for s in segments), len(segments),
                               n_cancelled=sum(int(s.get("n_cancelled", 0)) for s in segments),
@@ -526,7 +539,10 @@ def _run(engine: Engine, run_dir: RunDirectory, resume: bool, on_finished: Calla
          task: Label | None) -> DurableOutcome:
     spec = engine.spec
     identity = run_identity(spec, engine)
-    original_manifest, earlier, segments = _earlier_segments(run_dir, spec, identity, resume)
+    notes: list[str] = []
+    original_manifest, earlier, segments = _earlier_segments(run_dir, spec, identity, resume, notes)
+    for note in notes:
+        announce(note)
     this_segment = collect_provenance()  # the command, versions, git commit, machine and date (the report shows them)
     identity["provenance"] = (original_manifest or {}).get("provenance") or this_segment  # the run's first segment
     missing = missing_episodes(spec, earlier.records)
