@@ -134,3 +134,50 @@ def test_a_zip_that_is_not_sb3s_is_a_clear_error(tmp_path):
     result = CliRunner().invoke(main, ["--env", "CartPole-v1", "--policy", str(path), "-n", "1", "--trust-remote-code",
                                        "-o", str(tmp_path / "r")])
     assert result.exit_code == 2 and "not a Stable-Baselines3 checkpoint" in result.output
+
+
+# -- the eval env's outer spec: step cap and wrappers added after make (issue 42) --------------------------
+def wrapped_cartpole(cap: int | None = None):
+    """CartPole with a x10 reward wrapper added after make (and a step cap when given)."""
+    env = gym.make("CartPole-v1", max_episode_steps=cap) if cap else gym.make("CartPole-v1")
+    return gym.wrappers.TransformReward(env, lambda r: 10.0 * r)
+
+
+def sb3_reference_env(model, make, seed: int, n: int) -> list[tuple[float, int]]:
+    out = []
+    for i in range(n):
+        venv = DummyVecEnv([make])
+        venv.seed(seed + i)
+        rewards, lengths = evaluate_policy(model, venv, n_eval_episodes=1, return_episode_rewards=True, warn=False)
+        out.append((float(rewards[0]), int(lengths[0])))
+        venv.close()
+    return out
+
+
+@pytest.mark.parametrize("cap", [None, 20])
+def test_callback_honours_the_eval_envs_step_cap_and_wrappers(trained, cap):
+    model = trained[0]
+    make = lambda: wrapped_cartpole(cap)  # noqa: E731
+    callback = EvalCallback(make(), n_eval_episodes=N, seed=SEED, batch_size=3, verbose=0)
+    assert callback.spec_fields["max_steps"] == (cap or 500)
+    callback.init_callback(model)
+    ours = [(float(r["sum_reward"]), int(r["length"])) for r in callback.evaluate().per_episode]
+    callback.evaluator.close()
+    assert ours == sb3_reference_env(model, make, SEED, N)
+    assert all(reward == 10.0 * length for reward, length in ours)  # the wrapper was applied
+    if cap:
+        assert max(length for _, length in ours) == cap
+    plain = EvalCallback(gym.make("CartPole-v1", max_episode_steps=7), verbose=0)
+    assert plain.spec_fields["env"] == "CartPole-v1" and plain.spec_fields["max_steps"] == 7
+
+
+def test_a_wrapper_that_cannot_be_rebuilt_is_refused_with_the_reason():
+    class Opaque(gym.Wrapper):  # no RecordConstructorArgs: its arguments are unknown
+        pass
+
+    with pytest.raises(UserInputError, match="Opaque.*RecordConstructorArgs"):
+        EvalCallback(Opaque(gym.make("CartPole-v1")), verbose=0)
+    from stable_baselines3.common.monitor import Monitor
+
+    monitored = EvalCallback(Monitor(gym.make("CartPole-v1")), verbose=0)  # Monitor changes nothing: dropped
+    assert monitored.spec_fields["env"] == "CartPole-v1"

@@ -23,7 +23,8 @@ import numpy as np
 from fasteval.core.slot_block import SlotBlock, raise_call_errors
 from fasteval.core.slots import EnvFailure, SlotEnvs, SlotEnvsSource, _failure, _obs_writer, allocate_obs_buffer, call_env, env_metadata  # noqa: F401 (re-exported)
 from fasteval.core.watchdog import ENV, Watchdog
-from fasteval.types.errors import EnvNotFoundError, UserInputError
+from fasteval.types.errors import EnvBuildError, EnvNotFoundError, UserInputError, one_line
+from fasteval.types.spec import env_label
 from fasteval.types.refs import resolve_callable, split_callable_ref
 
 
@@ -148,6 +149,12 @@ def make_factory(env: Any, kwargs: dict, max_steps: int | None, trust_remote_cod
         raise EnvNotFoundError(f"env {env!r}: {exc}") from None
     except TypeError as exc:
         raise UserInputError(f"env {env!r} rejected its keyword arguments {dict(kwargs)}: {exc}") from None
+    except UserInputError:
+        raise
+    except Exception as exc:  # the env's own constructor: one line, exit 2, nothing ran
+        raise EnvBuildError(f"env {env_label(env)!r} raised while it was built (keyword arguments {dict(kwargs)}): "
+                            f"{one_line(exc)}. Nothing ran; check the env's arguments (--env-kwarg) and its "
+                            f"installation.") from exc
     cap = max_steps
     if cap is None and not factory.is_callable_ref:
         registered = gym.spec(env).max_episode_steps  # applied by the engine, not by a TimeLimit wrapper

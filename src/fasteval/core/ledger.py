@@ -68,13 +68,14 @@ def check_fits_in_memory(n_episodes: int) -> None:
     needed, available = episode_memory_bytes(n_episodes), available_memory_bytes()
     if available is not None and needed > available:
         raise UserInputError(
-            f"n_episodes={n_episodes}: the per-episode results alone need about {_size(needed)} of memory "
-            f"({episode_memory_bytes(1)} bytes per episode), and this machine has {_size(available)} available. "
+            f"n_episodes={n_episodes}: the per-episode results alone need about {memory_size(needed)} of memory "
+            f"({episode_memory_bytes(1)} bytes per episode), and this machine has {memory_size(available)} available. "
             f"Run fewer episodes per run: split the seeds over several runs (--seed S -n N, then --seed S+N ...)."
         )
 
 
-def _size(n_bytes: float) -> str:
+def memory_size(n_bytes: float) -> str:
+    """``n_bytes`` in a human unit (``1.5 GiB``)."""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
         if n_bytes < 1024 or unit == "PiB":
             return f"{n_bytes:.1f} {unit}" if unit != "B" else f"{int(n_bytes)} B"

@@ -53,17 +53,27 @@ def worker_main(index: int, conn: Any, factory: Callable[[], gym.Env], shared: S
     otherwise keep the server's (variables such as ``MUJOCO_GL`` set later would not reach it).
     """
     _adopt_environ(environ)
-    envs = _build_envs(conn, factory, block)
+    try:
+        envs = _build_envs(conn, factory, block)
+    except PARENT_GONE:  # the parent ended (killed, Ctrl-C) while this worker was starting: nothing to tell
+        return
     if envs is None:
         return
     try:
         _Worker(index, conn, factory, SharedBuffers.attach(layout, shared), block, envs).serve()
+    except PARENT_GONE:  # the parent ended mid-command: end quietly (no traceback on the terminal)
+        pass
     finally:
         for env in envs.values():
             try:
                 env.close()
             except Exception:
                 pass
+
+
+PARENT_GONE = (BrokenPipeError, ConnectionResetError, EOFError, KeyboardInterrupt)
+"""What a worker sees when its parent has ended (a closed pipe) or the terminal's Ctrl-C reached it too: the
+parent decides what a run does on SIGINT, and a worker ends without a traceback."""
 
 
 def _adopt_environ(environ: dict[str, str]) -> None:

@@ -66,7 +66,7 @@ from fasteval.core.shared_buffers import Layout, SharedBuffers
 from fasteval.core.slot_block import raise_call_errors
 from fasteval.core.slots import EnvFailure, SlotEnvs, even_ranges
 from fasteval.core.worker_process import SUCCESS_SIGNAL, worker_main
-from fasteval.types.errors import EnvStepError, UserInputError
+from fasteval.types.errors import EnvBuildError, EnvStepError, UserInputError
 
 DIED, TIMED_OUT = "died", "timed out"  # what _receive returns instead of a reply
 
@@ -198,11 +198,15 @@ class WorkerPoolEnvs(SlotEnvs):
             worker.process.kill()
         if not isinstance(reply, str) and reply[2] is not None:  # a FastevalError (bad input): the user's to fix
             raise reply[2]
-        if isinstance(reply, str) or reply[1]:
-            detail = "" if isinstance(reply, str) else f": {reply[1][0].error}\n{reply[1][0].traceback}"
+        if isinstance(reply, str) or reply[1]:  # one line, exit 2: nothing ran (the traceback is the error's note)
+            detail = "" if isinstance(reply, str) else f": {' | '.join(reply[1][0].error.splitlines())}"
             how = f" ({reply}; {self._exit_text(worker)})" if isinstance(reply, str) else ""
-            raise EnvStepError(f"env worker {worker.index} (slots {worker.block.start}..{worker.block.stop - 1}) failed "
-                               f"to build its envs{how}{detail}")
+            error = EnvBuildError(f"env worker {worker.index} (slots {worker.block.start}..{worker.block.stop - 1}) "
+                                  f"failed to build its envs{how}{detail}. Nothing ran; check that the env builds in a "
+                                  f"fresh process (--vectorization sync shows its error in this one).")
+            if not isinstance(reply, str) and reply[1][0].traceback:
+                error.add_note(f"the worker's traceback:\n{reply[1][0].traceback}")
+            raise error
 
     def _exit_text(self, worker: _Worker) -> str:
         worker.process.join(timeout=1.0)

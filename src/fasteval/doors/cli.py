@@ -37,6 +37,7 @@ from fasteval.types.spec import (AMP_MODES, DESIGNS, EXPLORATIONS, NOISE_MODES, 
 from fasteval.types.spec import DEFAULT_POLICY_BLOCK
 
 EXIT_OK, EXIT_RUNTIME_ERROR, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_SIGINT = 130  # 128 + SIGINT
 DEFAULTS_KEY = "fasteval.defaults"
 """``ctx.meta`` key: which defaults the command line got (``lerobot`` or ``fasteval``)."""
 
@@ -434,6 +435,16 @@ class LazyGroup(SectionedHelp, click.Group):
             if rewritten.defaults:  # LeRobot's defaults, under anything the command line (or --config) gives
                 ctx.default_map = {**rewritten.defaults, **(ctx.default_map or {})}
         return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """The command; a Ctrl-C that reaches here (before a run's own signal handling is in place: while
+        torch, a policy or a sweep's parts are imported and built) ends in one line and exit 130, as the README
+        says, not click's "Aborted!" and exit 1."""
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("Error: interrupted by SIGINT (Ctrl-C).", err=True)
+            sys.exit(EXIT_SIGINT)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *SUBCOMMANDS})

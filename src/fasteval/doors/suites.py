@@ -339,7 +339,7 @@ def run_suite_durable(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], ou
         task_spec = spec.replace(**task_fields(task, budget, videos_root / label))
         folder = out_dir / "tasks" / label
         run_dir = RunDirectory(folder)
-        run_dir.resume = f"run {suite_resume(out_dir)}"  # a suite resumes each task's folder
+        run_dir.resume_hint = suite_resume(out_dir)  # a suite resumes each task's folder
         resume = run_dir.has_manifest()  # the same command again: finish (or reuse) the task's run
         announce(f"task {group}/{task_id} ({task.name or task.env}) -> {folder}" + (" (resuming)" if resume else ""))
         with Engine(task_spec) as engine:

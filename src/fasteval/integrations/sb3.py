@@ -31,9 +31,13 @@ What differs, on purpose:
   policy is called through SB3's own ``policy.predict`` (:mod:`fasteval.robot.policies.sb3`), so weights need no copy.
   ``deterministic=False`` samples per episode (batch-invariant), which is not SB3's global-RNG draw.
 * **The env is an id**, not an env object: ``eval_env`` may be a gymnasium id, a ``module:callable`` string, a
-  zero-argument factory, or an env (or a ``DummyVecEnv`` of one) made with ``gymnasium.make``, whose registered
-  id and kwargs are used (wrappers added after ``make``, such as ``Monitor``, are not: fasteval sums the env's own
-  rewards and needs no ``Monitor``; ``warn`` is accepted and ignored). A model trained behind ``VecNormalize``
+  zero-argument factory, or an env (or a ``DummyVecEnv`` of one) made with ``gymnasium.make``, read from its outer
+  spec (``env.spec``): its id and kwargs, its step cap (``gym.make(id, max_episode_steps=K)``) and the wrappers
+  added after ``make`` (``additional_wrappers``, rebuilt with their recorded arguments in each of fasteval's envs;
+  ``tests/test_sb3_callback.py`` checks a step cap and a reward wrapper against ``evaluate_policy``). A wrapper that
+  does not record its arguments cannot be rebuilt and is refused, with the reason; SB3's ``Monitor`` is dropped
+  (fasteval sums the env's own rewards and needs no ``Monitor``; ``warn`` is accepted and ignored). A wrapper whose
+  arguments cannot be pickled (a ``lambda``) works with ``vectorization="sync"`` (the default) only. A model trained behind ``VecNormalize``
   has its observations normalized with the training env's current statistics (SB3's ``sync_envs_normalization``).
   Episode rewards are summed in float64 (SB3's ``DummyVecEnv`` keeps each step's reward as float32).
 * ``eval/success_rate``: an episode counts as a success if ``info["is_success"]`` was true at any of its steps
@@ -59,24 +63,70 @@ from fasteval.types.errors import UserInputError
 DEFAULT_MAX_BATCH = 16
 
 
-def fasteval_env(eval_env: Any) -> tuple[Any, dict[str, Any]]:
-    """``(env, env_kwargs)`` for fasteval from SB3's ``eval_env`` argument (see the module docstring)."""
+# Wrappers that do not change an episode's observations, actions, rewards or end: dropped, not rebuilt.
+PASSIVE_WRAPPERS = frozenset({"stable_baselines3.common.monitor:Monitor"})
+
+
+class RebuiltEnv:
+    """A picklable zero-argument factory of an env made with ``gymnasium.make`` plus wrappers: ``gymnasium.make``
+    of its outer spec (the registered id and kwargs, then every wrapper of ``additional_wrappers`` with its
+    recorded arguments), without gymnasium's checking layers and ``TimeLimit`` (fasteval's engine enforces the
+    order and the step cap itself). Its label is the id and the wrappers' names (``CartPole-v1+TransformReward``)."""
+
+    def __init__(self, spec: Any, kwargs: dict[str, Any] | None = None):
+        import dataclasses
+
+        self.spec = dataclasses.replace(spec, order_enforce=False, disable_env_checker=True, max_episode_steps=None,
+                                        kwargs={**(spec.kwargs or {}), **(kwargs or {})})
+        self.__qualname__ = "+".join([spec.id, *(w.name for w in spec.additional_wrappers)])
+
+    def __call__(self) -> Any:
+        import gymnasium as gym
+
+        return gym.make(self.spec)
+
+
+def fasteval_env(eval_env: Any) -> tuple[Any, dict[str, Any], int | None]:
+    """``(env, env_kwargs, max_steps)`` for fasteval from SB3's ``eval_env`` argument (see the module docstring).
+
+    An env made with ``gymnasium.make`` is read from its outer spec (``env.spec``): the step cap
+    (``max_episode_steps``, ``max_steps`` when it differs from the registered one) and the wrappers added after
+    ``make`` (``additional_wrappers``), rebuilt per slot by :class:`RebuiltEnv`. A wrapper that does not record its
+    constructor arguments cannot be rebuilt and is refused (SB3's ``Monitor`` is dropped: it changes nothing).
+    """
     import gymnasium as gym
 
     if isinstance(eval_env, str) or (callable(eval_env) and not isinstance(eval_env, (gym.Env, VecEnv))):
-        return eval_env, {}
+        return eval_env, {}, None
     env = eval_env
     while isinstance(env, VecEnvWrapper):  # VecNormalize, VecMonitor...: the model's own statistics are used
         env = env.venv
     if isinstance(env, DummyVecEnv):
         env = env.envs[0]
-    spec = env.unwrapped.spec if isinstance(env, gym.Env) else None
+    spec = env.spec if isinstance(env, gym.Env) else None
     if spec is None or spec.id is None:
         raise UserInputError(
             f"eval_env {type(eval_env).__name__}: fasteval builds its own envs (one per slot, seeded per episode) and needs "
             f"to know how: give a gymnasium id ('CartPole-v1'), a module:callable string, a zero-argument factory, or an "
             f"env made with gymnasium.make (its registered id and kwargs are used).")
-    return spec.id, dict(spec.kwargs or {})
+    registered = gym.spec(spec.id)
+    cap = spec.max_episode_steps if spec.max_episode_steps != registered.max_episode_steps else None
+    added = spec.additional_wrappers[len(registered.additional_wrappers):]
+    kept = tuple(w for w in added if w.entry_point not in PASSIVE_WRAPPERS)
+    opaque = [w.name for w in kept if w.kwargs is None]
+    if opaque:
+        raise UserInputError(
+            f"eval_env {spec.id!r} is wrapped in {', '.join(opaque)}, which does not record its constructor arguments "
+            f"(gymnasium.utils.RecordConstructorArgs), so fasteval cannot rebuild it for each of its envs; expected an env "
+            f"whose wrappers all appear in env.spec.additional_wrappers. Make the wrapper call "
+            f"RecordConstructorArgs.__init__(self, ...), or pass eval_env as a zero-argument factory that builds the "
+            f"wrapped env.")
+    if kept:
+        import dataclasses
+
+        rebuilt = RebuiltEnv(dataclasses.replace(spec, additional_wrappers=registered.additional_wrappers + kept))
+        return rebuilt, {}, spec.max_episode_steps  # a factory's cap is not looked up by id: always given
+    return spec.id, dict(spec.kwargs or {}), cap
 
 
 class EvalCallback(EventCallback):
@@ -114,8 +164,12 @@ class EvalCallback(EventCallback):
         self.deterministic = deterministic
         self.render = False
         self.warn = warn
-        env, env_kwargs = fasteval_env(eval_env)
+        env, env_kwargs, cap = fasteval_env(eval_env)
+        if isinstance(env, RebuiltEnv):  # a zero-argument factory: extra env_kwargs go into its spec
+            env = RebuiltEnv(env.spec, spec_fields.pop("env_kwargs", None))
         env_kwargs.update(spec_fields.pop("env_kwargs", None) or {})
+        if cap is not None:
+            spec_fields.setdefault("max_steps", cap)
         self.spec_fields = dict(env=env, env_kwargs=env_kwargs, n_episodes=n_eval_episodes, seed=seed,
                                 batch_size=batch_size or min(n_eval_episodes, DEFAULT_MAX_BATCH),
                                 exploration="deterministic" if deterministic else "random",

@@ -57,7 +57,8 @@
                               env's own keys for ``Dict`` ones in ``raw`` format; the mapped
                               names (``observation.image`` ...) with the env's dtypes
                               (images stay uint8 HWC) in ``lerobot`` format
-  ``action``                  the action sent to the env
+  ``action``                  the action sent to the env, in its own encoding (one-hot ``[n]``
+                              for a TorchRL env with a ``OneHot`` action spec)
   ``done``, ``terminated``,   ``[1]`` bool, all False: the flags of the state acted on (a row
   ``truncated``               is never taken in a terminal state)
   ``("next", <obs keys>)``    the observation after the step (the next row's, or the
@@ -105,6 +106,7 @@ from fasteval.types.files import safe_filename
 from fasteval.kernels import IDLE
 from fasteval.robot.env_kinds import is_mujoco
 from fasteval.robot.policies.obs_mapping import RAW, plan_keys
+from fasteval.robot.torchrl.envs import ACTION_ONE_HOT
 from fasteval.robot.video_encoder import ReplayJob, VideoEncoder
 
 DEFAULT_FPS = 30
@@ -424,6 +426,19 @@ class VideoRecorder(StepObserver):
         return {"video_paths": paths, "video_paths_by_policy": {self.ledger.policy_names[self.policy]: paths}}
 
 
+def env_encoded_actions(actions: Any, metadata: dict) -> Any:
+    """The recorded actions (``[steps, ...]``, what the engine sent) in the env's own encoding: one-hot ``[steps, n]``
+    where the env declares one-hot actions (``metadata[ACTION_ONE_HOT]``: TorchRL's ``OneHot`` spec, whose index the
+    engine sends), as TorchRL's collectors write them; unchanged otherwise."""
+    one_hot = (metadata or {}).get(ACTION_ONE_HOT)
+    if not one_hot:
+        return actions
+    import torch
+
+    index = actions.reshape(len(actions)).long()
+    return torch.nn.functional.one_hot(index, int(one_hot["n"])).to(getattr(torch, one_hot["dtype"]))
+
+
 class EpisodeDataRecorder(StepObserver):
     """Records every step into a :class:`~fasteval.robot.buffers.rollout_buffer.RolloutBuffer` on the policy device;
     a finished episode is cut out of it at once (with its final observation), and :meth:`finish` puts
@@ -560,7 +575,7 @@ class EpisodeDataRecorder(StepObserver):
                           "truncated": column(truncated), "done": column(last), "success": column(steps["next.success"])})
         not_done = torch.zeros(total, 1, dtype=torch.bool, device=device)
         episode = torch.from_numpy(np.repeat(L.episode_ids[complete].astype(np.int64), lengths)).to(device)
-        out = {**root, "action": steps["action"], "done": not_done, "terminated": not_done.clone(),
+        out = {**root, "action": env_encoded_actions(steps["action"], self.envs.metadata), "done": not_done, "terminated": not_done.clone(),
                "truncated": not_done.clone(), "episode": episode, "seed": episode + int(L.seed),
                "step_count": column(torch.from_numpy(frame_index).to(device)),
                "index": torch.arange(total, dtype=torch.int64, device=device),

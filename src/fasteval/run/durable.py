@@ -55,7 +55,8 @@ import numpy as np
 from fasteval.core.capabilities import GLOBAL_RNG, POLICY_RNG
 from fasteval.core.outcome import Segment, SegmentAborted
 from fasteval.run.engine import Engine
-from fasteval.run.folder_lock import FolderLock
+from fasteval.run.folder_lock import FolderLock, LockWriteError, disk_full_text
+from fasteval.run.record_file import DiskFullError
 from fasteval.run.provenance import collect_provenance
 from fasteval.run.record import EpisodeRows, Label, default_label, manifest_document
 from fasteval.run.record_many import build_run_record
@@ -65,7 +66,7 @@ from fasteval.types.errors import FastevalError, UserInputError
 from fasteval.types.results import (STATUS_COMPLETE, STATUS_FAILED, STATUS_INTERRUPTED, STATUS_RUNNING,  # noqa: F401
                                     EarlierSegments, EpisodeTable, EvalResult)
 from fasteval.run.rundir import (EVAL_INFO, MANIFEST, RunDirectory, RunIdentity, check_resumable, format_records,
-                                  episode_lines, resume_command)
+                                  digested_lines, episode_lines, policy_digest, resume_command, what_digest)
 from fasteval.types.spec import EvalSpec
 
 
@@ -338,20 +339,33 @@ class _SegmentLog:
             except OSError as exc:
                 raise UserInputError(f"cannot create the output folder {self.run_dir.path}: "
                                      f"{exc.strerror or exc}. Choose another --output-dir.") from None
-            self.lock.acquire()  # a second process on the folder exits 2 naming us
+            try:
+                self.lock.acquire()  # a second process on the folder exits 2 naming us
+            except LockWriteError:  # a full disk: the lock file (ours) and the folder this run made go
+                self.run_dir.remove_new_run(remove_folder=self.created_folder)
+                raise
             check_new_folder(self.run_dir)  # again, under the lock
             self.owns_folder = True
         for name, n in self.run_dir.cut_torn_tails().items():
             self.announce(f"{name} ended in a torn line (an interrupted write): cut {n} bytes back to its last "
                           f"complete record before appending.")
-        self.run_dir.open_logs()
-        self.run_dir.remove_eval_info()  # an earlier segment's end: this segment is running now
-        self.write_manifest(STATUS_RUNNING)
+        try:
+            self.run_dir.open_logs()
+            self.run_dir.remove_eval_info()  # an earlier segment's end: this segment is running now
+            self.write_manifest(STATUS_RUNNING)
+        except DiskFullError as exc:
+            if self.resume:
+                raise
+            # a new run on a full disk: nothing of it is kept (its folder, its lock file), and it says so (exit 2)
+            self.run_dir.remove_new_run(remove_folder=self.created_folder)
+            self.lock.release()
+            self.owns_folder = False
+            raise UserInputError(disk_full_text(self.run_dir.path, exc, "its manifest")) from None
         # ledger rows are buffered; the run layer's one record builder turns each group into records
         self.log = GroupCommitLog(self.run_dir.append_episode_text, self.flush_policy, render=self._render)
 
     def _render(self, rows: list[int]) -> str:
-        return episode_lines(self.rows, rows, self.run_id)
+        return digested_lines(episode_lines(self.rows, rows, self.run_id), self.identity["what_digest"])
 
     def finished(self, ledger: Any, rows: Any) -> None:
         """The engine's ``on_finished``: buffer the rows (their records are built when written)."""
@@ -431,22 +445,35 @@ def check_new_folder(run_dir: RunDirectory) -> None:
                              f"with theirs. Choose another --output-dir, or remove those files.")
 
 
-def _earlier_segments(run_dir: RunDirectory, spec: EvalSpec, identity: dict[str, Any],
-                      resume: bool) -> tuple[dict[str, Any] | None, EarlierSegments, list[dict[str, Any]]]:
+def _earlier_segments(run_dir: RunDirectory, spec: EvalSpec, identity: dict[str, Any], resume: bool,
+                      notes: list[str] | None = None) -> tuple[dict[str, Any] | None, EarlierSegments, list[dict[str, Any]]]:
     """``(original manifest, what earlier segments recorded, their segment list)``; for a new run,
-    checks that the folder holds no run yet (no manifest, no records), and gives it a run id; a resume
-    takes the manifest's and refuses records of another run. Raises :class:`UserInputError` with the fix."""
+    checks that the folder holds no run yet (no manifest, no records), and gives it a run id and a what digest
+    (:func:`~fasteval.run.rundir.what_digest`); a resume takes the manifest's, refuses an edited manifest (its what
+    no longer gives its what digest) and records of another run, and drops records that do not match their digest,
+    garbage lines and repeats, saying so in ``notes``. Raises :class:`UserInputError` with the fix."""
+    digest = what_digest(spec.what.to_dict(), identity)
     if not resume:
         if run_dir.path.exists():
             check_new_folder(run_dir)
         identity["run_id"] = uuid.uuid4().hex
+        identity["what_digest"] = digest
         return None, EarlierSegments(EpisodeTable.empty()), []
     manifest = run_dir.read_manifest()
     check_resumable(manifest, spec, identity, run_dir.path)
     identity["run_id"] = manifest.get("run_id")  # None: a run folder of an older fasteval, whose records carry none
+    stored = manifest.get("what_digest")  # None: an older fasteval's run (its records carry no digest)
+    if stored is not None and stored != digest:
+        raise UserInputError(
+            f"refusing to resume {run_dir.path}: manifest.json's what (env_kwargs, seed, ...) no longer gives the what "
+            f"digest its records were written under ({stored}; now {digest}): it was edited after the run started, and "
+            f"resuming would mix two configurations in one run. Restore manifest.json, or start a new run with "
+            f"another --output-dir.")
+    identity["what_digest"] = stored or digest
     seed = manifest["what"]["seed"] if "what" in manifest else manifest["seed"]
     names = spec.names if spec.n_policies > 1 else None
-    done = run_dir.records(RunIdentity(identity["run_id"], seed, spec.n_episodes, names))
+    done = run_dir.records(RunIdentity(identity["run_id"], seed, spec.n_episodes, names), what=identity["what_digest"],
+                           notes=notes)
     segments = list(manifest.get("segments", []))
     earlier = EarlierSegments(EpisodeTable.from_records(done), sum(s["eval_s"] for s in segments), len(segments),
                               n_cancelled=sum(int(s.get("n_cancelled", 0)) for s in segments),
@@ -503,8 +530,6 @@ def run_durable(
     segment, the earlier segments and the final flush (:func:`fasteval.run.record_many.build_run_record`).
     """
     lock = FolderLock(run_dir.path)
-    if run_dir.resume is None:  # a failed write says how to finish the run, as the end of the run does
-        run_dir.resume = f"run `{resume_command(run_dir.path, engine.spec)}`"
     try:
         if resume:
             if not run_dir.path.is_dir():
@@ -520,7 +545,10 @@ def _run(engine: Engine, run_dir: RunDirectory, resume: bool, on_finished: Calla
          task: Label | None, shard: Shard | None = None) -> DurableOutcome:
     spec = engine.spec
     identity = run_identity(spec, engine)
-    original_manifest, earlier, segments = _earlier_segments(run_dir, spec, identity, resume)
+    notes: list[str] = []
+    original_manifest, earlier, segments = _earlier_segments(run_dir, spec, identity, resume, notes)
+    for note in notes:
+        announce(note)
     if resume:
         shard = shard_of_folder(original_manifest, shard, run_dir.path)
     if shard is not None:
@@ -529,6 +557,8 @@ def _run(engine: Engine, run_dir: RunDirectory, resume: bool, on_finished: Calla
     this_segment = collect_provenance()  # the command, versions, git commit, machine and date (the report shows them)
     identity["provenance"] = (original_manifest or {}).get("provenance") or this_segment  # the run's first segment
     missing = missing_episodes(spec, earlier.records, shard)
+    if run_dir.resume_hint is None:  # a write error's hint (--trust-remote-code if needed); a suite sets its own
+        run_dir.resume_hint = resume_command(run_dir.path, spec)
     log = _SegmentLog(engine, run_dir, identity, segments, flush_policy, on_finished, announce, lock, resume,
                       task if task is not None else default_label(spec))
     engine.watchdog.on_expire = log.expire

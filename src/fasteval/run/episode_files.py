@@ -65,13 +65,26 @@ def load_episodes(folder: str | os.PathLike) -> Any:
     return TensorDict.load_memmap(str(path / STORAGE if (path / STORAGE).is_dir() else path))
 
 
-def load_replay_buffer(folder: str | os.PathLike, **buffer_kwargs: Any) -> Any:
+def load_replay_buffer(folder: str | os.PathLike, max_size: int | None = None, **buffer_kwargs: Any) -> Any:
     """A TorchRL ``TensorDictReplayBuffer`` over a ``LazyMemmapStorage`` holding the steps of ``folder``
-    (``buffer_kwargs`` go to the buffer: ``sampler=``, ``batch_size=``...; the steps are copied into its new storage, so the folder is never written)."""
+    (``buffer_kwargs`` go to the buffer: ``sampler=``, ``batch_size=``...; the steps are copied into its new storage,
+    so the folder is never written). ``max_size``: the storage's size, at least the folder's steps (``None``:
+    exactly them); a larger buffer leaves room for more steps. TorchRL's own ``rb.loads(DIR)`` needs a storage of
+    exactly the run's steps (another size fails in TorchRL with a bare shape error); this loader takes any size
+    that holds them, and says so when one does not."""
     from torchrl.data import LazyMemmapStorage, TensorDictReplayBuffer
 
     data = load_episodes(folder)
-    buffer = TensorDictReplayBuffer(storage=LazyMemmapStorage(max(1, len(data))), **buffer_kwargs)
+    if "storage" in buffer_kwargs:
+        raise UserInputError(f"load_replay_buffer({str(folder)!r}, storage=...): the loader makes the storage itself (a "
+                             f"LazyMemmapStorage); give its size as max_size= (at least the folder's {len(data)} steps).")
+    size = len(data) if max_size is None else max_size
+    if not isinstance(size, int) or isinstance(size, bool) or size < len(data):
+        raise UserInputError(f"load_replay_buffer({str(folder)!r}, max_size={max_size!r}): the folder holds {len(data)} "
+                             f"steps; expected a max_size of at least {len(data)} (or None: exactly the steps), so "
+                             f"that no step is dropped.")
+    buffer = TensorDictReplayBuffer(storage=LazyMemmapStorage(max(1, size)), **buffer_kwargs)
     if len(data):
         buffer.extend(data)
     return buffer
+

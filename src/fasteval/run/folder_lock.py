@@ -26,6 +26,29 @@ from fasteval.types.errors import UserInputError
 LOCK_NAME = ".fasteval.lock"
 
 
+def disk_full_text(folder: Path, exc: OSError, what: str) -> str:
+    """The one line of a new run that could not start on a full disk (ENOSPC, EDQUOT), leaving nothing behind."""
+    name = errno.errorcode.get(exc.errno or 0, "ENOSPC")
+    detail = os.strerror(exc.errno) if exc.errno else str(exc)
+    return (f"the disk holding {folder} is full ({name}: {detail}): fasteval could not write {what}, so the run "
+            f"did not start and left nothing behind. Free some space, or choose an --output-dir on another disk.")
+
+
+class LockWriteError(UserInputError):
+    """The lock was free, but its file could not be written (``disk_full``: ENOSPC or EDQUOT). The lock file is this
+    process's to remove (it held the lock); nothing else was written."""
+
+    def __init__(self, folder: Path, exc: OSError):
+        self.disk_full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        name = errno.errorcode.get(exc.errno or 0, "error")
+        if self.disk_full:
+            what = disk_full_text(folder, exc, "even its lock file")
+        else:
+            what = (f"cannot write the lock file {folder / LOCK_NAME} ({name}: {exc.strerror or exc}), so the run did "
+                    f"not start. Choose another --output-dir.")
+        super().__init__(what)
+
+
 class FolderLock:
     """``acquire()`` the folder or raise :class:`UserInputError` naming the holder; ``release()``."""
 
@@ -51,8 +74,12 @@ class FolderLock:
             raise UserInputError(
                 f"{self.folder} is in use by another fasteval process ({holder}). Two processes on one run folder "
                 f"would run the same episodes twice. Wait for it to end, or choose another --output-dir.") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, json.dumps(holder_facts()).encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, json.dumps(holder_facts()).encode())
+        except OSError as exc:  # not another process's lock: this process cannot write (a full disk)
+            os.close(fd)  # releases the flock: a later try in this process must not find its own lock held
+            raise LockWriteError(self.folder, exc) from None
         self.fd = fd
         return self
 

@@ -23,12 +23,11 @@ class DiskFullError(FastevalError, OSError):
 
 
 def write_error(path: Path, exc: OSError, folder: Path, resume: str | None = None) -> FastevalError:
-    """The error to raise when writing ``path`` failed: it names the file, says what is kept and how to finish
-    (``resume``: "run `<the run's resume command>`", :func:`fasteval.run.rundir.resume_command`'s; default
-    ``fasteval --resume <folder>``)."""
-    resume = resume or f"run `fasteval --resume {folder}`"
+    """The error to raise when writing ``path`` failed: it names the file, and says what is kept. ``resume``: the
+    command that finishes the run (:func:`fasteval.run.rundir.resume_command`, with ``--trust-remote-code`` where the
+    run needs it); ``fasteval --resume FOLDER`` if not given."""
     kept = ("The record files end in complete lines: every episode recorded so far is valid; "
-            f"free some space and {resume} to finish the remaining episodes.")
+            f"free some space and run `{resume or f'fasteval --resume {folder}'}` to finish the remaining episodes.")
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return DiskFullError(exc.errno, f"disk full while writing {path}. {kept}")
     return FastevalError(f"writing {path} failed: {exc.strerror or exc}. {kept}")
@@ -45,6 +44,8 @@ class RecordFile:
         self.resume = resume
         """How to finish the run, for the error of a failed write (:func:`write_error`)."""
         self.fd: int | None = None
+        self.resume = resume
+        """The command that finishes the run, for a write error's message (:func:`write_error`)."""
 
     def open(self) -> None:
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC  # POSIX, as the folder lock

@@ -88,6 +88,44 @@ def episode_lines(rows: Any, items: Sequence[int], run_id: str | None) -> str:
     return lines_of(rows.texts(items, run_id=run_id, compact=True, encode=_encode))
 
 
+DIGEST_KEY = "digest"
+"""Each ``episodes.jsonl`` record's last key: 16 hex digits of sha256 over the run's what digest
+(:func:`what_digest`) and the record's own line without it (:func:`digested_lines`). A resume drops a record whose
+digest does not match (an edited number) and says so."""
+_DIGEST_HEAD = ',"digest":"'
+_DIGEST_TAIL = len(_DIGEST_HEAD) + 16 + 2  # ,"digest":"<16 hex>"}
+WHAT_DIGEST_SKIPS = ("n_episodes", "policy")
+"""*What* fields a resume may change (a larger ``n_episodes``; the policy's path, whose weights ``policy_digest``
+covers): left out of :func:`what_digest`."""
+
+
+def what_digest(what: dict[str, Any], identity: dict[str, Any]) -> str:
+    """16 hex digits of sha256 over the run's *what* (``spec.what.to_dict()``, less :data:`WHAT_DIGEST_SKIPS`), its
+    weights' digest and its resolved step cap: what every record of the run is digested with."""
+    doc = {"what": {k: v for k, v in what.items() if k not in WHAT_DIGEST_SKIPS},
+           **{k: identity.get(k) for k in RESUME_IDENTITY}}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def line_digest(what: str, line: str) -> str:
+    """The digest of one record's line (without its digest) in the run whose what digest is ``what``."""
+    return hashlib.sha256(f"{what}\n{line}".encode()).hexdigest()[:16]
+
+
+def digested_lines(text: str, what: str) -> str:
+    """``text`` (records' JSON lines, as :func:`episode_lines` writes them) with each record's digest as its last key.
+    The line's other bytes are unchanged: the columnar writer's output, then ``,"digest":"<hex>"}``."""
+    lines = text.split("\n")[:-1]
+    return "".join(f'{line[:-1]}{_DIGEST_HEAD}{line_digest(what, line)}"}}\n' for line in lines)
+
+
+def split_digest(line: str) -> tuple[str, str] | None:
+    """``(the line without its digest, the digest)``, or ``None`` for a line that ends in no digest."""
+    if len(line) > _DIGEST_TAIL and line.endswith('"}') and line[-_DIGEST_TAIL:].startswith(_DIGEST_HEAD):
+        return line[:-_DIGEST_TAIL] + "}", line[-18:-2]
+    return None
+
+
 def lines_of(texts: Sequence[str]) -> str:
     """Records' JSON texts as JSON lines (``""`` for none)."""
     return "\n".join(texts) + "\n" if texts else ""
@@ -133,9 +171,9 @@ class RunDirectory:
         self.path = Path(path)
         self._episodes = None
         self._errors = None
-        self.resume: str | None = None
-        """How to finish this run, for the error of a failed write ("run `fasteval --resume DIR`"; ``run_durable``
-        sets the run's own: :func:`resume_command`)."""
+        self.resume_hint: str | None = None
+        """The command that finishes this run (:func:`resume_command`, set by the durable run from its spec), named
+        by a write error (disk full); ``fasteval --resume DIR`` when not set."""
 
     # -- manifest -----------------------------------------------------------------------
     @property
@@ -158,7 +196,7 @@ class RunDirectory:
         return manifest
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        with _write_guard(self.manifest_path, self.resume):
+        with _write_guard(self.manifest_path, self.resume_hint):
             write_json_atomic(self.manifest_path, manifest)
 
     def set_status(self, status: str, **extra: Any) -> None:
@@ -174,8 +212,8 @@ class RunDirectory:
         except OSError as exc:
             raise UserInputError(f"cannot create the output folder {self.path}: {exc.strerror or exc}. "
                                  f"Choose another --output-dir.") from None
-        self._episodes = RecordFile(self.path / EPISODES, self.resume)
-        self._errors = RecordFile(self.path / ERRORS, self.resume)
+        self._episodes = RecordFile(self.path / EPISODES, self.resume_hint)
+        self._errors = RecordFile(self.path / ERRORS, self.resume_hint)
         self._episodes.open()
         self._errors.open()
 
@@ -197,35 +235,78 @@ class RunDirectory:
     def append_errors(self, records: Iterable[dict[str, Any]]) -> None:
         self._errors.append(format_records(list(records)))
 
-    def records(self, run: RunIdentity | None = None) -> list[dict[str, Any]]:
+    def records(self, run: RunIdentity | None = None, what: str | None = None,
+                notes: list[str] | None = None) -> list[dict[str, Any]]:
         """Finished-episode records in the log (a torn last line, even one that parses, is ignored), one per episode.
 
         With ``run``, every record must be that run's (:meth:`RunIdentity.problem`): a resume refuses
-        a folder whose log mixes runs, naming the first lines that do not belong."""
+        a folder whose log mixes runs, naming the first lines that do not belong. With ``what`` (the run's what
+        digest, :func:`what_digest`), each record's digest is checked: a record that does not match its digest (an
+        edited number) is dropped, and if none matches, the run's what was changed under them (an edited
+        manifest): refused. Lines that are not records (garbage, NUL bytes) and repeats of an episode are dropped;
+        records without a digest (an older fasteval's) are used unchecked. What was dropped, or not checked, is
+        said in ``notes``."""
         path = self.path / EPISODES
         if not path.is_file():
             return []
         out: dict[Any, dict[str, Any]] = {}
         foreign: list[str] = []
+        garbage, edited, repeated, unchecked, checked = [], [], [], 0, 0
         # only complete lines: a last line without its newline is torn (a resume cuts it off before appending)
-        for number, line in enumerate(path.read_text().split("\n")[:-1], start=1):
+        text = path.read_bytes().decode("utf-8", errors="replace")
+        for number, line in enumerate(text.split("\n")[:-1], start=1):
             try:
                 record = json.loads(line)
             except ValueError:
-                continue  # a line cut by a crash
+                record = None
             if not (isinstance(record, dict) and "episode_ix" in record):
+                if line.strip():
+                    garbage.append(number)
                 continue
+            digest = record.pop(DIGEST_KEY, None)
             problem = run.problem(record) if run is not None else None
-            if problem is not None:
+            if problem is not None:  # another run's record: the folder mixes runs (refused below)
                 foreign.append(f"line {number}: {problem}")
                 continue
+            if digest is None:
+                unchecked += 1
+            elif what is not None:
+                parts = split_digest(line)
+                if parts is None or parts[1] != digest or line_digest(what, parts[0]) != digest:
+                    edited.append(number)
+                    continue
+                checked += 1
             record.pop("run_id", None)  # the folder's fact, not the episode's (results hold none)
-            out[(record.get("policy"), int(record["episode_ix"]))] = record  # one per (policy, episode)
+            key = (record.get("policy"), int(record["episode_ix"]))
+            if key in out:  # a repeated line: the first one stands
+                repeated.append(number)
+                continue
+            out[key] = record  # one per (policy, episode)
         if foreign:
             raise UserInputError(
                 f"refusing to resume {self.path}: {len(foreign)} record(s) of {path} are not this run's "
                 f"({'; '.join(foreign[:3])}{'; ...' if len(foreign) > 3 else ''}). The folder mixes runs; start a "
                 f"new run with another --output-dir.")
+        if edited and not checked:
+            raise UserInputError(
+                f"refusing to resume {self.path}: none of the {len(edited)} digested records of {path} matches this "
+                f"run's what digest {what}: the run's what (manifest.json: env_kwargs, seed, ...) was changed after "
+                f"they were written, and resuming would mix two configurations in one run. Restore manifest.json, or "
+                f"start a new run with another --output-dir.")
+        if notes is not None:
+            lines = lambda numbers: ", ".join(map(str, numbers[:5])) + (", ..." if len(numbers) > 5 else "")  # noqa: E731
+            if garbage:
+                notes.append(f"{path}: dropped {len(garbage)} line(s) that are not records (line {lines(garbage)}); "
+                             f"their episodes, if any, run again.")
+            if edited:
+                notes.append(f"{path}: dropped {len(edited)} record(s) whose digest does not match their content (line "
+                             f"{lines(edited)}: edited after they were written); their episodes run again.")
+            if repeated:
+                notes.append(f"{path}: dropped {len(repeated)} repeated record(s) of an episode already recorded (line "
+                             f"{lines(repeated)}); the first record of each episode stands.")
+            if unchecked and what is not None:
+                notes.append(f"{path}: {unchecked} record(s) carry no digest (written by an older fasteval): used "
+                             f"without a check.")
         return [out[k] for k in sorted(out, key=lambda key: (key[1], str(key[0])))]
 
     def close(self) -> None:
@@ -256,11 +337,11 @@ class RunDirectory:
         except FileNotFoundError:
             pass
         except OSError as exc:
-            raise write_error(self.path / EVAL_INFO, exc, self.path, self.resume) from None
+            raise write_error(self.path / EVAL_INFO, exc, self.path, self.resume_hint) from None
 
     def write_eval_info(self, document: dict[str, Any]) -> Path:
         path = self.path / EVAL_INFO
-        with _write_guard(path, self.resume):
+        with _write_guard(path, self.resume_hint):
             return write_json_atomic(path, document)
 
 

@@ -39,6 +39,17 @@ class EnvStepError(FastevalError, RuntimeError):
     """An env raised, hung or died while stepping or resetting."""
 
 
+class EnvBuildError(UserInputError, EnvStepError):
+    """An env could not be built before the run started: its constructor raised, or an env worker raised or
+    died while building its envs. Nothing ran; CLI exit code 2 (one line). Also an :class:`EnvStepError`."""
+
+
+def one_line(exc: BaseException) -> str:
+    """``Type: message`` of ``exc`` on one line (a multi-line message's lines joined with `` | ``)."""
+    text = " | ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 class EvaluationAborted(FastevalError, RuntimeError):
     """The run stopped early (the policy raised, a non-finite action, a second interrupt).
 

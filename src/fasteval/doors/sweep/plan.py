@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fasteval.core.ledger import available_memory_bytes, episode_memory_bytes, memory_size
 from fasteval.robot.policies.remote import is_remote_ref
 from fasteval.types.errors import UserInputError
 from fasteval.robot.policies.builtin import BUILTIN_POLICIES
@@ -176,6 +177,23 @@ def check_refs(spec: SweepSpec) -> None:
         raise SweepSpecError(f"sweep: {len(problems)} problems, nothing ran: " + " | ".join(problems))
 
 
+def check_jobs_fit_in_memory(spec: SweepSpec) -> None:
+    """Refuse (exit 2, one line) a sweep whose jobs' episodes cannot fit in this machine's memory, as ``-n`` is
+    refused (:func:`fasteval.core.ledger.check_fits_in_memory`), per job, before the store lists any episode."""
+    available = available_memory_bytes()
+    if available is None:
+        return
+    for env in spec.envs:
+        n = spec.episodes_for(env)
+        needed = episode_memory_bytes(n)
+        if needed > available:
+            raise SweepSpecError(
+                f"sweep: env {env.name!r}: episodes={n} per job: the job's per-episode results alone need about "
+                f"{memory_size(needed)} of memory ({episode_memory_bytes(1)} bytes per episode), and this machine has "
+                f"{memory_size(available)} available. Give fewer episodes per seed block and more seed blocks "
+                f"(seeds: [...]).")
+
+
 def plan(spec: SweepSpec, base_dir: str | Path | None = None) -> list[Job]:
     """All jobs of ``spec``, in (policy, env, seed block) order. Checks that digests are distinct, and that
     every env and policy resolves (:func:`check_refs`)."""
@@ -191,6 +209,7 @@ def plan(spec: SweepSpec, base_dir: str | Path | None = None) -> list[Job]:
                 )
             seen[digest] = name
             resolved.append((name, ref, digest))
+    check_jobs_fit_in_memory(spec)
     check_refs(spec)
     jobs = []
     for name, ref, digest in resolved:

@@ -41,6 +41,7 @@ has one, is ``info["is_success"]``.
 from __future__ import annotations
 
 import copy
+import os
 import sys
 from typing import Any, Callable, Sequence
 
@@ -51,6 +52,10 @@ from fasteval.core.slots import PER_WORKER, SlotEnvs, SlotEnvsSource, _failure, 
 from fasteval.types.errors import UserInputError
 
 OBSERVATION = "observation"
+ACTION_ONE_HOT = "fasteval_action_one_hot"
+"""``metadata`` key of a slot env whose env takes one-hot actions (TorchRL's ``OneHot`` spec): ``{"n": n, "dtype":
+"int64"}``. The engine sends the index (a ``Discrete`` space); saved episodes store the one-hot action, the env's
+own encoding, as TorchRL's collectors write it (:mod:`fasteval.robot.recording`)."""
 
 
 def is_torchrl_env(obj: Any) -> bool:
@@ -72,7 +77,7 @@ def adapt_env(obj: Any, built: bool) -> Any:
     if is_torchrl_env(obj):
         if _is_batched(obj):
             return BatchedSource(obj, owned=built)
-        return TorchRLGymEnv(obj if built else _copy(obj))
+        return single_env(obj if built else _copy(obj))
     if built or not callable(obj):
         return None
     made = obj()  # a live factory (a function, a lambda, a class)
@@ -176,6 +181,7 @@ class EnvKeys:
         action_spec = pick(env.full_action_spec[self.action_key])
         self.action_space = spec_to_space(action_spec, "action")
         self.encode_action = _action_encoder(action_spec, self.action_space)
+        self.action_meta = _action_meta(action_spec)
         reward_spec = pick(env.full_reward_spec[self.reward_key])
         if int(np.prod(reward_spec.shape)) != 1:
             raise UserInputError(f"the TorchRL env's reward has shape {tuple(reward_spec.shape)}; fasteval sums one scalar "
@@ -185,6 +191,15 @@ class EnvKeys:
         self.truncated_key = "truncated" if "truncated" in done_keys else None
         self.success_key = "success" if "success" in set(env.full_observation_spec.keys()) | done_keys else None
         self.array = not isinstance(self.observation_space, gym.spaces.Dict)
+
+
+def _action_meta(spec: Any) -> dict[str, Any]:
+    """``{ACTION_ONE_HOT: {"n", "dtype"}}`` for a ``OneHot`` action spec, else ``{}``."""
+    from torchrl.data import OneHot
+
+    if not isinstance(spec, OneHot):
+        return {}
+    return {ACTION_ONE_HOT: {"n": int(spec.space.n), "dtype": str(spec.dtype).removeprefix("torch.")}}
 
 
 def _action_encoder(spec: Any, space: gym.Space) -> Callable[[Any], Any]:
@@ -223,6 +238,86 @@ def takes_seeded_reset(env: Any) -> bool:
     return isinstance(base, GymWrapper)
 
 
+# -- running normalization -----------------------------------------------------------------------------
+VECNORM_NAMES = ("VecNorm", "VecNormV2")
+
+
+def env_transforms(env: Any) -> list[Any]:
+    """Every transform of ``env`` (through nested ``TransformedEnv`` s and ``Compose`` s), outermost first."""
+    from torchrl.envs import Compose, TransformedEnv
+
+    out: list[Any] = []
+    base = env
+    while isinstance(base, TransformedEnv):
+        pending = [getattr(base, "transform", None)]
+        while pending:
+            t = pending.pop(0)
+            if t is None:
+                continue
+            if isinstance(t, Compose):
+                pending[:0] = list(t.transforms)
+            else:
+                out.append(t)
+        base = base.base_env
+    return out
+
+
+def running_vecnorms(env: Any) -> list[Any]:
+    """The ``VecNorm`` transforms of ``env`` whose statistics still update with every step (not frozen)."""
+    return [t for t in env_transforms(env) if type(t).__name__ in VECNORM_NAMES and not getattr(t, "frozen", False)]
+
+
+def _has_statistics(vecnorm: Any) -> bool:
+    """Whether a ``VecNorm`` has seen a step: ``VecNorm`` has no statistics table before (``frozen_copy`` raises),
+    ``VecNormV2`` starts with a count of 0 (frozen, both normalize by NaN)."""
+    try:
+        vecnorm.frozen_copy()
+    except RuntimeError:
+        return False
+    count = getattr(vecnorm, "_count", None)
+    if count is None:
+        return True
+    leaves = list(count.values(True, True)) if hasattr(count, "values") else [count]
+    return all(bool((leaf > 0).all()) for leaf in leaves)
+
+
+def freeze_vecnorms(env: Any, owned: bool = True) -> None:
+    """Freeze the running ``VecNorm`` s of ``env``, an env the engine owns (its own copy, or what a factory made),
+    with a warning: a running ``VecNorm`` updates its statistics with every evaluation step, so two evaluations
+    of the same weights and seeds differ, and each slot's copy would drift apart from the others. Freezing the
+    engine's own copy in place is TorchRL's ``VecNorm.frozen_copy()`` (a copy that keeps the statistics and does
+    not update them); the caller's env is never touched. A ``VecNorm`` that has no statistics yet (never stepped)
+    would normalize by NaN when frozen: refused. ``owned=False`` (a batched env used as it is): warn only."""
+    import warnings
+
+    running = running_vecnorms(env)
+    if not running:
+        return
+    if not owned:
+        warnings.warn(f"the TorchRL env has a running {type(running[0]).__name__}: its statistics change with every "
+                      f"evaluation step, so evaluations of the same weights and seeds differ. Freeze it "
+                      f"(vecnorm.freeze(), or build the env with vecnorm.frozen_copy()) for reproducible numbers.",
+                      UserWarning, stacklevel=2)
+        return
+    for t in running:
+        if not hasattr(t, "frozen_copy"):  # a TorchRL without frozen statistics
+            warnings.warn(f"the TorchRL env has a running {type(t).__name__}, and this TorchRL cannot freeze it "
+                          f"(no frozen_copy): evaluations of the same weights and seeds will differ.", UserWarning,
+                          stacklevel=2)
+            continue
+        if not _has_statistics(t):
+            raise UserInputError(
+                f"the TorchRL env has a running {type(t).__name__} with no statistics yet (it was never stepped): "
+                f"fasteval evaluates with frozen statistics (reproducible numbers), and frozen empty ones normalize by "
+                f"NaN. Pass an env whose VecNorm holds the training statistics (e.g. the training env's "
+                f"vecnorm.frozen_copy() in the eval env's transforms).") from None
+        t.freeze()
+    warnings.warn(f"the TorchRL env has a running {type(running[0]).__name__}: its statistics change with every step, "
+                  f"so evaluations of the same weights and seeds would differ. fasteval evaluates a frozen copy "
+                  f"(VecNorm.frozen_copy(): the statistics as they were when the env was copied or made for the engine). "
+                  f"Pass a frozen VecNorm to silence this.", UserWarning, stacklevel=2)
+
+
 # -- one env per slot ----------------------------------------------------------------------------------
 class TorchRLGymEnv(gym.Env):
     """One non-batched TorchRL env as a ``gymnasium.Env`` (autoreset never: fasteval owns the episode ends).
@@ -236,8 +331,10 @@ class TorchRLGymEnv(gym.Env):
 
     def __init__(self, env: Any):
         self.env = env
+        freeze_vecnorms(env)  # the engine's own env: reproducible numbers
         self.keys = EnvKeys(env, batched=False)
         self.observation_space, self.action_space = self.keys.observation_space, self.keys.action_space
+        self.metadata = {"render_modes": [], **self.keys.action_meta}
         self.seeded_reset = takes_seeded_reset(env)
         inner = inner_gym_env(env)
         self.render_mode = inner.render_mode if isinstance(inner, gym.Env) else None
@@ -286,6 +383,82 @@ class TorchRLGymEnv(gym.Env):
             self.env.close()
 
 
+# -- the fast path: a plain GymEnv steps its gymnasium env directly -----------------------------------------
+NO_FAST_PATH = "FASTEVAL_TORCHRL_NO_FAST_PATH"
+"""Environment variable: ``1`` steps every TorchRL env through TorchRL (no :class:`DirectGymEnv`)."""
+
+
+def single_env(env: Any) -> gym.Env:
+    """The slot env of one non-batched TorchRL env the engine owns: :class:`DirectGymEnv` where the fast path
+    applies (:func:`direct_gym_env`), else :class:`TorchRLGymEnv`."""
+    slot = TorchRLGymEnv(env)
+    return direct_gym_env(slot) or slot
+
+
+def direct_gym_env(slot: "TorchRLGymEnv") -> "DirectGymEnv | None":
+    """A :class:`DirectGymEnv` for ``slot`` where stepping its gymnasium env directly gives exactly TorchRL's
+    numbers, else ``None``. The fast path needs all of: TorchRL's ``GymEnv`` or ``GymWrapper`` itself (no
+    ``TransformedEnv``: a transform may change the episode), a gymnasium env inside, no ``frame_skip``, one
+    ``"observation"`` key (no pixels, no info readers: no ``"success"``) of the gymnasium space's dtype and
+    shape, a ``Discrete`` or ``Box`` action, and ``FASTEVAL_TORCHRL_NO_FAST_PATH`` unset."""
+    from torchrl.envs.libs.gym import GymEnv, GymWrapper
+
+    env, keys = slot.env, slot.keys
+    if os.environ.get(NO_FAST_PATH) == "1" or type(env) not in (GymEnv, GymWrapper):
+        return None
+    inner = getattr(env, "_env", None)
+    if not isinstance(inner, gym.Env) or getattr(env, "wrapper_frame_skip", 1) != 1:
+        return None
+    if keys.obs_keys != [OBSERVATION] or keys.success_key is not None or keys.truncated_key is None:
+        return None
+    space, own = keys.observation_space, inner.observation_space
+    if not (isinstance(space, gym.spaces.Box) and isinstance(own, gym.spaces.Box) and space.shape == own.shape
+            and space.dtype == own.dtype):
+        return None
+    action = keys.action_space
+    if not isinstance(action, (gym.spaces.Discrete, gym.spaces.Box)) or type(action) is not type(inner.action_space):
+        return None
+    return DirectGymEnv(slot, inner)
+
+
+class DirectGymEnv(gym.Env):
+    """The fast path of a plain TorchRL ``GymEnv`` / ``GymWrapper``: the gymnasium env inside it, stepped directly
+    (TorchRL's TensorDict step costs 10-25x the step of a cheap env), with TorchRL's numbers. ``reset(seed=s)``
+    is ``reset(seed=s)`` of the gymnasium env (what ``set_seed(s)`` then the seeded reset of
+    :class:`TorchRLGymEnv` amount to); the reward is rounded to TorchRL's reward dtype (float32 for gym envs),
+    the observation cast to its spec's dtype; the spaces, the render and the action encoding declared in
+    ``metadata`` are TorchRL's. ``tests/test_torchrl_fast_path.py`` checks it equals the TorchRL path."""
+
+    def __init__(self, slot: "TorchRLGymEnv", inner: gym.Env):
+        self.slot, self.env = slot, inner
+        self.torchrl_env = slot.env
+        self.observation_space, self.action_space = slot.observation_space, slot.action_space
+        self.metadata = dict(slot.metadata)
+        self.render_mode = slot.render_mode
+        self._obs_dtype = slot.observation_space.dtype
+        self._reward_dtype = numpy_dtype(slot.env.full_reward_spec[slot.keys.reward_key].dtype).type
+        if isinstance(self.action_space, gym.spaces.Discrete):
+            self._action = int
+        else:
+            dtype, shape = inner.action_space.dtype, inner.action_space.shape
+            self._action = lambda a: np.asarray(a, dtype=dtype).reshape(shape)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
+        obs, _info = self.env.reset(seed=None if seed is None else int(seed))
+        return np.asarray(obs, dtype=self._obs_dtype), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        obs, reward, terminated, truncated, _info = self.env.step(self._action(action))
+        return (np.asarray(obs, dtype=self._obs_dtype), float(self._reward_dtype(reward)), bool(terminated),
+                bool(truncated), {})
+
+    def render(self) -> Any:
+        return self.env.render() if self.render_mode is not None else None
+
+    def close(self) -> None:
+        self.slot.close()
+
+
 # -- a batched env: its workers are the slots ---------------------------------------------------------
 class BatchedSource(SlotEnvsSource):
     """A batched TorchRL env, waiting for the engine to say how many slots it needs."""
@@ -294,6 +467,7 @@ class BatchedSource(SlotEnvsSource):
         if len(env.batch_size) != 1:
             raise UserInputError(f"the batched TorchRL env has batch size {tuple(env.batch_size)}; fasteval steps envs "
                                  f"with one batch dimension (its workers).")
+        freeze_vecnorms(env, owned=owned)  # a caller's env, used as it is: warn only
         self.env, self.owned = env, owned
 
     def build(self, n_slots: int) -> "TorchRLBatchedEnvs":
@@ -316,6 +490,7 @@ class TorchRLBatchedEnvs(SlotEnvs):
         self.workers = int(env.batch_size[0])
         self.keys = keys = EnvKeys(env, batched=True)
         super().__init__(min(n_slots, self.workers), keys.observation_space, keys.action_space)
+        self.metadata = dict(keys.action_meta)
         self.obs = allocate_obs_buffer(self.observation_space, self.n_slots)
         self._write = _obs_writer(self.obs)
         self._td: Any = None
