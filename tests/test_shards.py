@@ -29,10 +29,12 @@ def info(folder):
 
 
 def lines(folder):
-    """``episodes.jsonl`` of a run folder, in episode order, without the folder's run id."""
+    """``episodes.jsonl`` of a run folder, in episode order, without the folder's run id and the line digest that
+    covers it (each folder has its own run id); the merged folder's digests are checked by a resume of it."""
     records = [json.loads(line) for line in (Path(folder) / "episodes.jsonl").read_text().splitlines()]
     for r in records:
         r.pop("run_id")
+        r.pop("digest", None)
     return sorted(records, key=lambda r: r["episode_ix"])
 
 

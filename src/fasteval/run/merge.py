@@ -31,7 +31,7 @@ from fasteval.core.capabilities import GLOBAL_RNG, POLICY_RNG
 from fasteval.run.folder_lock import FolderLock
 from fasteval.run.record import manifest_spec
 from fasteval.run.rundir import (EPISODES, EVAL_INFO, MANIFEST, RESUME_IDENTITY, RunDirectory, RunIdentity,
-                                 format_records, resume_command, same_value, table_lines, what_differences)
+                                 digested_lines, format_records, resume_command, same_value, table_lines, what_differences)
 from fasteval.types.episode_table import EpisodeTable
 from fasteval.types.errors import UserInputError
 from fasteval.types.eval_result import RESUMED_GLOBAL_RNG, STATUS_COMPLETE, EvalResult
@@ -201,7 +201,9 @@ def merge_folders(folders: Sequence[str | Path], out: str | Path) -> EvalResult:
                                                                     if p.manifest.get("shard") else {})}
                                   for p in parts for s in p.manifest.get("segments", [])],
                         merged_from=record.meta["shards"])
-        (out / EPISODES).write_text(table_lines(_with_run_id(record.per_episode, run_id)))
+        lines = table_lines(_with_run_id(record.per_episode, run_id))
+        digest = first.get("what_digest")  # the evaluation's: every shard of it has the same (merge checks the what)
+        (out / EPISODES).write_text(digested_lines(lines, digest) if digest else lines)
         errors = [{**e, "run_id": run_id} for e in record.errors]
         if errors:
             (out / "errors.jsonl").write_text(format_records(errors))
