@@ -57,7 +57,7 @@ def _glance_markdown(doc: dict[str, Any]) -> list[str]:
         digits = 1 if r["metric"] == "success" else 3
         first = r["ranking"][0]
         top = " = ".join(md(p) for p in r["best"]) + (" (tied)" if len(r["best"]) > 1 else "") if r["best"] else "-"
-        cells = [md(r["env"]), "success %" if r["metric"] == "success" else "mean return",
+        cells = [md(r["env"]), {"success": "success %", "max_reward": "mean max reward"}.get(r["metric"], "mean return"),
                  f"{top} {_fmt(first['value'], digits)} {_interval(first['ci'], digits)}"]
         if len(r["ranking"]) > 1:
             second = r["ranking"][1]

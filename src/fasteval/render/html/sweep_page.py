@@ -99,7 +99,7 @@ def best_table(doc: Mapping[str, Any]) -> str:
         ranking, metric = r["ranking"], r["metric"]
         first, second = ranking[0], ranking[1] if len(ranking) > 1 else None
         tie = len(r["best"]) > 1
-        cells = [page.text(r["env"]), page.text("success %" if metric == "success" else "mean return"),
+        cells = [page.text(r["env"]), page.text({"success": "success %", "max_reward": "mean max reward"}.get(metric, "mean return")),
                  page.text(" = ".join(r["best"]) + (" (tied)" if tie else "") if r["best"] else "—"),
                  page.num(first["value"], 1 if metric == "success" else 3),
                  page.interval(first["ci"], 1 if metric == "success" else 3)]

@@ -1,7 +1,10 @@
 """``--stop-when best``: race K policies on paired seeds and drop each one once it has clearly lost.
 
-Rules (:func:`parse_race_rule`): ``best``, ``best:eps=E``, and on the mean return (needs
-``--return-bounds LO,HI``) ``return:best``, ``return:best:eps=E`` (E in return units).
+Rules (:func:`parse_race_rule`): ``best``, ``best:eps=E``, on the mean return ``return:best``,
+``return:best:eps=E`` (E in return units), and on the mean max reward (PushT's coverage) ``max_reward:best``,
+``max_reward:best:eps=E``. A plain ``best`` races on the run's ``--rank-by`` metric when one is given (else
+on success). Races on returns or max rewards need bounds: the env's declared ones
+(:mod:`fasteval.types.metric_bounds`) or ``--return-bounds LO,HI``.
 
 **The race.** K policies run the same episodes: episode i of every policy has seed ``seed + i``, so
 the outcomes ``x_pi`` of policies p are *paired* by i. After each episode index, with ``R`` the
@@ -91,8 +94,8 @@ DEFAULT_EPS = 0.0
 """``best`` without a margin: drop a policy once another is shown better at all."""
 METHOD = ("paired race: mixture-of-constant-bets confidence sequences on the per-seed differences of every pair, "
           "each at alpha / (K(K-1)/2) (union bound over pairs)")
-_RULE = re.compile(r"^(?:(?P<metric>success|return):)?best(?::eps\s*=\s*(?P<eps>[^\s]+))?$")
-_EXAMPLES = "best, best:eps=0.02, return:best, return:best:eps=5"
+_RULE = re.compile(r"^(?:(?P<metric>success|return|max_reward):)?best(?::eps\s*=\s*(?P<eps>[^\s]+))?$")
+_EXAMPLES = "best, best:eps=0.02, return:best, return:best:eps=5, max_reward:best"
 _MAX_ELEMENTS = 2_000_000
 """Folded log-wealth entries per step of :meth:`Race.feed` (pairs x boundaries x indices x bets)."""
 REASONS = ("one_left", "tied", "cap")
@@ -111,7 +114,7 @@ class RaceRule:
 
     @property
     def needs_return_bounds(self) -> bool:
-        return self.metric == "return"
+        return self.metric != "success"
 
     def to_dict(self) -> dict[str, Any]:
         return {"rule": self.text, "metric": self.metric, "kind": "best", "eps": self.eps}
@@ -122,8 +125,10 @@ def is_race_rule(text: Any) -> bool:
     return isinstance(text, RaceRule) or (isinstance(text, str) and _RULE.match(text.strip()) is not None)
 
 
-def parse_race_rule(text: Any) -> RaceRule:
-    """``text`` -> :class:`RaceRule`, or a ValueError that says which forms are accepted."""
+def parse_race_rule(text: Any, rank_by: str | None = None) -> RaceRule:
+    """``text`` -> :class:`RaceRule`, or a ValueError that says which forms are accepted. ``rank_by`` (the
+    run's ``--rank-by``): the metric of a rule without one (``best``); a rule that names another metric than
+    ``rank_by`` is refused."""
     if isinstance(text, RaceRule):
         return text
     if not isinstance(text, str) or not text.strip():
@@ -132,7 +137,10 @@ def parse_race_rule(text: Any) -> RaceRule:
     match = _RULE.match(raw)
     if match is None:
         raise ValueError(f"--stop-when: cannot read {raw!r} as a race rule; expected one of {_EXAMPLES}.")
-    metric = match["metric"] or "success"
+    metric = match["metric"] or rank_by or "success"
+    if rank_by is not None and metric != rank_by:
+        raise ValueError(f"--stop-when {raw} races on {metric}, but --rank-by is {rank_by}: give one metric "
+                         f"(--stop-when {rank_by}:best, or --stop-when best with --rank-by {rank_by}).")
     eps = DEFAULT_EPS
     if match["eps"] is not None:
         try:
@@ -153,11 +161,13 @@ def check_race_setup(rule: RaceRule, n_policies: int, return_bounds: tuple[float
     if int(n_policies) < 2:
         raise ValueError(f"--stop-when {rule.text}: a race needs at least two policies (give --policy several "
                          f"times), got {n_policies}.")
-    if rule.metric != "return":
+    if rule.metric == "success":
         return
     if return_bounds is None:
-        raise ValueError(f"--stop-when {rule.text}: a race on the mean return needs --return-bounds LO,HI (the "
-                         f"smallest and largest possible episode return), so that its intervals are valid.")
+        what = "episode return" if rule.metric == "return" else "max reward of an episode"
+        raise ValueError(f"--stop-when {rule.text}: a race on the {'mean return' if rule.metric == 'return' else 'mean max reward'} "
+                         f"needs --return-bounds LO,HI (the smallest and largest possible {what}), so that its "
+                         f"intervals are valid; the env declares no bounds of its own.")
     lo, hi = return_bounds
     if rule.eps >= hi - lo:
         raise ValueError(f"--stop-when {rule.text}: the margin {rule.eps:g} must be smaller than the width of "
@@ -220,8 +230,9 @@ class Race:
     """
 
     def __init__(self, rule: RaceRule | str, n_policies: int, cap: int | None = None, confidence: float = 0.95,
-                 return_bounds: Any = None, names: Sequence[str] | None = None):
+                 return_bounds: Any = None, names: Sequence[str] | None = None, bounds_source: str | None = None):
         self.rule = parse_race_rule(rule)
+        self.bounds_source = bounds_source if self.rule.metric != "success" else None
         self.n_policies = int(n_policies)
         self.return_bounds = parse_return_bounds(return_bounds)
         check_race_setup(self.rule, self.n_policies, self.return_bounds)
@@ -437,10 +448,13 @@ class Race:
         dropped = {e.policy: e for e in self.eliminations}
         means = self.means()
         policies = []
+        # each policy's own interval at 1 - alpha/K: all K hold at once, so the leader's (the best of K, chosen
+        # on these data) holds too
+        each = 1.0 - self.alpha / self.n_policies
         for p in range(self.n_policies):
             x = self.outcomes(p)
             x = x[~np.isnan(x)]
-            cs = BettingCS(self.confidence)
+            cs = BettingCS(each)
             if x.size:
                 cs.update(x)
             e = dropped.get(p)
@@ -457,7 +471,8 @@ class Race:
         return {
             "rule": self.rule.text, "metric": self.rule.metric, "eps": self.rule.eps, "confidence": self.confidence,
             "alpha": self.alpha, "alpha_per_pair": self.alpha_pair, "n_policies": self.n_policies,
-            "return_bounds": list(self.return_bounds) if self.return_bounds else None, "cap": self.cap,
+            "return_bounds": list(self.return_bounds) if self.return_bounds else None,
+            "bounds_source": self.bounds_source, "interval_confidence": each, "cap": self.cap,
             "k": self.k, "reason": self.reason or "incomplete", "tied": self.tied,
             "remaining": list(self.remaining_policies), "leader": leader,
             "leader_name": self.names[leader] if leader is not None else None,
