@@ -128,7 +128,7 @@ def difference_interval(pair: "LivePair", k: int, bounds: Any, confidence: float
 def run_live(policy_a: str | None, policy_b: str | None, env: str | None, env_kwargs: Sequence[str], *, n_episodes: int,
              seed: int, batch_size: int, stop_when: str | None, return_bounds: str | None, alpha: float,
              margin: float | None, fail_if_worse: bool, confidence: float, n_boot: int,
-             design: str = "anytime") -> dict[str, Any]:
+             design: str = "anytime", rank_by: str | None = None) -> dict[str, Any]:
     """Run the comparison; return the ``compare.json`` document (mode ``live``)."""
     from fasteval.doors.cli import parse_env_kwargs
 
@@ -144,6 +144,9 @@ def run_live(policy_a: str | None, policy_b: str | None, env: str | None, env_kw
                              f"rules such as {stop_when} are for one policy's run.")
     if design not in DESIGNS:
         raise UserInputError(f"compare --design: expected {' or '.join(DESIGNS)}, got {design!r}.")
+    if rule is not None and rank_by == "max_reward":
+        raise UserInputError("compare --stop-when decided --rank-by max_reward: the sequential test bets on successes "
+                             "or paired returns; drop --stop-when to compare max rewards at a fixed -n.")
     if design == "truncated" and rule is None:
         raise UserInputError("compare --design truncated: the truncated design decides when to stop, so it needs "
                              "--stop-when decided (and -n, the budget it spends its error by).")
@@ -163,7 +166,7 @@ def run_live(policy_a: str | None, policy_b: str | None, env: str | None, env_kw
         sides.append(Side(label, f"live:{policy}", policy, env, kwargs, seed, [r for r in kept if r["episode_ix"] < k]))
     task_key = (sides[0].records[0].get("task_group"), sides[0].records[0].get("task_id")) if sides[0].records else (env, 0)
     return build_document(sides[0], sides[1], alpha=alpha, margin=margin, fail_if_worse=fail_if_worse,
-                          confidence=confidence, n_boot=n_boot, mode="live",
+                          confidence=confidence, n_boot=n_boot, mode="live", rank_by=rank_by,
                           sequential={task_key: sequential} if sequential else None)
 
 

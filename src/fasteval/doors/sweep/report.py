@@ -10,8 +10,9 @@ Writes into the folder:
   for a fixed set of envs (:mod:`fasteval.types.stratified`: each env's episodes a stratum; envs with
   a success signal only); paired comparisons of policies on the same episodes, by the one paired
   test of ``fasteval compare`` (:func:`fasteval.types.comparison.compare_task`: McNemar's exact test
-  for success, where the env has a success signal, and the paired bootstrap of the return
-  difference B - A, B the policy listed later), with Holm's adjustment across every test the report
+  for success, where the env has a success signal, and the paired t-test and t-interval of the mean
+  return difference B - A, B the policy listed later: the verdicts test the mean difference shown; the
+  signed-rank p stays beside it as a secondary statistic), with Holm's adjustment across every test the report
   shows (``p_holm``); per env, its policies ranked with the best named (``best_per_env``);
   rliable's performance profiles (``profiles``) and average probability of improvement (``improvement``);
   totals (episodes, env steps, wall time, episodes/s). NaN is written as ``null``.
@@ -288,7 +289,8 @@ def _across_envs(policies: dict[str, str], envs: dict[tuple[str, str], str], epi
 def _paired(policies: dict[str, str], envs: dict[tuple[str, str], str], by_cell: dict[tuple[str, str, str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Every pair of policies on every env, over the episodes both have (same task and seed): A is the policy
     listed first, B the later one, differences B - A. The tests are ``fasteval compare``'s
-    (:func:`~fasteval.types.comparison.compare_task`: McNemar's exact test, the paired bootstrap), and Holm's
+    (:func:`~fasteval.types.comparison.compare_task`: McNemar's exact test, the paired t-test of the mean return
+    difference), and Holm's
     adjustment runs across the whole family the report shows (:func:`~fasteval.types.comparison.finish`):
     every success test, and every return test, of every pair on every env."""
     rows, tasks = [], []
@@ -314,8 +316,10 @@ def _paired(policies: dict[str, str], envs: dict[tuple[str, str], str], by_cell:
             "p_value": s["p_value"], "p_holm": s["p_holm"], "method": "exact binomial",
             "success_diff": s["diff"], "success_diff_ci": s["diff_ci"]}
         out.append({**row, "success_mcnemar": test,
-                    "return_diff": {"mean_diff": r["diff"], "ci": r["diff_ci"], "n_pairs": row["episodes"],
-                                    "direction": DIRECTION, "signed_rank_p": r["p_value"], "signed_rank_p_holm": r["p_holm"]},
+                    "return_diff": {"mean_diff": r["diff"], "ci": r["diff_ci"], "ci_method": r["diff_ci_method"],
+                                    "n_pairs": row["episodes"], "direction": DIRECTION, "test": r["test"],
+                                    "p_value": r["p_value"], "p_holm": r["p_holm"],
+                                    "signed_rank_p": r["signed_rank_p"], "secondary": r["secondary"]},
                     "verdict": task["verdict"], "family": len(tasks)})
     return out
 
