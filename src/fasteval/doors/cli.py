@@ -179,12 +179,20 @@ def format_summary(result: Any, profile: bool, logged: int | None = None, log_fi
         rows.append(("noise", result.meta[RESUMED_GLOBAL_RNG]))
     stop = result.meta.get("stopping")
     if stop:
+        truncated = stop.get("design") == "truncated"
         what = (f"rule {stop['rule']} held at k = {stop['k']}" if stop["reason"] == "rule" else
                 f"cap of {stop['cap']} reached, rule {stop['rule']} did not hold" if stop["reason"] == "cap" else
+                f"at k = {stop['k']}: surely not {stop['decision'][4:]} {stop['threshold']:g} (the interval lies "
+                f"wholly {'below' if stop['decision'] == 'not_above' else 'above'} it; a futility stop, no claim)"
+                if stop["reason"] == "futility" and not truncated else
                 f"at k = {stop['k']} for futility: rule {stop['rule']} is unlikely to hold by the cap (no claim)"
                 if stop["reason"] == "futility" else f"rule {stop['rule']} not decided yet ({stop['reason']})")
+        if truncated and stop.get("decision_bound"):
+            what += f" ({stop['decision_bound']})"
         rows.append(("stopped", f"{what}; {int(round(stop['confidence'] * 100))}% anytime-valid interval "
                                 f"{stop['cs_low']:.4f}-{stop['cs_high']:.4f}"
+                                + ("  (wider than the design's test, which decided: it holds at any stop)"
+                                   if truncated and stop["reason"] == "rule" else "")
                                 + (f"; {stop['n_computed_past_stop']} episodes computed past the stop (not counted)"
                                    if stop.get("n_computed_past_stop") else "")))
         if stop.get("decided_by"):
