@@ -282,7 +282,7 @@ EVAL_OPTIONS = [
                  help="--env.type=pusht: step gym-pusht's own env instead of fasteval's bit-identical, faster subclass."),
     click.option("--stop-when", "stop_when", default=None, metavar="RULE",
                  help="Stop as soon as RULE holds on episodes 0..k-1 (-n is then the cap): ci<=EPS, above=T, below=T "
-                      "(success rate), return:ci<=E, return:above=T, return:below=T (mean return, needs --return-bounds). "
+                      "(success rate; above/below also stop once surely not above/below T), return:ci<=E, return:above=T, return:below=T (mean return, needs --return-bounds). "
                       "Several policies: best, best:eps=E, return:best[:eps=E], max_reward:best[:eps=E] race them, dropping "
                       "each once another is shown better (bounds: the env's declared ones, else --return-bounds). Anytime-valid; same k in every mode. See docs/how-many-episodes.md."),
     click.option("--rank-by", "rank_by", type=click.Choice(RANK_METRICS), default=None,
