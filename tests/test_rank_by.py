@@ -152,3 +152,20 @@ def test_rank_by_travels_through_a_config_and_a_sweep_option(tmp_path):
     info = json.loads((folder / "eval_info.json").read_text())
     assert info["ranking"][0]["metric"] == "max_reward" and info["verdict"]["state"] == "tied"
     assert SweepOptions(rank_by="max_reward").result_settings()["rank_by"] == "max_reward"
+
+
+def test_each_policy_has_its_own_weight_digest_on_every_page(tmp_path):
+    from fasteval.run.rundir import policy_digest
+
+    folder = tmp_path / "run"
+    out = cli("--env", "CartPole-v1", "--policy", "zero", "--policy", MLP, "-n", "3", "-o", str(folder))
+    assert out.exit_code == 0, out.output
+    manifest = json.loads((folder / "manifest.json").read_text())
+    digests = manifest["policy_digests"]
+    assert set(digests) == {"zero", "cartpole_mlp"} and len(set(digests.values())) == 2
+    assert digests["zero"] == policy_digest(None, "zero")
+    ranking = (folder / "report.html").read_text()
+    assert all(d in ranking for d in digests.values())
+    for name, digest in digests.items():
+        own = (folder / "policies" / name / "report.html").read_text()
+        assert digest in own and all(d not in own for n, d in digests.items() if n != name)

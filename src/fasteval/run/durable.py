@@ -93,7 +93,11 @@ def run_identity(spec: EvalSpec, engine: Engine) -> dict[str, Any]:
     the step cap the env resolved to; and, where the env has one, its protocol card (LIBERO's:
     :mod:`fasteval.robot.lerobot.libero_protocol`), recorded, not compared (a resume on another machine may
     render with another GL renderer)."""
-    return {"policy_digest": policy_digest(engine.policy, spec.policy), "max_steps": engine.max_steps,
+    digests = {}
+    if isinstance(spec.policy, tuple):  # a many-policy run: each policy's own digest too, by its name
+        digests = {"policy_digests": {name: policy_digest(one, ref)
+                                      for name, one, ref in zip(spec.names, engine.policy, spec.policy)}}
+    return {"policy_digest": policy_digest(engine.policy, spec.policy), **digests, "max_steps": engine.max_steps,
             **{k: v for k, v in engine._env_facts().items() if k == "protocol"}}
 
 

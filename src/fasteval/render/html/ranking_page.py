@@ -313,11 +313,13 @@ def write_ranking_report(folder: Path, doc: Mapping[str, Any], manifest: Any, co
     from fasteval.types.files import write_text_atomic
 
     links = {}
+    digests = (manifest or {}).get("policy_digests") if isinstance(manifest, dict) else None
     for policy, entry in (doc.get("policies") or {}).items():
         href = policy_href(policy, name)
         target = folder / href
         target.parent.mkdir(parents=True, exist_ok=True)
-        inp = RunPageInput(doc=entry, page_dir=target.parent, manifest=None, config=None, provenance=provenance,
+        own = {"policy_digest": digests[policy]} if isinstance(digests, dict) and policy in digests else None
+        inp = RunPageInput(doc=entry, page_dir=target.parent, manifest=own, config=None, provenance=provenance,
                            provenance_is_current=current, title=f"fasteval: policy {policy}", files=())
         write_text_atomic(target, render_run_page(inp))
         links[policy] = href
