@@ -169,3 +169,16 @@ def test_each_policy_has_its_own_weight_digest_on_every_page(tmp_path):
     for name, digest in digests.items():
         own = (folder / "policies" / name / "report.html").read_text()
         assert digest in own and all(d not in own for n, d in digests.items() if n != name)
+
+
+def test_lerobot_flags_give_each_checkpoint_its_own_lerobot_eval_info(tmp_path):
+    folder = tmp_path / "run"
+    out = cli("--env", "CartPole-v1", "--policy", "zero", "--policy", MLP, "--eval.n_episodes=3", "--eval.batch_size=2",
+              "--videos", "0", "-o", str(folder))
+    assert out.exit_code == 0, out.output
+    run = json.loads((folder / "eval_info.json").read_text())
+    for name in ("zero", "cartpole_mlp"):
+        own = json.loads((folder / "policies" / name / "eval_info.json").read_text())
+        assert set(own) >= {"per_episode", "per_task", "per_group", "overall"} and "policies" not in own
+        assert own["per_episode"] == run["policies"][name]["per_episode"]
+        assert own["overall"]["avg_sum_reward"] == run["policies"][name]["overall"]["avg_sum_reward"]
