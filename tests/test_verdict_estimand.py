@@ -97,3 +97,13 @@ def test_the_cli_verdict_and_gate_rest_on_the_mean(tmp_path):
     no_signal = CliRunner().invoke(compare, [str(fa), str(fb), "--rank-by", "success", "-o", str(tmp_path / "x")],
                                    catch_exceptions=False)
     assert no_signal.exit_code == 2 and "no success signal" in no_signal.output
+
+
+def test_a_live_stop_refuses_a_rank_by_its_test_does_not_decide_on(tmp_path):
+    from fasteval.testing.bernoulli import BERNOULLI_ENV
+
+    out = CliRunner().invoke(compare, ["--policy-a", "fasteval.testing.bernoulli:arm_1", "--policy-b", "zero",
+                                       "--env", BERNOULLI_ENV, "--env-kwarg", "p=[0.7, 0.8]", "-n", "40",
+                                       "--stop-when", "decided", "--rank-by", "return", "-o", str(tmp_path)],
+                             catch_exceptions=False)
+    assert out.exit_code == 2 and "decides on the success" in out.output

@@ -153,7 +153,8 @@ def run_live(policy_a: str | None, policy_b: str | None, env: str | None, env_kw
     kwargs = parse_env_kwargs(tuple(env_kwargs))
     pair = LivePair(policy_a, policy_b, env, kwargs, n_episodes, seed, batch_size)
     try:
-        sequential = _run_blocks(pair, rule, bounds, n_episodes, batch_size, 1.0 - alpha, design)  # the test is at --alpha
+        sequential = _run_blocks(pair, rule, bounds, n_episodes, batch_size, 1.0 - alpha, design,
+                                 rank_by)  # the test is at --alpha
     finally:
         pair.close()
     k = sequential["k"] if sequential else n_episodes
@@ -171,7 +172,7 @@ def run_live(policy_a: str | None, policy_b: str | None, env: str | None, env_kw
 
 
 def _run_blocks(pair: LivePair, rule: Any, bounds: Any, n: int, batch_size: int, confidence: float,
-                design: str = "anytime") -> dict[str, Any] | None:
+                design: str = "anytime", rank_by: str | None = None) -> dict[str, Any] | None:
     """Run blocks until the sequential test decides (with a rule) or all ``n`` pairs ran."""
     block = max(1, BLOCK_BATCHES * batch_size)
     process: Any = None
@@ -189,6 +190,12 @@ def _run_blocks(pair: LivePair, rule: Any, bounds: Any, n: int, batch_size: int,
             raise UserInputError("compare --design truncated: the truncated paired design tests discordant successes, "
                                  "and the env reports no success signal; use --design anytime with --return-bounds LO,HI "
                                  "(the e-process then bets on the paired returns).")
+        tested = "success" if pair.has_success else "return"
+        if rank_by is not None and rank_by != tested:  # the sequential test decides on one metric: the one shown
+            raise UserInputError(f"compare --stop-when decided --rank-by {rank_by}: the sequential test decides on "
+                                 f"the {tested} here (it bets on {'discordant successes' if pair.has_success else 'paired returns'}), "
+                                 f"so its verdict would not be on the {rank_by}; drop --stop-when to compare "
+                                 f"{rank_by} at a fixed -n, or drop --rank-by.")
         if not pair.has_success and bounds is None:
             raise UserInputError("compare --stop-when decided: the env reports no success signal, so the test bets on "
                                  "the paired returns; give their bounds with --return-bounds LO,HI.")
