@@ -101,7 +101,10 @@ def race_ranking(summary: dict[str, Any], refs: Sequence[Any]) -> list[dict[str,
         rows[q]["vs_best"] = {"best": names[leader], "difference": _num(-pair["difference"]),
                               "ci_low": _num(-pair["cs_high"]), "ci_high": _num(-pair["cs_low"]),
                               "n_pairs": pair["n_pairs"],
-                              "interval": f"anytime-valid paired {per_pair:.4%} (all pairs at once: {level})"}
+                              "interval": f"anytime-valid paired {per_pair:.4%} (all pairs at once: {level}; drops "
+                                          f"by Holm's step-down, whose line is in the race's eliminations)"
+                                          if summary.get("holm") else
+                                          f"anytime-valid paired {per_pair:.4%} (all pairs at once: {level})"}
     return sorted(rows, key=lambda r: r["rank"])
 
 

@@ -270,7 +270,9 @@ def eliminations(doc: Mapping[str, Any]) -> str:
                                              _cell("beaten by", e["by_name"], e["by_name"], css=""),
                                              _cell("e-value", page.fmt_sig(e["e_value"]), e["e_value"])]))
     line = (f"Rule {race['rule']} (eps {page.fmt_sig(race['eps'])}), {int(round(100 * race['confidence']))}% family-wise: "
-            f"each pair's paired test at alpha/(K(K-1)/2) = {page.fmt_sig(race['alpha_per_pair'])}. The race ended "
+            f"each pair's paired interval at alpha/(K(K-1)/2) = {page.fmt_sig(race['alpha_per_pair'])}"
+            + ("; drops by Holm's step-down (line K(K-1)/alpha for the first, (K-1)(K-d)/alpha after d drops)"
+               if race.get("holm") else "") + f". The race ended "
             f"{race['reason']} at k = {race['k']}; {race.get('n_computed_past_stop', 0)} episodes were computed past a "
             f"stop and are not counted.")
     body = page.note(line)
