@@ -182,3 +182,24 @@ def test_lerobot_flags_give_each_checkpoint_its_own_lerobot_eval_info(tmp_path):
         assert set(own) >= {"per_episode", "per_task", "per_group", "overall"} and "policies" not in own
         assert own["per_episode"] == run["policies"][name]["per_episode"]
         assert own["overall"]["avg_sum_reward"] == run["policies"][name]["overall"]["avg_sum_reward"]
+
+
+@pytest.mark.parametrize("stop_when", [None, "ci<=0.45"])
+def test_a_sweep_ranks_by_its_rank_by_and_gives_no_verdict_after_a_data_dependent_stop(tmp_path, stop_when):
+    from fasteval.doors.sweep import LocalExecutor, SweepSpec, run_sweep
+    from fasteval.doors.sweep.report import build_report
+    from fasteval.doors.sweep.store import Store
+    from fasteval.testing import KNOWN_ANSWER_ID
+
+    options = {"batch_size": 4, "device": "cpu", "rank_by": "return", **({"stop_when": stop_when} if stop_when else {})}
+    spec = {"name": "t", "episodes": 6, "seeds": [0],
+            "policies": [{"name": "zero", "ref": "zero"}, {"name": "parity", "ref": "fasteval.testing.policies:ParityPolicy"}],
+            "envs": [{"name": "known", "id": KNOWN_ANSWER_ID}], "options": options}
+    out = tmp_path / "sweep"
+    assert run_sweep(SweepSpec.from_dict(spec), out, executor=LocalExecutor(workers=1)).ok
+    with Store(out, create=False) as store:
+        doc = build_report(store)
+    assert doc["rank_by"] == "return" and doc["best_per_env"][0]["metric"] == "return"
+    (pair,) = doc["paired"]
+    assert pair["return_diff"]["test"].startswith("paired t-test of the mean difference")
+    assert (pair["verdict"] is None) == (stop_when is not None)

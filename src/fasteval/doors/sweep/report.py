@@ -20,7 +20,7 @@ Writes into the folder:
   A sweep whose jobs stopped on their data (``options.stop_when``) chose each seed block's n from its
   episodes: its success intervals are then the anytime-valid betting confidence sequence (a cell's
   blocks, in seed order, feed one sequence; across envs each env's at ``1 - 0.05 / E``, Bonferroni),
-  and its paired tests are descriptive (``interval_basis``, ``paired_tests``).
+  and its paired tests are descriptive (``interval_basis``, ``paired_tests``): no paired verdict is given.
 * ``report.md``: the same as tables, under a one-sentence summary (cells complete, partial and
   failed, and whether a retry could help the failed ones: :mod:`fasteval.doors.sweep.retry`),
   rendered by :mod:`fasteval.render.sweep_markdown`.
@@ -140,6 +140,9 @@ def report_document(jobs: list[dict[str, Any]], episodes: list[dict[str, Any]], 
                                stopped=stop_when is not None))
 
     paired = _paired(policies, envs, by_cell)
+    if stop_when is not None:  # fixed-n tests after a data-dependent stop are description: no verdict rests on them
+        for row in paired:
+            row["verdict"] = None
     n = len(episodes)
     steps = int(sum(ep["length"] for ep in episodes))
     wall_s = float(sum(max(0.0, (r["finished_at"] or r["last_commit_at"]) - r["started_at"]) for r in runs))
