@@ -203,3 +203,19 @@ def test_a_sweep_ranks_by_its_rank_by_and_gives_no_verdict_after_a_data_dependen
     (pair,) = doc["paired"]
     assert pair["return_diff"]["test"].startswith("paired t-test of the mean difference")
     assert (pair["verdict"] is None) == (stop_when is not None)
+
+
+def test_pusht_with_all_zero_success_is_a_tie_and_a_max_reward_race_uses_the_declared_bounds():
+    """PushT (gym-pusht), two policies that never succeed in 30 steps: the success ranking names no best, and
+    ``max_reward:best`` races with the env's declared bounds [0, 1] (no --return-bounds) and ends undecided."""
+    pytest.importorskip("gym_pusht")
+    common = dict(env="gym_pusht/PushT-v0", policy=["zero", "random"], n_episodes=3, max_steps=30, device="cpu",
+                  batch_size=6)
+    fixed = evaluate(**common)
+    assert fixed.ranking[0]["metric"] == "success" and all(r["estimate"] == 0.0 for r in fixed.ranking)
+    assert fixed.verdict["state"] == "tied" and fixed.best is None
+    assert fixed.verdict["headline"].startswith("zero and random are tied for best by success rate")
+    race = evaluate(**common, stop_when="max_reward:best")
+    assert race.race["metric"] == "max_reward" and race.race["return_bounds"] == [0.0, 1.0]
+    assert "max_reward lies in [0, 1]" in race.race["bounds_source"]
+    assert race.verdict["state"] == "undecided" and race.verdict["headline"].startswith("undecided at the cap")
