@@ -154,7 +154,7 @@ def _drops(status):
 
 def test_race_drops_clear_losers_and_keeps_the_best():
     fam, x, rule = _race_a()
-    race = Race(rule, fam.n_policies, cap=x.shape[1])
+    race = Race(rule, fam.n_policies, cap=x.shape[1], holm=False)  # the union bound's line for every drop
     status = race.feed(x)
     assert status.done and fam.best in status.remaining and status.leader == fam.best
     assert len(status.eliminations) >= 3
@@ -313,6 +313,8 @@ def _violations(rates, eps, races, cap, union_bound=True):
         if not union_bound:  # each pair at the full alpha: what the union bound is there to prevent
             race.alpha_pair, race.line = race.alpha, 2.0 / race.alpha
             race._log_line = math.log(race.line)
+            K = len(rates)  # and the drops' line 2 / alpha too (Holm's first line is K (K - 1) / alpha)
+            race.holm, race.alpha = False, race.alpha * K * (K - 1) / 2.0
         status = race.feed(fam.outcomes(r * 100_000 + np.arange(cap)))
         bad += any(e.policy in good for e in status.eliminations)
     return bad
@@ -324,3 +326,33 @@ def test_family_wise_error_stays_below_alpha_and_fails_without_the_union_bound(r
     limit = alpha * races  # expected count under the bound is far lower (about 0.05 per race here)
     assert _violations(rates, eps, races, 400) <= limit
     assert _violations(rates, eps, races, 400, union_bound=False) > limit
+
+
+
+def test_holms_step_down_lowers_the_line_after_each_drop_and_saves_episodes():
+    """Issue 41: with Holm (the default) the first drop needs ``K (K - 1) / alpha``, and after d drops the line
+    is ``(K - 1) (K - d) / alpha`` (the K hypotheses "q is within eps of the best", step-down); every drop's
+    e-value reaches the line of its step; the best is kept and fewer episodes are used than without Holm."""
+    fam, x, rule = _race_a()
+    K = fam.n_policies
+    holm, plain = Race(rule, K, cap=x.shape[1]), Race(rule, K, cap=x.shape[1], holm=False)
+    status, _ = holm.feed(x), plain.feed(x)
+    assert status.done and fam.best in status.remaining
+    lines = [e.line for e in status.eliminations]
+    assert lines[0] == pytest.approx(K * (K - 1) / holm.alpha)
+    assert all(e.e_value >= e.line for e in status.eliminations) and lines == sorted(lines, reverse=True)
+    assert all(line >= (K - 1) * (K - d) / holm.alpha - 1e-9 for d, line in enumerate(lines))
+    assert holm.episodes_used().sum() < plain.episodes_used().sum()
+    assert holm.summary()["holm"] is True and "Holm" in holm.summary()["method"]
+
+
+def test_holms_race_keeps_the_family_wise_error_by_simulation():
+    """Three equal best policies and two clear losers: once the losers go, Holm lowers the line for the rest;
+    dropping any of the three best is an error, and it stays below alpha (100 races, fixed seeds)."""
+    fam = CheckpointFamily((0.2, 0.2, 0.6, 0.6, 0.6), share=0.0)
+    wrong = 0
+    for s in range(100):
+        race = Race("best", fam.n_policies, cap=800)
+        race.feed(fam.outcomes(np.arange(s * 800, s * 800 + 800), "success"))
+        wrong += any(fam.rates[e.policy] >= 0.6 for e in race.eliminations)
+    assert wrong / 100 <= 0.05

@@ -112,7 +112,8 @@ def test_the_cap_ends_an_undecided_race():
 
 def test_a_race_on_the_mean_return():
     result = race_run(rule="return:best", return_bounds=RETURN_BOUNDS, batch_size=7)
-    expected = simulated(FAMILY, "return:best", CAP, metric="return", return_bounds=RETURN_BOUNDS)
+    expected = simulated(FAMILY, "return:best", CAP, metric="return", return_bounds=RETURN_BOUNDS,
+                         bounds_source="--return-bounds")
     assert race_numbers(result) == expected.summary()
     assert result.ranking[0]["metric"] == "return" and result.best == "arm_2"
 

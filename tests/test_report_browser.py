@@ -324,7 +324,8 @@ def check_compare_numbers(page, doc):
     check_numbers(table(page, "compare-return"), tasks, {
         "A mean return": lambda t: t["return"]["a_mean"], "B mean return": lambda t: t["return"]["b_mean"],
         "B - A": lambda t: t["return"]["diff"], "B - A 95% CI": lambda t: t["return"]["diff_ci"],
-        "signed-rank p": lambda t: t["return"]["p_value"], "p (Holm)": lambda t: t["return"]["p_holm"],
+        "t-test p": lambda t: t["return"]["p_value"], "p (Holm)": lambda t: t["return"]["p_holm"],
+        "signed-rank p (secondary)": lambda t: t["return"].get("signed_rank_p"),
         "P(B > A)": lambda t: t["return"]["prob_improvement"], "P(B > A) 95% CI": lambda t: t["return"]["prob_improvement_ci"]})
 
 

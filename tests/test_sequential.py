@@ -286,11 +286,25 @@ def test_monitor_return_rule_and_out_of_bounds_returns():
 
 
 def test_monitor_cap_and_never_firing():
-    mon = StopMonitor("above=0.8", cap=50)
-    assert mon.feed(np.ones(30, bool) & (np.arange(30) % 2 == 0)) is None
-    assert mon.feed(np.zeros(40, bool)) is None
+    mon = StopMonitor("above=0.5", cap=50)  # a rate of exactly 0.5: neither above nor surely not above
+    assert mon.feed(np.arange(30) % 2 == 0) is None
+    assert mon.feed(np.arange(40) % 2 == 0) is None
     s = mon.summary()
     assert s["k"] == 50 and s["reason"] == "cap" and not s["fired"] and s["decision"] is None
+
+
+def test_above_stops_for_futility_once_the_interval_lies_below_the_threshold():
+    """Issue 41: ``above=0.8`` on a 50% policy stops as soon as the interval lies wholly below 0.8 ("surely not
+    above"), not at the cap; no claim of above is made. ``below=T`` is the mirror."""
+    half = np.arange(200) % 2 == 0
+    mon = StopMonitor("above=0.8", cap=200)
+    k = mon.feed(half)
+    s = mon.summary()
+    assert k is not None and k < 40 and s["reason"] == "futility" and s["decision"] == "not_above"
+    assert not s["fired"] and s["cs_high"] < 0.8 and s["k"] == k
+    mirror = StopMonitor("below=0.2", cap=200)
+    assert mirror.feed(~half) == k  # the mirrored outcomes, read from the other side
+    assert mirror.summary()["decision"] == "not_below" and mirror.summary()["cs_low"] > 0.2
 
 
 @given(st.data())
@@ -334,3 +348,24 @@ def test_prefix_gate_gives_the_same_k_in_any_arrival_order(data):
     late = [ix for ix in order[len(arrived):] if ix >= k_expected][:3]
     assert gate.add(late, [True] * len(late)) is None
     assert gate.summary()["computed_past_stop"] == sorted(s["computed_past_stop"] + late)
+
+
+def test_futility_stops_keep_the_error_rates_and_the_coverage_by_simulation():
+    """Issue 41: with futility stops, ``above=0.8`` at the boundary (p = 0.8, the worst case for both claims)
+    claims "above" and "surely not above" (a false claim only when p > 0.8, so here the test is of the bound
+    itself) each at most alpha/2-ish of the time, and the interval at the stop covers p at least at its
+    level (200 runs of cap 300, fixed seed). The savings below the threshold are what futility is for."""
+    rng = np.random.default_rng(41)
+    above = not_above = cover = 0
+    runs = 200
+    for _ in range(runs):
+        mon = StopMonitor("above=0.8", 0.95, None, 300)
+        mon.feed(rng.random(300) < 0.8)
+        s = mon.summary()
+        above += s["decision"] == "above"
+        not_above += s["decision"] == "not_above"
+        cover += s["cs_low"] <= 0.8 <= s["cs_high"]
+    assert above / runs <= 0.05 and not_above / runs <= 0.05 and cover / runs >= 0.95
+    low = [StopMonitor("above=0.8", 0.95, None, 300) for _ in range(20)]
+    ks = [m.feed(rng.random(300) < 0.5) for m in low]
+    assert all(k is not None for k in ks) and np.mean(ks) < 60  # p = 0.5: stopped in a fraction of the cap

@@ -281,7 +281,7 @@ def test_every_option_that_changes_the_numbers_is_a_stored_setting():
     other = {"max_steps": 5, "obs_dtype": "float64", "stop_when": "above=0.5", "confidence": 0.9,
              "return_bounds": (0.0, 1.0), "batch_size": 3, "device": "cpu", "vectorization": "async", "workers": 2,
              "reset_mode": "wave", "trust_remote_code": True, "retries": 0, "on_nan_action": "skip-episode",
-             "step_timeout": 5.0, "torch_threads": 2}
+             "step_timeout": 5.0, "torch_threads": 2, "rank_by": "return"}
     names = [f.name for f in dc_fields(SweepOptions)]
     assert sorted(other) == sorted(names), "give the new option a value here"
     rule = {"stop_when": "above=0.5"}

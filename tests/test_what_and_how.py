@@ -72,6 +72,7 @@ WHAT_CHANGES = {
     "confidence": {"confidence": 0.9},
     "return_bounds": {"return_bounds": (-80.0, 10.0)},
     "design": {"stop_when": "above=0.8", "design": "truncated"},
+    "rank_by": {"rank_by": "return"},
 }
 """For every *what* field, another value (a resume must refuse each)."""
 

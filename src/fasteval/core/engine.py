@@ -298,8 +298,10 @@ class CoreEngine:
         if self.spec.stop_when is None:
             return None
         if self.spec.n_policies > 1:
-            race = RaceStop(self.spec.stop_when, self.spec.names, self.spec.confidence, self.spec.return_bounds,
-                            cap=cap, min_feed=max(1, self.n_slots // 4), announce=self.announce)
+            rule = self.spec.race_rule
+            bounds, source = self.spec.metric_bounds(rule.metric)
+            race = RaceStop(rule, self.spec.names, self.spec.confidence, bounds, cap=cap,
+                            min_feed=max(1, self.n_slots // 4), announce=self.announce, bounds_source=source)
             if earlier is not None:
                 race.prime(earlier.records, earlier.n_cancelled)
             return race

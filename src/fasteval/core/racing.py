@@ -24,9 +24,21 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from fasteval.core.stopping import StopRuleError
+from fasteval.core.stopping import NoSuccessSignalError, StopRuleError
 from fasteval.types.errors import UserInputError
+from fasteval.types.metric_bounds import FIELDS
 from fasteval.types.sequential.race import Race, RaceGate, RaceStatus
+
+
+def no_signal_message(rule: str, n_finished: int) -> str:
+    """A success race on an env that reports no success: every policy would read 0% and the race would
+    name the first-listed one best on a tie."""
+    return (f"--stop-when {rule}: a race on the success rate needs the env's success signal, and the env reported "
+            f"none (no info['is_success'] in the first {n_finished} finished episode{'' if n_finished == 1 else 's'}), "
+            f"so every policy would read 0% and the race would decide nothing. Race on the mean return "
+            f"(--stop-when return:best, or best with --rank-by return; bounds from the env where it declares them, "
+            f"else --return-bounds LO,HI) or on the max reward (max_reward:best), or drop --stop-when to run every "
+            f"policy to -n. The finished episodes are kept.")
 
 
 class RaceStop:
@@ -34,16 +46,17 @@ class RaceStop:
     records' ``policy`` field); ``announce(line)``: told each elimination and the end (the CLI prints them)."""
 
     def __init__(self, rule: Any, names: Sequence[str], confidence: float = 0.95, return_bounds: Any = None,
-                 cap: int | None = None, min_feed: int = 1, announce: Callable[[str], None] | None = None):
+                 cap: int | None = None, min_feed: int = 1, announce: Callable[[str], None] | None = None,
+                 bounds_source: str | None = None):
         try:
             self.race = Race(rule, len(names), cap=cap, confidence=confidence, return_bounds=return_bounds,
-                             names=list(names))
+                             names=list(names), bounds_source=bounds_source)
         except ValueError as exc:
             raise UserInputError(str(exc)) from None
         self.gate = RaceGate(self.race, min_feed=min_feed)
         self.names = tuple(names)
         self._index = {name: k for k, name in enumerate(self.names)}
-        self._field = "success" if self.race.rule.metric == "success" else "sum_reward"
+        self._field = FIELDS[self.race.rule.metric]
         self.announce = announce
         self.n_cancelled = 0
         """Episodes cancelled in flight (the run's end, and dropped policies' episodes), over every segment."""
@@ -108,6 +121,8 @@ class RaceStop:
         self.n_cancelled += int(n_cancelled)
         if not len(table):
             return
+        if self._field == "success" and not np.asarray(table.columns["has_success_signal"]).any():
+            raise NoSuccessSignalError(no_signal_message(self.race.rule.text, len(table)))
         names = table.column("policy")
         ixs = np.asarray(table.columns["episode_ix"])
         values = np.asarray(table.columns[self._field])
@@ -127,6 +142,8 @@ class RaceStop:
         """Feed finished ledger rows and the rows that failed for good since the last call; apply what the
         race decided to the ledger."""
         new: list[Any] = []
+        if len(rows) and self._field == "success" and not ledger.success_signal:
+            raise NoSuccessSignalError(no_signal_message(self.race.rule.text, int(ledger.finished.sum())))
         if len(rows):
             pids = ledger.policy_ids[rows]
             ixs = ledger.episode_ids[rows]

@@ -32,6 +32,7 @@ from fasteval.doors.lerobot_options import FASTEVAL, LEROBOT
 from fasteval.render.words import plural
 from fasteval.robot.env_names import summary_name
 from fasteval.run.paths import UsablePath, path_problem
+from fasteval.types.metric_bounds import RANK_METRICS
 from fasteval.types.spec import (AMP_MODES, DESIGNS, EXPLORATIONS, NOISE_MODES, OBS_DTYPES, OBSERVATION_FORMATS, ON_NAN_ACTIONS,
                                  RESET_MODES, VECTORIZATIONS, VIDEO_LAYOUTS, VIDEO_SELECTIONS, EvalSpec)
 from fasteval.types.spec import DEFAULT_POLICY_BLOCK
@@ -144,7 +145,7 @@ def format_many_summary(result: Any, profile: bool, logged: int | None = None, l
             rows.append((f"  {stage}", f"{seconds:.4f} s ({100.0 * seconds / total:.1f}%)"))
     width = max(len(k) for k, _ in rows)
     head = "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
-    return head + "\n" + format_ranking(result.ranking, result.race)
+    return head + "\n" + format_ranking(result.ranking, result.race, result.verdict)
 
 
 def format_summary(result: Any, profile: bool, logged: int | None = None, log_file: Any = None) -> str:
@@ -185,12 +186,20 @@ def format_summary(result: Any, profile: bool, logged: int | None = None, log_fi
         rows.append(("guarantee", result.meta["guarantee"]))
     stop = result.meta.get("stopping")
     if stop:
+        truncated = stop.get("design") == "truncated"
         what = (f"rule {stop['rule']} held at k = {stop['k']}" if stop["reason"] == "rule" else
                 f"cap of {stop['cap']} reached, rule {stop['rule']} did not hold" if stop["reason"] == "cap" else
+                f"at k = {stop['k']}: surely not {stop['decision'][4:]} {stop['threshold']:g} (the interval lies "
+                f"wholly {'below' if stop['decision'] == 'not_above' else 'above'} it; a futility stop, no claim)"
+                if stop["reason"] == "futility" and not truncated else
                 f"at k = {stop['k']} for futility: rule {stop['rule']} is unlikely to hold by the cap (no claim)"
                 if stop["reason"] == "futility" else f"rule {stop['rule']} not decided yet ({stop['reason']})")
+        if truncated and stop.get("decision_bound"):
+            what += f" ({stop['decision_bound']})"
         rows.append(("stopped", f"{what}; {int(round(stop['confidence'] * 100))}% anytime-valid interval "
                                 f"{stop['cs_low']:.4f}-{stop['cs_high']:.4f}"
+                                + ("  (wider than the design's test, which decided: it holds at any stop)"
+                                   if truncated and stop["reason"] == "rule" else "")
                                 + (f"; {stop['n_computed_past_stop']} episodes computed past the stop (not counted)"
                                    if stop.get("n_computed_past_stop") else "")))
         if stop.get("decided_by"):
@@ -286,13 +295,17 @@ EVAL_OPTIONS = [
                  help="--env.type=pusht: step gym-pusht's own env instead of fasteval's bit-identical, faster subclass."),
     click.option("--stop-when", "stop_when", default=None, metavar="RULE",
                  help="Stop as soon as RULE holds on episodes 0..k-1 (-n is then the cap): ci<=EPS, above=T, below=T "
-                      "(success rate), return:ci<=E, return:above=T, return:below=T (mean return, needs --return-bounds). "
-                      "Several policies: best, best:eps=E, return:best[:eps=E] race them, dropping each once another "
-                      "is shown better. Anytime-valid; same k in every mode. See docs/how-many-episodes.md."),
+                      "(success rate; above/below also stop once surely not above/below T), return:ci<=E, return:above=T, return:below=T (mean return, needs --return-bounds). "
+                      "Several policies: best, best:eps=E, return:best[:eps=E], max_reward:best[:eps=E] race them, dropping "
+                      "each once another is shown better (bounds: the env's declared ones, else --return-bounds). Anytime-valid; same k in every mode. See docs/how-many-episodes.md."),
+    click.option("--rank-by", "rank_by", type=click.Choice(RANK_METRICS), default=None,
+                 help="Several policies: rank (and race, with --stop-when best) by the success rate, the mean return "
+                      "or the mean max reward [default: success where the env has a success signal, else return]."),
     click.option("--confidence", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95, show_default=True,
                  help="Level of --stop-when's anytime-valid confidence sequence."),
     click.option("--return-bounds", "return_bounds", default=None, metavar="LO,HI",
-                 help="Smallest and largest possible episode return (for return: rules; a return outside is an error)."),
+                 help="Smallest and largest possible episode return (for return: rules; a return outside is an error); "
+                      "for max_reward:best, of an episode's max reward. Not needed where the env declares them."),
     click.option("--design", "design", type=click.Choice(DESIGNS), default="anytime", show_default=True,
                  help="How --stop-when above=T/below=T decides: anytime (valid however long the run goes on) or "
                       "truncated (-n is a real budget: a group-sequential design spends its error by -n, decides "
@@ -404,7 +417,7 @@ HELP_SECTIONS = (
     Section("Outputs", ("output_dir", "report", "max_episodes_rendered", "video_select", "video_layout",
                         "save_episodes_dir", "export_formats", "log_targets", "print_config")),
     Section("Faults and limits", ("retries", "on_nan_action", "step_timeout", "policy_timeout_s", "stop_grace_s")),
-    Section("Statistics", ("stop_when", "confidence", "return_bounds", "design")),
+    Section("Statistics", ("stop_when", "rank_by", "confidence", "return_bounds", "design")),
     Section("LeRobot names", ("noise", "policy_overrides", "no_fast_env"),
             intro="LeRobot's own option names are accepted as they are, rewritten into the options above before "
                   "parsing; with any of them LeRobot's defaults apply (seed 1000, 50 episodes, 10 videos). Every "

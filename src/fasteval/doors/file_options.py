@@ -56,6 +56,12 @@ class FileOptions:
         problems = []
         for fmt, path in export_tables(result, out_dir, self.export_formats):
             click.echo(f"wrote {path}")
+        if self.defaults == LEROBOT and getattr(result, "policies", None):  # a many-policy run with LeRobot's flags
+            try:
+                where = write_lerobot_per_policy(result, out_dir)
+                click.echo(f"wrote each checkpoint's eval_info.json in LeRobot's layout under {where}")
+            except OSError as exc:  # the run's own eval_info.json holds every number
+                problems.append(f"a checkpoint's eval_info.json was not written ({exc})")
         for sink in self.sinks:
             try:
                 where = sink.write(result, spec, out_dir)
@@ -63,6 +69,23 @@ class FileOptions:
             except Exception as exc:  # the results are on disk already; say what failed
                 problems.append(f"logging to {sink.name} failed: {type(exc).__name__}: {exc}")
         return problems
+
+
+def write_lerobot_per_policy(result: Any, out_dir: Any) -> Any:
+    """Each policy's own one-policy ``eval_info.json`` (LeRobot's layout: ``per_episode``, ``per_task``,
+    ``per_group``, ``overall``), as its own ``lerobot-eval`` run would have written it, in
+    ``policies/<name>/eval_info.json`` beside its page; returns the ``policies`` folder."""
+    from pathlib import Path
+
+    from fasteval.types.files import safe_filename
+    from fasteval.types.results import write_json_atomic
+
+    root = Path(out_dir) / "policies"
+    for name in result.names:
+        folder = root / safe_filename(name)
+        folder.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(folder / "eval_info.json", result.policy(name).to_eval_info())
+    return root
 
 
 def file_options(fn: Callable) -> Callable:

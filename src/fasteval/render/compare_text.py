@@ -34,13 +34,13 @@ def table_rows(doc: dict[str, Any]) -> list[list[str]]:
             f"{_num(s['diff'])} {_ci(s['diff_ci'])}" if s else "-",
             f"{_num(s['p_value'], 4)} ({_num(s['p_holm'], 4)})" if s else "-",
             f"{_num(r['diff'])} {_ci(r['diff_ci'])}", f"{_num(r['p_value'], 4)} ({_num(r['p_holm'], 4)})",
-            _num(r["prob_improvement"]), t["verdict"],
+            _num(r.get("signed_rank_p"), 4), _num(r["prob_improvement"]), t["verdict"],
         ])
     return rows
 
 
-HEADERS = ["task", "n", "A rate", "B rate", "success B-A [CI]", "McNemar p (Holm)", "return B-A [CI]",
-           "signed-rank p (Holm)", "P(B>A)", "verdict"]
+HEADERS = ["task", "n", "A rate", "B rate", "success B-A [CI]", "McNemar p (Holm)", "return B-A [t CI]",
+           "mean t p (Holm)", "signed-rank p (2nd)", "P(B>A) (2nd)", "verdict"]
 
 
 def render_markdown(doc: dict[str, Any]) -> str:

@@ -11,6 +11,9 @@ from typing import Any, Mapping, Sequence
 from fasteval.render.words import plural
 
 
+WHAT = {"success": "success rate", "return": "mean return", "max_reward": "mean max reward"}
+
+
 def _value(x: Any, metric: str) -> str:
     if x is None:
         return "-"
@@ -39,14 +42,19 @@ def ranking_rows(ranking: Sequence[Mapping[str, Any]]) -> list[list[str]]:
     return rows
 
 
-def format_ranking(ranking: Sequence[Mapping[str, Any]], race: Mapping[str, Any] | None = None) -> str:
-    """The ranking as aligned text, with the race's outcome under it."""
+def format_ranking(ranking: Sequence[Mapping[str, Any]], race: Mapping[str, Any] | None = None,
+                   verdict: Mapping[str, Any] | None = None) -> str:
+    """The verdict first (the best, the policies tied for best, or an undecided race), then the ranking as
+    aligned text, with the race's outcome under it."""
     rows = ranking_rows(ranking)
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    if verdict:
+        lines = [f"verdict: {verdict['headline']}"] + ([f"({verdict['metric_note']})"] if verdict.get("metric_note")
+                                                         else []) + lines
     if ranking:
         m = ranking[0]["metric"]
-        what = "success rate" if m == "success" else "mean return"
+        what = WHAT.get(m, m)
         lines.append(f"({what}; intervals: {ranking[0]['interval']}; vs best: {(ranking[1]['vs_best'] or {}).get('interval', '')})"
                      if len(ranking) > 1 else f"({what})")
     if race is not None:

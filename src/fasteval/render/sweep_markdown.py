@@ -57,7 +57,7 @@ def _glance_markdown(doc: dict[str, Any]) -> list[str]:
         digits = 1 if r["metric"] == "success" else 3
         first = r["ranking"][0]
         top = " = ".join(md(p) for p in r["best"]) + (" (tied)" if len(r["best"]) > 1 else "") if r["best"] else "-"
-        cells = [md(r["env"]), "success %" if r["metric"] == "success" else "mean return",
+        cells = [md(r["env"]), {"success": "success %", "max_reward": "mean max reward"}.get(r["metric"], "mean return"),
                  f"{top} {_fmt(first['value'], digits)} {_interval(first['ci'], digits)}"]
         if len(r["ranking"]) > 1:
             second = r["ranking"][1]
@@ -159,16 +159,18 @@ def _paired_markdown(paired: list[dict[str, Any]]) -> list[str]:
              "Over the episodes both policies ran (same env, task and seed), with `fasteval compare`'s tests. Success: "
              "McNemar's exact test, its p-value Holm-adjusted across every test of this report "
              f"({paired[0].get('family', len(paired))} comparisons). Return: mean difference B - A (B the policy "
-             "listed later) with a paired bootstrap 95% interval.", "",
-             "| env | A | B | episodes | only A / only B succeeded | McNemar p (Holm) | method | return B - A [95% CI] |",
-             "|---|---|---|---|---|---|---|---|"]
+             "listed later) with its paired t 95% interval, and the paired t-test of that mean (Holm).", "",
+             "| env | A | B | episodes | only A / only B succeeded | McNemar p (Holm) | method | return B - A [95% CI] | t p (Holm) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for p in paired:
         m, d = p["success_mcnemar"], p["return_diff"]
         holm = f" ({m['p_holm']:.4g})" if m is not None and m.get("p_holm") is not None else ""
         success = (f"{m['only_a']} / {m['only_b']} | {m['p_value']:.4g}{holm} | {m['method']}" if m is not None
                    else f"{NO_SIGNAL} | - | -")
+        t_p = (f"{d['p_value']:.4g} ({d['p_holm']:.4g})" if d.get("p_value") is not None and d.get("p_holm") is not None
+               else "-")
         lines.append(f"| {md(p['env'])} | {md(p['a'])} | {md(p['b'])} | {p['episodes']} | {success} | "
-                     f"{_fmt(d['mean_diff'], 3)} {_interval(d['ci'], 3)} |")
+                     f"{_fmt(d['mean_diff'], 3)} {_interval(d['ci'], 3)} | {t_p} |")
     return lines
 
 

@@ -89,7 +89,12 @@ class Engine(CoreEngine):
         (:class:`fasteval.run.ray_engine.RayEngine`)."""
         from fasteval.run.rundir import policy_digest
 
-        return {"policy_digest": policy_digest(self.policy, self.spec.policy), "max_steps": self.max_steps,
+        spec = self.spec
+        digests = {}
+        if isinstance(spec.policy, tuple):  # a many-policy run: each policy's own digest too, by its name
+            digests = {"policy_digests": {name: policy_digest(one, ref)
+                                          for name, one, ref in zip(spec.names, self.policy, spec.policy)}}
+        return {"policy_digest": policy_digest(self.policy, spec.policy), **digests, "max_steps": self.max_steps,
                 **{k: v for k, v in self._env_facts().items() if k == "protocol"}}
 
     def run(

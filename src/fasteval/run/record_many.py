@@ -21,7 +21,8 @@ from fasteval.run.record import EpisodeRows, build_record, default_label, end_st
 from fasteval.types.eval_result import EarlierSegments, EvalResult, has_success_signal
 from fasteval.types.episode_table import EpisodeTable, merge_episodes
 from fasteval.types.many_result import ManyPolicyResult
-from fasteval.types.ranking import RETURN, SUCCESS, fixed_ranking, interval_trajectory, race_ranking
+from fasteval.types.metric_bounds import FIELDS, WORDS, default_metric_note
+from fasteval.types.ranking import RETURN, SUCCESS, fixed_ranking, interval_trajectory, race_ranking, ranking_verdict
 from fasteval.types.spec import EvalSpec, policy_label
 
 RUN_ONLY_FACTS = ("per_policy", "n_policies", "policy_calls")
@@ -96,13 +97,16 @@ def build_many_record(spec: EvalSpec, segment: Segment, *, earlier: EarlierSegme
         totals["wanted"] += wanted
         totals["failed"] += n_failed
     outcomes, ixs = _outcomes(results, block)
-    metric = block["metric"] if block is not None else (SUCCESS if has_success_signal(
-        records.columns["has_success_signal"]) else RETURN)
+    metric, note = rank_metric(spec, block, has_success_signal(records.columns["has_success_signal"]))
     refs = [policy_label(p) for p in spec.policies]
+    values = [o[metric] for o in outcomes]
     ranking = race_ranking(block, refs) if block is not None else \
-        fixed_ranking(names, refs, ixs, [o if metric == SUCCESS else r for o, r in outcomes], metric, spec.confidence)
-    trajectory = interval_trajectory(names, [o if metric == SUCCESS else r for o, r in outcomes], metric,
-                                     spec.confidence, spec.return_bounds)
+        fixed_ranking(names, refs, ixs, values, metric, spec.confidence)
+    bounds, bounds_source = spec.metric_bounds(metric)
+    trajectory = interval_trajectory(names, values, metric, spec.confidence, bounds)
+    if trajectory is not None and bounds_source is not None:
+        trajectory["bounds_source"] = bounds_source
+    verdict = ranking_verdict(ranking, block, note)
     status = end_status(totals["recorded"], totals["wanted"], totals["failed"], segment.error, signal_stop, write_error)
     meta = {**spec_facts(spec), "vectorization": spec.vectorization, "pipeline": spec.pipeline, **facts,
             "n_episodes": spec.n_episodes, "status": status}
@@ -114,15 +118,31 @@ def build_many_record(spec: EvalSpec, segment: Segment, *, earlier: EarlierSegme
     return ManyPolicyResult(EpisodeTable.concat(kept) if kept else EpisodeTable.empty(), eval_s, segment.timings, meta,
                             video_paths=segment.outputs.get("video_paths", ()), errors=errors,
                             n_failed=totals["failed"], policies=results, names=names, ranking=ranking, race=block,
-                            trajectory=trajectory)
+                            trajectory=trajectory, verdict=verdict)
 
 
-def _outcomes(results: list[EvalResult], block: Any) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[np.ndarray]]:
-    """Per policy: (successes as floats, returns) and the episode indices, in episode order."""
+def rank_metric(spec: EvalSpec, block: Any, has_signal: bool) -> tuple[str, str | None]:
+    """The metric the ranking uses and a note that says why: the race's; else ``--rank-by``; else success where
+    the env has a success signal, otherwise the return. ``--rank-by success`` on an env without a success
+    signal ranks by the return, and says so (every policy would read 0%)."""
+    if block is not None:
+        return block["metric"], (f"raced on the {WORDS[block['metric']]}"
+                                 + (f"; bounds {block['return_bounds']} {block['bounds_source']}"
+                                    if block.get("bounds_source") else ""))
+    if spec.rank_by == SUCCESS and not has_signal:
+        return RETURN, ("--rank-by success, but the env reports no success signal (every policy would read 0%): "
+                        "ranked by mean return instead")
+    if spec.rank_by is not None:
+        return spec.rank_by, f"ranked by {WORDS[spec.rank_by]} (--rank-by {spec.rank_by})"
+    return (SUCCESS if has_signal else RETURN), default_metric_note(has_signal)
+
+
+def _outcomes(results: list[EvalResult], block: Any) -> tuple[list[dict[str, np.ndarray]], list[np.ndarray]]:
+    """Per policy: each metric's per-episode values (successes as floats) and the episode indices, in episode
+    order."""
     out, ixs = [], []
     for r in results:
         table = r.per_episode
-        out.append((np.asarray(table.columns["success"], dtype=np.float64),
-                    np.asarray(table.columns["sum_reward"], dtype=np.float64)))
+        out.append({m: np.asarray(table.columns[f], dtype=np.float64) for m, f in FIELDS.items()})
         ixs.append(np.asarray(table.columns["episode_ix"]))
     return out, ixs

@@ -2,8 +2,11 @@
 
 The layout is the ``compare.json`` schema (docs/how-many-episodes.md). Differences are B - A:
 positive means B is better. A task's *primary* metric is success when both runs report a
-success signal, else the return; its verdict is "better"/"worse" when the primary metric's
-Holm-adjusted p-value (across tasks) is below alpha, else "no difference". In a live
+success signal, else the return (or the one asked for: ``primary``, ``--rank-by``); its verdict is
+"better"/"worse" when the primary metric's Holm-adjusted p-value (across tasks) is below alpha, else "no
+difference". Each p-value tests the estimand shown beside it: McNemar's exact test the difference of success
+rates, the paired t-test the mean difference of returns (or max rewards) with its t-interval. The signed-rank
+test and P(B > A) stay in a return block as labelled secondary statistics; no verdict comes from them. In a live
 comparison stopped by the e-process (or the truncated design) the verdict is that test's decision
 instead (``verdict_basis``), and the fixed-n p-values and bootstrap intervals are not valid after
 such a data-dependent stop: they stay in the document as description (``fixed_n_tests``), beside the
@@ -22,7 +25,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from fasteval.types.noninferiority import paired_mean, paired_proportions
-from fasteval.types.paired import holm, prob_improvement, signed_rank
+from fasteval.types.paired import PAIRED_T, holm, paired_t, prob_improvement, signed_rank
 from fasteval.types.stats import DEFAULT_N_BOOT, mcnemar_from_counts, paired_bootstrap_ci
 
 SCHEMA = "fasteval.compare/1"
@@ -54,14 +57,21 @@ def _success_block(a: np.ndarray, b: np.ndarray, confidence: float, n_boot: int,
 
 
 def _return_block(a: np.ndarray, b: np.ndarray, confidence: float, n_boot: int, seed: int) -> dict[str, Any]:
+    """The mean difference B - A, its paired t-interval and the paired t-test of it (``p_value``: what the
+    verdict rests on); the signed-rank test, P(B > A) and the bootstrap interval beside it, as secondary
+    statistics (``secondary``), never a verdict's basis."""
+    test = paired_t(a, b, confidence)
     boot = paired_bootstrap_ci(b, a, confidence=confidence, n_boot=n_boot, seed=seed)
-    test = signed_rank(a, b)
+    rank = signed_rank(a, b)
     poi = prob_improvement(a, b, confidence=confidence, n_boot=n_boot, seed=seed)
     return {
         "a_mean": float(a.mean()) if a.size else math.nan, "b_mean": float(b.mean()) if b.size else math.nan,
-        "diff": boot["mean_diff"], "diff_ci": boot["ci"],
-        "signed_rank_statistic": test["statistic"], "p_value": test["p_value"], "p_holm": math.nan,
-        "signed_rank_method": test["method"],
+        "diff": test["mean_diff"], "diff_ci": test["ci"], "diff_ci_method": f"paired t {confidence:.0%}",
+        "test": PAIRED_T, "t_statistic": test["statistic"], "p_value": test["p_value"], "p_holm": math.nan,
+        "diff_ci_bootstrap": boot["ci"],
+        "secondary": "signed-rank test and P(B > A): which policy usually wins, not the mean difference; no verdict "
+                     "rests on them",
+        "signed_rank_statistic": rank["statistic"], "signed_rank_p": rank["p_value"], "signed_rank_method": rank["method"],
         "prob_improvement": poi["value"], "prob_improvement_ci": poi["ci"],
     }
 
@@ -80,21 +90,34 @@ def sequential_non_inferiority(fixed_n: dict[str, Any] | None, difference: dict[
 
 def compare_task(a_success: Any, b_success: Any, a_return: Any, b_return: Any, *, has_success: bool = True,
                  alpha: float = 0.05, confidence: float = 0.95, margin: float | None = None,
-                 n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> dict[str, Any]:
-    """The tests of one task's paired episodes (``p_holm`` and ``verdict`` are set by :func:`finish`)."""
+                 n_boot: int = DEFAULT_N_BOOT, seed: int = 0, primary: str | None = None,
+                 a_max_reward: Any = None, b_max_reward: Any = None) -> dict[str, Any]:
+    """The tests of one task's paired episodes (``p_holm`` and ``verdict`` are set by :func:`finish`).
+    ``primary``: the verdict's metric (``success``, ``return`` or ``max_reward``, with ``a_max_reward`` /
+    ``b_max_reward``); None: success where both sides have a success signal, else the return. ``success``
+    without a success signal raises ValueError."""
     sa, sb = (np.asarray(v, dtype=bool).reshape(-1) for v in (a_success, b_success))
     ra, rb = (np.asarray(v, dtype=np.float64).reshape(-1) for v in (a_return, b_return))
     if not (sa.size == sb.size == ra.size == rb.size):
         raise ValueError(f"compare: expected paired episodes of equal count, got {sa.size}, {sb.size}, {ra.size}, {rb.size}.")
-    primary = "success" if has_success else "return"
+    if primary == "success" and not has_success:
+        raise ValueError("compare --rank-by success: the runs report no success signal (no info['is_success']), so "
+                         "every success rate would read 0%; compare by return or max_reward instead.")
+    primary = primary or ("success" if has_success else "return")
+    max_block = None
+    if primary == "max_reward":
+        ma, mb = (np.asarray(v, dtype=np.float64).reshape(-1) for v in (a_max_reward, b_max_reward))
+        max_block = _return_block(ma, mb, confidence, n_boot, seed)
     task = {
         "n_pairs": int(sa.size), "primary": primary,
         "success": _success_block(sa, sb, confidence, n_boot, seed) if has_success else None,
         "return": _return_block(ra, rb, confidence, n_boot, seed),
+        **({"max_reward": max_block} if max_block is not None else {}),
         "non_inferiority": None, "verdict": "no difference", "verdict_basis": "holm", "p_holm": math.nan,
     }
     if margin is not None:
-        task["non_inferiority"] = (paired_proportions(sa, sb, float(margin), alpha) if has_success
+        task["non_inferiority"] = (paired_proportions(sa, sb, float(margin), alpha) if primary == "success"
+                                   else paired_mean(ma, mb, float(margin), alpha) if primary == "max_reward"
                                    else paired_mean(ra, rb, float(margin), alpha))
     return task
 
@@ -122,6 +145,7 @@ def finish(tasks: list[dict[str, Any]], *, alpha: float = 0.05, margin: float | 
     """Holm across tasks, a verdict per task, and the ``overall`` block (with the gate's exit code)."""
     _holm_within(tasks, "success")
     _holm_within(tasks, "return")
+    _holm_within(tasks, "max_reward")
     primary_p = holm([t[t["primary"]]["p_value"] if t[t["primary"]] else math.nan for t in tasks])
     for task, p in zip(tasks, primary_p):
         task["p_holm"] = float(p)

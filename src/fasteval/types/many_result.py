@@ -14,7 +14,7 @@ names its ``policy``), and which adds:
 ``eval_info.json`` (:meth:`eval_info_document`)::
 
     {"policies": {NAME: {per_episode, per_task, per_group, overall, errors, meta}, ...},
-     "ranking": [...], "race": {...} | null, "trajectory": {...} | null,
+     "ranking": [...], "verdict": {...}, "race": {...} | null, "trajectory": {...} | null,
      "overall": {run totals}, "timings": {...}, "errors": [...], "meta": {...}}
 
 Each ``policies[NAME]`` entry holds the fields of a one-policy ``eval_info.json`` for that policy.
@@ -40,6 +40,9 @@ class ManyPolicyResult(EvalResult):
     ranking: Sequence[Mapping[str, Any]] = ()
     race: Mapping[str, Any] | None = None
     trajectory: Mapping[str, Any] | None = None
+    verdict: Mapping[str, Any] | None = None
+    """:func:`fasteval.types.ranking.ranking_verdict`: the best, or the policies tied for best, or an
+    undecided race; with its one-line headline."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -56,7 +59,13 @@ class ManyPolicyResult(EvalResult):
 
     @property
     def best(self) -> str | None:
-        """The name of the policy ranked first (the race's leader)."""
+        """The name of the best policy, only where an interval supports it (None on a tie or an undecided race:
+        ``verdict["tied_for_best"]`` lists the policies that cannot be told apart)."""
+        return (self.verdict or {}).get("best")
+
+    @property
+    def leader(self) -> str | None:
+        """The policy ranked first (the highest estimate; the race's leader), best or not."""
         return self.ranking[0]["policy"] if self.ranking else None
 
     def overall(self) -> dict[str, Any]:
@@ -70,7 +79,8 @@ class ManyPolicyResult(EvalResult):
             "episodes_per_s": n / self.eval_s if self.eval_s > 0 else math.nan,
             "n_failed_episodes": self.n_failed, "n_env_errors": len(self.errors),
             "n_nan_reward_episodes": agg["n_nan_reward_episodes"], "has_success_signal": agg["has_success_signal"],
-            "best": self.best, "video_paths": list(self.video_paths), **lerobot_empty_keys(),
+            "best": self.best, "tied_for_best": list((self.verdict or {}).get("tied_for_best") or []),
+            "leader": self.leader, "video_paths": list(self.video_paths), **lerobot_empty_keys(),
         }
 
     def eval_info_document(self) -> dict[str, Any]:
@@ -79,7 +89,8 @@ class ManyPolicyResult(EvalResult):
             doc = result.eval_info_document()
             doc.pop("timings", None)
             policies[name] = doc
-        return {"policies": policies, "ranking": list(self.ranking), "race": self.race, "trajectory": self.trajectory,
+        return {"policies": policies, "ranking": list(self.ranking), "verdict": self.verdict, "race": self.race,
+                "trajectory": self.trajectory,
                 "overall": self.overall(), "timings": self.timings, "errors": list(self.errors), "meta": self.meta}
 
     def to_eval_info(self) -> dict[str, Any]:

@@ -4,7 +4,10 @@
 * :func:`signed_rank`: Wilcoxon's signed-rank test of the paired differences (scipy's
   ``wilcoxon`` defaults: zeros dropped, no continuity correction, two-sided);
 * :func:`holm`: Holm's step-down adjustment of p-values across tasks;
-* :func:`prob_improvement`: P(B > A) + P(B = A) / 2 over paired episodes, with a bootstrap interval.
+* :func:`prob_improvement`: P(B > A) + P(B = A) / 2 over paired episodes, with a bootstrap interval;
+* :func:`paired_t`: the paired t-test and t-interval of the **mean** difference B - A: the test a verdict on a
+  mean difference rests on (the signed-rank test and P(B > A) answer another question, which policy usually
+  wins, and stay beside it as secondary statistics).
 """
 
 from __future__ import annotations
@@ -110,3 +113,37 @@ def prob_improvement(a: Any, b: Any, confidence: float = 0.95, n_boot: int = DEF
         return {"value": math.nan, "ci": [math.nan, math.nan]}
     lo, hi = bootstrap_mean_ci(wins, confidence=confidence, n_boot=n_boot, seed=seed)
     return {"value": float(wins.mean()) if wins.size else math.nan, "ci": [lo, hi]}
+
+
+PAIRED_T = "paired t-test of the mean difference B - A (two-sided), with its t-interval"
+
+
+def paired_t(a: Any, b: Any, confidence: float = 0.95) -> dict[str, Any]:
+    """The paired t-test of the mean of ``b - a`` against 0, and its two-sided t-interval at ``confidence``.
+
+    Fewer than two pairs or a NaN: ``p_value`` and the interval are NaN. All differences equal (sd 0): the
+    interval is that difference, and ``p_value`` is 1 when it is 0, else 0."""
+    from fasteval.types.distributions import betainc, student_t_ppf
+
+    x = np.asarray(a, dtype=np.float64).reshape(-1)
+    y = np.asarray(b, dtype=np.float64).reshape(-1)
+    if x.shape != y.shape:
+        raise ValueError(f"paired_t: expected paired values of equal length, got {x.size} and {y.size}.")
+    d = y - x
+    n = d.size
+    out = {"mean_diff": float(d.mean()) if n else math.nan, "ci": [math.nan, math.nan], "p_value": math.nan,
+           "statistic": math.nan, "df": max(n - 1, 0), "n_pairs": int(n), "method": PAIRED_T}
+    if n < 2 or np.isnan(d).any():
+        return out
+    mean, sd = float(d.mean()), float(d.std(ddof=1))
+    if sd == 0.0:
+        out.update(ci=[mean, mean], p_value=1.0 if mean == 0.0 else 0.0,
+                   statistic=0.0 if mean == 0.0 else math.copysign(math.inf, mean))
+        return out
+    se = sd / math.sqrt(n)
+    half = student_t_ppf(0.5 + confidence / 2.0, n - 1) * se
+    t = mean / se
+    nu = n - 1.0
+    p = betainc(nu / 2.0, 0.5, nu / (nu + t * t))  # two-sided: P(|T| >= |t|) = I_{nu/(nu+t^2)}(nu/2, 1/2)
+    out.update(ci=[mean - half, mean + half], p_value=float(min(1.0, max(0.0, p))), statistic=t)
+    return out

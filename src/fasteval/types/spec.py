@@ -184,6 +184,11 @@ class What:
     ``below=T`` on the success rate, valid only up to that cap, so such a run cannot be resumed with a
     larger ``n_episodes``; :mod:`fasteval.types.sequential.truncated`). See docs/how-many-episodes.md."""
 
+    rank_by: str | None = None
+    """What: it decides which policy a many-policy run calls best, and what a race (``--stop-when best``) races
+    on. ``success``, ``return`` or ``max_reward`` (``--rank-by``); ``None``: success where the env reports a
+    success signal, else the mean return, and the run says so (:mod:`fasteval.types.metric_bounds`)."""
+
     def __post_init__(self) -> None:
         What._check(self)
 
@@ -275,12 +280,15 @@ class What:
         from fasteval.types.sequential.race import check_race_setup, is_race_rule, parse_race_rule
         from fasteval.types.sequential.rules import check_rule_setup, parse_return_bounds, parse_stop_rule
 
+        from fasteval.types.metric_bounds import check_rank_by
+
         try:
             check_confidence(self.confidence)
+            check_rank_by(self.rank_by)
             bounds = parse_return_bounds(self.return_bounds)
             object.__setattr__(self, "return_bounds", bounds)
             if self.stop_when is not None and is_race_rule(self.stop_when):
-                check_race_setup(parse_race_rule(self.stop_when), self.n_policies, bounds)
+                check_race_setup(self.race_rule, self.n_policies, self.metric_bounds(self.race_rule.metric)[0])
             elif self.stop_when is not None:
                 if self.n_policies > 1:
                     raise ValueError(f"--stop-when {self.stop_when}: with several policies the rule is a race: best, "
@@ -302,6 +310,20 @@ class What:
                     f"-n, so it needs --stop-when above=T or below=T; got "
                     f"{'no --stop-when' if rule is None else f'--stop-when {rule.text}'}. Use --design anytime (the "
                     f"default) for ci<= and return: rules.")
+
+    @property
+    def race_rule(self) -> Any:
+        """The race's :class:`~fasteval.types.sequential.race.RaceRule` (``stop_when`` read with ``rank_by``)."""
+        from fasteval.types.sequential.race import parse_race_rule
+
+        return parse_race_rule(self.stop_when, self.rank_by)
+
+    def metric_bounds(self, metric: str) -> tuple[tuple[float, float] | None, str | None]:
+        """The bounds of ``metric`` per episode and where they come from: ``--return-bounds``, else the env's
+        declared ones (:func:`fasteval.types.metric_bounds.resolve_bounds`)."""
+        from fasteval.types.metric_bounds import resolve_bounds
+
+        return resolve_bounds(metric, self.return_bounds, self.env, self.max_steps, self.env_kwargs)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready view of the *what* fields (a live policy object shown by its class name)."""

@@ -13,6 +13,7 @@ from fasteval.doors.compare.inputs import load_side
 from fasteval.doors.compare.live import DESIGNS, run_live
 from fasteval.render.compare_text import render_table
 from fasteval.types.errors import UserInputError
+from fasteval.types.metric_bounds import RANK_METRICS
 
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
 
@@ -39,20 +40,24 @@ EXIT_OK, EXIT_BAD_INPUT = 0, 2
 @click.option("--batch-size", "-b", type=click.IntRange(min=1), default=16, show_default=True, help="Live mode: env slots per policy.")
 @click.option("--stop-when", default=None, help="Live mode: 'decided' stops when the anytime-valid paired test decides.")
 @click.option("--return-bounds", default=None, metavar="LO,HI", help="Live mode: bounds of an episode return (paired returns test).")
+@click.option("--rank-by", "rank_by", type=click.Choice(RANK_METRICS), default=None,
+              help="The verdict's metric: success, return (the paired t-test of the mean) or max_reward "
+                   "[default: success where both runs have a success signal, else return].")
 @click.option("--design", type=click.Choice(DESIGNS), default="anytime", show_default=True,
               help="Live mode with --stop-when decided: anytime (the e-process, valid however long it runs) or truncated "
                    "(-n is a real budget: exact group-sequential McNemar bounds spend alpha by -n; success only).")
 def compare(runs: tuple[str, ...], alpha: float, margin: float | None, fail_if_worse: bool, output_dir: Path,
             n_boot: int, confidence: float, policy_a: str | None, policy_b: str | None, env: str | None,
             env_kwargs: tuple[str, ...], n_episodes: int, seed: int, batch_size: int, stop_when: str | None,
-            return_bounds: str | None, design: str) -> None:
+            return_bounds: str | None, design: str, rank_by: str | None) -> None:
     """Compare two policies on the same episodes: RUN_A (baseline) and RUN_B (candidate).
 
     RUN_A and RUN_B are run folders or sweep cells SWEEP_DIR::POLICY[::ENV]. Or run both live:
     --policy-a P --policy-b Q --env E [--stop-when decided]. Exit codes: 0 done, 2 bad input,
     3 --fail-if-worse and B is significantly worse somewhere.
     """
-    options = dict(alpha=alpha, margin=margin, fail_if_worse=fail_if_worse, confidence=confidence, n_boot=n_boot)
+    options = dict(alpha=alpha, margin=margin, fail_if_worse=fail_if_worse, confidence=confidence, n_boot=n_boot,
+                   rank_by=rank_by)
     live = any(v is not None for v in (policy_a, policy_b, env))
     try:
         if live:

@@ -128,7 +128,7 @@ def difference_interval(pair: "LivePair", k: int, bounds: Any, confidence: float
 def run_live(policy_a: str | None, policy_b: str | None, env: str | None, env_kwargs: Sequence[str], *, n_episodes: int,
              seed: int, batch_size: int, stop_when: str | None, return_bounds: str | None, alpha: float,
              margin: float | None, fail_if_worse: bool, confidence: float, n_boot: int,
-             design: str = "anytime") -> dict[str, Any]:
+             design: str = "anytime", rank_by: str | None = None) -> dict[str, Any]:
     """Run the comparison; return the ``compare.json`` document (mode ``live``)."""
     from fasteval.doors.cli import parse_env_kwargs
 
@@ -144,13 +144,17 @@ def run_live(policy_a: str | None, policy_b: str | None, env: str | None, env_kw
                              f"rules such as {stop_when} are for one policy's run.")
     if design not in DESIGNS:
         raise UserInputError(f"compare --design: expected {' or '.join(DESIGNS)}, got {design!r}.")
+    if rule is not None and rank_by == "max_reward":
+        raise UserInputError("compare --stop-when decided --rank-by max_reward: the sequential test bets on successes "
+                             "or paired returns; drop --stop-when to compare max rewards at a fixed -n.")
     if design == "truncated" and rule is None:
         raise UserInputError("compare --design truncated: the truncated design decides when to stop, so it needs "
                              "--stop-when decided (and -n, the budget it spends its error by).")
     kwargs = parse_env_kwargs(tuple(env_kwargs))
     pair = LivePair(policy_a, policy_b, env, kwargs, n_episodes, seed, batch_size)
     try:
-        sequential = _run_blocks(pair, rule, bounds, n_episodes, batch_size, 1.0 - alpha, design)  # the test is at --alpha
+        sequential = _run_blocks(pair, rule, bounds, n_episodes, batch_size, 1.0 - alpha, design,
+                                 rank_by)  # the test is at --alpha
     finally:
         pair.close()
     k = sequential["k"] if sequential else n_episodes
@@ -163,12 +167,12 @@ def run_live(policy_a: str | None, policy_b: str | None, env: str | None, env_kw
         sides.append(Side(label, f"live:{policy}", policy, env, kwargs, seed, [r for r in kept if r["episode_ix"] < k]))
     task_key = (sides[0].records[0].get("task_group"), sides[0].records[0].get("task_id")) if sides[0].records else (env, 0)
     return build_document(sides[0], sides[1], alpha=alpha, margin=margin, fail_if_worse=fail_if_worse,
-                          confidence=confidence, n_boot=n_boot, mode="live",
+                          confidence=confidence, n_boot=n_boot, mode="live", rank_by=rank_by,
                           sequential={task_key: sequential} if sequential else None)
 
 
 def _run_blocks(pair: LivePair, rule: Any, bounds: Any, n: int, batch_size: int, confidence: float,
-                design: str = "anytime") -> dict[str, Any] | None:
+                design: str = "anytime", rank_by: str | None = None) -> dict[str, Any] | None:
     """Run blocks until the sequential test decides (with a rule) or all ``n`` pairs ran."""
     block = max(1, BLOCK_BATCHES * batch_size)
     process: Any = None
@@ -186,6 +190,12 @@ def _run_blocks(pair: LivePair, rule: Any, bounds: Any, n: int, batch_size: int,
             raise UserInputError("compare --design truncated: the truncated paired design tests discordant successes, "
                                  "and the env reports no success signal; use --design anytime with --return-bounds LO,HI "
                                  "(the e-process then bets on the paired returns).")
+        tested = "success" if pair.has_success else "return"
+        if rank_by is not None and rank_by != tested:  # the sequential test decides on one metric: the one shown
+            raise UserInputError(f"compare --stop-when decided --rank-by {rank_by}: the sequential test decides on "
+                                 f"the {tested} here (it bets on {'discordant successes' if pair.has_success else 'paired returns'}), "
+                                 f"so its verdict would not be on the {rank_by}; drop --stop-when to compare "
+                                 f"{rank_by} at a fixed -n, or drop --rank-by.")
         if not pair.has_success and bounds is None:
             raise UserInputError("compare --stop-when decided: the env reports no success signal, so the test bets on "
                                  "the paired returns; give their bounds with --return-bounds LO,HI.")

@@ -10,8 +10,9 @@ Writes into the folder:
   for a fixed set of envs (:mod:`fasteval.types.stratified`: each env's episodes a stratum; envs with
   a success signal only); paired comparisons of policies on the same episodes, by the one paired
   test of ``fasteval compare`` (:func:`fasteval.types.comparison.compare_task`: McNemar's exact test
-  for success, where the env has a success signal, and the paired bootstrap of the return
-  difference B - A, B the policy listed later), with Holm's adjustment across every test the report
+  for success, where the env has a success signal, and the paired t-test and t-interval of the mean
+  return difference B - A, B the policy listed later: the verdicts test the mean difference shown; the
+  signed-rank p stays beside it as a secondary statistic), with Holm's adjustment across every test the report
   shows (``p_holm``); per env, its policies ranked with the best named (``best_per_env``);
   rliable's performance profiles (``profiles``) and average probability of improvement (``improvement``);
   totals (episodes, env steps, wall time, episodes/s). NaN is written as ``null``.
@@ -19,7 +20,7 @@ Writes into the folder:
   A sweep whose jobs stopped on their data (``options.stop_when``) chose each seed block's n from its
   episodes: its success intervals are then the anytime-valid betting confidence sequence (a cell's
   blocks, in seed order, feed one sequence; across envs each env's at ``1 - 0.05 / E``, Bonferroni),
-  and its paired tests are descriptive (``interval_basis``, ``paired_tests``).
+  and its paired tests are descriptive (``interval_basis``, ``paired_tests``): no paired verdict is given.
 * ``report.md``: the same as tables, under a one-sentence summary (cells complete, partial and
   failed, and whether a retry could help the failed ones: :mod:`fasteval.doors.sweep.retry`),
   rendered by :mod:`fasteval.render.sweep_markdown`.
@@ -99,13 +100,22 @@ def stopped_rule(store: Store) -> str | None:
     return (json.loads(settings) or {}).get("stop_when") if settings else None
 
 
+def ranked_by(store: Store) -> str | None:
+    """The ``rank_by`` option the store's sweep was planned with (its remembered settings), or None."""
+    import json
+
+    settings = store.meta("settings")
+    return (json.loads(settings) or {}).get("rank_by") if settings else None
+
+
 def build_report(store: Store) -> dict[str, Any]:
     """The report document (plain data) from the store's jobs, episodes and runs (:func:`planned_rows`)."""
-    return report_document(*planned_rows(store), store.runs(), store.path, stop_when=stopped_rule(store))
+    return report_document(*planned_rows(store), store.runs(), store.path, stop_when=stopped_rule(store),
+                           rank_by=ranked_by(store))
 
 
 def report_document(jobs: list[dict[str, Any]], episodes: list[dict[str, Any]], runs: list[dict[str, Any]],
-                    store_file: Any, stop_when: str | None = None) -> dict[str, Any]:
+                    store_file: Any, stop_when: str | None = None, rank_by: str | None = None) -> dict[str, Any]:
     """:func:`build_report` from rows already read (the HTML pages reuse the same rows). ``stop_when``: the
     rule the jobs stopped by (their n came from the data: the intervals are then anytime-valid ones)."""
     policies: dict[str, str] = {}  # digest -> name, in first-seen (spec) order; later names win
@@ -130,6 +140,9 @@ def report_document(jobs: list[dict[str, Any]], episodes: list[dict[str, Any]], 
                                stopped=stop_when is not None))
 
     paired = _paired(policies, envs, by_cell)
+    if stop_when is not None:  # fixed-n tests after a data-dependent stop are description: no verdict rests on them
+        for row in paired:
+            row["verdict"] = None
     n = len(episodes)
     steps = int(sum(ep["length"] for ep in episodes))
     wall_s = float(sum(max(0.0, (r["finished_at"] or r["last_commit_at"]) - r["started_at"]) for r in runs))
@@ -144,7 +157,8 @@ def report_document(jobs: list[dict[str, Any]], episodes: list[dict[str, Any]], 
         "cells": cells,
         "across_envs": _across_envs(policies, envs, episodes, stopped=stop_when is not None),
         "paired": paired,
-        "best_per_env": best_per_env(cells, paired),
+        "rank_by": rank_by,
+        "best_per_env": best_per_env(cells, paired, rank_by),
         "profiles": _profiles(policies, envs, episodes),
         "improvement": _improvement(policies, envs, by_cell),
         "totals": {
@@ -200,6 +214,7 @@ def _cell(policy: str, env: str, env_id: str, env_kwargs: str, eps: list[dict[st
     n = len(eps)
     wins = sum(ep["success"] for ep in eps)
     returns = np.asarray([ep["sum_reward"] for ep in eps], dtype=np.float64)
+    max_rewards = np.asarray([ep.get("max_reward", math.nan) for ep in eps], dtype=np.float64)
     lo, hi = sequence_bounds(_in_seed_order(eps), 0.95) if stopped and n else wilson_interval(wins, n)
     failed = [j for j in jobs if j["status"] == "failed"]
     signal = has_success_signal(eps)
@@ -222,6 +237,8 @@ def _cell(policy: str, env: str, env_id: str, env_kwargs: str, eps: list[dict[st
         "success_ci95_method": STOPPED_METHOD if stopped else "Wilson score (fixed n)",
         "mean_return": float(returns.mean()) if n else math.nan,
         "return_ci95": list(bootstrap_mean_ci(returns)),
+        "mean_max_reward": float(max_rewards.mean()) if n else math.nan,
+        "max_reward_ci95": list(bootstrap_mean_ci(max_rewards)),
         "nan_reward_episodes": int(sum(1 for ep in eps if ep["nan_rewards"] > 0)),
         "env_steps": int(sum(ep["length"] for ep in eps)),
         "errors": len(failed),
@@ -275,7 +292,8 @@ def _across_envs(policies: dict[str, str], envs: dict[tuple[str, str], str], epi
 def _paired(policies: dict[str, str], envs: dict[tuple[str, str], str], by_cell: dict[tuple[str, str, str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Every pair of policies on every env, over the episodes both have (same task and seed): A is the policy
     listed first, B the later one, differences B - A. The tests are ``fasteval compare``'s
-    (:func:`~fasteval.types.comparison.compare_task`: McNemar's exact test, the paired bootstrap), and Holm's
+    (:func:`~fasteval.types.comparison.compare_task`: McNemar's exact test, the paired t-test of the mean return
+    difference), and Holm's
     adjustment runs across the whole family the report shows (:func:`~fasteval.types.comparison.finish`):
     every success test, and every return test, of every pair on every env."""
     rows, tasks = [], []
@@ -301,15 +319,17 @@ def _paired(policies: dict[str, str], envs: dict[tuple[str, str], str], by_cell:
             "p_value": s["p_value"], "p_holm": s["p_holm"], "method": "exact binomial",
             "success_diff": s["diff"], "success_diff_ci": s["diff_ci"]}
         out.append({**row, "success_mcnemar": test,
-                    "return_diff": {"mean_diff": r["diff"], "ci": r["diff_ci"], "n_pairs": row["episodes"],
-                                    "direction": DIRECTION, "signed_rank_p": r["p_value"], "signed_rank_p_holm": r["p_holm"]},
+                    "return_diff": {"mean_diff": r["diff"], "ci": r["diff_ci"], "ci_method": r["diff_ci_method"],
+                                    "n_pairs": row["episodes"], "direction": DIRECTION, "test": r["test"],
+                                    "p_value": r["p_value"], "p_holm": r["p_holm"],
+                                    "signed_rank_p": r["signed_rank_p"], "secondary": r["secondary"]},
                     "verdict": task["verdict"], "family": len(tasks)})
     return out
 
 
-def best_per_env(cells: list[dict[str, Any]], paired: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per env, its policies ranked by the env's metric (success % where the env has a success
-    signal, else mean return), each with its interval (Wilson 95%, or the bootstrap 95% of the mean
+def best_per_env(cells: list[dict[str, Any]], paired: list[dict[str, Any]], rank_by: str | None = None) -> list[dict[str, Any]]:
+    """Per env, its policies ranked by ``rank_by`` (the sweep's option: ``return`` or ``max_reward``), else by
+    the env's metric (success % where the env has a success signal, else mean return), each with its interval (Wilson 95%, or the bootstrap 95% of the mean
     return); ``best`` names the policies tied at the top; ``versus`` is the paired comparison of the
     best with the runner-up as :func:`_paired` computed it (its direction B - A, B listed later).
     Cells without episodes are left out."""
@@ -319,7 +339,9 @@ def best_per_env(cells: list[dict[str, Any]], paired: list[dict[str, Any]]) -> l
         if not members:
             continue
         success = any(c["success_signal"] for c in members)
-        key, ci_key = ("success_pct", "success_ci95") if success else ("mean_return", "return_ci95")
+        metric = rank_by if rank_by in ("return", "max_reward") else ("success" if success else "return")
+        key, ci_key = {"success": ("success_pct", "success_ci95"), "return": ("mean_return", "return_ci95"),
+                       "max_reward": ("mean_max_reward", "max_reward_ci95")}[metric]
         ranked = sorted(members, key=lambda c: (-_orderable(c[key]), c["policy"]))
         ranking = [{"policy": c["policy"], "value": c[key], "ci": c[ci_key], "episodes": c["episodes"]} for c in ranked]
         top = ranking[0]["value"]
@@ -328,7 +350,7 @@ def best_per_env(cells: list[dict[str, Any]], paired: list[dict[str, Any]]) -> l
         if len(ranking) > 1:
             pair = {ranking[0]["policy"], ranking[1]["policy"]}
             versus = next((p for p in paired if p["env"] == env and {p["a"], p["b"]} == pair), None)
-        out.append({"env": env, "metric": "success" if success else "return", "ranking": ranking, "best": best,
+        out.append({"env": env, "metric": metric, "ranking": ranking, "best": best,
                     "versus": versus})
     return out
 
@@ -408,7 +430,7 @@ def write_report(store_dir: str | Path, out_dir: str | Path | None = None) -> di
     with Store(store_dir, create=False) as store:
         jobs, episodes = planned_rows(store)
         rule = stopped_rule(store)
-        doc = report_document(jobs, episodes, store.runs(), store.path, stop_when=rule)
+        doc = report_document(jobs, episodes, store.runs(), store.path, stop_when=rule, rank_by=ranked_by(store))
     out = Path(out_dir) if out_dir is not None else store.path.parent
     out.mkdir(parents=True, exist_ok=True)
     paths = {}

@@ -200,6 +200,10 @@ class SweepOptions:
     return_bounds: tuple[float, float] | None = None
     """``(LO, HI)`` bounds of an episode return, for ``return:`` rules."""
 
+    rank_by: str | None = None
+    """What the report ranks each env's policies by (``success``, ``return`` or ``max_reward``; None: success
+    where the env has a success signal, else the return). Remembered by the store."""
+
     torch_threads: int = 1
     """torch intra-op threads while a job runs, the same in every worker, so results never
     depend on where a job ran."""

@@ -1,6 +1,6 @@
 """A comparison's page, from ``fasteval compare``'s document (``compare.json``, schema
 ``fasteval.compare/1``): the overall verdict, one row per task with the paired differences and
-their intervals, McNemar and signed-rank p-values (raw and Holm-adjusted), the probability of
+their intervals, McNemar and paired t p-values (signed-rank as a secondary statistic) (raw and Holm-adjusted), the probability of
 improvement and the verdict; forest plots of the differences; and, for a live comparison, the
 sequential test (its e-values over episodes when the document carries a ``trajectory``).
 
@@ -131,6 +131,7 @@ def task_table(doc: Mapping[str, Any]) -> str:
                                     page.pnum(s.get("p_value")), page.pnum(s.get("p_holm"))]))
         returns.append((attrs, [label, page.num(r.get("a_mean"), 3), page.num(r.get("b_mean"), 3), page.num(r.get("diff"), 3),
                                 page.interval(r.get("diff_ci"), 3), page.pnum(r.get("p_value")), page.pnum(r.get("p_holm")),
+                                page.pnum(r.get("signed_rank_p")),
                                 page.num(r.get("prob_improvement"), 3), page.interval(r.get("prob_improvement_ci"), 3)]))
     stopped = any(t.get("fixed_n_tests") for t in tasks)
     after = ((" (descriptive, not valid after the stop)" if any(t.get("sequential") for t in tasks) else
@@ -149,10 +150,12 @@ def task_table(doc: Mapping[str, Any]) -> str:
     if missing:
         out.append(page.note(f"no success signal (compared by return): {', '.join(missing)}"))
     out.append("<h3>Return</h3>")
-    out.append(page.table("compare-return", ["task", "A mean return", "B mean return", "B - A", "B - A 95% CI", "signed-rank p",
-                                             "p (Holm)", "P(B > A)", "P(B > A) 95% CI"], returns,
-                          caption="Paired bootstrap interval of the mean difference; Wilcoxon signed-rank test; "
-                                  "P(B > A): probability of improvement over paired episodes"
+    out.append(page.table("compare-return", ["task", "A mean return", "B mean return", "B - A", "B - A 95% CI",
+                                             "t-test p", "p (Holm)", "signed-rank p (secondary)", "P(B > A)",
+                                             "P(B > A) 95% CI"], returns,
+                          caption="The verdict tests the mean difference shown: the paired t-test, with its t-interval (B - A 95% CI). "
+                                  "Secondary, no verdict rests on them: Wilcoxon's signed-rank test and P(B > A), the "
+                                  "probability of improvement over paired episodes (which policy usually wins)"
                                   + (". Fixed-n numbers: descriptive, not valid after the stop." if stopped else ".")))
     return "".join(out)
 

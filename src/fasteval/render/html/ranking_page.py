@@ -54,6 +54,10 @@ def _pct(metric: str) -> bool:
     return metric == "success"
 
 
+def _what(metric: str) -> str:
+    return {"success": "success rate", "return": "mean return", "max_reward": "mean max reward"}.get(metric, metric)
+
+
 def _shown(x: Any, metric: str, sign: bool = False) -> str:
     """A value for reading: a rate in percent (a difference in points), a return to 4 digits; ``—`` for none."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
@@ -95,15 +99,24 @@ def glance(doc: Mapping[str, Any], status: str) -> str:
     ranking = doc.get("ranking") or []
     race = doc.get("race")
     cards = []
+    verdict = doc.get("verdict") or {}
     if ranking:
         best = ranking[0]
         m = best["metric"]
-        what = "success rate" if _pct(m) else "mean return"
+        what = _what(m)
         detail = (f"{escape(what)} {escape(_shown(best['estimate'], m))}, {escape(best['interval'])} "
                   f"[{escape(_shown(best['ci_low'], m))}, {escape(_shown(best['ci_high'], m))}]; "
                   f"{escape(plural(best['episodes'], 'episode'))}")
-        cards.append(page.card("best policy", str(best["policy"]), detail, "glance-best",
-                               {"value": best["estimate"], "policy": best["policy"]}))
+        state = verdict.get("state", "best")
+        if state == "best":
+            cards.append(page.card("best policy", str(best["policy"]), detail, "glance-best",
+                                   {"value": best["estimate"], "policy": best["policy"], "state": state}))
+        else:  # a tie, or an undecided race: no best is named, and that is said first
+            title = "undecided at the cap" if state == "undecided" and (doc.get("race") or {}).get("reason") == "cap" \
+                else ("undecided" if state == "undecided" else "tied for best")
+            cards.append(page.card(title, " = ".join(str(n) for n in verdict.get("tied_for_best") or []),
+                                   escape(verdict.get("headline", "")), "glance-best",
+                                   {"value": best["estimate"], "policy": "", "state": state}))
     dropped = [r for r in ranking if r.get("dropped_at") is not None]
     cards.append(page.card("policies", page.fmt(len(ranking)),
                            f"{len(dropped)} dropped by the race" if race else "all run to the same n",
@@ -132,7 +145,7 @@ def ranking_table(doc: Mapping[str, Any], links: Mapping[str, str]) -> str:
     if not ranking:
         return page.note("No policy finished an episode.")
     m = ranking[0]["metric"]
-    unit = "success %" if _pct(m) else "mean return"
+    unit = "success %" if _pct(m) else _what(m)
     diff = "vs best (points)" if _pct(m) else "vs best"
     headers = ["rank", "policy", "episodes", unit, "interval", diff, "difference interval", "dropped at", "dropped by"]
     rows = []
@@ -170,8 +183,16 @@ def ranking_table(doc: Mapping[str, Any], links: Mapping[str, str]) -> str:
         rows.append(({"policy": name, "rank": r["rank"]}, cells))
     intervals = ranking[0]["interval"]
     pair = next((r["vs_best"]["interval"] for r in ranking if r.get("vs_best")), "")
-    caption = f"Intervals: {intervals}. Differences: the policy minus the best, {pair}, on the episodes both ran."
-    return _table("ranking", headers, rows, caption)
+    caption = (f"Intervals: {intervals}. Differences: the policy minus the first-ranked, {pair}, on the episodes "
+               f"both ran.")
+    verdict = doc.get("verdict") or {}
+    lead = ""
+    if verdict.get("headline"):
+        lead = (f'<p id="verdict" data-state="{escape(str(verdict.get("state")))}"><strong>'
+                f'{escape(verdict["headline"])}</strong></p>')
+        if verdict.get("metric_note"):
+            lead += page.note(verdict["metric_note"])
+    return lead + _table("ranking", headers, rows, caption)
 
 
 def forest(doc: Mapping[str, Any]) -> str:
@@ -185,7 +206,7 @@ def forest(doc: Mapping[str, Any]) -> str:
         return math.nan if x is None else scale * float(x)
 
     rows = [(str(r["policy"]), f(r["estimate"]), f(r["ci_low"]), f(r["ci_high"])) for r in ranking]
-    label = "success rate (%)" if _pct(m) else "mean return"
+    label = "success rate (%)" if _pct(m) else _what(m)
     plots = [svg.intervals(rows, label, "each policy: estimate and interval", xrange=(0.0, 100.0) if _pct(m) else None,
                            ylabel="policy")]
     diffs = [(str(r["policy"]), f(r["vs_best"]["difference"]), f(r["vs_best"]["ci_low"]), f(r["vs_best"]["ci_high"]))
@@ -231,7 +252,7 @@ def over_episodes(doc: Mapping[str, Any]) -> str:
             ax.add(f'<line class="ref" x1="{px:.1f}" y1="{ax.top}" x2="{px:.1f}" y2="{ax.height - ax.bottom}" stroke="{c}">'
                    f'<title>{escape(s["policy"])} dropped at k = {e["k"]} (beaten by {escape(e["by_name"])})</title></line>')
         names.append(s["policy"] + (f" (dropped at {e['k']})" if e is not None else ""))
-    ax.frame("episodes per policy", "success rate (%)" if pct else "mean return",
+    ax.frame("episodes per policy", "success rate (%)" if pct else _what(traj["metric"]),
              f"{traj['interval']} interval after each episode")
     return (ax.svg("each policy's interval over its episodes") + svg.legend(names)
             + page.note("Each band is a policy's anytime-valid interval after its first n episodes (valid at every n "
@@ -249,7 +270,9 @@ def eliminations(doc: Mapping[str, Any]) -> str:
                                              _cell("beaten by", e["by_name"], e["by_name"], css=""),
                                              _cell("e-value", page.fmt_sig(e["e_value"]), e["e_value"])]))
     line = (f"Rule {race['rule']} (eps {page.fmt_sig(race['eps'])}), {int(round(100 * race['confidence']))}% family-wise: "
-            f"each pair's paired test at alpha/(K(K-1)/2) = {page.fmt_sig(race['alpha_per_pair'])}. The race ended "
+            f"each pair's paired interval at alpha/(K(K-1)/2) = {page.fmt_sig(race['alpha_per_pair'])}"
+            + ("; drops by Holm's step-down (line K(K-1)/alpha for the first, (K-1)(K-d)/alpha after d drops)"
+               if race.get("holm") else "") + f". The race ended "
             f"{race['reason']} at k = {race['k']}; {race.get('n_computed_past_stop', 0)} episodes were computed past a "
             f"stop and are not counted.")
     body = page.note(line)
@@ -292,11 +315,13 @@ def write_ranking_report(folder: Path, doc: Mapping[str, Any], manifest: Any, co
     from fasteval.types.files import write_text_atomic
 
     links = {}
+    digests = (manifest or {}).get("policy_digests") if isinstance(manifest, dict) else None
     for policy, entry in (doc.get("policies") or {}).items():
         href = policy_href(policy, name)
         target = folder / href
         target.parent.mkdir(parents=True, exist_ok=True)
-        inp = RunPageInput(doc=entry, page_dir=target.parent, manifest=None, config=None, provenance=provenance,
+        own = {"policy_digest": digests[policy]} if isinstance(digests, dict) and policy in digests else None
+        inp = RunPageInput(doc=entry, page_dir=target.parent, manifest=own, config=None, provenance=provenance,
                            provenance_is_current=current, title=f"fasteval: policy {policy}", files=())
         write_text_atomic(target, render_run_page(inp))
         links[policy] = href

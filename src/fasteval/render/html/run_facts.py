@@ -118,6 +118,8 @@ def provenance_pairs(inp: RunPageInput) -> list[tuple[str, Any]]:
         ("command", prov.get("command")), ("date", prov.get("date")), ("working directory", prov.get("cwd")),
         ("policy", _json_or_none(manifest.get("policy") or meta.get("policy") or None)),
         ("policy weight digest (sha256)", manifest.get("policy_digest")),
+        *([("each policy's weight digest", ", ".join(f"{k} {v}" for k, v in manifest["policy_digests"].items()))]
+          if isinstance(manifest.get("policy_digests"), dict) else []),
         ("env", meta.get("env") or manifest.get("env")),
         ("env kwargs", _json_or_none(manifest.get("env_kwargs", meta.get("env_kwargs")))),
         ("seeds", _seeds_text(manifest, meta)), ("device", meta.get("device")),

@@ -114,11 +114,22 @@ def decision_words(block: Mapping[str, Any]) -> tuple[str, str, str | None]:
     threshold, epsilon = block.get("threshold"), block.get("epsilon")
     t_text = f"{page.fmt(scale * threshold, digits)}{unit}" if isinstance(threshold, (int, float)) else ""
     decision, reason = block.get("decision"), block.get("reason")
+    if decision in ("above", "below") and block.get("decision_bound"):  # a truncated design decided
+        return (f"{decision} {t_text}", f"{what} is {decision} {t_text} by the truncated design: "
+                f"{block['decision_bound']} after k = {page.fmt(block.get('k'))} episodes; the anytime-valid {conf}% "
+                f"interval {bounds} is wider than that test (it holds at any stop)", "ok")
     if decision in ("above", "below"):
         side, bound = ("lower", lo) if decision == "above" else ("upper", hi)
         sign = ">" if decision == "above" else "<"
         return (f"{decision} {t_text}", f"{what} is {decision} {t_text}: its anytime-valid {conf}% {side} bound "
                 f"{page.fmt(scale * bound, digits)}{unit} {sign} {t_text} after k = {page.fmt(block.get('k'))} episodes", "ok")
+    if decision in ("not_above", "not_below"):  # an anytime futility stop: surely not on the rule's side
+        side, bound = ("upper", hi) if decision == "not_above" else ("lower", lo)
+        sign = "<" if decision == "not_above" else ">"
+        return (f"surely not {decision[4:]} {t_text}", f"{what} is surely not {decision[4:]} {t_text} (a futility "
+                f"stop, no claim of {decision[4:]}): its anytime-valid {conf}% {side} bound "
+                f"{page.fmt(scale * bound, digits)}{unit} {sign} {t_text} after k = {page.fmt(block.get('k'))} episodes",
+                None)
     if block.get("fired") and isinstance(epsilon, (int, float)):
         return (f"±{page.fmt(scale * epsilon, digits)}{unit} reached", f"{what}'s anytime-valid {conf}% interval {bounds} "
                 f"is within ±{page.fmt(scale * epsilon, digits)}{unit} after k = {page.fmt(block.get('k'))} episodes", "ok")

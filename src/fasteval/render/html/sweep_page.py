@@ -99,7 +99,7 @@ def best_table(doc: Mapping[str, Any]) -> str:
         ranking, metric = r["ranking"], r["metric"]
         first, second = ranking[0], ranking[1] if len(ranking) > 1 else None
         tie = len(r["best"]) > 1
-        cells = [page.text(r["env"]), page.text("success %" if metric == "success" else "mean return"),
+        cells = [page.text(r["env"]), page.text({"success": "success %", "max_reward": "mean max reward"}.get(metric, "mean return")),
                  page.text(" = ".join(r["best"]) + (" (tied)" if tie else "") if r["best"] else "—"),
                  page.num(first["value"], 1 if metric == "success" else 3),
                  page.interval(first["ci"], 1 if metric == "success" else 3)]
@@ -256,11 +256,12 @@ def paired_table(doc: Mapping[str, Any]) -> str:
         rows.append(({"env": p["env"], "a": p["a"], "b": p["b"]}, cells))
     headers = ["env", "A", "B", "paired episodes", "only A succeeded", "only B succeeded", "McNemar p", "p (Holm)", "method",
                "return B - A", "B - A 95% CI"] + (["compare verdict"] if with_verdict else [])
-    stopped = f" Every job stopped on its data: these tests are {doc['paired_tests']}." if doc.get("stop_when") else ""
+    stopped = (f" Every job stopped on its data: these tests are {doc['paired_tests']}, and no verdict is given."
+               if doc.get("stop_when") else "")
     return (page.note("Over the episodes both policies ran (same env, task and seed), with fasteval compare's tests: "
                       "McNemar's exact test, Holm-adjusted across every comparison of this report "
                       f"({paired[0].get('family', len(paired))}); verdicts from the Holm-adjusted p-values. Return: B - A "
-                      f"(B listed later), paired bootstrap 95%.{stopped}")
+                      f"(B listed later), paired t 95%, its verdict from the paired t-test of that mean.{stopped}")
             + page.table("paired", headers, rows))
 
 

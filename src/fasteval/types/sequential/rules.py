@@ -4,8 +4,10 @@ Rules (``parse_stop_rule``):
 
 =====================  ====================================================================
 ``ci<=EPS``            the success rate's confidence sequence has half-width <= EPS (a rate)
-``above=T``            the success rate is decided above T (the sequence's lower bound > T)
-``below=T``            the success rate is decided below T (its upper bound < T)
+``above=T``            the success rate is decided above T (the sequence's lower bound > T), or
+                       surely not above T (its upper bound < T: a futility stop, no claim of above)
+``below=T``            the success rate is decided below T (its upper bound < T), or surely not
+                       below T (its lower bound > T: futility)
 ``return:ci<=E``       the same for the mean return, E in return units (needs --return-bounds)
 ``return:above=T``     the mean return is decided above T
 ``return:below=T``     the mean return is decided below T
@@ -144,6 +146,10 @@ class StopMonitor:
         self.cap = cap
         self.cs = BettingCS(self.confidence)
         self.fired = False
+        self.futile = False
+        """``above=T`` / ``below=T``: the run stopped because the interval lies wholly on the other side of T
+        ("surely not above T"): a futility stop. The sequence holds at every stopping time, so this stop is as
+        valid as the rule's, and the interval at it still covers the mean with probability >= confidence."""
         self._lows: list[np.ndarray] = []
         self._highs: list[np.ndarray] = []
         self._sums: list[np.ndarray] = []
@@ -155,8 +161,8 @@ class StopMonitor:
 
     @property
     def stopped(self) -> bool:
-        """The run stops at ``n`` (here: the rule fired; a truncated design also stops for futility)."""
-        return self.fired
+        """The run stops at ``n``: the rule fired, or (``above``/``below``) it surely cannot (futility)."""
+        return self.fired or self.futile
 
     def _unit(self, values: Any) -> np.ndarray:
         if self.rule.metric == "success":
@@ -170,6 +176,13 @@ class StopMonitor:
                              f"this task) lies outside them; the interval would not be valid. Rerun with bounds "
                              f"that cover every possible return.")
         return (r - lo) / (hi - lo)
+
+    def _futile(self, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+        """``above=T``: the upper bound below T ("surely not above"); ``below=T``: the lower bound above T."""
+        if not self.decides or self.rule.kind not in ("above", "below"):
+            return np.zeros(low.shape, dtype=bool)
+        threshold = self._to_unit(self.rule.value)
+        return high < threshold if self.rule.kind == "above" else low > threshold
 
     def _holds(self, low: np.ndarray, high: np.ndarray) -> np.ndarray:
         if not self.decides:
@@ -193,7 +206,7 @@ class StopMonitor:
         return lo + value * (hi - lo)
 
     def feed(self, values: Any) -> int | None:
-        if self.fired:
+        if self.stopped:
             return None
         x = self._unit(values)
         if self.cap is not None:
@@ -204,14 +217,16 @@ class StopMonitor:
             saved = copy.copy(self.cs)  # its arrays are replaced on update, never changed in place
             low, high = self.cs.update(part)
             holds = self._holds(low, high)
-            if holds.any():
-                j = int(np.argmax(holds))
+            futile = self._futile(low, high)
+            if holds.any() or futile.any():
+                j = int(np.argmax(holds | futile))
                 self.cs = saved
                 low, high = self.cs.update(part[: j + 1])
                 self._lows.append(low)
                 self._highs.append(high)
                 self._add_sums(part[: j + 1])
-                self.fired = True
+                self.fired = bool(holds[j])
+                self.futile = not self.fired
                 return start + begin + j + 1
             self._lows.append(low)
             self._highs.append(high)
@@ -240,11 +255,14 @@ class StopMonitor:
         decision = None
         if self.fired and self.rule.kind in ("above", "below"):
             decision = self.rule.kind
+        elif self.futile:
+            decision = "not_" + self.rule.kind
         return {
             "rule": self.rule.text, "metric": self.rule.metric, "confidence": self.confidence,
             "return_bounds": list(self.return_bounds) if self.return_bounds else None,
             "cap": self.cap, "k": self.n,
-            "reason": "rule" if self.fired else ("cap" if self.cap is not None and self.n >= self.cap else "incomplete"),
+            "reason": "rule" if self.fired else "futility" if self.futile else (
+                "cap" if self.cap is not None and self.n >= self.cap else "incomplete"),
             "fired": self.fired,
             "estimate": self._from_unit(self.cs.mean) if self.n else math.nan,
             "cs_low": low, "cs_high": high, "half_width": (high - low) / 2.0,

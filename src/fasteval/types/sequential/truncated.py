@@ -510,4 +510,23 @@ class TruncatedStopMonitor:
             k=d["k"], alpha=d["alpha"], alpha_spent=d["alpha_spent"], valid_until=d["valid_until"],
             implied_success_rate=d["implied_success_rate"], power_at_implied=d["power_at_implied"],
             looks=d["looks"], bounds=d["bounds"])
+        out["decision_bound"] = decision_bound(d)
+        out["interval_note"] = ("the anytime-valid interval holds at any stop and is wider than the design's test, "
+                                "which decided (decision_bound)") if d["fired"] else None
         return out
+
+
+def decision_bound(d: dict[str, Any]) -> str | None:
+    """The design's exact bound at the look that decided, in words: ``31 successes of 33, at or above the
+    design's bound of 30 at this look (alpha spent 0.0241)``; None when no look decided a claim."""
+    if not d.get("fired") or not d.get("looks"):
+        return None
+    look = d["looks"][-1]
+    n, side = look["n"], d["decision"]
+    successes = d["successes"]
+    claim = d["bounds"]["claim"][[b for b in d["bounds"]["n"]].index(n)] if n in d["bounds"]["n"] else None
+    if claim is None:  # a last look at fewer outcomes than planned (finish): its own bound
+        claim = look["claim_at"] if side == "above" else n - look["claim_at"]
+    where = "at or above" if side == "above" else "at or below"
+    return (f"{successes} successes of {n}, {where} the design's exact bound of {claim} at this look "
+            f"(one-sided alpha spent {d['alpha_spent']:.4g})")
