@@ -514,6 +514,10 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
             on_command_line = given_on_command_line(ctx)
             fault_fields = {k: v for k, v in fault_fields.items() if k in on_command_line}
         spec, out_dir = resolve_run(ctx, options, files, output_dir, resume_dir, fault_fields, save_episodes_dir)
+        from fasteval.doors.ignored_options import ignored_option_lines
+
+        for line in ignored_option_lines(spec):
+            click.echo(line, err=True)
         if files.print_config:
             from fasteval.run.config import dump_config
 
