@@ -65,3 +65,43 @@ def test_train_demo_policy_trains_and_saves_a_checkpoint_that_fasteval_loads(tmp
 
     result = evaluate(env="CartPole-v1", policy=str(out), n_episodes=2, batch_size=2, device="cpu")
     assert result.overall()["n_episodes"] == 2
+
+
+# -- install hints (issue 42): fasteval is not on a package index --------------------------------------------
+INSTALL_RE = re.compile(r"install\.sh ([a-z0-9_,]+)")
+
+
+def _texts():
+    files = [*DOCS, *(REPO / "src" / "fasteval").rglob("*.py"), *(REPO / "benchmarks").glob("*.py")]
+    return {f: f.read_text() for f in files}
+
+
+def test_no_doc_or_message_says_pip_install_fasteval_extra():
+    """`pip install 'fasteval[sweep]'` fails in a fresh venv; the install script's form is given instead (the
+    README says so once, in its own words)."""
+    bad = [str(f.relative_to(REPO)) for f, text in _texts().items()
+           if re.search(r"pip install '?fasteval\[", text.replace("not\n`pip install 'fasteval[sweep]'`", ""))]
+    assert not bad, f"these still say pip install 'fasteval[...]': {bad}"
+
+
+def test_every_extra_an_install_hint_names_exists():
+    import tomllib
+
+    extras = set(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    named = {name for text in _texts().values() for group in INSTALL_RE.findall(text) for name in group.split(",")}
+    assert {"sweep", "ray", "serve"} <= named
+    assert named <= extras, f"install hints name extras pyproject.toml does not have: {sorted(named - extras)}"
+
+
+def test_the_parquet_export_hint_names_the_parquet_extra(monkeypatch):
+    import importlib.util
+
+    from fasteval.run import sinks
+    from fasteval.types.errors import UserInputError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(sinks.importlib.util, "find_spec", lambda name, *a: None if name == "pyarrow" else real(name, *a))
+    with pytest.raises(UserInputError) as info:
+        sinks.check_export_formats(["parquet"])
+    assert str(info.value) == ("--export parquet needs the 'pyarrow' package, which is not installed: pip install pyarrow "
+                               "(or, in the fasteval checkout, ./scripts/install.sh parquet).")

@@ -39,7 +39,7 @@ string there).
   as a sequential run only with ``concurrency=1``; deterministic policies give identical results
   at any concurrency.
 
-MetaWorld (``pip install 'fasteval[metaworld]'``): :func:`metaworld_suite` builds MT10 / MT50 (or any
+MetaWorld (``./scripts/install.sh metaworld``): :func:`metaworld_suite` builds MT10 / MT50 (or any
 list of tasks) as a suite of :func:`fasteval.robot.metaworld.make_metaworld_env` tasks.
 """
 
