@@ -55,3 +55,13 @@ def test_a_plain_run_has_no_warning(tmp_path):
                   "--vectorization", "async", "--workers", "2", "-n", "2", "--print-config"])
     assert result.exit_code == 0, result.output
     assert warnings_of(result) == []
+
+
+def test_no_arguments_print_the_help_and_run_nothing(tmp_path, monkeypatch):
+    """`fasteval` alone used to run a 10-episode zero policy into outputs/ (issue 42): it prints --help, as click
+    does for a group without arguments (exit 2), and writes nothing."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, [], prog_name="fasteval")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("Usage: fasteval [OPTIONS]") and "--policy" in result.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -450,7 +450,7 @@ class LazyGroup(SectionedHelp, click.Group):
         return getattr(module, attr)
 
 
-@click.group(cls=LazyGroup, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, invoke_without_command=True, no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]})
 @eval_options
 @click.option("--output-dir", "-o", type=UsablePath("dir", writable=True), default=None,
               help="Where manifest.json, episodes.jsonl and eval_info.json go [default: outputs/eval/<time>_<env>].")
