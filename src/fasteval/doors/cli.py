@@ -28,7 +28,7 @@ from fasteval.doors.click_types import DEVICE
 from fasteval.doors.file_options import FileOptions, file_options
 from fasteval.doors.help_sections import Section, SectionedHelp
 from fasteval.doors.lerobot_options import FASTEVAL, LEROBOT
-from fasteval.render.words import plural
+from fasteval.render.words import plural, rate_text
 from fasteval.robot.env_names import summary_name
 from fasteval.run.paths import UsablePath, path_problem
 from fasteval.types.spec import (AMP_MODES, DESIGNS, EXPLORATIONS, NOISE_MODES, OBS_DTYPES, OBSERVATION_FORMATS, ON_NAN_ACTIONS,
@@ -121,6 +121,15 @@ def format_success(agg: Mapping[str, Any], ci: bool = True) -> str:
     return f"{agg['pc_success']:.1f}%  (95% CI {lo:.1f}-{hi:.1f}%)"
 
 
+def setup_row(result: Any) -> list[tuple[str, str]]:
+    """The row that says what ``eval_s`` leaves out: the engine's set-up (envs built, env workers started, policy
+    loaded: ``meta["setup_s"]``), when the record has it (issue 42: ``eval_s`` alone overstated a speed-up)."""
+    setup = result.meta.get("setup_s")
+    if not isinstance(setup, (int, float)) or setup <= 0:
+        return []
+    return [("setup_s", f"{setup:.3f}  (envs built, env workers started, policy loaded: not in eval_s)")]
+
+
 def format_many_summary(result: Any, profile: bool, logged: int | None = None, log_file: Any = None) -> str:
     """The terminal summary of a many-policy run: the run's totals, then the ranking (and the race)."""
     from fasteval.render.ranking_text import format_ranking
@@ -131,8 +140,8 @@ def format_many_summary(result: Any, profile: bool, logged: int | None = None, l
     if logged is not None and logged < o["n_episodes"]:
         rows.append(("recorded", f"only {logged} of these {o['n_episodes']} episodes are in {log_file} (a write "
                                  f"failed); --resume runs the others again"))
-    rows += [("env_steps", o["env_steps"]), ("eval_s", f"{o['eval_s']:.3f}"),
-             ("episodes_per_s", f"{o['episodes_per_s']:.1f}"), ("steps_per_s", f"{o['steps_per_s']:.0f}")]
+    rows += [("env_steps", o["env_steps"]), ("eval_s", f"{o['eval_s']:.3f}"), *setup_row(result),
+             ("episodes_per_s", rate_text(o["episodes_per_s"])), ("steps_per_s", rate_text(o["steps_per_s"]))]
     if profile:
         total = o["eval_s"] or 1.0
         for stage, seconds in result.timings.items():
@@ -165,8 +174,9 @@ def format_summary(result: Any, profile: bool, logged: int | None = None, log_fi
         ("avg_length", f"{o['avg_length']:.1f}"),
         ("env_steps", o["env_steps"]),
         ("eval_s", f"{o['eval_s']:.3f}"),
-        ("episodes_per_s", f"{o['episodes_per_s']:.1f}"),
-        ("steps_per_s", f"{o['steps_per_s']:.0f}"),
+        *setup_row(result),
+        ("episodes_per_s", rate_text(o["episodes_per_s"])),
+        ("steps_per_s", rate_text(o["steps_per_s"])),
     ]
     from fasteval.core.slots import PER_EPISODE
 

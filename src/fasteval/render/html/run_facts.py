@@ -7,6 +7,7 @@ from html import escape
 from typing import Any
 
 from fasteval.render.html import page, svg
+from fasteval.render.words import EVAL_S_MEANING, rate_text
 from fasteval.render.html.run_input import MAX_ERROR_ROWS, MAX_TRACEBACKS, RunPageInput, final_errors, overall
 from fasteval.types.eval_result import RESUMED_GLOBAL_RNG
 
@@ -21,13 +22,15 @@ def time_section(inp: RunPageInput) -> str:
     timings = {k: float(v) for k, v in (inp.doc.get("timings") or {}).items() if isinstance(v, (int, float))}
     o = overall(inp.doc)
     meta = inp.doc.get("meta") or {}
-    facts = [("engine time", f"{page.fmt(o.get('eval_s'), 3)} s"), ("episodes/s", page.fmt(o.get("episodes_per_s"))),
-             ("env steps/s", page.fmt(o.get("steps_per_s"), 0)), ("env steps", page.fmt(o.get("env_steps"))),
+    facts = [("engine time", f"{page.fmt(o.get('eval_s'), 3)} s"),
+             ("set-up (not in engine time)", f"{page.fmt(meta.get('setup_s'), 3)} s" if meta.get("setup_s") else None),
+             ("episodes/s", rate_text(o.get("episodes_per_s"), grouping=True)),
+             ("env steps/s", rate_text(o.get("steps_per_s"), grouping=True)), ("env steps", page.fmt(o.get("env_steps"))),
              ("dry run", f"{page.fmt(meta.get('dry_run_s'), 4)} s" if meta.get("dry_run_s") is not None else None),
              ("batch", meta.get("batch_size")), ("vectorization", meta.get("vectorization")),
              ("batching", meta.get("batching")), ("kernel backend", meta.get("kernel_backend")),
              ("CUDA graph", meta.get("policy_cuda_graph"))]
-    out = [page.kv([f for f in facts if f[1] is not None])]
+    out = [page.kv([f for f in facts if f[1] is not None]), page.note(EVAL_S_MEANING)]
     if timings:
         total = float(o.get("eval_s") or sum(timings.values()) or 1.0)
         n = o.get("n_episodes") or 0

@@ -23,7 +23,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from fasteval.render.words import NO_SIGNAL
+from fasteval.render.words import NO_SIGNAL, rate_text
 from fasteval.render.html import page, svg
 from fasteval.render.html.run_facts import errors_section, provenance_section, time_section
 from fasteval.render.html.run_input import (
@@ -93,8 +93,9 @@ def glance(inp: RunPageInput) -> str:
     cards.append(f'<div class="card" id="glance-status"><div class="label">status</div><div class="value">'
                  f'{page.badge(status)}</div><div class="detail">{status_detail}</div></div>')
     if n:
-        cards.append(page.card("speed", f"{page.fmt(o.get('episodes_per_s'))} ep/s",
-                               f"{page.fmt(o.get('steps_per_s'), 0)} env steps/s; {page.fmt(o.get('eval_s'), 2)} s", "glance-speed"))
+        cards.append(page.card("speed", f"{rate_text(o.get('episodes_per_s'), grouping=True)} ep/s",
+                               f"{rate_text(o.get('steps_per_s'), grouping=True)} env steps/s; {page.fmt(o.get('eval_s'), 2)} s",
+                               "glance-speed"))
     if stopping:
         cards.insert(0, _decision_card(stopping))
     return f'<div class="cards">{"".join(cards)}</div>' + _stopping_note(stopping) + stopping_table(tasks)

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from fasteval.render.html import page, svg
-from fasteval.render.words import NO_SIGNAL, competition_ranks
+from fasteval.render.words import NO_SIGNAL, competition_ranks, rate_text
 from fasteval.render.html.run_page import RunPageInput, render_run_page
 from fasteval.types.files import safe_filename, write_text_atomic
 from fasteval.types.stats import iqm
@@ -65,7 +65,8 @@ def summary(doc: Mapping[str, Any]) -> str:
         page.card("episodes", page.fmt(t.get("episodes")), f"of {page.fmt(expected)} planned", "glance-episodes",
                   {"value": t.get("episodes")}),
         page.card("wall time", f"{page.fmt(t.get('wall_s'), 1)} s", f"over {page.fmt(t.get('runs'))} sweep run(s)"),
-        page.card("speed", f"{page.fmt(t.get('episodes_per_s'))} ep/s", f"{page.fmt(t.get('steps_per_s'), 0)} env steps/s"),
+        page.card("speed", f"{rate_text(t.get('episodes_per_s'), grouping=True)} ep/s",
+                  f"{rate_text(t.get('steps_per_s'), grouping=True)} env steps/s"),
     ]
     return (f'<p id="summary-line">{escape(str(doc.get("summary") or ""))}</p><div class="cards">{"".join(cards)}</div>'
             + best_table(doc) + overall_table(doc))
