@@ -67,7 +67,9 @@ def default_output_dir(env: str) -> Path:
 class _Progress:
     """tqdm bar on stderr: episodes done and what is known of them: the running success rate, or the
     mean return when the env reports no success signal (``signal()`` says, as the run goes); a race: remaining
-    policies, leader, episodes counted. Off when stderr is not a TTY."""
+    policies, leader, episodes counted. Off when stderr is not a TTY. ``steps`` (a
+    :class:`fasteval.doors.progress.RunProgress`, set by :func:`run_one`) adds the env steps to the bar, or prints
+    a line at a time where there is no bar."""
 
     def __init__(self, total: int, enabled: bool, signal: Callable[[], bool] = lambda: True, engine: Any = None):
         self.bar = None
@@ -76,6 +78,7 @@ class _Progress:
         self.done = 0
         self.signal = signal
         self.engine = engine
+        self.steps: Any = None
         self.race_type: type | None = None
         """:class:`fasteval.core.racing.RaceStop` where the engine may run a race (its stop rule is made later,
         by the run): the bar then shows the race's line."""
@@ -88,14 +91,19 @@ class _Progress:
 
             self.bar = tqdm(total=total, unit="ep", file=sys.stderr, dynamic_ncols=True)
 
+    def counts(self) -> tuple[int, int, float, bool]:
+        return self.done, self.successes, self.sum_return, self.signal()
+
     def __call__(self, ledger: Any, episodes: Any) -> None:
-        if self.bar is None:
-            return
         from fasteval.render.words import progress_outcome
 
         self.done += len(episodes)
         self.successes += int(ledger.success[episodes].sum())
         self.sum_return += float(ledger.sum_reward[episodes].sum())
+        if self.steps is not None:
+            self.steps.episodes_finished(int(ledger.length[episodes].sum()))
+        if self.bar is None:
+            return
         race = self.engine.stop_rule if self.race_type is not None else None
         if self.race_type is not None and isinstance(race, self.race_type):
             self.bar.set_postfix_str(race.progress()[6:], refresh=False)
@@ -105,6 +113,8 @@ class _Progress:
         self.bar.update(len(episodes))
 
     def close(self) -> None:
+        if self.steps is not None:
+            self.steps.stop()
         if self.bar is not None:
             self.bar.close()
 
@@ -660,6 +670,10 @@ def run_one(engine: Any, out_dir: Path, resume: bool) -> Any:
     spec = engine.spec
     progress = _Progress(spec.n_episodes * spec.n_policies, enabled=sys.stderr.isatty(),
                          signal=lambda: bool(engine.envs.has_success_signal), engine=engine)
+    from fasteval.doors.progress import RunProgress
+
+    progress.steps = RunProgress(engine, spec.n_episodes * spec.n_policies, progress.counts,
+                                 write=lambda line: click.echo(line, err=True), bar=progress.bar).start()
     if spec.n_policies > 1 and spec.stop_when is not None:  # the race says its eliminations as they happen
         engine.announce = lambda line: (progress.bar.write(line, file=sys.stderr) if progress.bar is not None
                                         else click.echo(line, err=True))
