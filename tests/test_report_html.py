@@ -164,8 +164,10 @@ def test_a_run_without_a_success_signal_says_so_instead_of_zero(tmp_path):
     assert cli("--env", "CartPole-v1", "-n", "5", "-o", str(tmp_path)).exit_code == 0
     page = Tables((tmp_path / "report.html").read_text())
     cells = dict(zip(page.headers["per-task"], page.tables["per-task"][0]["cells"]))
-    assert cells["success %"] == ("no success signal", "") and cells["successes"][0] == "no success signal"
-    assert "0.0%" not in (tmp_path / "report.html").read_text()
+    # a dash in the cells, and the note under the table says why once (issue 42: not once per cell)
+    assert cells["success %"] == ("—", "") and cells["successes"][0] == "—"
+    html = (tmp_path / "report.html").read_text()
+    assert "— in the success columns: no success signal" in html and "0.0%" not in html
 
 
 def test_failed_episodes_are_listed_with_seed_and_cause(tmp_path):
@@ -283,7 +285,8 @@ def test_the_sweep_page_has_a_row_per_cell_with_the_report_numbers(sweep_dir):
             assert value(row["success %"]) == c["success_pct"]
             assert value(row["mean return"]) == c["mean_return"]
         elif c["episodes"]:
-            assert row["success %"][0] == "no success signal"
+            assert row["success %"][0] == "—"  # the table's caption says why, once (issue 42)
+    assert "— in the success columns: no success signal." in (sweep_dir / "report.html").read_text()
     assert rows[("broken", "known")]["status"][0] == "failed"
     for r in page.tables["cells"]:
         link = re.search(r'href="([^"]+)"', (sweep_dir / "report.html").read_text().split(r["attrs"]["policy"], 1)[1])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from html import escape
+from pathlib import Path
 from typing import Any
 
 from fasteval.render.html import page, svg
@@ -112,13 +113,28 @@ def protocol_pairs(card: Any) -> list[tuple[str, Any]]:
     return out
 
 
+def relative_cwd(cwd: Any, page_dir: Any) -> str | None:
+    """The run's working directory as a path from the page's folder (``../..``), never the absolute path (a page is
+    shared: it should not show the machine's folders, issue 42); ``None`` when there is none or no relative path."""
+    if not cwd or page_dir is None:
+        return None
+    import os
+
+    try:
+        rel = os.path.relpath(str(cwd), str(Path(page_dir).resolve()))
+    except ValueError:  # another drive
+        return None
+    return rel if not os.path.isabs(rel) else None
+
+
 def provenance_pairs(inp: RunPageInput) -> list[tuple[str, Any]]:
     """``(label, value)`` rows: what ran, where, with which versions (``None``: not recorded)."""
     prov = dict(inp.provenance or {})
     manifest, meta = dict(inp.manifest or {}), dict(inp.doc.get("meta") or {})
     git = prov.get("git") or {}
     pairs = [
-        ("command", prov.get("command")), ("date", prov.get("date")), ("working directory", prov.get("cwd")),
+        ("command", prov.get("command")), ("date", prov.get("date")),
+        ("working directory (from this page)", relative_cwd(prov.get("cwd"), inp.page_dir)),
         ("policy", _json_or_none(manifest.get("policy") or meta.get("policy") or None)),
         ("policy weight digest (sha256)", manifest.get("policy_digest")),
         ("env", meta.get("env") or manifest.get("env")),

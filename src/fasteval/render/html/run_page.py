@@ -202,7 +202,7 @@ def task_table(inp: RunPageInput) -> str:
         if a.get("has_success_signal", True):
             cells += [page.num(a.get("n_success")), page.num(a.get("pc_success")), page.interval(a.get("pc_success_ci95"))]
         else:
-            cells += [page.none(NO_SIGNAL), page.none(NO_SIGNAL), page.none("—")]
+            cells += [page.none("—"), page.none("—"), page.none("—")]  # the note below says why, once
         lo, hi, _ = inp.return_interval(i, metric(t, "sum_rewards"))
         n_failed = failed.get(key, 0) + (failed.get(("", ""), 0) if single else 0)
         cells += [page.num(a.get("avg_sum_reward"), 3), page.interval([lo, hi], 3), page.num(a.get("avg_length")),
@@ -216,7 +216,8 @@ def task_table(inp: RunPageInput) -> str:
          "normal": f"normal approximation (above {BOOTSTRAP_UP_TO} episodes)"}[m] for m in sorted(methods))
         + ". Click a header to sort.")
     return page.table("per-task", headers, rows, caption=caption) + (
-        page.note(f"{NO_SIGNAL}: the env never reported info[\"is_success\"], so a rate would read 0% by construction.")
+        page.note(f"— in the success columns: {NO_SIGNAL} (the env never reported info[\"is_success\"], so a rate "
+                  "would read 0% by construction).")
         if any(not (t.get("aggregated") or {}).get("has_success_signal", True) for t in tasks) else "")
 
 
@@ -249,7 +250,7 @@ def group_table(inp: RunPageInput) -> str:
         n_failed = sum(n for (group, _), n in failed.items() if group == str(name))
         cells = [page.text(name), page.num(len(ix)), page.num(a.get("n_episodes"))]
         cells += ([page.num(a.get("n_success")), page.num(a.get("pc_success")), page.interval(a.get("pc_success_ci95"))]
-                  if a.get("has_success_signal", True) else [page.none(NO_SIGNAL), page.none(NO_SIGNAL), page.none("—")])
+                  if a.get("has_success_signal", True) else [page.none("—")] * 3)
         cells += [page.num(a.get("avg_sum_reward"), 3), page.interval([lo, hi], 3), page.num(a.get("avg_length")),
                   page.num(n_failed)]
         rows.append(({"group": name}, cells))
