@@ -404,7 +404,7 @@ def test_a_compare_page_is_titled_with_the_policies_names(tmp_path):
     doc = compare_document()
     html = write_compare_report(doc, tmp_path).read_text()
     assert "<title>fasteval compare: ParityPolicy (B) vs zero (A)</title>" in html
-    assert "B (ParityPolicy) against A (zero)" in html and "B vs A" not in html
+    assert 'B (<span class="name">ParityPolicy</span>) against A (<span class="name">zero</span>)' in html and "B vs A" not in html
     same = dict(doc, a=dict(doc["a"], policy="ckpt.pt", source="runs/old"), b=dict(doc["b"], policy="ckpt.pt", source="runs/new"))
     assert "<title>fasteval compare: ckpt.pt (new) (B) vs ckpt.pt (old) (A)</title>" in write_compare_report(same, tmp_path / "s").read_text()
     named = dict(doc, a=dict(doc["a"], label="baseline"), b=dict(doc["b"], label="candidate"))

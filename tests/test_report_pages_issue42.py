@@ -82,3 +82,49 @@ def test_no_success_signal_is_said_once_per_place_on_a_run_page(tmp_path):
     assert text.count("no success signal") <= 4
     html = (folder / "report.html").read_text()
     assert html.count('data-outcome="no success signal"') == 4  # the gallery and its 3 figures keep their outcome
+
+
+def test_forest_plot_tick_labels_keep_clear_of_the_axis_title():
+    """The ranking's "policy" axis title (rotated, at x = 13) overlapped long tick labels: each label now ends
+    left of the plot and starts right of the title, estimated at 7 units a character (a long one is cut)."""
+    from fasteval.render.html import svg
+
+    rows = [("outputs/train/act_pusht/checkpoints/020000/pretrained_model", 50.0, 40.0, 60.0),
+            ("a_rather_long_policy_name_that_goes_on_and_on_and_on_and_on", 30.0, 20.0, 40.0), ("zero", 10.0, 5.0, 15.0)]
+    plot = svg.intervals(rows, "success %", "each policy", ylabel="policy")
+    labels = re.findall(r'<text class="ticklabel" x="([0-9.]+)" y="[0-9.]+" text-anchor="end">([^<]*)</text>', plot)
+    assert len(labels) == 3
+    title_x = float(re.search(r'<text class="ylabel" x="([0-9.]+)"', plot).group(1))
+    for x, text in labels:
+        assert float(x) - 7 * len(unescape(text)) >= title_x + 6, text  # the title's glyphs reach about x = 13 + 4
+    assert "zero" in [t for _, t in labels] and any("…" in unescape(t) for _, t in labels)
+
+
+def test_titles_name_a_checkpoint_folder_not_its_relative_path(tmp_path, monkeypatch):
+    from fasteval.render.html.compare_page import label_title
+    from fasteval.render.html.run_input import policy_title
+
+    assert policy_title("src/fasteval/assets/cartpole_mlp") == "cartpole_mlp"
+    assert policy_title("outputs/train/act/checkpoints/005000/pretrained_model") == "5000"
+    assert policy_title("tests.helpers:parity") == "parity" and policy_title("zero") == "zero"
+    assert label_title("runs/baseline") == "baseline" and label_title("sweeps/s::parity::known") == "parity::known"
+    monkeypatch.chdir(tmp_path)
+    ck = Path("ckpts") / "cartpole_mlp"
+    import shutil
+
+    shutil.copytree(Path(__file__).resolve().parents[1] / "src" / "fasteval" / "assets" / "cartpole_mlp", ck)
+    result = cli("--env", "CartPole-v1", "--policy", str(ck), "-n", "2", "-o", "out")
+    assert result.exit_code == 0, result.output
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert re.search(r"<title>fasteval: cartpole_mlp on CartPole-v1</title>", html)
+
+
+def test_the_compare_card_keeps_the_names_case(tmp_path):
+    from fasteval.render.html import write_compare_report
+    from tests.report_fixtures import compare_document
+
+    doc = compare_document()
+    doc["a"]["label"], doc["b"]["label"] = "runs/Baseline", "runs/Candidate"
+    html = write_compare_report(doc, tmp_path).read_text()
+    assert 'B (<span class="name">Candidate</span>) against A (<span class="name">Baseline</span>)' in html
+    assert ".card .label .name{text-transform:none" in html

@@ -31,7 +31,7 @@ h2{font-size:17px;margin:0 0 10px;padding-bottom:4px;border-bottom:1px solid var
 h3{font-size:14px;margin:14px 0 6px}
 .cards{display:flex;flex-wrap:wrap;gap:12px;margin-top:14px}
 .card{border:1px solid var(--line);border-radius:8px;padding:10px 14px;min-width:170px;max-width:100%;background:var(--bg)}
-.card .label{color:var(--muted);font-size:12px;text-transform:uppercase;letter-spacing:.04em}
+.card .label{color:var(--muted);font-size:12px;text-transform:uppercase;letter-spacing:.04em}.card .label .name{text-transform:none;letter-spacing:0}
 .card .value{font-size:24px;font-weight:600;margin:2px 0}
 .card .detail{color:var(--muted);font-size:12.5px}
 .card.decision{border-width:2px}.card.decision.ok{border-color:var(--ok)}.card.decision.bad{border-color:var(--bad)}

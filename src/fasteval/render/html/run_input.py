@@ -90,6 +90,21 @@ def short_name(ref: Any, most: int = 48) -> str:
     return text if len(text) <= most else text[: most // 2 - 1] + "…" + text[-(most // 2 - 1):]
 
 
+def policy_title(ref: Any) -> str:
+    """A policy's name for a title: a checkpoint folder's short name (``src/fasteval/assets/cartpole_mlp`` ->
+    ``cartpole_mlp``, LeRobot's ``.../checkpoints/005000/pretrained_model`` -> ``5000``) rather than its raw relative
+    path (issue 42), as the many-policy pages name policies; other references as :func:`short_name` gives them."""
+    from fasteval.types.policy_names import short_names
+
+    text = str(ref)
+    if "/" in text and "://" not in text and ":" not in text.rpartition("/")[2]:
+        try:
+            return short_name(short_names([text])[0])
+        except Exception:  # a name the checkpoint rules cannot read: the plain short name
+            pass
+    return short_name(text)
+
+
 def task_label(task: Mapping[str, Any]) -> str:
     name, group, tid = task.get("task"), task.get("task_group"), task.get("task_id")
     group_s = short_name(group) if group is not None else None

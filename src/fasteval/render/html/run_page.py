@@ -34,6 +34,7 @@ from fasteval.render.html.run_input import (
     failed_by_task,
     metric,
     overall,
+    policy_title,
     short_name,
     status_of,
     task_label,
@@ -331,7 +332,7 @@ def render_run_page(inp: RunPageInput) -> str:
     policy = (inp.manifest or {}).get("policy", meta.get("policy"))
     policy_text = policy if isinstance(policy, str) else json.dumps(policy, default=str)
     env = meta.get("env") or (inp.manifest or {}).get("env")
-    title = inp.title or f"fasteval: {short_name(policy_text)} on {short_name(env)}"
+    title = inp.title or f"fasteval: {policy_title(policy_text)} on {short_name(env)}"
     date = (inp.provenance or {}).get("date")
     subtitle = (f"{page.badge(status_of(inp))} {page.fmt(o.get('n_episodes'))} episodes"
                 + (f" · {escape(str(date))}" if date else ""))

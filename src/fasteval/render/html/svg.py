@@ -172,7 +172,10 @@ def intervals(rows: Sequence[tuple[str, float, float, float]], xlabel: str, titl
     ``xrange=None`` fits the data (and ``ref``); ``ref`` draws a dashed vertical line (e.g. 0 for
     a difference); ``colours`` gives each row its own colour."""
     n = max(1, len(rows))
-    label_w = min(260, 12 + 7 * max([len(r[0]) for r in rows] or [4]))
+    # Tick labels right-aligned at label_w - 5, about 7 units a character; the rotated axis title takes x < YTITLE_W:
+    # labels longer than the cap are cut in the middle, so no label reaches the title (issue 42: they overlapped).
+    shown = [_cut(r[0], (LABEL_CAP - YTITLE_W) // 7) for r in rows]
+    label_w = YTITLE_W + 7 * max([len(s) for s in shown] or [4])
     height = MARGIN[0] + MARGIN[2] + row_height * n
     if xrange is None:
         xrange = padded_range([v for r in rows for v in r[1:]] + ([ref] if ref is not None else []))
@@ -189,8 +192,18 @@ def intervals(rows: Sequence[tuple[str, float, float, float]], xlabel: str, titl
         if math.isfinite(est):
             ax.add(f'<circle class="dot" cx="{ax.sx(est):.1f}" cy="{y:.1f}" r="4" fill="{c}">'
                    f'<title>{escape(label)}: {est:.4g} [{lo:.4g}, {hi:.4g}]</title></circle>')
-    ax.frame(xlabel, ylabel, title, yticks=list(range(len(rows))), ytick_labels=[r[0] for r in rows])
+    ax.frame(xlabel, ylabel, title, yticks=list(range(len(rows))), ytick_labels=shown)
     return ax.svg(title)
+
+
+LABEL_CAP = 284
+"""The widest a forest plot's label column gets (SVG units)."""
+YTITLE_W = 24
+"""The units left of a forest plot's tick labels kept for its rotated y-axis title (drawn at x = 13)."""
+
+
+def _cut(text: str, most: int) -> str:
+    return text if len(text) <= most else text[: most // 2 - 1] + "…" + text[-(most // 2 - 1):]
 
 
 def histograms(series: Sequence[tuple[str, Any]], xlabel: str, title: str, width: int = 300, height: int = 150,
