@@ -128,3 +128,26 @@ def test_the_compare_card_keeps_the_names_case(tmp_path):
     html = write_compare_report(doc, tmp_path).read_text()
     assert 'B (<span class="name">Candidate</span>) against A (<span class="name">Baseline</span>)' in html
     assert ".card .label .name{text-transform:none" in html
+
+
+def test_the_run_pages_return_intervals_are_read_from_eval_info(tmp_path, monkeypatch):
+    """The page's return intervals (tasks, groups, the run) were computed on the page and in no JSON file; eval_info
+    records them, and the page reads them (it computes one only for a document written before)."""
+    from fasteval.render.html import page, run_input, write_run_report
+    from fasteval.testing import KNOWN_ANSWER_ID
+
+    folder = tmp_path / "r"
+    result = cli("--env", KNOWN_ANSWER_ID, "--policy", "zero", "-n", "9", "-b", "3", "-o", str(folder), "--no-report")
+    assert result.exit_code == 0, result.output
+    info = load(folder / "eval_info.json")
+    task_ci = info["per_task"][0]["aggregated"]["avg_sum_reward_ci95"]
+    assert info["per_task"][0]["aggregated"]["avg_sum_reward_ci95_method"] == "bootstrap"
+    assert info["overall"]["avg_sum_reward_ci95"] == task_ci  # one task: the same episodes
+    assert all(g["avg_sum_reward_ci95"] == task_ci for g in info["per_group"].values())
+
+    def computed(values):
+        raise AssertionError("the page computed an interval eval_info.json records")
+
+    monkeypatch.setattr(run_input, "mean_interval", computed)
+    html = write_run_report(folder).read_text()
+    assert page.fmt_interval(task_ci, 3) in unescape(html)
