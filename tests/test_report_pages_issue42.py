@@ -92,7 +92,7 @@ def test_forest_plot_tick_labels_keep_clear_of_the_axis_title():
     rows = [("outputs/train/act_pusht/checkpoints/020000/pretrained_model", 50.0, 40.0, 60.0),
             ("a_rather_long_policy_name_that_goes_on_and_on_and_on_and_on", 30.0, 20.0, 40.0), ("zero", 10.0, 5.0, 15.0)]
     plot = svg.intervals(rows, "success %", "each policy", ylabel="policy")
-    labels = re.findall(r'<text class="ticklabel" x="([0-9.]+)" y="[0-9.]+" text-anchor="end">([^<]*)</text>', plot)
+    labels = re.findall(r'<text class="ticklabel name" x="([0-9.]+)" y="[0-9.]+" text-anchor="end">([^<]*)</text>', plot)
     assert len(labels) == 3
     title_x = float(re.search(r'<text class="ylabel" x="([0-9.]+)"', plot).group(1))
     for x, text in labels:

@@ -72,6 +72,10 @@ pre{background:var(--panel);border:1px solid var(--line);border-radius:6px;paddi
 code{font-size:12.5px}
 details summary{cursor:pointer;color:var(--accent)}
 .bad{color:var(--bad)}.ok{color:var(--ok)}
+@media (max-width:520px){
+  svg.plot[data-wide] .ticklabel{font-size:14px}svg.plot[data-wide] .ticklabel.name{font-size:12px}svg.plot[data-wide] .reflabel{font-size:13px}
+  svg.plot[data-wide] .xlabel,svg.plot[data-wide] .ylabel,svg.plot[data-wide] .ptitle,svg.plot[data-wide] .empty{font-size:15px}
+}
 @media (max-width:720px){
   header,main{padding-left:14px;padding-right:14px}
   dl.kv{grid-template-columns:minmax(0,1fr);gap:0}dl.kv dd{margin-bottom:6px}

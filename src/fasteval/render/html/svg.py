@@ -34,6 +34,9 @@ MAX_BINS = 30
 MAX_POINTS = 2000
 MAX_LINE_POINTS = 500
 MARGIN = (34, 12, 46, 58)
+WIDE = 400
+"""Plots wider than this (SVG units) shrink on a 400 px screen to about 0.6 of their size; they get the larger text
+of the page's narrow-screen CSS (issue 42: 6-7 px text)."""
 """Space around the plot area in SVG units: top, right, bottom, left."""
 
 
@@ -117,8 +120,9 @@ class Axes:
         for i, y in enumerate(ys):
             py = self.sy(y)
             label = escape(ytick_labels[i]) if ytick_labels is not None else fmt_tick(y)
+            kind = "ticklabel name" if ytick_labels is not None else "ticklabel"  # names: a smaller bump on phones
             out.append(f'<line class="grid" x1="{l_}" y1="{py:.1f}" x2="{r}" y2="{py:.1f}"/>'
-                       f'<text class="ticklabel" x="{l_ - 5}" y="{py + 3.5:.1f}" text-anchor="end">{label}</text>')
+                       f'<text class="{kind}" x="{l_ - 5}" y="{py + 3.5:.1f}" text-anchor="end">{label}</text>')
         out.append(f'<text class="xlabel" x="{(l_ + r) / 2:.1f}" y="{self.height - 8}" text-anchor="middle">{escape(xlabel)}</text>')
         cy = (self.top + b) / 2
         out.append(f'<text class="ylabel" x="13" y="{cy:.1f}" text-anchor="middle" transform="rotate(-90 13 {cy:.1f})">{escape(ylabel)}</text>')
@@ -126,8 +130,9 @@ class Axes:
         self.parts[:0] = out
 
     def svg(self, description: str, css_class: str = "plot") -> str:
+        wide = " data-wide" if self.width > WIDE else ""  # scaled down on a phone: larger text there (page.py's CSS)
         return (f'<svg class="{css_class}" viewBox="0 0 {self.width} {self.height}" width="{self.width}" '
-                f'height="{self.height}" role="img" xmlns="http://www.w3.org/2000/svg"><title>{escape(description)}</title>'
+                f'height="{self.height}"{wide} role="img" xmlns="http://www.w3.org/2000/svg"><title>{escape(description)}</title>'
                 + "".join(self.parts) + "</svg>")
 
 
