@@ -151,3 +151,17 @@ def test_the_run_pages_return_intervals_are_read_from_eval_info(tmp_path, monkey
     monkeypatch.setattr(run_input, "mean_interval", computed)
     html = write_run_report(folder).read_text()
     assert page.fmt_interval(task_ci, 3) in unescape(html)
+
+
+def test_each_sweep_cell_page_has_its_document_beside_it(sweep_dir):
+    """A cell page's numbers (its speed: ep/s from the cell's engine time) are in the eval_info.json beside it."""
+    from fasteval.render.words import rate_text
+
+    pages = sorted((sweep_dir / "cells").glob("*/report.html"))
+    assert pages
+    for path in pages:
+        info = load(path.parent / "eval_info.json")
+        html = path.read_text()
+        assert 'href="eval_info.json"' in html
+        if info["overall"]["n_episodes"]:
+            assert f"{rate_text(info['overall']['episodes_per_s'], grouping=True)} ep/s" in html

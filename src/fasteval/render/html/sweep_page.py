@@ -32,7 +32,10 @@ def cell_folder(policy: str, env: str) -> str:
 
 
 def write_cell_pages(cell_docs: Mapping[CellKey, Mapping[str, Any]], out_dir: Path, name: str) -> dict[CellKey, str]:
-    """One run page per cell (``out_dir/cells/<policy>__<env>/report.html``); returns the links."""
+    """One run page per cell (``out_dir/cells/<policy>__<env>/report.html``), with the document it renders beside it
+    (``eval_info.json``: the page's numbers, its speed included, are in a JSON file; issue 42); returns the links."""
+    from fasteval.types.json_writer import write_json_atomic
+
     links: dict[CellKey, str] = {}
     taken: set[str] = set()
     for (policy, env), doc in cell_docs.items():
@@ -41,7 +44,8 @@ def write_cell_pages(cell_docs: Mapping[CellKey, Mapping[str, Any]], out_dir: Pa
             folder += "_"
         taken.add(folder)
         page_dir = out_dir / folder
-        inp = RunPageInput(doc=doc, page_dir=page_dir, provenance=doc.get("provenance"), files=(),
+        write_json_atomic(page_dir / "eval_info.json", doc)
+        inp = RunPageInput(doc=doc, page_dir=page_dir, provenance=doc.get("provenance"), files=("eval_info.json",),
                            title=f"sweep cell: {policy} x {env}", manifest={"status": doc.get("status", "unknown"),
                                                                   "policy_digest": doc.get("policy_digest")})
         html = render_run_page(inp).replace('<div class="sub">', f'<div class="sub"><a href="../../{escape(name)}">&larr; the sweep</a> · ', 1)
