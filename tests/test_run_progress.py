@@ -68,3 +68,13 @@ def test_a_short_run_off_a_terminal_prints_no_progress_line(tmp_path, monkeypatc
                                        "--no-report"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert progress_lines(result) == []
+
+
+def test_a_suite_shows_each_tasks_progress(tmp_path, monkeypatch):
+    monkeypatch.setenv("FASTEVAL_PROGRESS_EVERY_S", "0")
+    args = ["--env", "tests.test_suites:make_named_task_env", "--env-kwarg", 'task=["open", "close"]', "-n", "2",
+            "-b", "1", "--policy", "fasteval.testing.policies:ParityPolicy", "-o", str(tmp_path / "run")]
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert [line.split(",")[0] for line in progress_lines(result)] == [
+        "progress: 1/2 episodes", "progress: 2/2 episodes", "progress: 1/2 episodes", "progress: 2/2 episodes"]

@@ -661,6 +661,19 @@ def build_engine(spec: Any) -> Any:
     return engine
 
 
+def start_progress(engine: Any) -> _Progress:
+    """The progress of one engine run: the episode bar on a terminal, with the env steps
+    (:class:`fasteval.doors.progress.RunProgress`), or its lines off one. Close it at the run's end."""
+    from fasteval.doors.progress import RunProgress
+
+    spec = engine.spec
+    progress = _Progress(spec.n_episodes * spec.n_policies, enabled=sys.stderr.isatty(),
+                         signal=lambda: bool(engine.envs.has_success_signal), engine=engine)
+    progress.steps = RunProgress(engine, spec.n_episodes * spec.n_policies, progress.counts,
+                                 write=lambda line: click.echo(line, err=True), bar=progress.bar).start()
+    return progress
+
+
 def run_one(engine: Any, out_dir: Path, resume: bool) -> Any:
     """Run ``engine`` durably into ``out_dir`` with a progress bar; errors before the run exit 2, errors in it 1."""
     from fasteval.run.durable import run_durable
@@ -668,12 +681,7 @@ def run_one(engine: Any, out_dir: Path, resume: bool) -> Any:
     from fasteval.types.errors import FastevalError, UserInputError
 
     spec = engine.spec
-    progress = _Progress(spec.n_episodes * spec.n_policies, enabled=sys.stderr.isatty(),
-                         signal=lambda: bool(engine.envs.has_success_signal), engine=engine)
-    from fasteval.doors.progress import RunProgress
-
-    progress.steps = RunProgress(engine, spec.n_episodes * spec.n_policies, progress.counts,
-                                 write=lambda line: click.echo(line, err=True), bar=progress.bar).start()
+    progress = start_progress(engine)
     if spec.n_policies > 1 and spec.stop_when is not None:  # the race says its eliminations as they happen
         engine.announce = lambda line: (progress.bar.write(line, file=sys.stderr) if progress.bar is not None
                                         else click.echo(line, err=True))
@@ -885,7 +893,7 @@ def suite_command(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], out_di
     from fasteval.doors.suites import flatten_suite, run_suite_durable
 
     out_dir = Path(out_dir)
-    outcome = run_suite_durable(spec, suite, out_dir, announce=lambda m: click.echo(m, err=True))
+    outcome = run_suite_durable(spec, suite, out_dir, announce=lambda m: click.echo(m, err=True), progress=start_progress)
     for row in outcome.result.per_task():
         agg = row["aggregated"]
         click.echo(f"{row['task_group']}/{row['task_id']} {row['task']}: {agg['n_episodes']} episodes, "
