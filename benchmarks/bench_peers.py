@@ -428,13 +428,13 @@ def build_row(name: str, case: Case, args: argparse.Namespace) -> tuple[Any | No
             try:
                 import torchrl  # noqa: F401
             except ImportError as exc:
-                return None, f"torchrl is not installed ({exc}); pip install 'fasteval[bench]'"
+                return None, f"torchrl is not installed ({exc}); ./scripts/install.sh bench"
             return TorchRLRow(case), None
         if name == "sb3":
             try:
                 import stable_baselines3  # noqa: F401
             except ImportError as exc:
-                return None, f"stable-baselines3 is not installed ({exc}); pip install 'fasteval[bench]'"
+                return None, f"stable-baselines3 is not installed ({exc}); ./scripts/install.sh bench"
             return SB3Row(case), None
         if name == "env only (limit)":
             return EnvOnlyRow(case), None

@@ -192,7 +192,7 @@ def test_bench_peers_tiny_returns_agree_or_are_explained(peers_tiny):
 
 
 def test_bench_peers_tiny_torchrl_seeded_episodes_match(peers_tiny):
-    pytest.importorskip("torchrl", reason="TorchRL is in the bench extra: pip install 'fasteval[bench]'")
+    pytest.importorskip("torchrl", reason="TorchRL is in the bench extra: ./scripts/install.sh bench")
     _, doc = peers_tiny
     for case in doc["cases"]:
         rows = {r["row"]: r for r in case["rows"]}
@@ -203,7 +203,7 @@ def test_bench_peers_tiny_torchrl_seeded_episodes_match(peers_tiny):
 def test_bench_peers_tiny_sb3_seeded_episodes_match(peers_tiny):
     """SB3 seeds each env's first episode (seed + i): those episodes are fasteval's for the same seeds,
     read from each env's Monitor whatever order evaluate_policy collected them in."""
-    pytest.importorskip("stable_baselines3", reason="Stable-Baselines3 is in the bench extra: pip install 'fasteval[bench]'")
+    pytest.importorskip("stable_baselines3", reason="Stable-Baselines3 is in the bench extra: ./scripts/install.sh bench")
     _, doc = peers_tiny
     for case in doc["cases"]:
         rows = {r["row"]: r for r in case["rows"]}
@@ -222,7 +222,7 @@ def test_bench_peers_missing_peer_is_skipped_with_reason():
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     assert "| torchrl " in out and "| sb3 " in out
-    assert out.count("SKIPPED:") == 2 and "fasteval[bench]" in out
+    assert out.count("SKIPPED:") == 2 and "./scripts/install.sh bench" in out
     assert "| classic loop " in out and "| fasteval " in out
 
 

@@ -162,6 +162,18 @@ def test_planted_regression_exits_3_and_equal_pair_exits_0(runs, tmp_path):
     assert better.exit_code == 0 and "better" in better.output
 
 
+def test_compare_says_which_folder_it_wrote_into(runs, tmp_path, monkeypatch):
+    """The default folder is the current one; the last line names it (absolute), and -o names its own (issue 42)."""
+    monkeypatch.chdir(tmp_path)
+    out = _compare(runs["good"], runs["good2"])
+    assert out.exit_code == 0, out.output
+    last = out.output.strip().splitlines()[-1]
+    assert last == f"wrote compare.json, compare.md, compare.html in {tmp_path.resolve()} (the current folder; -o DIR writes them elsewhere)"
+    assert all((tmp_path / n).is_file() for n in ("compare.json", "compare.md", "compare.html"))
+    out = _compare(runs["good"], runs["good2"], "-o", "sub")
+    assert out.output.strip().splitlines()[-1] == f"wrote compare.json, compare.md, compare.html in {(tmp_path / 'sub').resolve()}"
+
+
 def test_margin_gate(runs, tmp_path):
     out = _compare(runs["good"], runs["good2"], "--fail-if-worse", "--margin", "0.05", "-o", tmp_path)
     assert out.exit_code == 0

@@ -182,7 +182,7 @@ def test_obs_dtype_in_config_files_and_sweep_options(tmp_path):
         SweepOptions(obs_dtype="half")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("mujoco") is None, reason="needs gymnasium[mujoco]: pip install 'fasteval[mujoco]'")
+@pytest.mark.skipif(importlib.util.find_spec("mujoco") is None, reason="needs gymnasium[mujoco]: ./scripts/install.sh mujoco")
 def test_float32_mlp_on_mujoco_float64_observations():
     env = gym.make("HalfCheetah-v5")
     assert env.observation_space.dtype == np.float64

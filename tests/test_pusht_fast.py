@@ -22,7 +22,7 @@ import pytest
 from fasteval.robot.fast_envs import FAST_PUSHT, PUSHT_CHECKED_VERSIONS, installed_version, pusht_env_id
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("gym_pusht") is None,
-                                reason="PushT needs gym-pusht: pip install 'fasteval[pusht]'")
+                                reason="PushT needs gym-pusht: ./scripts/install.sh pusht")
 
 SEEDS = [0, 1, 7, 1234]
 STEPS = 300

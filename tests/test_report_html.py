@@ -164,8 +164,10 @@ def test_a_run_without_a_success_signal_says_so_instead_of_zero(tmp_path):
     assert cli("--env", "CartPole-v1", "-n", "5", "-o", str(tmp_path)).exit_code == 0
     page = Tables((tmp_path / "report.html").read_text())
     cells = dict(zip(page.headers["per-task"], page.tables["per-task"][0]["cells"]))
-    assert cells["success %"] == ("no success signal", "") and cells["successes"][0] == "no success signal"
-    assert "0.0%" not in (tmp_path / "report.html").read_text()
+    # a dash in the cells, and the note under the table says why once (issue 42: not once per cell)
+    assert cells["success %"] == ("—", "") and cells["successes"][0] == "—"
+    html = (tmp_path / "report.html").read_text()
+    assert "— in the success columns: no success signal" in html and "0.0%" not in html
 
 
 def test_failed_episodes_are_listed_with_seed_and_cause(tmp_path):
@@ -283,7 +285,8 @@ def test_the_sweep_page_has_a_row_per_cell_with_the_report_numbers(sweep_dir):
             assert value(row["success %"]) == c["success_pct"]
             assert value(row["mean return"]) == c["mean_return"]
         elif c["episodes"]:
-            assert row["success %"][0] == "no success signal"
+            assert row["success %"][0] == "—"  # the table's caption says why, once (issue 42)
+    assert "— in the success columns: no success signal." in (sweep_dir / "report.html").read_text()
     assert rows[("broken", "known")]["status"][0] == "failed"
     for r in page.tables["cells"]:
         link = re.search(r'href="([^"]+)"', (sweep_dir / "report.html").read_text().split(r["attrs"]["policy"], 1)[1])
@@ -401,7 +404,7 @@ def test_a_compare_page_is_titled_with_the_policies_names(tmp_path):
     doc = compare_document()
     html = write_compare_report(doc, tmp_path).read_text()
     assert "<title>fasteval compare: ParityPolicy (B) vs zero (A)</title>" in html
-    assert "B (ParityPolicy) against A (zero)" in html and "B vs A" not in html
+    assert 'B (<span class="name">ParityPolicy</span>) against A (<span class="name">zero</span>)' in html and "B vs A" not in html
     same = dict(doc, a=dict(doc["a"], policy="ckpt.pt", source="runs/old"), b=dict(doc["b"], policy="ckpt.pt", source="runs/new"))
     assert "<title>fasteval compare: ckpt.pt (new) (B) vs ckpt.pt (old) (A)</title>" in write_compare_report(same, tmp_path / "s").read_text()
     named = dict(doc, a=dict(doc["a"], label="baseline"), b=dict(doc["b"], label="candidate"))

@@ -41,7 +41,7 @@ def has(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-needs_hub = pytest.mark.skipif(not has("huggingface_hub"), reason="hf:// policies need huggingface_hub: pip install 'fasteval[hub]'")
+needs_hub = pytest.mark.skipif(not has("huggingface_hub"), reason="hf:// policies need huggingface_hub: ./scripts/install.sh hub")
 
 
 # -- a known-answer env with images and state ---------------------------------------------------------
@@ -521,7 +521,7 @@ def test_cli_rename_obs_format_and_videos(tmp_path):
 
 
 # -- real envs ----------------------------------------------------------------------------------------
-@pytest.mark.skipif(not has("gym_pusht"), reason="PushT needs gym-pusht: pip install 'fasteval[pusht]'")
+@pytest.mark.skipif(not has("gym_pusht"), reason="PushT needs gym-pusht: ./scripts/install.sh pusht")
 def test_pusht_pixels_agent_pos_sync_equals_async(check_same_results):
     runs = {}
     for vectorization in ("sync", "async"):
@@ -546,7 +546,7 @@ def test_pusht_pixels_agent_pos_sync_equals_async(check_same_results):
     env.close()
 
 
-@pytest.mark.skipif(not has("mujoco"), reason="MuJoCo envs need gymnasium[mujoco]: pip install 'fasteval[mujoco]'")
+@pytest.mark.skipif(not has("mujoco"), reason="MuJoCo envs need gymnasium[mujoco]: ./scripts/install.sh mujoco")
 def test_mujoco_state_observations_and_rgb_array_video(tmp_path, check_same_results):
     seen = []
 
@@ -623,7 +623,7 @@ def test_recording_with_pipeline_and_chunks_refuse_pipeline(tmp_path):
 
 
 # -- robot envs as the docs describe them ---------------------------------------------------------------
-needs_metaworld = pytest.mark.skipif(not has("metaworld"), reason="MetaWorld needs metaworld: pip install 'fasteval[metaworld]'")
+needs_metaworld = pytest.mark.skipif(not has("metaworld"), reason="MetaWorld needs metaworld: ./scripts/install.sh metaworld")
 
 
 @needs_metaworld
@@ -664,7 +664,7 @@ def test_several_metaworld_tasks_from_the_command_line(tmp_path):
     assert (out / "tasks" / "metaworld_1" / "episodes.jsonl").exists() and (out / "config.json").exists()
 
 
-@pytest.mark.skipif(not has("mujoco"), reason="MuJoCo envs need gymnasium[mujoco]: pip install 'fasteval[mujoco]'")
+@pytest.mark.skipif(not has("mujoco"), reason="MuJoCo envs need gymnasium[mujoco]: ./scripts/install.sh mujoco")
 @pytest.mark.parametrize("flag", ["--videos", "--max-episodes-rendered"])
 def test_mujoco_videos_without_render_mode_exit_2_before_the_run(tmp_path, flag):
     out = tmp_path / "run"
@@ -694,7 +694,7 @@ def test_headless_gl_is_set_once_when_unset_and_there_is_no_display(monkeypatch,
         assert headless.ensure_headless_gl(env, platform=platform) is False and env == before
 
 
-@pytest.mark.skipif(not has("mujoco"), reason="MuJoCo envs need gymnasium[mujoco]: pip install 'fasteval[mujoco]'")
+@pytest.mark.skipif(not has("mujoco"), reason="MuJoCo envs need gymnasium[mujoco]: ./scripts/install.sh mujoco")
 def test_mujoco_envs_set_mujoco_gl_on_a_headless_linux(monkeypatch):
     import sys
 
@@ -712,7 +712,7 @@ def test_mujoco_envs_set_mujoco_gl_on_a_headless_linux(monkeypatch):
     assert os.environ["MUJOCO_GL"] == "osmesa"  # a user's choice stays
 
 
-@pytest.mark.skipif(not has("mujoco"), reason="MuJoCo envs need gymnasium[mujoco]: pip install 'fasteval[mujoco]'")
+@pytest.mark.skipif(not has("mujoco"), reason="MuJoCo envs need gymnasium[mujoco]: ./scripts/install.sh mujoco")
 def test_one_mujoco_check_for_ids_references_and_built_envs():
     from fasteval.robot.env_kinds import is_mujoco
 
@@ -739,7 +739,7 @@ def test_a_human_render_mode_is_refused_where_no_window_can_open():
         assert render_mode_problem("CartPole-v1", human, {"DISPLAY": ":0", "MUJOCO_GL": "egl"}, "linux") is None
 
 
-@pytest.mark.skipif(not has("mujoco"), reason="MuJoCo envs need gymnasium[mujoco]: pip install 'fasteval[mujoco]'")
+@pytest.mark.skipif(not has("mujoco"), reason="MuJoCo envs need gymnasium[mujoco]: ./scripts/install.sh mujoco")
 def test_a_human_render_mode_on_a_headless_run_exits_2_and_leaves_no_folder(tmp_path):
     """In a subprocess: without the refusal, MuJoCo's GLFW aborts the process (exit 134) after the folder's lock."""
     import subprocess

@@ -180,7 +180,7 @@ def test_suite_first_k_videos_count_over_the_whole_suite(tmp_path):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("metaworld") is None,
-                    reason="MetaWorld suites need metaworld: pip install 'fasteval[metaworld]'")
+                    reason="MetaWorld suites need metaworld: ./scripts/install.sh metaworld")
 def test_metaworld_suite_seeds_and_concurrency(check_same_results):
     from fasteval.doors.suites import metaworld_suite
     from fasteval.robot.metaworld import make_metaworld_env

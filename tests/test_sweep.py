@@ -436,7 +436,7 @@ def test_failed_job_is_recorded_then_retried(tmp_path, spy_run_job):
 
 @pytest.mark.slow
 def test_ray_backend_matches_local(tmp_path, clean_sweep):
-    ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'fasteval[ray]'")
+    ray = pytest.importorskip("ray", reason="Ray is not installed: ./scripts/install.sh ray")
     from fasteval.doors.sweep import RayExecutor
 
     started = time.perf_counter()
@@ -459,7 +459,7 @@ def test_ray_missing_says_how_to_install(tmp_path, monkeypatch):
     result = CliRunner().invoke(main, ["sweep", str(tmp_path / "s.json"), "-o", str(tmp_path / "o"), "--backend", "ray",
                                          "--trust-remote-code"])
     assert result.exit_code == 2
-    assert "pip install 'fasteval[ray]'" in result.output
+    assert "./scripts/install.sh ray" in result.output
 
 
 # -- CLI and report ---------------------------------------------------------------------------------------
@@ -480,7 +480,7 @@ def test_cli_sweep_then_report(tmp_path, clean_sweep):
         names = ("report.md", "report.json", "success.png", "returns.png")
     except ImportError:  # the report degrades to text and says so
         names = ("report.md", "report.json")
-        assert "pip install 'fasteval[sweep]'" in (out / "report.md").read_text()
+        assert "./scripts/install.sh sweep" in (out / "report.md").read_text()
     for name in names:
         assert (out / name).stat().st_size > 0, name
     missing = CliRunner().invoke(main, ["report", str(tmp_path)])
@@ -575,7 +575,7 @@ def test_report_says_no_success_signal_and_drops_success_stats(tmp_path):
     assert f"| zero | known | {NO_SIGNAL} |" in md and f"| parity | known | {NO_SIGNAL} |" in md
     assert f"| known | zero | parity | 12 | {NO_SIGNAL} | - | - |" in md
     assert "| zero | known-nan | 0.0 [" not in md or cells[("zero", "known-nan")]["successes"] == 0
-    if doc["plots"] != "plots skipped: matplotlib is not installed (pip install 'fasteval[sweep]')":
+    if doc["plots"] != "plots skipped: matplotlib is not installed (./scripts/install.sh sweep)":
         from fasteval.render.sweep_plots import success_figure
 
         assert doc["plots"] == ["returns.png", "success.png"]

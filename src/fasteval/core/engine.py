@@ -84,6 +84,7 @@ class CoreEngine:
     """
 
     def __init__(self, spec: EvalSpec, parts: EngineParts, n_slots: int | None = None, pin_memory: bool = True):
+        built = perf_counter()
         self.spec = spec
         self.parts = parts
         self.pin_memory = pin_memory
@@ -106,6 +107,9 @@ class CoreEngine:
             self.envs.close()
             raise
         self.timers = make_stage_timers(self.device)
+        self.setup_s = perf_counter() - built
+        """Seconds this engine took to build its envs (env workers started), load the policy and build its runner;
+        not in ``eval_s``. The first run's facts report it (``meta["setup_s"]``), later runs of the engine 0."""
         self._checked = False
         self.dry_run_s = 0.0
         """Seconds the dry run took in the current run (only the first run has one); not in ``eval_s``."""
@@ -423,6 +427,7 @@ class CoreEngine:
             "max_steps": self.max_steps,
             "batching": "continuous" if self.runner.capabilities.continuous else "wave",
             "kernel_backend": kernels.BACKEND,
+            "setup_s": self.setup_s if self.runs <= 1 else 0.0,
             "dry_run_s": self.dry_run_s,
             "capture_s": self.capture_s,
             **{f"policy_{k}": v for k, v in self.accel_facts.items()},

@@ -29,7 +29,7 @@ from fasteval.doors.click_types import BATCH_BLOCK, DEVICE, PolicyBlock
 from fasteval.doors.file_options import FileOptions, file_options
 from fasteval.doors.help_sections import Section, SectionedHelp
 from fasteval.doors.lerobot_options import FASTEVAL, LEROBOT
-from fasteval.render.words import plural
+from fasteval.render.words import plural, rate_text
 from fasteval.robot.env_names import summary_name
 from fasteval.run.paths import UsablePath, path_problem
 from fasteval.types.metric_bounds import RANK_METRICS
@@ -71,7 +71,9 @@ def default_output_dir(env: str) -> Path:
 class _Progress:
     """tqdm bar on stderr: episodes done and what is known of them: the running success rate, or the
     mean return when the env reports no success signal (``signal()`` says, as the run goes); a race: remaining
-    policies, leader, episodes counted. Off when stderr is not a TTY."""
+    policies, leader, episodes counted. Off when stderr is not a TTY. ``steps`` (a
+    :class:`fasteval.doors.progress.RunProgress`, set by :func:`run_one`) adds the env steps to the bar, or prints
+    a line at a time where there is no bar."""
 
     def __init__(self, total: int, enabled: bool, signal: Callable[[], bool] = lambda: True, engine: Any = None):
         self.bar = None
@@ -80,6 +82,7 @@ class _Progress:
         self.done = 0
         self.signal = signal
         self.engine = engine
+        self.steps: Any = None
         self.race_type: type | None = None
         """:class:`fasteval.core.racing.RaceStop` where the engine may run a race (its stop rule is made later,
         by the run): the bar then shows the race's line."""
@@ -92,14 +95,19 @@ class _Progress:
 
             self.bar = tqdm(total=total, unit="ep", file=sys.stderr, dynamic_ncols=True)
 
+    def counts(self) -> tuple[int, int, float, bool]:
+        return self.done, self.successes, self.sum_return, self.signal()
+
     def __call__(self, ledger: Any, episodes: Any) -> None:
-        if self.bar is None:
-            return
         from fasteval.render.words import progress_outcome
 
         self.done += len(episodes)
         self.successes += int(ledger.success[episodes].sum())
         self.sum_return += float(ledger.sum_reward[episodes].sum())
+        if self.steps is not None:
+            self.steps.episodes_finished(int(ledger.length[episodes].sum()))
+        if self.bar is None:
+            return
         race = self.engine.stop_rule if self.race_type is not None else None
         if self.race_type is not None and isinstance(race, self.race_type):
             self.bar.set_postfix_str(race.progress()[6:], refresh=False)
@@ -109,6 +117,8 @@ class _Progress:
         self.bar.update(len(episodes))
 
     def close(self) -> None:
+        if self.steps is not None:
+            self.steps.stop()
         if self.bar is not None:
             self.bar.close()
 
@@ -127,6 +137,15 @@ def format_success(agg: Mapping[str, Any], ci: bool = True) -> str:
     return f"{agg['pc_success']:.1f}%  (95% CI {lo:.1f}-{hi:.1f}%)"
 
 
+def setup_row(result: Any) -> list[tuple[str, str]]:
+    """The row that says what ``eval_s`` leaves out: the engine's set-up (envs built, env workers started, policy
+    loaded: ``meta["setup_s"]``), when the record has it (issue 42: ``eval_s`` alone overstated a speed-up)."""
+    setup = result.meta.get("setup_s")
+    if not isinstance(setup, (int, float)) or setup <= 0:
+        return []
+    return [("setup_s", f"{setup:.3f}  (envs built, env workers started, policy loaded: not in eval_s)")]
+
+
 def format_many_summary(result: Any, profile: bool, logged: int | None = None, log_file: Any = None) -> str:
     """The terminal summary of a many-policy run: the run's totals, then the ranking (and the race)."""
     from fasteval.render.ranking_text import format_ranking
@@ -137,8 +156,8 @@ def format_many_summary(result: Any, profile: bool, logged: int | None = None, l
     if logged is not None and logged < o["n_episodes"]:
         rows.append(("recorded", f"only {logged} of these {o['n_episodes']} episodes are in {log_file} (a write "
                                  f"failed); --resume runs the others again"))
-    rows += [("env_steps", o["env_steps"]), ("eval_s", f"{o['eval_s']:.3f}"),
-             ("episodes_per_s", f"{o['episodes_per_s']:.1f}"), ("steps_per_s", f"{o['steps_per_s']:.0f}")]
+    rows += [("env_steps", o["env_steps"]), ("eval_s", f"{o['eval_s']:.3f}"), *setup_row(result),
+             ("episodes_per_s", rate_text(o["episodes_per_s"])), ("steps_per_s", rate_text(o["steps_per_s"]))]
     if profile:
         total = o["eval_s"] or 1.0
         for stage, seconds in result.timings.items():
@@ -171,8 +190,9 @@ def format_summary(result: Any, profile: bool, logged: int | None = None, log_fi
         ("avg_length", f"{o['avg_length']:.1f}"),
         ("env_steps", o["env_steps"]),
         ("eval_s", f"{o['eval_s']:.3f}"),
-        ("episodes_per_s", f"{o['episodes_per_s']:.1f}"),
-        ("steps_per_s", f"{o['steps_per_s']:.0f}"),
+        *setup_row(result),
+        ("episodes_per_s", rate_text(o["episodes_per_s"])),
+        ("steps_per_s", rate_text(o["steps_per_s"])),
     ]
     from fasteval.core.slots import PER_EPISODE
 
@@ -493,7 +513,7 @@ class LazyGroup(SectionedHelp, click.Group):
         return getattr(module, attr)
 
 
-@click.group(cls=LazyGroup, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, invoke_without_command=True, no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]})
 @eval_options
 @click.option("--output-dir", "-o", type=UsablePath("dir", writable=True), default=None,
               help="Where manifest.json, episodes.jsonl and eval_info.json go [default: outputs/eval/<time>_<env>].")
@@ -563,6 +583,10 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
             on_command_line = given_on_command_line(ctx)
             fault_fields = {k: v for k, v in fault_fields.items() if k in on_command_line}
         spec, out_dir = resolve_run(ctx, options, files, output_dir, resume_dir, fault_fields, save_episodes_dir)
+        from fasteval.doors.ignored_options import ignored_option_lines
+
+        for line in ignored_option_lines(spec):
+            click.echo(line, err=True)
         if files.print_config:
             from fasteval.run.config import dump_config
 
@@ -699,6 +723,20 @@ def build_engine(spec: Any) -> Any:
     return engine
 
 
+def start_progress(engine: Any, total: int | None = None) -> _Progress:
+    """The progress of one engine run: the episode bar on a terminal, with the env steps
+    (:class:`fasteval.doors.progress.RunProgress`), or its lines off one. Close it at the run's end."""
+    from fasteval.doors.progress import RunProgress
+
+    spec = engine.spec
+    total = (spec.n_episodes if total is None else total) * spec.n_policies
+    progress = _Progress(total, enabled=sys.stderr.isatty(),
+                         signal=lambda: bool(engine.envs.has_success_signal), engine=engine)
+    progress.steps = RunProgress(engine, total, progress.counts,
+                                 write=lambda line: click.echo(line, err=True), bar=progress.bar).start()
+    return progress
+
+
 def run_one(engine: Any, out_dir: Path, resume: bool, shard: Any = None) -> Any:
     """Run ``engine`` durably into ``out_dir`` with a progress bar; errors before the run exit 2, errors in it 1.
     ``shard``: only shard K of N's episodes (``--shard``, :mod:`fasteval.run.shards`)."""
@@ -707,9 +745,7 @@ def run_one(engine: Any, out_dir: Path, resume: bool, shard: Any = None) -> Any:
     from fasteval.types.errors import FastevalError, UserInputError
 
     spec = engine.spec
-    total = shard.size(spec.n_episodes) if shard is not None else spec.n_episodes
-    progress = _Progress(total * spec.n_policies, enabled=sys.stderr.isatty(),
-                         signal=lambda: bool(engine.envs.has_success_signal), engine=engine)
+    progress = start_progress(engine, shard.size(spec.n_episodes) if shard is not None else None)
     if spec.n_policies > 1 and spec.stop_when is not None:  # the race says its eliminations as they happen
         engine.announce = lambda line: (progress.bar.write(line, file=sys.stderr) if progress.bar is not None
                                         else click.echo(line, err=True))
@@ -939,7 +975,7 @@ def suite_command(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], out_di
     from fasteval.doors.suites import flatten_suite, run_suite_durable
 
     out_dir = Path(out_dir)
-    outcome = run_suite_durable(spec, suite, out_dir, announce=lambda m: click.echo(m, err=True))
+    outcome = run_suite_durable(spec, suite, out_dir, announce=lambda m: click.echo(m, err=True), progress=start_progress)
     for row in outcome.result.per_task():
         agg = row["aggregated"]
         click.echo(f"{row['task_group']}/{row['task_id']} {row['task']}: {agg['n_episodes']} episodes, "

@@ -113,7 +113,7 @@ def serve(policy: str, host: str, port: int, device: str, max_batch: int, max_wa
         import msgpack  # noqa: F401
         import websockets  # noqa: F401
     except ImportError as exc:
-        fail(f"fasteval serve needs the serve extra ({exc.name} is missing): pip install 'fasteval[serve]'.", EXIT_BAD_INPUT)
+        fail(f"fasteval serve needs the serve extra ({exc.name} is missing): ./scripts/install.sh serve.", EXIT_BAD_INPUT)
     if max_inflight_mb < max_message_mb:
         fail(f"--max-inflight-mb {max_inflight_mb:g} is below --max-message-mb {max_message_mb:g}: the bound on all "
              f"requests together must hold one message. Give --max-inflight-mb {max_message_mb:g} or more.", EXIT_BAD_INPUT)

@@ -39,7 +39,7 @@ string there).
   as a sequential run only with ``concurrency=1``; deterministic policies give identical results
   at any concurrency.
 
-MetaWorld (``pip install 'fasteval[metaworld]'``): :func:`metaworld_suite` builds MT10 / MT50 (or any
+MetaWorld (``./scripts/install.sh metaworld``): :func:`metaworld_suite` builds MT10 / MT50 (or any
 list of tasks) as a suite of :func:`fasteval.robot.metaworld.make_metaworld_env` tasks.
 """
 
@@ -312,7 +312,8 @@ class SuiteOutcome:
 
 
 def run_suite_durable(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], out_dir: str | Path,
-                      announce: Callable[[str], None] = print) -> SuiteOutcome:
+                      announce: Callable[[str], None] = print,
+                      progress: Callable[[Any], Any] | None = None) -> SuiteOutcome:
     """Run ``suite`` with ``spec``'s settings as durable runs, one per task, one after the other.
 
     Task ``<group>_<task_id>`` runs into ``OUTPUT_DIR/tasks/<group>_<task_id>/`` (its own manifest,
@@ -347,8 +348,14 @@ def run_suite_durable(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], ou
                 from fasteval.robot.recording import check_renderable
 
                 check_renderable(engine)
-            outcome = run_durable(engine, run_dir, resume=resume, announce=announce,
-                                  task=(group, task_id, task.name or task.env))
+            watcher = progress(engine) if progress is not None else None  # the CLI's bar or lines, one per task
+            try:
+                outcome = run_durable(engine, run_dir, resume=resume, announce=announce,
+                                      task=(group, task_id, task.name or task.env),
+                                      **({"on_finished": watcher} if watcher is not None else {}))
+            finally:
+                if watcher is not None:
+                    watcher.close()
         results.append(outcome.result)
         folders.append(folder)
         if outcome.status != STATUS_COMPLETE:

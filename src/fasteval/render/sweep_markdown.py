@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fasteval.render.words import NO_SIGNAL, competition_ranks, md_text as md
+from fasteval.render.words import NO_SIGNAL, competition_ranks, md_text as md, rate_text
 from fasteval.render.sweep_plots import PLOTS
 
 
@@ -134,7 +134,7 @@ def _totals_markdown(t: dict[str, Any]) -> list[str]:
             f"- episodes: {t['episodes']}",
             f"- env steps: {t['env_steps']}",
             f"- wall time: {t['wall_s']:.2f} s over {t['runs']} sweep run(s); engine time {t['engine_s']:.2f} s",
-            f"- episodes/s: {_fmt(t['episodes_per_s'])}; env steps/s: {_fmt(t['steps_per_s'], 0)}",
+            f"- episodes/s: {rate_text(t['episodes_per_s'])}; env steps/s: {rate_text(t['steps_per_s'])}",
             "- jobs: " + ", ".join(f"{k} {v}" for k, v in t["jobs"].items())]
 
 

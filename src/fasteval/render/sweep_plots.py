@@ -20,7 +20,7 @@ import numpy as np
 from fasteval.render.words import NO_SIGNAL
 
 PLOTS = ("success.png", "returns.png")
-PLOTS_MISSING = "plots skipped: matplotlib is not installed (pip install 'fasteval[sweep]')"
+PLOTS_MISSING = "plots skipped: matplotlib is not installed (./scripts/install.sh sweep)"
 
 
 def plot_report(doc: dict[str, Any], out: Path) -> dict[str, Path]:

@@ -21,6 +21,24 @@ def progress_outcome(n: int, successes: int, sum_return: float, signal: bool) ->
     return f"mean return {sum_return / n:.4g} ({NO_SIGNAL})"
 
 
+def rate_text(value: Any, grouping: bool = False) -> str:
+    """A rate (episodes/s, env steps/s) with the precision it needs: three significant digits below 100
+    (``0.283``, ``5.2``, ``32.3``), whole numbers from 100 (``16167``; ``16,167`` with ``grouping``). A slow run's
+    rate never reads ``0`` (a LIBERO run's 0.28 steps/s did, issue 42); ``n/a`` for none or NaN."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if abs(value) >= 100 or value == 0:
+        return f"{value:,.0f}" if grouping else f"{value:.0f}"
+    return f"{value:.3g}"
+
+
+EVAL_S_MEANING = ("eval_s: seconds of the episodes (stepping, the policy, resets, videos' encoding); the envs' "
+                  "building, env workers' start-up, the dry run and graph capture are not in it (setup_s, dry_run_s, "
+                  "capture_s in the meta). lerobot-eval's eval_s starts after its envs are made: with async LIBERO "
+                  "or Meta-World envs, whose workers start lazily, it includes their start-up.")
+"""What ``eval_s`` covers, beside LeRobot's meaning (said once, for the docs' table and the pages' notes)."""
+
+
 def competition_ranks(values: list[Any]) -> list[tuple[int, bool]]:
     """Each value's rank, highest first, as ``(rank, tied)``: 1 + the count of values strictly above
     it, so equal values share a rank (``[50, 50, 20]`` -> ``1, 1, 3``) and ``tied`` says another

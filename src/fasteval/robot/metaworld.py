@@ -1,4 +1,4 @@
-"""MetaWorld v3 tasks as seeded gymnasium envs (``pip install 'fasteval[metaworld]'``).
+"""MetaWorld v3 tasks as seeded gymnasium envs (``./scripts/install.sh metaworld``).
 
 :func:`make_metaworld_env` builds one MetaWorld v3 task as a gymnasium env whose reset seed fixes
 the task variant (goal and object positions); ``--env.type=metaworld`` and
@@ -28,7 +28,7 @@ def import_metaworld() -> Any:
         import metaworld  # noqa: F401
         from metaworld import env_dict
     except ImportError:
-        raise UserInputError("MetaWorld is not installed: pip install 'fasteval[metaworld]' (or pip install metaworld).") from None
+        raise UserInputError("MetaWorld is not installed: ./scripts/install.sh metaworld (or pip install metaworld).") from None
     return env_dict
 
 

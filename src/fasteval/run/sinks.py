@@ -56,10 +56,12 @@ def _scalars(agg: dict[str, Any], prefix: str) -> dict[str, float]:
     return out
 
 
-def _need(module: str, pip_name: str, what: str) -> None:
+def _need(module: str, pip_name: str, what: str, extra: str | None = None) -> None:
+    """Refuse ``what`` when ``module`` is missing, naming the package and fasteval's extra that installs it
+    (``extra``: the extra's name where it differs from the package's, as ``parquet`` for pyarrow)."""
     if importlib.util.find_spec(module) is None:
         raise UserInputError(f"{what} needs the {pip_name!r} package, which is not installed: pip install {pip_name} "
-                             f"(or pip install 'fasteval[{pip_name}]').")
+                             f"(or, in the fasteval checkout, ./scripts/install.sh {extra or pip_name}).")
 
 
 class TensorBoardSink:
@@ -145,7 +147,7 @@ def check_export_formats(formats: Iterable[str]) -> None:
         if fmt not in EXPORT_FORMATS:
             raise UserInputError(f"--export {fmt!r}: expected one of {', '.join(EXPORT_FORMATS)}.")
         if fmt == "parquet":
-            _need("pyarrow", "pyarrow", "--export parquet")
+            _need("pyarrow", "pyarrow", "--export parquet", extra="parquet")
 
 
 def export_tables(result: Any, out_dir: str | Path, formats: Iterable[str]) -> list[tuple[str, Path]]:

@@ -249,7 +249,27 @@ class EvalResult:
             "errors": list(self.errors),
             "meta": self.meta,
         }
+        self._add_return_intervals(doc)
         return _with_stopping(doc) if "stopping" in self.meta else doc
+
+    def _add_return_intervals(self, doc: dict[str, Any]) -> None:
+        """Each aggregate of ``doc`` (tasks, groups, the run) gets the 95% interval of its mean return, which the run
+        page shows: ``avg_sum_reward_ci95`` and ``avg_sum_reward_ci95_method`` (:func:`fasteval.types.stats.mean_interval`:
+        bootstrap up to 5000 episodes, normal above). Computed here, once per document, so that every number the page
+        shows is in eval_info.json (issue 42); not in :meth:`overall`, which stays cheap."""
+        from fasteval.types.stats import mean_interval
+
+        def put(agg: dict[str, Any], values: Any) -> None:
+            if len(values):
+                lo, hi, method = mean_interval(values)
+                agg["avg_sum_reward_ci95"], agg["avg_sum_reward_ci95_method"] = [lo, hi], method
+
+        for task in doc["per_task"]:
+            put(task["aggregated"], task["metrics"]["sum_rewards"])
+        for (name,), part in self.per_episode.groups("group"):
+            if name in doc["per_group"]:
+                put(doc["per_group"][name], part.columns["sum_reward"])
+        put(doc["overall"], self.per_episode.columns["sum_reward"])
 
     def to_dict(self, prefix: str = "") -> dict[str, float]:
         """Flat scalars (``{prefix}avg_sum_reward`` ...), ready for TensorBoard or W&B."""

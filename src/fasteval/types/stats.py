@@ -103,6 +103,25 @@ def bootstrap_mean_ci(
     return _percentile_interval(_boot_means(x, n_boot, np.random.default_rng(seed)), confidence)
 
 
+BOOTSTRAP_UP_TO = 5000
+"""Mean returns get a percentile bootstrap 95% interval (2000 resamples, seed 0) up to this many episodes, and the
+normal approximation (mean ± 1.96 standard errors) above, where the two agree and the bootstrap would cost seconds."""
+
+
+def mean_interval(values: Any) -> tuple[float, float, str]:
+    """``(low, high, method)``: a 95% interval of the mean of ``values`` (``method``: ``bootstrap`` or ``normal``,
+    see :data:`BOOTSTRAP_UP_TO`). Empty or NaN input: NaN bounds."""
+    x = np.asarray(values, dtype=np.float64).reshape(-1)
+    if x.size <= BOOTSTRAP_UP_TO:
+        lo, hi = bootstrap_mean_ci(x)
+        return lo, hi, "bootstrap"
+    if np.isnan(x).any():
+        return math.nan, math.nan, "normal"
+    half = 1.959963984540054 * float(x.std(ddof=1)) / math.sqrt(x.size)
+    m = float(x.mean())
+    return m - half, m + half, "normal"
+
+
 # -- aggregates across tasks (rliable's definitions) --------------------------------------------
 # ``per_task`` is a sequence with one 1-D array per task, holding that task's per-run scores (a
 # "run" is one independent evaluation of the policy on the task, e.g. one seed block). Tasks may

@@ -7,7 +7,8 @@ paired with episode i of the same task in the other run (same reset seed). Anyth
 refused before any test runs.
 
 Output: a table in the terminal, ``compare.json`` (schema ``fasteval.compare/1``, see
-docs/how-many-episodes.md) and ``compare.md`` (a Markdown section) in ``--output-dir``.
+docs/how-many-episodes.md), ``compare.md`` (a Markdown section) and ``compare.html`` in ``-o/--output-dir``
+(default: the current folder); the last line names that folder.
 
 Exit codes: 0 done (and the gate passed); 2 bad input (unreadable or unpaired runs, bad options);
 3 ``--fail-if-worse`` and B is significantly worse than A on some task (or, with ``--margin``,

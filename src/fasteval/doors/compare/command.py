@@ -27,7 +27,7 @@ EXIT_OK, EXIT_BAD_INPUT = 0, 2
               help="Non-inferiority margin (a success-rate difference such as 0.05, or return units when the env has no success signal).")
 @click.option("--fail-if-worse", is_flag=True, help="Exit 3 when B is significantly worse than A on any task (with --margin: not shown non-inferior).")
 @click.option("--output-dir", "-o", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True,
-              help="Where compare.json and compare.md go.")
+              help="Folder for compare.json, compare.md and compare.html (created if missing); the run prints where they went.")
 @click.option("--n-boot", type=click.IntRange(min=100), default=2000, show_default=True, help="Bootstrap resamples.")
 @click.option("--confidence", type=FiniteFloatRange(0, 1, min_open=True, max_open=True), default=0.95, show_default=True,
               help="Level of the intervals (bootstrap; anytime-valid sequences in live mode).")
@@ -80,12 +80,15 @@ def compare(runs: tuple[str, ...], alpha: float, margin: float | None, fail_if_w
     click.echo(render_table(doc))
     for note in doc.get("notes", []):
         click.echo(f"note: {note}", err=True)
-    click.echo(f"wrote {json_path} and {md_path}")
+    written = [json_path.name, md_path.name]
     try:  # the page is a view of compare.json: a failure to write it loses no result
         from fasteval.render.html import write_compare_report
 
-        click.echo(f"wrote {write_compare_report(doc, output_dir)}")
+        written.append(write_compare_report(doc, output_dir).name)
     except OSError as exc:
         click.echo(f"warning: compare.html was not written ({exc}); compare.json holds every number", err=True)
+    # Say where: the default folder is the current one, which a user may not expect (issue 42).
+    click.echo(f"wrote {', '.join(written)} in {output_dir.resolve()}"
+               + ("" if output_dir != Path(".") else " (the current folder; -o DIR writes them elsewhere)"))
     sys.exit(doc["overall"]["exit_code"])
 

@@ -260,7 +260,7 @@ def _drain_mp(queue: Any, sink: Sink) -> None:
 
 # -- Ray --------------------------------------------------------------------------------------------
 
-RAY_MISSING = "the Ray backend needs Ray: pip install 'fasteval[ray]'"
+RAY_MISSING = "the Ray backend needs Ray: ./scripts/install.sh ray"
 
 
 def import_ray() -> Any:

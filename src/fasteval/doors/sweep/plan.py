@@ -16,11 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fasteval.core.ledger import available_memory_bytes, episode_memory_bytes, memory_size
-from fasteval.robot.policies.remote import is_remote_ref
 from fasteval.types.errors import UserInputError
-from fasteval.robot.policies.builtin import BUILTIN_POLICIES
-from fasteval.robot.policies.checkpoint import WEIGHTS_NAME, is_checkpoint_dir
 from fasteval.types.refs import split_callable_ref
 from fasteval.types.spec import EvalSpec
 from fasteval.doors.sweep.spec import SweepOptions, SweepSpec, SweepSpecError, canonical_json
@@ -112,6 +108,12 @@ def resolve_policy(ref: str, base_dir: str | Path | None = None) -> tuple[str, s
 
     Relative folder paths are resolved against ``base_dir`` (the sweep file's folder).
     """
+    # Here, not at the top: fasteval.robot.policies imports torch, and `fasteval sweep`/`fasteval report` refuse a
+    # bad path without it (issue 42).
+    from fasteval.robot.policies.builtin import BUILTIN_POLICIES
+    from fasteval.robot.policies.checkpoint import WEIGHTS_NAME, is_checkpoint_dir
+    from fasteval.robot.policies.remote import is_remote_ref
+
     if ref in BUILTIN_POLICIES or is_remote_ref(ref):  # a served policy: its address (docs/serving.md)
         return ref, digest_bytes(ref.encode())
     path = Path(ref)
@@ -155,6 +157,7 @@ def check_refs(spec: SweepSpec) -> None:
     job after the good ones ran. Each problem is named, all of them at once. Nothing is built: a plugin's
     module and a callable's module are imported (the trust rules were applied to the file before)."""
     from fasteval.robot.env_kinds import check_env_known
+    from fasteval.robot.policies.remote import is_remote_ref
     from fasteval.types.refs import resolve_callable
 
     trust = spec.options.trust_remote_code
@@ -180,6 +183,8 @@ def check_refs(spec: SweepSpec) -> None:
 def check_jobs_fit_in_memory(spec: SweepSpec) -> None:
     """Refuse (exit 2, one line) a sweep whose jobs' episodes cannot fit in this machine's memory, as ``-n`` is
     refused (:func:`fasteval.core.ledger.check_fits_in_memory`), per job, before the store lists any episode."""
+    from fasteval.core.ledger import available_memory_bytes, episode_memory_bytes, memory_size
+
     available = available_memory_bytes()
     if available is None:
         return

@@ -150,6 +150,7 @@ def report_document(jobs: list[dict[str, Any]], episodes: list[dict[str, Any]], 
     return {
         "generated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "store": str(store_file),
+        "sweep": sweep_facts(runs),
         "summary": summary_line(cells, status_counts),
         "stop_when": stop_when,
         "interval_basis": STOPPED_METHOD if stop_when is not None else "fixed n",
@@ -172,6 +173,19 @@ def report_document(jobs: list[dict[str, Any]], episodes: list[dict[str, Any]], 
             "jobs": status_counts,
         },
     }
+
+
+def sweep_facts(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The sweep's name, seeds, spec, and the fasteval version and git commit of its last run (the store's ``runs``
+    table), for the page's provenance (issue 42: the page lacked them); ``None`` before any run."""
+    if not runs:
+        return None
+    import json
+
+    spec = json.loads(runs[-1]["spec"])
+    prov = spec.pop("provenance", None) or {}
+    return {"name": spec.get("name"), "seeds": spec.get("seeds"), "episodes": spec.get("episodes"), "spec": spec,
+            "fasteval_version": prov.get("fasteval_version"), "git": prov.get("git")}
 
 
 def summary_line(cells: list[dict[str, Any]], jobs: dict[str, int]) -> str:
@@ -239,6 +253,7 @@ def _cell(policy: str, env: str, env_id: str, env_kwargs: str, eps: list[dict[st
         "return_ci95": list(bootstrap_mean_ci(returns)),
         "mean_max_reward": float(max_rewards.mean()) if n else math.nan,
         "max_reward_ci95": list(bootstrap_mean_ci(max_rewards)),
+        "return_iqm": float(iqm(returns)) if n else math.nan,  # the page's IQM column, in report.json too
         "nan_reward_episodes": int(sum(1 for ep in eps if ep["nan_rewards"] > 0)),
         "env_steps": int(sum(ep["length"] for ep in eps)),
         "errors": len(failed),

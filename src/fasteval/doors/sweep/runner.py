@@ -122,7 +122,7 @@ def run_sweep(
         outcome.skipped = len(jobs) - len(items)
         if outcome.skipped:
             progress(f"{outcome.skipped} of {len(jobs)} jobs already complete in {store.path}; skipping them")
-        run_id = store.start_run(executor.name, executor.workers, spec.to_dict())
+        run_id = store.start_run(executor.name, executor.workers, {**spec.to_dict(), "provenance": run_provenance()})
         sink = StoreSink(store, jobs, run_id, outcome, progress, len(items), stop)
         try:
             if items:
@@ -136,3 +136,11 @@ def run_sweep(
 
         outcome.report = write_report(out_dir)
     return outcome
+
+
+def run_provenance() -> dict:
+    """What a sweep run records beside its spec (the report's provenance): fasteval's version and git commit."""
+    from fasteval.run.provenance import git_commit
+    from fasteval.version import __version__
+
+    return {"fasteval_version": __version__, "git": git_commit()}

@@ -438,7 +438,7 @@ def _parse_seeds(raw: Any, episodes: Any) -> tuple[int, ...]:
 
 def load_sweep_file(path: str | Path) -> dict[str, Any]:
     """Parse a ``.yaml``/``.yml``, ``.toml`` or ``.json`` sweep file into plain data."""
-    return read_mapping_file(path, what="sweep file", error=SweepSpecError, yaml_hint="pip install 'fasteval[sweep]'")
+    return read_mapping_file(path, what="sweep file", error=SweepSpecError, yaml_hint="./scripts/install.sh sweep")
 
 
 def config_to_sweep_dict(data: Mapping[str, Any], name: str = "config") -> dict[str, Any]:

@@ -40,17 +40,28 @@ def _task_label(t: Mapping[str, Any]) -> str:
     return f"{t.get('task_group')}/{t.get('task_id')}" + (f" {name}" if name is not None and str(name) != str(t.get("task_group")) else "")
 
 
+def label_title(label: str) -> str:
+    """A side's label for a title: a run folder's name rather than its raw relative path (``runs/baseline`` ->
+    ``baseline``), a sweep cell ``SWEEP_DIR::POLICY[::ENV]`` as ``POLICY[::ENV]`` (issue 42)."""
+    if "::" in label:
+        return label.split("::", 1)[1]
+    name = Path(label.rstrip("/")).name
+    return name or label
+
+
 def side_names(doc: Mapping[str, Any]) -> tuple[str, str]:
     """``(A's name, B's name)``: each side's label, or its policy's short name when the label is the
     default; two sides with the same policy name are told apart by their sources (run folders)."""
-    from fasteval.render.html.run_input import short_name
+    from fasteval.render.html.run_input import policy_title, short_name
 
     def name(s: Mapping[str, Any], default: str) -> str:
         label = s.get("label")
         if label and str(label) != default:
-            return str(label)
+            return label_title(str(label))
         policy = s.get("policy")
-        return short_name(policy if isinstance(policy, str) else json.dumps(policy, default=str), 40) if policy else default
+        if isinstance(policy, str):
+            return short_name(policy_title(policy), 40)
+        return short_name(json.dumps(policy, default=str), 40) if policy else default
 
     a, b = doc.get("a") or {}, doc.get("b") or {}
     na, nb = name(a, "A"), name(b, "B")
@@ -70,7 +81,7 @@ def glance(doc: Mapping[str, Any]) -> str:
         gate = f"gate --fail-if-worse: exit code {o.get('exit_code')}"
     cards = [
         f'<div class="card" id="glance-verdict" data-value="{escape(str(verdict))}"><div class="label">'
-        f'B ({escape(nb)}) against A ({escape(na)})</div>'
+        f'B (<span class="name">{escape(nb)}</span>) against A (<span class="name">{escape(na)}</span>)</div>'
         f'<div class="value">{page.badge(str(verdict), VERDICT_KIND.get(verdict))}</div><div class="detail">{escape(gate)}</div></div>',
         page.card("tasks", page.fmt(o.get("n_tasks")), f"{page.fmt(o.get('n_better'))} better, {page.fmt(o.get('n_worse'))} worse",
                   "glance-tasks"),

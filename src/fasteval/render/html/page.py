@@ -31,7 +31,7 @@ h2{font-size:17px;margin:0 0 10px;padding-bottom:4px;border-bottom:1px solid var
 h3{font-size:14px;margin:14px 0 6px}
 .cards{display:flex;flex-wrap:wrap;gap:12px;margin-top:14px}
 .card{border:1px solid var(--line);border-radius:8px;padding:10px 14px;min-width:170px;max-width:100%;background:var(--bg)}
-.card .label{color:var(--muted);font-size:12px;text-transform:uppercase;letter-spacing:.04em}
+.card .label{color:var(--muted);font-size:12px;text-transform:uppercase;letter-spacing:.04em}.card .label .name{text-transform:none;letter-spacing:0}
 .card .value{font-size:24px;font-weight:600;margin:2px 0}
 .card .detail{color:var(--muted);font-size:12.5px}
 .card.decision{border-width:2px}.card.decision.ok{border-color:var(--ok)}.card.decision.bad{border-color:var(--bad)}
@@ -72,6 +72,10 @@ pre{background:var(--panel);border:1px solid var(--line);border-radius:6px;paddi
 code{font-size:12.5px}
 details summary{cursor:pointer;color:var(--accent)}
 .bad{color:var(--bad)}.ok{color:var(--ok)}
+@media (max-width:520px){
+  svg.plot[data-wide] .ticklabel{font-size:14px}svg.plot[data-wide] .ticklabel.name{font-size:12px}svg.plot[data-wide] .reflabel{font-size:13px}
+  svg.plot[data-wide] .xlabel,svg.plot[data-wide] .ylabel,svg.plot[data-wide] .ptitle,svg.plot[data-wide] .empty{font-size:15px}
+}
 @media (max-width:720px){
   header,main{padding-left:14px;padding-right:14px}
   dl.kv{grid-template-columns:minmax(0,1fr);gap:0}dl.kv dd{margin-bottom:6px}

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 from html import escape
+from pathlib import Path
 from typing import Any
 
 from fasteval.render.html import page, svg
+from fasteval.render.words import EVAL_S_MEANING, rate_text
 from fasteval.render.html.run_input import MAX_ERROR_ROWS, MAX_TRACEBACKS, RunPageInput, final_errors, overall
 from fasteval.types.eval_result import RESUMED_GLOBAL_RNG
 
@@ -21,13 +23,15 @@ def time_section(inp: RunPageInput) -> str:
     timings = {k: float(v) for k, v in (inp.doc.get("timings") or {}).items() if isinstance(v, (int, float))}
     o = overall(inp.doc)
     meta = inp.doc.get("meta") or {}
-    facts = [("engine time", f"{page.fmt(o.get('eval_s'), 3)} s"), ("episodes/s", page.fmt(o.get("episodes_per_s"))),
-             ("env steps/s", page.fmt(o.get("steps_per_s"), 0)), ("env steps", page.fmt(o.get("env_steps"))),
+    facts = [("engine time", f"{page.fmt(o.get('eval_s'), 3)} s"),
+             ("set-up (not in engine time)", f"{page.fmt(meta.get('setup_s'), 3)} s" if meta.get("setup_s") else None),
+             ("episodes/s", rate_text(o.get("episodes_per_s"), grouping=True)),
+             ("env steps/s", rate_text(o.get("steps_per_s"), grouping=True)), ("env steps", page.fmt(o.get("env_steps"))),
              ("dry run", f"{page.fmt(meta.get('dry_run_s'), 4)} s" if meta.get("dry_run_s") is not None else None),
              ("batch", meta.get("batch_size")), ("vectorization", meta.get("vectorization")),
              ("batching", meta.get("batching")), ("kernel backend", meta.get("kernel_backend")),
              ("CUDA graph", meta.get("policy_cuda_graph"))]
-    out = [page.kv([f for f in facts if f[1] is not None])]
+    out = [page.kv([f for f in facts if f[1] is not None]), page.note(EVAL_S_MEANING)]
     if timings:
         total = float(o.get("eval_s") or sum(timings.values()) or 1.0)
         n = o.get("n_episodes") or 0
@@ -109,13 +113,28 @@ def protocol_pairs(card: Any) -> list[tuple[str, Any]]:
     return out
 
 
+def relative_cwd(cwd: Any, page_dir: Any) -> str | None:
+    """The run's working directory as a path from the page's folder (``../..``), never the absolute path (a page is
+    shared: it should not show the machine's folders, issue 42); ``None`` when there is none or no relative path."""
+    if not cwd or page_dir is None:
+        return None
+    import os
+
+    try:
+        rel = os.path.relpath(str(cwd), str(Path(page_dir).resolve()))
+    except ValueError:  # another drive
+        return None
+    return rel if not os.path.isabs(rel) else None
+
+
 def provenance_pairs(inp: RunPageInput) -> list[tuple[str, Any]]:
     """``(label, value)`` rows: what ran, where, with which versions (``None``: not recorded)."""
     prov = dict(inp.provenance or {})
     manifest, meta = dict(inp.manifest or {}), dict(inp.doc.get("meta") or {})
     git = prov.get("git") or {}
     pairs = [
-        ("command", prov.get("command")), ("date", prov.get("date")), ("working directory", prov.get("cwd")),
+        ("command", prov.get("command")), ("date", prov.get("date")),
+        ("working directory (from this page)", relative_cwd(prov.get("cwd"), inp.page_dir)),
         ("policy", _json_or_none(manifest.get("policy") or meta.get("policy") or None)),
         ("policy weight digest (sha256)", manifest.get("policy_digest")),
         *([("each policy's weight digest", ", ".join(f"{k} {v}" for k, v in manifest["policy_digests"].items()))]

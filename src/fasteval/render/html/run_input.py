@@ -17,9 +17,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from fasteval.types.stats import bootstrap_mean_ci
+from fasteval.types.stats import BOOTSTRAP_UP_TO, mean_interval  # noqa: F401  (the page's interval, as recorded)
 
-BOOTSTRAP_UP_TO = 5000
 MAX_TASK_PLOTS = 120
 MAX_ERROR_ROWS = 1000
 MAX_TRACEBACKS = 20
@@ -28,19 +27,6 @@ VIDEO_NAME = re.compile(r"(?:ep(?P<episode>\d+)_seed(?P<seed>-?\d+)(?:_(?P<outco
 """The names recording.video_path gives: ``ep<episode>_seed<seed>_<success|failure>``, ``ep<episode>_seed<seed>``
 (an env without a success signal: MuJoCo's), and ``eval_episode_<episode>`` (``--video-layout lerobot``)."""
 LINKED_FILES = ("eval_info.json", "episodes.jsonl", "errors.jsonl", "manifest.json", "config.json")
-
-
-def mean_interval(values: Any) -> tuple[float, float, str]:
-    """``(low, high, method)``: a 95% interval of the mean of ``values`` (see the module doc)."""
-    x = np.asarray(values, dtype=np.float64).reshape(-1)
-    if x.size <= BOOTSTRAP_UP_TO:
-        lo, hi = bootstrap_mean_ci(x)
-        return lo, hi, "bootstrap"
-    if np.isnan(x).any():
-        return math.nan, math.nan, "normal"
-    half = 1.959963984540054 * float(x.std(ddof=1)) / math.sqrt(x.size)
-    m = float(x.mean())
-    return m - half, m + half, "normal"
 
 
 @dataclass
@@ -62,10 +48,32 @@ class RunPageInput:
     _intervals: dict[Any, tuple[float, float, str]] = field(default_factory=dict, repr=False)
 
     def return_interval(self, key: Any, values: Any) -> tuple[float, float, str]:
-        """:func:`mean_interval` of ``values``, computed once per ``key`` (a task index, "all")."""
+        """The 95% interval of a mean return the document records (``avg_sum_reward_ci95`` of a task's aggregate:
+        ``key`` its index; of a group: ``("group", name)``; of the run: ``"all"``), or, for a document written
+        before it recorded them, :func:`mean_interval` of ``values``, computed once per ``key``."""
         if key not in self._intervals:
-            self._intervals[key] = mean_interval(values)
+            stored = recorded_return_interval(self.doc, key)
+            self._intervals[key] = stored if stored is not None else mean_interval(values)
         return self._intervals[key]
+
+
+def recorded_return_interval(doc: Mapping[str, Any], key: Any) -> tuple[float, float, str] | None:
+    """The ``(low, high, method)`` a document records for ``key`` (see :meth:`RunPageInput.return_interval`)."""
+    if key == "all":
+        agg = doc.get("overall") or {}
+    elif isinstance(key, tuple) and key[:1] == ("group",):
+        agg = (doc.get("per_group") or {}).get(key[1]) or {}
+    elif isinstance(key, int) and 0 <= key < len(doc.get("per_task") or []):
+        agg = (doc["per_task"][key] or {}).get("aggregated") or {}
+    else:
+        return None
+    ci, method = agg.get(RETURN_CI), agg.get(RETURN_CI + "_method")
+    if not isinstance(ci, (list, tuple)) or len(ci) != 2 or method is None:
+        return None
+    return (math.nan if ci[0] is None else float(ci[0]), math.nan if ci[1] is None else float(ci[1]), str(method))
+
+
+RETURN_CI = "avg_sum_reward_ci95"
 
 
 def overall(doc: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -88,6 +96,21 @@ def short_name(ref: Any, most: int = 48) -> str:
     if sep and head and "/" not in head and tail:
         text = tail
     return text if len(text) <= most else text[: most // 2 - 1] + "…" + text[-(most // 2 - 1):]
+
+
+def policy_title(ref: Any) -> str:
+    """A policy's name for a title: a checkpoint folder's short name (``src/fasteval/assets/cartpole_mlp`` ->
+    ``cartpole_mlp``, LeRobot's ``.../checkpoints/005000/pretrained_model`` -> ``5000``) rather than its raw relative
+    path (issue 42), as the many-policy pages name policies; other references as :func:`short_name` gives them."""
+    from fasteval.types.policy_names import short_names
+
+    text = str(ref)
+    if "/" in text and "://" not in text and ":" not in text.rpartition("/")[2]:
+        try:
+            return short_name(short_names([text])[0])
+        except Exception:  # a name the checkpoint rules cannot read: the plain short name
+            pass
+    return short_name(text)
 
 
 def task_label(task: Mapping[str, Any]) -> str:

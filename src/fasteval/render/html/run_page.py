@@ -23,7 +23,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from fasteval.render.words import NO_SIGNAL
+from fasteval.render.words import NO_SIGNAL, rate_text
 from fasteval.render.html import page, svg
 from fasteval.render.html.run_facts import errors_section, provenance_section, time_section
 from fasteval.render.html.run_input import (
@@ -34,6 +34,7 @@ from fasteval.render.html.run_input import (
     failed_by_task,
     metric,
     overall,
+    policy_title,
     short_name,
     status_of,
     task_label,
@@ -93,8 +94,9 @@ def glance(inp: RunPageInput) -> str:
     cards.append(f'<div class="card" id="glance-status"><div class="label">status</div><div class="value">'
                  f'{page.badge(status)}</div><div class="detail">{status_detail}</div></div>')
     if n:
-        cards.append(page.card("speed", f"{page.fmt(o.get('episodes_per_s'))} ep/s",
-                               f"{page.fmt(o.get('steps_per_s'), 0)} env steps/s; {page.fmt(o.get('eval_s'), 2)} s", "glance-speed"))
+        cards.append(page.card("speed", f"{rate_text(o.get('episodes_per_s'), grouping=True)} ep/s",
+                               f"{rate_text(o.get('steps_per_s'), grouping=True)} env steps/s; {page.fmt(o.get('eval_s'), 2)} s",
+                               "glance-speed"))
     if stopping:
         cards.insert(0, _decision_card(stopping))
     return f'<div class="cards">{"".join(cards)}</div>' + _stopping_note(stopping) + stopping_table(tasks)
@@ -212,7 +214,7 @@ def task_table(inp: RunPageInput) -> str:
         if a.get("has_success_signal", True):
             cells += [page.num(a.get("n_success")), page.num(a.get("pc_success")), page.interval(a.get("pc_success_ci95"))]
         else:
-            cells += [page.none(NO_SIGNAL), page.none(NO_SIGNAL), page.none("—")]
+            cells += [page.none("—"), page.none("—"), page.none("—")]  # the note below says why, once
         lo, hi, _ = inp.return_interval(i, metric(t, "sum_rewards"))
         n_failed = failed.get(key, 0) + (failed.get(("", ""), 0) if single else 0)
         cells += [page.num(a.get("avg_sum_reward"), 3), page.interval([lo, hi], 3), page.num(a.get("avg_length")),
@@ -226,7 +228,8 @@ def task_table(inp: RunPageInput) -> str:
          "normal": f"normal approximation (above {BOOTSTRAP_UP_TO} episodes)"}[m] for m in sorted(methods))
         + ". Click a header to sort.")
     return page.table("per-task", headers, rows, caption=caption) + (
-        page.note(f"{NO_SIGNAL}: the env never reported info[\"is_success\"], so a rate would read 0% by construction.")
+        page.note(f"— in the success columns: {NO_SIGNAL} (the env never reported info[\"is_success\"], so a rate "
+                  "would read 0% by construction).")
         if any(not (t.get("aggregated") or {}).get("has_success_signal", True) for t in tasks) else "")
 
 
@@ -259,7 +262,7 @@ def group_table(inp: RunPageInput) -> str:
         n_failed = sum(n for (group, _), n in failed.items() if group == str(name))
         cells = [page.text(name), page.num(len(ix)), page.num(a.get("n_episodes"))]
         cells += ([page.num(a.get("n_success")), page.num(a.get("pc_success")), page.interval(a.get("pc_success_ci95"))]
-                  if a.get("has_success_signal", True) else [page.none(NO_SIGNAL), page.none(NO_SIGNAL), page.none("—")])
+                  if a.get("has_success_signal", True) else [page.none("—")] * 3)
         cells += [page.num(a.get("avg_sum_reward"), 3), page.interval([lo, hi], 3), page.num(a.get("avg_length")),
                   page.num(n_failed)]
         rows.append(({"group": name}, cells))
@@ -340,7 +343,7 @@ def render_run_page(inp: RunPageInput) -> str:
     policy = (inp.manifest or {}).get("policy", meta.get("policy"))
     policy_text = policy if isinstance(policy, str) else json.dumps(policy, default=str)
     env = meta.get("env") or (inp.manifest or {}).get("env")
-    title = inp.title or f"fasteval: {short_name(policy_text)} on {short_name(env)}"
+    title = inp.title or f"fasteval: {policy_title(policy_text)} on {short_name(env)}"
     date = (inp.provenance or {}).get("date")
     subtitle = (f"{page.badge(status_of(inp))} {page.fmt(o.get('n_episodes'))} episodes"
                 + (f" · {escape(str(date))}" if date else ""))

@@ -120,7 +120,7 @@ def videos_section(inp: RunPageInput, videos: list[Video]) -> str:
         out.append(f'<h3>{escape(title)} ({len(members)})</h3><div class="gallery" data-outcome="{escape(key)}">')
         for v in members:
             href = page.relative_href(v.path, inp.page_dir)
-            facts = [f"episode {v.episode}", f"seed {v.seed}", v.outcome]
+            facts = [f"episode {v.episode}", f"seed {v.seed}"] + ([] if v.outcome == NO_SIGNAL else [v.outcome])  # the heading says it once
             if v.sum_reward is not None:
                 facts.append(f"return {page.fmt(float(v.sum_reward), 3)}")
             if v.length is not None:

@@ -34,6 +34,9 @@ MAX_BINS = 30
 MAX_POINTS = 2000
 MAX_LINE_POINTS = 500
 MARGIN = (34, 12, 46, 58)
+WIDE = 400
+"""Plots wider than this (SVG units) shrink on a 400 px screen to about 0.6 of their size; they get the larger text
+of the page's narrow-screen CSS (issue 42: 6-7 px text)."""
 """Space around the plot area in SVG units: top, right, bottom, left."""
 
 
@@ -117,8 +120,9 @@ class Axes:
         for i, y in enumerate(ys):
             py = self.sy(y)
             label = escape(ytick_labels[i]) if ytick_labels is not None else fmt_tick(y)
+            kind = "ticklabel name" if ytick_labels is not None else "ticklabel"  # names: a smaller bump on phones
             out.append(f'<line class="grid" x1="{l_}" y1="{py:.1f}" x2="{r}" y2="{py:.1f}"/>'
-                       f'<text class="ticklabel" x="{l_ - 5}" y="{py + 3.5:.1f}" text-anchor="end">{label}</text>')
+                       f'<text class="{kind}" x="{l_ - 5}" y="{py + 3.5:.1f}" text-anchor="end">{label}</text>')
         out.append(f'<text class="xlabel" x="{(l_ + r) / 2:.1f}" y="{self.height - 8}" text-anchor="middle">{escape(xlabel)}</text>')
         cy = (self.top + b) / 2
         out.append(f'<text class="ylabel" x="13" y="{cy:.1f}" text-anchor="middle" transform="rotate(-90 13 {cy:.1f})">{escape(ylabel)}</text>')
@@ -126,8 +130,9 @@ class Axes:
         self.parts[:0] = out
 
     def svg(self, description: str, css_class: str = "plot") -> str:
+        wide = " data-wide" if self.width > WIDE else ""  # scaled down on a phone: larger text there (page.py's CSS)
         return (f'<svg class="{css_class}" viewBox="0 0 {self.width} {self.height}" width="{self.width}" '
-                f'height="{self.height}" role="img" xmlns="http://www.w3.org/2000/svg"><title>{escape(description)}</title>'
+                f'height="{self.height}"{wide} role="img" xmlns="http://www.w3.org/2000/svg"><title>{escape(description)}</title>'
                 + "".join(self.parts) + "</svg>")
 
 
@@ -172,7 +177,10 @@ def intervals(rows: Sequence[tuple[str, float, float, float]], xlabel: str, titl
     ``xrange=None`` fits the data (and ``ref``); ``ref`` draws a dashed vertical line (e.g. 0 for
     a difference); ``colours`` gives each row its own colour."""
     n = max(1, len(rows))
-    label_w = min(260, 12 + 7 * max([len(r[0]) for r in rows] or [4]))
+    # Tick labels right-aligned at label_w - 5, about 7 units a character; the rotated axis title takes x < YTITLE_W:
+    # labels longer than the cap are cut in the middle, so no label reaches the title (issue 42: they overlapped).
+    shown = [_cut(r[0], (LABEL_CAP - YTITLE_W) // 7) for r in rows]
+    label_w = YTITLE_W + 7 * max([len(s) for s in shown] or [4])
     height = MARGIN[0] + MARGIN[2] + row_height * n
     if xrange is None:
         xrange = padded_range([v for r in rows for v in r[1:]] + ([ref] if ref is not None else []))
@@ -189,8 +197,18 @@ def intervals(rows: Sequence[tuple[str, float, float, float]], xlabel: str, titl
         if math.isfinite(est):
             ax.add(f'<circle class="dot" cx="{ax.sx(est):.1f}" cy="{y:.1f}" r="4" fill="{c}">'
                    f'<title>{escape(label)}: {est:.4g} [{lo:.4g}, {hi:.4g}]</title></circle>')
-    ax.frame(xlabel, ylabel, title, yticks=list(range(len(rows))), ytick_labels=[r[0] for r in rows])
+    ax.frame(xlabel, ylabel, title, yticks=list(range(len(rows))), ytick_labels=shown)
     return ax.svg(title)
+
+
+LABEL_CAP = 284
+"""The widest a forest plot's label column gets (SVG units)."""
+YTITLE_W = 24
+"""The units left of a forest plot's tick labels kept for its rotated y-axis title (drawn at x = 13)."""
+
+
+def _cut(text: str, most: int) -> str:
+    return text if len(text) <= most else text[: most // 2 - 1] + "…" + text[-(most // 2 - 1):]
 
 
 def histograms(series: Sequence[tuple[str, Any]], xlabel: str, title: str, width: int = 300, height: int = 150,

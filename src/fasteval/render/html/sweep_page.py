@@ -12,6 +12,7 @@ decides it from the job's error); the page shows it and decides nothing itself.
 
 from __future__ import annotations
 
+import json
 from html import escape
 from pathlib import Path
 from typing import Any, Mapping
@@ -19,10 +20,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from fasteval.render.html import page, svg
-from fasteval.render.words import NO_SIGNAL, competition_ranks
+from fasteval.render.words import NO_SIGNAL, competition_ranks, rate_text
 from fasteval.render.html.run_page import RunPageInput, render_run_page
 from fasteval.types.files import safe_filename, write_text_atomic
-from fasteval.types.stats import iqm
 
 CellKey = tuple[str, str]
 
@@ -32,7 +32,10 @@ def cell_folder(policy: str, env: str) -> str:
 
 
 def write_cell_pages(cell_docs: Mapping[CellKey, Mapping[str, Any]], out_dir: Path, name: str) -> dict[CellKey, str]:
-    """One run page per cell (``out_dir/cells/<policy>__<env>/report.html``); returns the links."""
+    """One run page per cell (``out_dir/cells/<policy>__<env>/report.html``), with the document it renders beside it
+    (``eval_info.json``: the page's numbers, its speed included, are in a JSON file; issue 42); returns the links."""
+    from fasteval.types.json_writer import write_json_atomic
+
     links: dict[CellKey, str] = {}
     taken: set[str] = set()
     for (policy, env), doc in cell_docs.items():
@@ -41,7 +44,8 @@ def write_cell_pages(cell_docs: Mapping[CellKey, Mapping[str, Any]], out_dir: Pa
             folder += "_"
         taken.add(folder)
         page_dir = out_dir / folder
-        inp = RunPageInput(doc=doc, page_dir=page_dir, provenance=doc.get("provenance"), files=(),
+        write_json_atomic(page_dir / "eval_info.json", doc)
+        inp = RunPageInput(doc=doc, page_dir=page_dir, provenance=doc.get("provenance"), files=("eval_info.json",),
                            title=f"sweep cell: {policy} x {env}", manifest={"status": doc.get("status", "unknown"),
                                                                   "policy_digest": doc.get("policy_digest")})
         html = render_run_page(inp).replace('<div class="sub">', f'<div class="sub"><a href="../../{escape(name)}">&larr; the sweep</a> · ', 1)
@@ -65,7 +69,8 @@ def summary(doc: Mapping[str, Any]) -> str:
         page.card("episodes", page.fmt(t.get("episodes")), f"of {page.fmt(expected)} planned", "glance-episodes",
                   {"value": t.get("episodes")}),
         page.card("wall time", f"{page.fmt(t.get('wall_s'), 1)} s", f"over {page.fmt(t.get('runs'))} sweep run(s)"),
-        page.card("speed", f"{page.fmt(t.get('episodes_per_s'))} ep/s", f"{page.fmt(t.get('steps_per_s'), 0)} env steps/s"),
+        page.card("speed", f"{rate_text(t.get('episodes_per_s'), grouping=True)} ep/s",
+                  f"{rate_text(t.get('steps_per_s'), grouping=True)} env steps/s"),
     ]
     return (f'<p id="summary-line">{escape(str(doc.get("summary") or ""))}</p><div class="cards">{"".join(cards)}</div>'
             + best_table(doc) + overall_table(doc))
@@ -161,7 +166,6 @@ def left_out_sentence(doc: Mapping[str, Any]) -> str:
 def cells_table(doc: Mapping[str, Any], links: Mapping[CellKey, str]) -> str:
     rows = []
     for c in doc.get("cells") or []:
-        returns = np.asarray(c.get("returns") or [], dtype=np.float64)
         signal = c.get("success_signal", True)
         status = _cell_status(c)
         href = links.get((c["policy"], c["env"]))
@@ -169,10 +173,9 @@ def cells_table(doc: Mapping[str, Any], links: Mapping[CellKey, str]) -> str:
         if signal and c["episodes"]:
             cells += [page.num(c.get("successes")), page.num(c.get("success_pct")), page.interval(c.get("success_ci95"))]
         else:
-            why = NO_SIGNAL if not signal else "no episodes"
-            cells += [page.none(why), page.none(why), page.none("—")]
+            cells += [page.none("—" if not signal else "no episodes"), page.none("—"), page.none("—")]
         if c["episodes"]:
-            cells += [page.num(c.get("mean_return"), 3), page.interval(c.get("return_ci95"), 3), page.num(iqm(returns), 3)]
+            cells += [page.num(c.get("mean_return"), 3), page.interval(c.get("return_ci95"), 3), page.num(c.get("return_iqm"), 3)]
         else:
             cells += [page.none("no episodes"), page.none("—"), page.none("—")]
         cells += [page.num(c.get("nan_reward_episodes")),
@@ -184,7 +187,10 @@ def cells_table(doc: Mapping[str, Any], links: Mapping[CellKey, str]) -> str:
                   "Wilson score (fixed n)")
     caption = (f"Success: {method}, 95%. Return: percentile bootstrap of the mean (2000 resamples, seed 0)"
                + (", descriptive after the stop" if "anytime" in method else "")
-               + ". IQM: mean of the middle 50% of the cell's returns. Click a header to sort.")
+               + ". IQM: mean of the middle 50% of the cell's returns."
+               + (f" — in the success columns: {NO_SIGNAL}." if any(not c.get("success_signal", True)
+                                                                     for c in doc.get("cells") or []) else "")
+               + " Click a header to sort.")
     return page.table("cells", headers, rows, caption=caption)
 
 
@@ -248,7 +254,7 @@ def paired_table(doc: Mapping[str, Any]) -> str:
             cells += [page.num(m["only_a"]), page.num(m["only_b"]), page.pnum(m["p_value"]), page.pnum(m.get("p_holm")),
                       page.text(m["method"])]
         else:
-            cells += [page.none(NO_SIGNAL)] * 4 + [page.none("—")]
+            cells += [page.none("—")] * 5  # the note above says why, once
         cells += [page.num(d["mean_diff"], 3), page.interval(d["ci"], 3)]
         if with_verdict:
             v = p.get("verdict")
@@ -261,7 +267,9 @@ def paired_table(doc: Mapping[str, Any]) -> str:
     return (page.note("Over the episodes both policies ran (same env, task and seed), with fasteval compare's tests: "
                       "McNemar's exact test, Holm-adjusted across every comparison of this report "
                       f"({paired[0].get('family', len(paired))}); verdicts from the Holm-adjusted p-values. Return: B - A "
-                      f"(B listed later), paired t 95%, its verdict from the paired t-test of that mean.{stopped}")
+                      f"(B listed later), paired t 95%, its verdict from the paired t-test of that mean.{stopped}"
+                      + (f" — in the McNemar columns: {NO_SIGNAL}." if any(p.get("success_mcnemar") is None
+                                                                          for p in paired) else ""))
             + page.table("paired", headers, rows))
 
 
@@ -312,12 +320,29 @@ def failed_section(doc: Mapping[str, Any]) -> str:
     return page.table("failed-cells", ["policy", "env", "failed jobs", "episodes stored", "why", "retry"], rows, sortable=False)
 
 
+def _store_name(store: Any) -> str | None:
+    """The store's file name only: a page is shared, and the absolute path names the machine's folders."""
+    return Path(str(store)).name if store else None
+
+
 def render_sweep_page(doc: Mapping[str, Any], links: Mapping[CellKey, str] | None = None) -> str:
     links = links or {}
     t = doc.get("totals") or {}
-    subtitle = f"built from {escape(str(doc.get('store', '')))} at {escape(str(doc.get('generated_at', '')))}"
-    facts = page.kv([("store", doc.get("store")), ("generated at", doc.get("generated_at")), ("runs", t.get("runs")),
-                     ("engine time", f"{page.fmt(t.get('engine_s'), 2)} s"), ("env steps", page.fmt(t.get("env_steps")))])
+    name = (doc.get("sweep") or {}).get("name")
+    subtitle = (f"{'sweep ' + escape(str(name)) + ', ' if name else ''}built from "
+                f"{escape(str(_store_name(doc.get('store')) or ''))} at {escape(str(doc.get('generated_at', '')))}")
+    sweep = doc.get("sweep") or {}
+    git = sweep.get("git") or {}
+    facts = page.kv([("sweep", sweep.get("name")), ("seeds", ", ".join(str(s) for s in sweep.get("seeds") or []) or None),
+                     ("episodes per seed block", sweep.get("episodes")), ("fasteval version", sweep.get("fasteval_version")),
+                     ("git commit", (git.get("commit") or "") + (" (uncommitted changes)" if git.get("dirty") else "")
+                      if git else None),
+                     ("store", _store_name(doc.get("store"))), ("generated at", doc.get("generated_at")),
+                     ("runs", t.get("runs")), ("engine time", f"{page.fmt(t.get('engine_s'), 2)} s"),
+                     ("env steps", page.fmt(t.get("env_steps")))])
+    if sweep.get("spec"):
+        facts += ("<h3>Sweep spec (its last run)</h3><pre id=\"sweep-spec\">"
+                  + escape(json.dumps(sweep["spec"], indent=2, default=str)) + "</pre>")
     sections = [
         ("glance", "At a glance", summary(doc)),
         ("cells", "Cells", cells_table(doc, links)),

@@ -83,7 +83,9 @@ def make_env(type: str, task: str | None = None, task_id: int | None = None, **o
     config = env_config(type, task, task_id, **options)
     if is_libero_type(type):
         prepare_assets()
-    with contextlib.redirect_stdout(sys.stderr):  # LeRobot's LIBERO factory prints its progress on stdout
+    from fasteval.robot.lerobot.factory_messages import said_once
+
+    with said_once():  # LeRobot's LIBERO factory prints its progress on stdout, once per env: said once, on stderr
         suites = config.create_envs(n_envs=1, use_async_envs=False)
     vec_envs = [vec for tasks in suites.values() for vec in tasks.values()]
     if len(vec_envs) != 1:

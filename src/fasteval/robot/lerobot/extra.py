@@ -15,7 +15,7 @@ from typing import Sequence
 from fasteval.types.errors import PolicyLoadError
 
 MIN_PYTHON = (3, 12)
-INSTALL_HINT = "pip install 'fasteval[lerobot]'  (LeRobot 0.6.x with PushT; CPU-only torch: see docs/lerobot.md)"
+INSTALL_HINT = "./scripts/install.sh lerobot  (LeRobot 0.6.x with PushT; CPU-only torch: see docs/lerobot.md)"
 
 
 def require_lerobot(what: str, version_info: Sequence[int] | None = None) -> ModuleType:

@@ -2,7 +2,7 @@
 
 The reference resolves with ``huggingface_hub.snapshot_download`` to a local folder, which is then
 loaded exactly like a local checkpoint folder (``config.json`` + ``model.safetensors``, plus an
-optional ``normalization.safetensors``). Needs the ``hub`` extra: ``pip install 'fasteval[hub]'``.
+optional ``normalization.safetensors``). Needs the ``hub`` extra: ``./scripts/install.sh hub``.
 
 * ``HF_HUB_OFFLINE=1`` (read at call time): only the local cache is used (``local_files_only``);
   a snapshot that is not cached is an error that says how to fetch it.
@@ -81,7 +81,7 @@ def _resolve(repo_id: str, revision: str | None, cache_dir: str, offline: bool) 
     except ImportError:
         raise PolicyLoadError(
             f"policy hf://{repo_id}: huggingface_hub is not installed. Install it with "
-            f"`pip install 'fasteval[hub]'` (or `pip install huggingface_hub`)."
+            f"`./scripts/install.sh hub` (or `pip install huggingface_hub`)."
         ) from None
     where = f"hf://{repo_id}" + (f"@{revision}" if revision else "")
     try:

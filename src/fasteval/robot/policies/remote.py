@@ -195,7 +195,7 @@ def connect_remote(ref: str, max_bytes: int | None = None) -> RemotePolicy:
         import websockets  # noqa: F401
     except ImportError as exc:
         raise PolicyLoadError(f"policy {ref!r}: a served policy needs the serve extra ({exc.name} is missing): "
-                              f"pip install 'fasteval[serve]'.") from None
+                              f"./scripts/install.sh serve.") from None
     from fasteval.types.wire import DEFAULT_MAX_MESSAGE_BYTES
 
     protocol, url = parse_remote_ref(ref)

@@ -149,7 +149,7 @@ def load_sb3_zip(path: Path, trust_remote_code: bool, device: str = "auto") -> A
         from stable_baselines3.common.save_util import load_from_zip_file
     except ImportError as exc:
         raise PolicyLoadError(f"policy {str(path)!r} is a Stable-Baselines3 checkpoint, and stable-baselines3 is not "
-                              f"installed ({exc}): pip install 'fasteval[sb3]'.") from None
+                              f"installed ({exc}): ./scripts/install.sh sb3.") from None
     target = "cpu" if device == "auto" else device
     data, params, _ = load_from_zip_file(path, device=target)
     kwargs = dict(data.get("policy_kwargs") or {})
