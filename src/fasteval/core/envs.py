@@ -41,7 +41,11 @@ class EnvKinds(Protocol):
     * ``adapt(obj, built)``: turn an env of another library (a live TorchRL env, a factory of one, or what a
       ``module:callable`` env returned: ``built`` is then True) into a ``gymnasium.Env`` or a
       :class:`~fasteval.core.slots.SlotEnvsSource` (an env with a batch of its own), or ``None`` (not an
-      env it knows).
+      env it knows);
+    * ``unread_step(env)``: for a built slot env, ``step(action) -> (obs, reward, terminated, truncated, info)``
+      that skips the work of the observation (``obs`` is not read; a render skipped) and changes nothing else
+      of the episode, or ``None`` when this kind of env cannot (:mod:`fasteval.core.unread`). Declared per kind
+      of env, never found by trying.
     """
 
     def prepare(self, env: str, kwargs: Mapping[str, Any]) -> None: ...
@@ -49,6 +53,8 @@ class EnvKinds(Protocol):
     def not_found_hint(self, env: str) -> str: ...
 
     def adapt(self, obj: Any, built: bool) -> Any: ...
+
+    def unread_step(self, env: Any) -> Callable[[Any], tuple] | None: ...
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,9 @@ class PlainEnvs:
         return ""
 
     def adapt(self, obj: Any, built: bool) -> Any:
+        return None
+
+    def unread_step(self, env: Any) -> Callable[[Any], tuple] | None:
         return None
 
 
@@ -215,6 +224,17 @@ class SyncSlotEnvs(SlotEnvs):
         """Step ``slots`` with rows of ``actions``; write results into the host buffers."""
         self.step_send(slots, actions)
 
+    def skip_unread(self, on: bool) -> bool:
+        kinds = self.factory.kinds if isinstance(self.factory, EnvFactory) else PLAIN_ENVS  # a bare callable: none
+        return self.block.skip_unread(kinds.unread_step if on else None)
+
+    def step_send_reading(self, slots: Sequence[int], actions: np.ndarray, reads: np.ndarray) -> list[int]:
+        watchdog = self.watchdog
+        watchdog.arm(self._step_guard)
+        self.block.step_reading(slots, actions, reads, self.failures)
+        watchdog.disarm()
+        return slots
+
     def step_send(self, slots: Sequence[int], actions: np.ndarray) -> list[int]:
         """In-process envs step right here, with the step guard armed (one frame less than ``step``)."""
         watchdog = self.watchdog
@@ -268,7 +288,7 @@ def build_slot_envs(vectorization: str, factory: EnvFactory, n_slots: int, probe
     spaces = (probe.observation_space, probe.action_space, env_metadata(probe))
     probe.close()
     return WorkerPoolEnvs(factory, n_slots, spaces[0], spaces[1], n_workers=workers, step_timeout=step_timeout,
-                          metadata=spaces[2])
+                          metadata=spaces[2], unread_step=factory.kinds.unread_step)
 
 
 def _check_picklable(factory: EnvFactory) -> None:

@@ -10,6 +10,8 @@ module knows:
 * **MuJoCo**: which envs render through MuJoCo (:func:`is_mujoco`, the one check, for an id, a
   reference or a built env), so that ``MUJOCO_GL=egl`` is set on a machine without a display before
   MuJoCo is imported (:mod:`fasteval.robot.env_kinds.headless`);
+* **unread observations**: which kinds of env can step without computing an observation nobody reads, and
+  how (:mod:`fasteval.robot.env_kinds.unread`);
 * **render modes**: ``render_mode="human"`` opens a window, which a headless run cannot do (MuJoCo's
   GLFW would abort the process): :func:`render_mode_problem` refuses it before anything is built.
 
@@ -192,6 +194,13 @@ class RobotEnvKinds:
         from fasteval.robot.torchrl.envs import adapt_env
 
         return adapt_env(obj, built)
+
+    def unread_step(self, env: Any) -> Any:
+        """A built env's step without its observation's work, where its kind declares one
+        (:func:`fasteval.robot.env_kinds.unread.unread_step`), else ``None``."""
+        from fasteval.robot.env_kinds.unread import unread_step
+
+        return unread_step(env)
 
 
 ENV_KINDS = RobotEnvKinds()

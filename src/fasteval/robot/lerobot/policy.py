@@ -291,6 +291,14 @@ class LeRobotPolicy(_FollowsDevice):
         action = pipes.post(action)
         return pipes.env_post({ACTION: action})[ACTION]
 
+    def observation_reads(self) -> np.ndarray:
+        """Per slot, after a call: whether the next call reads the observation the coming env step returns (the
+        slots whose queue ran out; every slot with an observation history or preprocessing that keeps state,
+        which read every observation). The envs skip the others' work (:mod:`fasteval.core.unread`)."""
+        if self.n_obs_steps > 1 or not self.pipelines.stateless_inputs:
+            return np.ones(self.n_slots, dtype=bool)
+        return self.queue.needed()
+
     # -- internals --------------------------------------------------------------------------------
     def _refill_from(self, obs: Any, need: np.ndarray) -> None:
         """Steps 1-4 of the module docstring (skipped on steps where no slot needs a chunk, when the
