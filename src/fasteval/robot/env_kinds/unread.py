@@ -14,7 +14,10 @@ and ``tests/lerobot/test_unread_lerobot.py`` compare every episode and every obs
 * **LIBERO** through LeRobot's ``LiberoEnv`` (fasteval's wrappers around it): robosuite's camera observables
   keep their last frame instead of rendering on unread steps (their sampling clocks run as before, so the
   next read step renders at the same sub-step), and so do the ``num_steps_wait`` settle steps of each reset
-  but the last, and the frames of the reset and of the init state that those settle steps replace.
+  but the last, and the frames of the reset and of the init state that those settle steps replace.* **Meta-World through LeRobot's env** (its ``MetaworldEnv``, pixel observation types): its step renders the
+  camera for the observation (``self._env.render()`` in ``_format_raw_obs``); the unread step runs the same
+  step with that render answered by a blank frame of the observation's shape.
+
 Anything else: ``None`` (every observation is computed).
 """
 
@@ -32,7 +35,7 @@ PIXEL_OBS_TYPES = ("pixels", "pixels_agent_pos")
 
 def unread_step(env: Any) -> Callable[[Any], tuple] | None:
     """The unread step of built slot env ``env`` (see the module docstring), or ``None``."""
-    for declared in (_pusht, _render_observation, _libero):
+    for declared in (_pusht, _render_observation, _libero, _lerobot_metaworld):
         step = declared(env)
         if step is not None:
             return step
@@ -175,3 +178,28 @@ def _settle_without_frames(libero: Any) -> None:
 
     libero.reset = settled_reset
 
+
+
+# -- Meta-World (LeRobot's MetaworldEnv) ---------------------------------------------------------------
+def _lerobot_metaworld(env: Any) -> Callable[[Any], tuple] | None:
+    module = sys.modules.get("lerobot.envs.metaworld")
+    base = env.unwrapped if isinstance(env, gym.Env) else None
+    if module is None or not isinstance(base, module.MetaworldEnv) or base.obs_type not in PIXEL_OBS_TYPES:
+        return None
+    import numpy as np
+
+    blank = np.zeros((base.observation_height, base.observation_width, 3), dtype=np.uint8)
+
+    def no_frame() -> Any:
+        return blank
+
+    def step(action: Any) -> tuple:
+        base._ensure_env()
+        inner = base._env
+        inner.render = no_frame  # MetaworldEnv._format_raw_obs renders for the observation: skipped this step
+        try:
+            return env.step(action)
+        finally:
+            del inner.render
+
+    return step
