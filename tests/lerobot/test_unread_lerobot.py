@@ -148,3 +148,22 @@ def test_metaworld_skips_unread_frames_exactly(k, monkeypatch):
                     continue
                 for key in ref:
                     assert got[key][row].tobytes() == ref[key][row].tobytes(), key
+
+
+@needs_libero
+def test_lerobot_act_on_libero_skips_and_matches(libero_home, tmp_path, monkeypatch):
+    """A real LeRobot ACT (n_action_steps 5) on LIBERO: LIBERO's env preprocessor is stateless, so the policy
+    tells its reads per slot and the envs skip the unread frames; every episode is bitwise equal without skipping."""
+    from fasteval import evaluate
+    from fasteval.robot.lerobot.envs import ENV_REF
+    from fasteval.robot.lerobot.testing import write_libero_act_checkpoint
+
+    folder = write_libero_act_checkpoint(tmp_path / "act", seed=0, n_action_steps=5, chunk_size=5)
+    kw = dict(env=ENV_REF, env_kwargs=dict(TASK0), policy=str(folder), n_episodes=2, seed=1000, max_steps=8,
+              batch_size=1, device="cpu")
+    monkeypatch.setenv(OFF_VARIABLE, "1")
+    reference = evaluate(**kw)
+    monkeypatch.delenv(OFF_VARIABLE)
+    result = evaluate(**kw)
+    assert result.meta["unread_observations"] == "on"
+    assert _outcomes(result) == _outcomes(reference)
