@@ -175,6 +175,8 @@ class SyncSlotEnvs(SlotEnvs):
         """Deadlines for this process's env calls (``step_timeout``): a hung one cannot be interrupted."""
         self._guards = {what: self.watchdog.guard(step_timeout, ENV, f"an env {what}") for what in ("step", "reset", "rebuild")}
         self._step_guard = self._guards["step"]
+        self.step_timeout = step_timeout
+        self._reset_guards: dict[int, Any] = {1: self._guards["reset"]}
         fns: list[Callable[[], gym.Env]] = [factory] * n_slots
         self.factory = factory
         if first_env is not None:
@@ -209,8 +211,17 @@ class SyncSlotEnvs(SlotEnvs):
             self.pinned = True
         return True
 
+    def reset_guard(self, n: int) -> Any:
+        """The deadline of ``n`` env resets in turn: ``step_timeout`` for each (a first wave of slow resets, a LIBERO
+        model built per env, is not a hang)."""
+        guard = self._reset_guards.get(n)
+        if guard is None and self.step_timeout is not None:
+            guard = self._reset_guards[n] = self.watchdog.guard(
+                self.step_timeout * n, ENV, f"{n} env resets in turn ({self.step_timeout:g} s each)")
+        return guard
+
     def reset_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:
-        self.watchdog.arm(self._guards["reset"])
+        self.watchdog.arm(self.reset_guard(max(1, len(slots))))
         self.block.reset(slots, seeds, self.failures)  # the engine rebuilds failed envs and retries the episode
         self.watchdog.disarm()
 

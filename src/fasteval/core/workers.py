@@ -197,7 +197,7 @@ class WorkerPoolEnvs(SlotEnvs):
         worker.stash = {}
 
     def _await_ready(self, worker: _Worker) -> None:
-        timeout = None if self.step_timeout is None else max(self.step_timeout, 60.0)
+        timeout = None if self.step_timeout is None else max(self.step_timeout, 60.0) * len(worker.block)
         reply = self._receive(worker, 0, timeout)
         if reply is TIMED_OUT:
             worker.process.kill()
@@ -249,7 +249,11 @@ class WorkerPoolEnvs(SlotEnvs):
             slots[0] if slots else worker.block.start)
         if timed_out:
             worker.process.kill()
-            error = f"timed out after {self.step_timeout:g} s (--step-timeout); worker killed"
+            limit = self._limit(stage, len(slots))
+            error = (f"env worker {worker.index} timed out: no answer to its {stage} of {len(slots)} env(s) within {limit:g} s "
+                     f"(--step-timeout {self.step_timeout:g} s per env call): worker killed and replaced, its episodes "
+                     f"restart. If the env is only slow rather than hung (a first LIBERO reset under load), raise "
+                     f"--step-timeout")
         else:
             error = None
         worker.process.join(timeout=5.0)
@@ -272,8 +276,14 @@ class WorkerPoolEnvs(SlotEnvs):
         self._restarted.difference_update(lost)
         self.failures.append(EnvFailure(culprit, stage, error, exit_code=None if timed_out else code))
 
+    def _limit(self, stage: str, n: int) -> float | None:
+        """A command's deadline: ``step_timeout`` per env reset (a worker resets its slots in turn), else per command."""
+        if self.step_timeout is None:
+            return None
+        return self.step_timeout * max(1, n) if stage == "reset" else self.step_timeout
+
     def _claim(self, worker: _Worker, seq: int, stage: str, slots: Sequence[int]) -> tuple | None:
-        reply = self._receive(worker, seq, self.step_timeout)
+        reply = self._receive(worker, seq, self._limit(stage, len(slots)))
         if isinstance(reply, str):
             self._replace(worker, stage, slots, timed_out=reply is TIMED_OUT)
             return None
