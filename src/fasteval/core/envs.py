@@ -45,7 +45,10 @@ class EnvKinds(Protocol):
     * ``unread_step(env)``: for a built slot env, ``step(action) -> (obs, reward, terminated, truncated, info)``
       that skips the work of the observation (``obs`` is not read; a render skipped) and changes nothing else
       of the episode, or ``None`` when this kind of env cannot (:mod:`fasteval.core.unread`). Declared per kind
-      of env, never found by trying.
+      of env, never found by trying;
+    * ``memory(env, kwargs)``: for a heavy env, ``(bytes per env, bytes per process hosting such envs, a name for
+      them)``, so that the pool's default size fits the machine's memory (:mod:`fasteval.core.memory_fit`), or
+      ``None``.
     """
 
     def prepare(self, env: str, kwargs: Mapping[str, Any]) -> None: ...
@@ -55,6 +58,8 @@ class EnvKinds(Protocol):
     def adapt(self, obj: Any, built: bool) -> Any: ...
 
     def unread_step(self, env: Any) -> Callable[[Any], tuple] | None: ...
+
+    def memory(self, env: str, kwargs: Mapping[str, Any]) -> tuple[int, int, str] | None: ...
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,9 @@ class PlainEnvs:
         return None
 
     def unread_step(self, env: Any) -> Callable[[Any], tuple] | None:
+        return None
+
+    def memory(self, env: str, kwargs: Mapping[str, Any]) -> tuple[int, int, str] | None:
         return None
 
 
@@ -288,6 +296,7 @@ def build_slot_envs(vectorization: str, factory: EnvFactory, n_slots: int, probe
             raise UserInputError(f"a batched env steps its own workers, so it runs with vectorization 'sync'; got "
                                  f"{vectorization!r}. Drop --vectorization async (or give a single env, one per slot).")
         return probe.build(n_slots)
+    workers = fit_memory(factory, vectorization, n_slots, workers)
     if vectorization == "sync":
         return SyncSlotEnvs(factory, n_slots, first_env=probe, step_timeout=step_timeout, watchdog=watchdog)
     from fasteval.core.workers import WorkerPoolEnvs
@@ -300,6 +309,29 @@ def build_slot_envs(vectorization: str, factory: EnvFactory, n_slots: int, probe
     probe.close()
     return WorkerPoolEnvs(factory, n_slots, spaces[0], spaces[1], n_workers=workers, step_timeout=step_timeout,
                           metadata=spaces[2], unread_step=factory.kinds.unread_step)
+
+
+def fit_memory(factory: EnvFactory, vectorization: str, n_slots: int, workers: int | None,
+               available: Callable[[], int | None] | None = None) -> int | None:
+    """The pool's workers, fitted to the memory available where the env kind declares what an env costs
+    (:func:`fasteval.core.memory_fit.memory_plan`); what was decided, or that the batch does not fit, is said
+    before the envs are built (a ``RuntimeWarning``)."""
+    if not isinstance(factory, EnvFactory) or not isinstance(factory.env, str):
+        return workers
+    declared = factory.kinds.memory(factory.env, factory.kwargs)
+    if declared is None:
+        return workers
+    import warnings
+
+    from fasteval.core.memory_fit import available_memory, memory_plan
+    from fasteval.core.workers import default_workers
+
+    per_env, per_process, what = declared
+    plan = memory_plan(n_slots, vectorization, workers, default_workers(n_slots), per_env, per_process,
+                       (available or available_memory)(), what)
+    if plan.message is not None:
+        warnings.warn(plan.message, RuntimeWarning, stacklevel=2)
+    return plan.workers
 
 
 def _check_picklable(factory: EnvFactory) -> None:

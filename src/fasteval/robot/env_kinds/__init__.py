@@ -179,6 +179,16 @@ def check_env_known(env: str, kwargs: Mapping[str, Any], trust_remote_code: bool
         raise EnvNotFoundError(f"env {env!r}: {exc}") from None
 
 
+LEROBOT_ENV = "fasteval.robot.lerobot.envs:make_env"
+"""LeRobot's env types, as fasteval builds them (``fasteval.robot.lerobot.envs.ENV_REF``)."""
+HEAVY_ENVS: dict[str, tuple[int, int, str]] = {
+    "libero": (int(1.25 * 1024 ** 3), int(2.0 * 1024 ** 3), "LIBERO envs"),
+}
+"""Declared memory of heavy kinds: (bytes per env, bytes per process that hosts them, name). LIBERO, measured on
+the 2-core development machine (libero_10 task 0, 256 px, after the first reset): the first env of a process
+brought it to 3.0 GiB RSS (LeRobot, torch, robosuite and LIBERO imported), each further env added 1.2 GiB."""
+
+
 @dataclass(frozen=True)
 class RobotEnvKinds:
     """fasteval's :class:`~fasteval.core.envs.EnvKinds` (picklable: env workers get it with the factory)."""
@@ -194,6 +204,12 @@ class RobotEnvKinds:
         from fasteval.robot.torchrl.envs import adapt_env
 
         return adapt_env(obj, built)
+
+    def memory(self, env: str, kwargs: Mapping[str, Any]) -> tuple[int, int, str] | None:
+        """What one env costs in memory, for heavy kinds (:data:`HEAVY_ENVS`: LIBERO through LeRobot), else ``None``."""
+        if env.endswith(LEROBOT_ENV) and str(dict(kwargs).get("type", "")).startswith("libero"):
+            return HEAVY_ENVS["libero"]
+        return None
 
     def unread_step(self, env: Any) -> Any:
         """A built env's step without its observation's work, where its kind declares one
