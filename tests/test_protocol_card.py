@@ -45,3 +45,36 @@ def test_init_state_rule_and_setup_without_libero(tmp_path, monkeypatch) -> None
     assert "bddl_files folder" in stale_config(config)
     config.write_text(f"bddl_files: {tmp_path}\ninit_states: {tmp_path}\n")
     assert stale_config(config) is None
+
+
+def test_a_software_renderer_on_a_machine_with_a_gpu_is_warned_about(tmp_path) -> None:
+    from fasteval.robot.env_kinds.renderer import gpu_present, is_software, renderer_warning
+
+    llvmpipe = "llvmpipe (LLVM 15.0.6, 256 bits) (OpenGL 4.5 (Core Profile) Mesa 22.3.6)"
+    nvidia = "NVIDIA H200/PCIe/SSE2 (OpenGL 4.6.0 NVIDIA 550.54.15)"
+    warning = renderer_warning(llvmpipe, True, "egl")
+    assert warning is not None and "llvmpipe" in warning and "MUJOCO_GL=egl" in warning and "NVIDIA" in warning
+    assert renderer_warning(llvmpipe, False, "egl") is None  # no GPU: software rendering is all there is
+    assert renderer_warning(nvidia, True, "egl") is None
+    assert is_software("softpipe") and not is_software(nvidia)
+    marker = tmp_path / "version"  # a fake driver file, and a fake nvidia-smi lookup
+    assert not gpu_present([str(tmp_path / "none")], which=lambda name: None)
+    marker.write_text("NVRM version: 550")
+    assert gpu_present([str(marker)], which=lambda name: None)
+    assert gpu_present([], which=lambda name: "/usr/bin/nvidia-smi")
+
+
+def test_the_libero_card_carries_the_renderer_warning(monkeypatch) -> None:
+    import warnings
+
+    from fasteval.robot.lerobot import libero_protocol
+
+    monkeypatch.setattr(libero_protocol, "_card", lambda key: {"num_steps_wait": 10})
+    monkeypatch.setattr(libero_protocol, "gl_renderer", lambda backend: "llvmpipe (LLVM 15.0.6, 256 bits)")
+    monkeypatch.setattr(libero_protocol, "gpu_present", lambda: True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        card = libero_protocol.protocol_card({"type": "libero"})
+    assert "llvmpipe" in card["gl_warning"] and any("software renderer" in str(w.message) for w in caught)
+    monkeypatch.setattr(libero_protocol, "gpu_present", lambda: False)
+    assert "gl_warning" not in libero_protocol.protocol_card({"type": "libero"})

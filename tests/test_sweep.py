@@ -440,7 +440,7 @@ def test_ray_backend_matches_local(tmp_path, clean_sweep):
     from fasteval.doors.sweep import RayExecutor
 
     started = time.perf_counter()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never a cluster left by another test
     try:
         out = tmp_path / "ray"
         outcome = run_sweep(SweepSpec.from_dict(SPEC), out, executor=RayExecutor(num_cpus=1, max_retries=1), report=False)

@@ -170,7 +170,8 @@ def test_dead_or_hung_worker_is_replaced_and_only_its_block_restarts(pair, tmp_p
     if fault == "die":
         assert failure.exit_code == -signal.SIGKILL and "signal 9" in failure.error
     else:
-        assert "timed out" in failure.error
+        assert "timed out" in failure.error and "within 1 s (--step-timeout 1 s per env call)" in failure.error
+        assert "raise --step-timeout" in failure.error  # what happened, and which option to raise
     assert pool.rebuild(3) == [2, 3]
     new = [w.process.pid for w in pool._workers]
     assert new[0] == old[0] and new[2] == old[2] and new[1] != old[1]

@@ -28,8 +28,13 @@ def test_bench_libero_tiny(tmp_path: Path) -> None:
     report = json.loads(out.read_text())
     rows = report["rows"]
     assert report["problems"] == []
-    assert {"lerobot-eval sync", "fasteval sync"} <= set(rows) and any(r.startswith("fasteval pool") for r in rows)
-    assert rows["fasteval sync"]["episodes"] == rows["lerobot-eval sync"]["episodes"]
-    assert set(rows["fasteval sync"]["timings"]) >= {"env_step", "policy"}
-    assert rows["fasteval sync"]["protocol"]["observation_height"] == 32
-    assert "| fasteval sync |" in proc.stdout and "projected fasteval time on c cores" in proc.stdout
+    tag = " [libero, n_action_steps 2]"
+    assert {f"lerobot-eval sync{tag}", f"fasteval sync{tag}", f"fasteval sync, skip off{tag}"} <= set(rows)
+    assert any(r.startswith("fasteval pool") for r in rows)
+    assert rows[f"fasteval sync{tag}"]["episodes"] == rows[f"lerobot-eval sync{tag}"]["episodes"]
+    assert rows[f"fasteval sync{tag}"]["episodes"] == rows[f"fasteval sync, skip off{tag}"]["episodes"]
+    assert rows[f"fasteval sync{tag}"]["unread_observations"] == "on"
+    assert rows[f"fasteval sync, skip off{tag}"]["unread_observations"].startswith("off")
+    assert set(rows[f"fasteval sync{tag}"]["timings"]) >= {"env_step", "policy"}
+    assert rows[f"fasteval sync{tag}"]["protocol"]["observation_height"] == 32
+    assert f"| fasteval sync{tag} |" in proc.stdout and "projected fasteval time on c cores" in proc.stdout

@@ -16,6 +16,8 @@ a renamed hook fails in one place:
 * :class:`SelectsActions`: ``select_action(obs)`` (else the policy is called: ``policy(obs)``);
 * :class:`Resettable`: ``reset(env_ids[, seeds])`` or ``reset()`` (per-env or wave reset);
 * :class:`ReadsObservation`: ``reads_observation(rows) -> bool`` (a step served from the policy's own queue);
+* :class:`TellsObservationReads`: ``observation_reads() -> bool[B]`` (per slot: whether the next call reads the
+  observation the coming env step returns; the envs then skip the work of the unread ones, :mod:`fasteval.core.unread`);
 * :class:`TakesTasks`: ``set_task(env_ids, descriptions)`` (task descriptions);
 * :class:`ReportsRunMeta`: ``run_meta() -> dict`` (facts for the run's metadata).
 """
@@ -49,6 +51,11 @@ class Capabilities:
     skips_observation: bool = False
     """Some calls do not read the observation (``runner.reads_observation(rows)`` says which): the loop
     binds a copy that asks first."""
+    reads_per_slot: bool = False
+    """After each call, the runner says per slot whether its next call reads the observation the coming env step
+    returns (``runner.observation_reads()``, a host ``bool[B]``): envs whose kind can skip that work (an unread
+    frame's render) skip it (:mod:`fasteval.core.unread`). False: every observation is read (a runner that cannot
+    tell, as ACT with temporal ensembling or a served policy, says nothing)."""
     wants_active: bool = False
     """The runner is told each call's active slots first (``runner.note_active(slots)``): a served policy
     sends only theirs."""
@@ -106,6 +113,14 @@ class ReadsObservation(Protocol):
     """A policy that serves some steps from its own queue: whether its next call for ``rows`` reads the observation."""
 
     def reads_observation(self, rows: slice) -> bool: ...
+
+
+@runtime_checkable
+class TellsObservationReads(Protocol):
+    """A policy that knows, after each call, which slots' next observation its next call reads: ``observation_reads()``
+    returns a host ``bool[B]`` (True: read). It must answer for every slot; a slot it is unsure of is True."""
+
+    def observation_reads(self) -> Any: ...
 
 
 @runtime_checkable

@@ -43,6 +43,7 @@ from fasteval.core.racing import RaceStop
 from fasteval.core.protocols import EngineParts, StepObserver
 from fasteval.core.timing import make_stage_timers
 from fasteval.core.transfer import DeviceToHost, HostToDevice, pins_host
+from fasteval.core.unread import ON as UNREAD_ON, skip_decision
 from fasteval.types.errors import UserInputError
 from fasteval.types.results import EarlierSegments
 from fasteval.types.spec import EvalSpec
@@ -117,6 +118,9 @@ class CoreEngine:
         """Seconds the current run spent capturing CUDA graphs (warm-ups included) and in torch.compile's
         first calls (:data:`fasteval.core.accel.capture_clock`); not in ``eval_s`` nor in the ``policy`` stage."""
         self.runs = 0
+        self.unread_observations = "off (not run yet)"
+        """Whether the run in progress (or the last one) skips unread observations' work: ``on`` or ``off (why)``
+        (:func:`fasteval.core.unread.skip_decision`; ``meta["unread_observations"]``)."""
         self.ledger: Ledger | None = None
         """The ledger of the run in progress (or the last one)."""
         self.stop_rule: StopWhen | RaceStop | None = None
@@ -383,11 +387,13 @@ class CoreEngine:
         """The first wave of resets (with the dry run on the engine's first run), then the step sequence."""
         start_wave(self.envs, self.runner, ledger, self.timers,
                    before_policy_reset=None if self._checked else self._dry_run)
+        self.unread_observations = skip_decision(self.runner.capabilities, observer, self.envs)
         ctx = StepContext(
             envs=self.envs, runner=self.runner, h2d=self.h2d, d2h=self.d2h, ledger=ledger, faults=faults,
             timers=self.timers, step_bookkeeping=kernels.step_bookkeeping, max_steps=self.max_steps or 0,
             check_actions=self.check_actions, on_finished=callback, observer=observer,
             watchdog=self.watchdog, policy_guard=self.watchdog.guard(self._policy_deadline(), POLICY, "the policy"),
+            skip_unread=self.unread_observations == UNREAD_ON,
         )
         run_episodes(ctx, self.group_rows)
 
@@ -430,6 +436,7 @@ class CoreEngine:
             "setup_s": self.setup_s if self.runs <= 1 else 0.0,
             "dry_run_s": self.dry_run_s,
             "capture_s": self.capture_s,
+            "unread_observations": self.unread_observations,
             **{f"policy_{k}": v for k, v in self.accel_facts.items()},
             **self._policy_facts(),
             **self._many_policy_facts(),

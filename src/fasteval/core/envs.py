@@ -42,7 +42,14 @@ class EnvKinds(Protocol):
     * ``adapt(obj, built)``: turn an env of another library (a live TorchRL env, a factory of one, or what a
       ``module:callable`` env returned: ``built`` is then True) into a ``gymnasium.Env`` or a
       :class:`~fasteval.core.slots.SlotEnvsSource` (an env with a batch of its own), or ``None`` (not an
-      env it knows).
+      env it knows);
+    * ``unread_step(env)``: for a built slot env, ``step(action) -> (obs, reward, terminated, truncated, info)``
+      that skips the work of the observation (``obs`` is not read; a render skipped) and changes nothing else
+      of the episode, or ``None`` when this kind of env cannot (:mod:`fasteval.core.unread`). Declared per kind
+      of env, never found by trying;
+    * ``memory(env, kwargs)``: for a heavy env, ``(bytes per env, bytes per process hosting such envs, a name for
+      them)``, so that the pool's default size fits the machine's memory (:mod:`fasteval.core.memory_fit`), or
+      ``None``.
     """
 
     def prepare(self, env: str, kwargs: Mapping[str, Any]) -> None: ...
@@ -50,6 +57,10 @@ class EnvKinds(Protocol):
     def not_found_hint(self, env: str) -> str: ...
 
     def adapt(self, obj: Any, built: bool) -> Any: ...
+
+    def unread_step(self, env: Any) -> Callable[[Any], tuple] | None: ...
+
+    def memory(self, env: str, kwargs: Mapping[str, Any]) -> tuple[int, int, str] | None: ...
 
 
 @dataclass(frozen=True)
@@ -63,6 +74,12 @@ class PlainEnvs:
         return ""
 
     def adapt(self, obj: Any, built: bool) -> Any:
+        return None
+
+    def unread_step(self, env: Any) -> Callable[[Any], tuple] | None:
+        return None
+
+    def memory(self, env: str, kwargs: Mapping[str, Any]) -> tuple[int, int, str] | None:
         return None
 
 
@@ -173,6 +190,8 @@ class SyncSlotEnvs(SlotEnvs):
         """Deadlines for this process's env calls (``step_timeout``): a hung one cannot be interrupted."""
         self._guards = {what: self.watchdog.guard(step_timeout, ENV, f"an env {what}") for what in ("step", "reset", "rebuild")}
         self._step_guard = self._guards["step"]
+        self.step_timeout = step_timeout
+        self._reset_guards: dict[int, Any] = {1: self._guards["reset"]}
         fns: list[Callable[[], gym.Env]] = [factory] * n_slots
         self.factory = factory
         if first_env is not None:
@@ -207,8 +226,17 @@ class SyncSlotEnvs(SlotEnvs):
             self.pinned = True
         return True
 
+    def reset_guard(self, n: int) -> Any:
+        """The deadline of ``n`` env resets in turn: ``step_timeout`` for each (a first wave of slow resets, a LIBERO
+        model built per env, is not a hang)."""
+        guard = self._reset_guards.get(n)
+        if guard is None and self.step_timeout is not None:
+            guard = self._reset_guards[n] = self.watchdog.guard(
+                self.step_timeout * n, ENV, f"{n} env resets in turn ({self.step_timeout:g} s each)")
+        return guard
+
     def reset_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:
-        self.watchdog.arm(self._guards["reset"])
+        self.watchdog.arm(self.reset_guard(max(1, len(slots))))
         self.block.reset(slots, seeds, self.failures)  # the engine rebuilds failed envs and retries the episode
         self.watchdog.disarm()
 
@@ -221,6 +249,17 @@ class SyncSlotEnvs(SlotEnvs):
     def step(self, slots: Sequence[int], actions: np.ndarray) -> None:
         """Step ``slots`` with rows of ``actions``; write results into the host buffers."""
         self.step_send(slots, actions)
+
+    def skip_unread(self, on: bool) -> bool:
+        kinds = self.factory.kinds if isinstance(self.factory, EnvFactory) else PLAIN_ENVS  # a bare callable: none
+        return self.block.skip_unread(kinds.unread_step if on else None)
+
+    def step_send_reading(self, slots: Sequence[int], actions: np.ndarray, reads: np.ndarray) -> list[int]:
+        watchdog = self.watchdog
+        watchdog.arm(self._step_guard)
+        self.block.step_reading(slots, actions, reads, self.failures)
+        watchdog.disarm()
+        return slots
 
     def step_send(self, slots: Sequence[int], actions: np.ndarray) -> list[int]:
         """In-process envs step right here, with the step guard armed (one frame less than ``step``)."""
@@ -264,6 +303,7 @@ def build_slot_envs(vectorization: str, factory: EnvFactory, n_slots: int, probe
             raise UserInputError(f"a batched env steps its own workers, so it runs with vectorization 'sync'; got "
                                  f"{vectorization!r}. Drop --vectorization async (or give a single env, one per slot).")
         return probe.build(n_slots)
+    workers = fit_memory(factory, vectorization, n_slots, workers)
     if vectorization == "sync":
         return SyncSlotEnvs(factory, n_slots, first_env=probe, step_timeout=step_timeout, watchdog=watchdog)
     from fasteval.core.workers import WorkerPoolEnvs
@@ -275,7 +315,30 @@ def build_slot_envs(vectorization: str, factory: EnvFactory, n_slots: int, probe
     spaces = (probe.observation_space, probe.action_space, env_metadata(probe))
     probe.close()
     return WorkerPoolEnvs(factory, n_slots, spaces[0], spaces[1], n_workers=workers, step_timeout=step_timeout,
-                          metadata=spaces[2])
+                          metadata=spaces[2], unread_step=factory.kinds.unread_step)
+
+
+def fit_memory(factory: EnvFactory, vectorization: str, n_slots: int, workers: int | None,
+               available: Callable[[], int | None] | None = None) -> int | None:
+    """The pool's workers, fitted to the memory available where the env kind declares what an env costs
+    (:func:`fasteval.core.memory_fit.memory_plan`); what was decided, or that the batch does not fit, is said
+    before the envs are built (a ``RuntimeWarning``)."""
+    if not isinstance(factory, EnvFactory) or not isinstance(factory.env, str):
+        return workers
+    declared = factory.kinds.memory(factory.env, factory.kwargs)
+    if declared is None:
+        return workers
+    import warnings
+
+    from fasteval.core.memory_fit import available_memory, memory_plan
+    from fasteval.core.workers import default_workers
+
+    per_env, per_process, what = declared
+    plan = memory_plan(n_slots, vectorization, workers, default_workers(n_slots), per_env, per_process,
+                       (available or available_memory)(), what)
+    if plan.message is not None:
+        warnings.warn(plan.message, RuntimeWarning, stacklevel=2)
+    return plan.workers
 
 
 def _check_picklable(factory: EnvFactory) -> None:

@@ -8,7 +8,8 @@ of a step, and the plain loop is the pipelined loop with one group:
   1. copy the group's observations to the policy device (``h2d``);
   2. run the policy on the group's rows, a static batch (``policy``);
   3. copy the actions to the host and check them; non-finite ones never reach an env (``d2h``);
-  4. send the actions of the slots that run an episode to their envs (``env_step``).
+  4. send the actions of the slots that run an episode to their envs (``env_step``); when the run skips
+     unread observations (:mod:`fasteval.core.unread`), with the runner's per-slot reads.
 
 *land* (:func:`land`)
   5. receive the envs' step; env failures restart their episodes from their seeds (``env_step``);
@@ -79,9 +80,19 @@ class StepContext:
     parked: dict[int, int] = field(default_factory=dict)
     """Scratch for fault handling: slot -> ledger row of episodes (re)seated mid-step."""
     groups: list["StepGroup"] = field(default_factory=list)
+    skip_unread: bool = False
+    """Unread observations' work is skipped this run (:func:`fasteval.core.unread.skip_decision`, made once):
+    each send passes the runner's per-slot reads (``runner.observation_reads()``, after its call)."""
 
     def __post_init__(self) -> None:
         self.send: Callable[[list[int], np.ndarray], list[int]] = self.envs.step_send
+        if self.skip_unread:
+            reads, send_reading = self.runner.observation_reads, self.envs.step_send_reading
+
+            def send(slots: list[int], actions: np.ndarray) -> list[int]:
+                return send_reading(slots, actions, reads())
+
+            self.send = send
         self.receive: Callable[[list[int]], None] = self.envs.step_recv
         self.capabilities = caps = self.runner.capabilities
         """The runner's declared :class:`~fasteval.core.capabilities.Capabilities` (after its dry run)."""

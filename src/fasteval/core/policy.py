@@ -19,6 +19,11 @@ A policy that serves some steps from its own queue (action chunks) may have
 the observation. The loop then skips the observation copy to the device for a call that will
 not read it (unless an observer is attached: recorders read the device buffer).
 
+A policy that knows it per slot may have ``observation_reads() -> bool[B]``: after a call, whether its next
+call reads each slot's observation (the one the coming env step returns). Envs whose kind can skip the
+work of an unread observation (a frame's render) then skip it (:mod:`fasteval.core.unread`); the rows of
+unread observations are overwritten with a marker, so a policy that read one anyway would see it.
+
 Each optional method is a :class:`typing.Protocol` of :mod:`fasteval.core.capabilities`, checked once
 here; what the runner makes of them is its :class:`~fasteval.core.capabilities.Capabilities`
 (``runner.capabilities``), the one value core reads.
@@ -43,9 +48,10 @@ import inspect
 from typing import Any, Callable, Sequence
 
 import gymnasium as gym
+import numpy as np
 import torch
 from fasteval.core.capabilities import (NO_RESET, PER_ENV, WAVE, CallsOneRowAtATime, Capabilities, ReadsObservation,
-                                         Resettable, SelectsActions, TakesTasks, UsesPolicyBlocks)
+                                         Resettable, SelectsActions, TakesTasks, TellsObservationReads, UsesPolicyBlocks)
 from fasteval.types.errors import ActionSpaceMismatchError, PolicyDryRunError, UserInputError
 from fasteval.core.tensordict_policy import TensorDictPolicyAdapter, is_tensordict_module
 from fasteval.core.policy_blocks import WHOLE_BATCH, blocked
@@ -108,9 +114,12 @@ class PolicyRunner:
         reads = isinstance(policy, ReadsObservation)
         if reads:
             self.reads_observation = policy.reads_observation
+        tells = isinstance(policy, TellsObservationReads)
+        if tells:
+            self.observation_reads = policy.observation_reads
         self.capabilities = Capabilities(
             reset_kind=kind, policy_reset_kind=kind, continuous=kind != WAVE and reset_mode != "wave",
-            tasks=isinstance(policy, TakesTasks), skips_observation=reads)
+            tasks=isinstance(policy, TakesTasks), skips_observation=reads, reads_per_slot=tells)
 
     def _use_blocks(self, rows: int, reset_kind: str) -> str:
         """Put the policy's own call on blocks of ``rows`` rows where its rows are independent (see
@@ -135,6 +144,11 @@ class PolicyRunner:
         """Whether the next call for slots ``rows`` reads its observation (asked only when
         ``capabilities.skips_observation``; see the module docstring)."""
         return True
+
+    def observation_reads(self) -> np.ndarray:
+        """Per slot (host ``bool[n_slots]``), after a call: whether the next call reads the observation the coming
+        env step returns (asked only when ``capabilities.reads_per_slot``; the base runner reads every one)."""
+        return np.ones(self.n_slots, dtype=bool)
 
     def note_active(self, active: list[int]) -> None:
         """Told, before each call, the slots of that call that run an episode (ascending), when

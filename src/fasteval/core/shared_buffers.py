@@ -70,6 +70,7 @@ class Layout:
             ("terminated", (n_slots,), np.dtype(bool)),
             ("truncated", (n_slots,), np.dtype(bool)),
             ("success", (n_slots,), np.dtype(bool)),
+            ("reads", (n_slots,), np.dtype(bool)),  # per slot: the coming step's observation is read (core/unread.py)
             ("progress", (n_workers, 3), np.dtype(np.int64)),  # per worker: seq, slot, stage being worked on
         ]
         fields, offset = [], 0
@@ -141,6 +142,7 @@ class SharedBuffers:
         self.obs = layout.obs(self.views)
         self.actions, self.rewards, self.terminated, self.truncated, self.success, self.progress = (
             self.views[k] for k in ("actions", "rewards", "terminated", "truncated", "success", "progress"))
+        self.reads = self.views["reads"]
         self.pinned = False
         self._registered: tuple[Any, int] | None = None  # (cudart, address) while registered
         self._closed = False

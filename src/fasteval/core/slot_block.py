@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from fasteval.core.slots import EnvFailure, _failure, _obs_writer, call_env
+from fasteval.core.unread import marker_writer
 from fasteval.types.errors import EnvStepError
 
 
@@ -52,10 +53,59 @@ class SlotBlock:
         self.progress = [-1, -1, -1] if progress is None else progress
         self.has_success_signal = False
         """True once any env step's ``info`` carried ``is_success`` (even False)."""
+        self.unread: dict[int, Callable[[Any], tuple]] | None = None
+        """Each slot's step without its observation's work (the env kind's ``unread_step``) while skipping is on."""
+        self._unread_step: Callable[[Any], Any] | None = None
 
     def use_obs_buffer(self, obs: Any) -> None:
         """Write observations into ``obs`` (an array, or a dict of arrays) from now on."""
         self.write_obs = _obs_writer(obs)
+        self.mark_unread = marker_writer(obs)
+
+    def skip_unread(self, unread_step: Callable[[Any], Any] | None) -> bool:
+        """Skip the work of unread observations from now on (``unread_step(env)``: the env kind's unread step of a
+        built env, or ``None`` when it has none), or stop (``unread_step=None``). True when every env of the block
+        has one (skipping is then on); otherwise skipping stays off."""
+        self.unread, self._unread_step = None, None
+        if unread_step is None:
+            return False
+        envs = self.envs
+        steps = {slot: unread_step(envs[slot]) for slot in (envs if isinstance(envs, dict) else range(len(envs)))}
+        if any(step is None for step in steps.values()):
+            return False
+        self.unread, self._unread_step = steps, unread_step
+        return True
+
+    def step_reading(self, slots: Sequence[int], actions: np.ndarray, reads: np.ndarray,
+                     failures: list[EnvFailure]) -> None:
+        """:meth:`step`, where a slot whose observation is not read (``reads[slot]`` False) steps without its
+        observation's work and gets the unread marker in its row (:mod:`fasteval.core.unread`)."""
+        envs, unread, write, mark, rewards, terminated, truncated, success, progress = (
+            self.envs, self.unread, self.write_obs, self.mark_unread, self.rewards, self.terminated, self.truncated,
+            self.success, self.progress)
+        seen = None
+        for slot in slots:
+            progress[1] = slot
+            try:
+                if reads[slot]:
+                    obs, reward, term, trunc, info = envs[slot].step(actions[slot])
+                    write(slot, obs)
+                else:
+                    _obs, reward, term, trunc, info = unread[slot](actions[slot])
+                    mark(slot)
+            except Exception as exc:
+                failures.append(_failure(slot, "step", exc))
+                continue
+            rewards[slot] = reward
+            terminated[slot] = term
+            truncated[slot] = trunc
+            flag = info.get("is_success")
+            if flag is None:
+                success[slot] = False
+            else:
+                success[slot] = seen = flag
+        if seen is not None:
+            self.has_success_signal = True
 
     def step(self, slots: Sequence[int], actions: np.ndarray, failures: list[EnvFailure]) -> None:
         """Step ``slots`` with their rows of ``actions``; a slot whose env raises goes to ``failures``.
@@ -102,7 +152,12 @@ class SlotBlock:
             self.envs[slot].close()
         except Exception:
             pass
-        self.envs[slot] = self.factory()
+        self.envs[slot] = env = self.factory()
+        if self.unread is not None:
+            step = self._unread_step(env)
+            if step is None:  # the same factory: cannot happen, but a rebuilt env that cannot skip must not
+                raise RuntimeError("the rebuilt env has no unread step, unlike the env it replaces")
+            self.unread[slot] = step
 
     def call(self, slots: Sequence[int], name: str) -> list[Any]:
         """``[env.<name>() or env.<name> for each slot]`` through the wrappers; a :class:`CallError`

@@ -110,6 +110,17 @@ class SlotEnvs:
     """True once any env step's ``info`` carried ``is_success``. Envs that never report it (classic
     control) leave it False, so reports can say "no success signal" instead of 0% success."""
 
+    def skip_unread(self, on: bool) -> bool:
+        """Turn on (or off) stepping slots whose observation is not read without that observation's work
+        (:mod:`fasteval.core.unread`). Returns whether it is on: only where the env kind declares an unread step
+        for every env. Envs without one keep stepping every observation."""
+        return False
+
+    def step_send_reading(self, slots: Sequence[int], actions: np.ndarray, reads: np.ndarray) -> list[int]:
+        """:meth:`step_send`, told per slot whether the observation the step returns is read (``reads``, host
+        ``bool[B]``); used only while :meth:`skip_unread` is on."""
+        return self.step_send(slots, actions)
+
     def rebuild(self, slot: int) -> list[int]:
         """Replace the env of ``slot`` after a failure. Returns every slot whose env state was
         lost (those episodes must restart from their seeds)."""

@@ -25,6 +25,10 @@ from typing import Callable, Iterator
 
 POLICY, ENV = "policy", "env"
 OPTION = {POLICY: "--policy-timeout", ENV: "--step-timeout"}
+HINT = {POLICY: "if the policy is only slow (a first call compiling, a busy GPU), raise --policy-timeout",
+        ENV: "if the env is only slow rather than hung (a first LIBERO reset builds its model under load), raise "
+             "--step-timeout (seconds per env call)"}
+"""What to do when a deadline of that kind passed, said with the cause."""
 EXIT_CODE = 1
 
 
@@ -36,6 +40,13 @@ def exit_on_expiry(cause: str) -> None:
               file=sys.stderr, flush=True)
     finally:
         os._exit(EXIT_CODE)
+
+
+def expiry_cause(seconds: float, kind: str, what: str) -> str:
+    """What happened when a deadline passed, and which option to raise."""
+    hint = HINT.get(kind)
+    return (f"{what} did not return within {seconds:g} s ({OPTION.get(kind, kind)})"
+            + (f"; {hint}" if hint else ""))
 
 
 class Watchdog:
@@ -93,7 +104,7 @@ class Watchdog:
                 seen = (calls, armed, time.monotonic())
             elif time.monotonic() - seen[2] > armed[0] and self.expired is None:
                 seconds, kind, what = armed
-                self.expired = f"{what} did not return within {seconds:g} s ({OPTION.get(kind, kind)})"
+                self.expired = expiry_cause(seconds, kind, what)
                 self.on_expire(self.expired)
                 return
 

@@ -7,6 +7,9 @@ Commands ``(kind, seq, payload)`` and replies ``(seq, failures, values)``:
 * ``call``  payload ``(slots, name)``: ``values`` is the list of ``env.<name>()`` results;
 * ``has``   payload ``name``: ``values`` is ``has_wrapper_attr(name)`` of the block's first env;
 * ``restart`` payload ``slots``: rebuild those envs;
+* ``unread`` payload ``unread_step``: skip the work of unread observations (the shared ``reads`` flags say which,
+  :mod:`fasteval.core.unread`) from now on with the env kind's ``unread_step``, or stop (``None``); ``values``
+  is whether skipping is on;
 * ``close``.
 
 ``failures`` lists the :class:`~fasteval.core.slots.EnvFailure` of envs that raised; each such
@@ -46,11 +49,13 @@ class _Broken:
 
 
 def worker_main(index: int, conn: Any, factory: Callable[[], gym.Env], shared: SharedFd, layout: Layout, block: range,
-                environ: dict[str, str]) -> None:
+                environ: dict[str, str], unread_step: Callable[[Any], Any] | None = None) -> None:
     """Worker ``index``: build the envs of ``block``, then answer commands until ``close``.
 
     ``environ`` is the parent's environment when the worker was started: a forkserver child would
-    otherwise keep the server's (variables such as ``MUJOCO_GL`` set later would not reach it).
+    otherwise keep the server's (variables such as ``MUJOCO_GL`` set later would not reach it). ``unread_step``:
+    skipping is on in the pool, with the env kind's unread step (a replacement worker starts with it, as the
+    ``unread`` command would set it).
     """
     _adopt_environ(environ)
     try:
@@ -60,7 +65,10 @@ def worker_main(index: int, conn: Any, factory: Callable[[], gym.Env], shared: S
     if envs is None:
         return
     try:
-        _Worker(index, conn, factory, SharedBuffers.attach(layout, shared), block, envs).serve()
+        worker = _Worker(index, conn, factory, SharedBuffers.attach(layout, shared), block, envs)
+        if unread_step is not None:
+            worker.unread(0, unread_step)
+        worker.serve()
     except PARENT_GONE:  # the parent ended mid-command: end quietly (no traceback on the terminal)
         pass
     finally:
@@ -122,7 +130,8 @@ class _Worker:
                                buffers.truncated, buffers.success, progress=self.progress)
         self.announced_success = False  # is_success seen in an info: told to the parent once
         self.handlers = {"step": self.step, "reset": self.reset, "call": self.call, "has": self.has,
-                         "restart": self.restart_slots}
+                         "restart": self.restart_slots, "unread": self.unread}
+        self._step_block = self._step_all
 
     def serve(self) -> None:
         """Answer commands until ``close`` or until the parent's end of the pipe goes away."""
@@ -163,11 +172,24 @@ class _Worker:
             out[name] = dict(zip(hit, self.block.call(hit, name)))
         return out
 
+    def _step_all(self, slots: Sequence[int], failures: list[EnvFailure]) -> None:
+        self.block.step(slots, self.buffers.actions, failures)
+
+    def _step_reading(self, slots: Sequence[int], failures: list[EnvFailure]) -> None:
+        self.block.step_reading(slots, self.buffers.actions, self.buffers.reads, failures)
+
+    def unread(self, seq: int, unread_step: Callable[[Any], Any] | None) -> tuple:
+        """Skip unread observations' work from now on with ``unread_step``, or stop (``None``); replies whether
+        skipping is on."""
+        done = self.block.skip_unread(unread_step)
+        self._step_block = self._step_reading if done else self._step_all
+        return seq, None, done
+
     def step(self, seq: int, payload: tuple) -> tuple:
         slots, watched = payload
         self.progress[0], self.progress[2] = seq, STAGE_STEP
         failures: list[EnvFailure] = []
-        self.block.step(slots, self.buffers.actions, failures)
+        self._step_block(slots, failures)
         values = self.watch_values(watched, self.settle(slots, failures))
         if self.block.has_success_signal and not self.announced_success:
             values, self.announced_success = {**(values or {}), SUCCESS_SIGNAL: True}, True

@@ -125,9 +125,12 @@ class WorkerPoolEnvs(SlotEnvs):
 
     def __init__(self, factory: Callable[[], gym.Env], n_slots: int, observation_space: gym.Space, action_space: gym.Space,
                  n_workers: int | None = None, step_timeout: float | None = None, context: Any = None,
-                 metadata: dict | None = None):
+                 metadata: dict | None = None, unread_step: Callable[[Any], Any] | None = None):
         super().__init__(n_slots, observation_space, action_space)
         self.factory, self.step_timeout = factory, step_timeout
+        self.unread_step = unread_step
+        """The env kind's unread step (:mod:`fasteval.core.unread`), or ``None``: what :meth:`skip_unread` turns on."""
+        self._skipping = False
         self.metadata = dict(metadata or {})
         if isinstance(context, str) or context is None:
             context = default_context() if context is None else multiprocessing.get_context(context)
@@ -152,6 +155,7 @@ class WorkerPoolEnvs(SlotEnvs):
         self.rewards, self.terminated, self.truncated, self.success = (
             self.buffers.rewards, self.buffers.terminated, self.buffers.truncated, self.buffers.success)
         self._progress = self.buffers.progress
+        self.reads = self.buffers.reads
         self._workers = [_Worker(w, block) for w, block in enumerate(self.blocks)]
         self._lost: dict[int, list[int]] = {}  # culprit slot -> slots lost with its worker
         self._restarted: set[int] = set()  # slots whose env the worker already rebuilt
@@ -181,7 +185,8 @@ class WorkerPoolEnvs(SlotEnvs):
         parent, child = self.context.Pipe(duplex=True)
         process = self.context.Process(
             target=worker_main, name=f"fasteval-env-worker-{worker.index}",
-            args=(worker.index, child, self.factory, self.buffers.shared_fd(), self.layout, worker.block, dict(os.environ)),
+            args=(worker.index, child, self.factory, self.buffers.shared_fd(), self.layout, worker.block, dict(os.environ),
+                  self.unread_step if self._skipping else None),
             daemon=True,
         )
         process.start()
@@ -192,7 +197,7 @@ class WorkerPoolEnvs(SlotEnvs):
         worker.stash = {}
 
     def _await_ready(self, worker: _Worker) -> None:
-        timeout = None if self.step_timeout is None else max(self.step_timeout, 60.0)
+        timeout = None if self.step_timeout is None else max(self.step_timeout, 60.0) * len(worker.block)
         reply = self._receive(worker, 0, timeout)
         if reply is TIMED_OUT:
             worker.process.kill()
@@ -248,7 +253,11 @@ class WorkerPoolEnvs(SlotEnvs):
             slots[0] if slots else worker.block.start)
         if timed_out:
             worker.process.kill()
-            error = f"timed out after {self.step_timeout:g} s (--step-timeout); worker killed"
+            limit = self._limit(stage, len(slots))
+            error = (f"env worker {worker.index} timed out: no answer to its {stage} of {len(slots)} env(s) within {limit:g} s "
+                     f"(--step-timeout {self.step_timeout:g} s per env call): worker killed and replaced, its episodes "
+                     f"restart. If the env is only slow rather than hung (a first LIBERO reset under load), raise "
+                     f"--step-timeout")
         else:
             error = None
         worker.process.join(timeout=5.0)
@@ -271,8 +280,14 @@ class WorkerPoolEnvs(SlotEnvs):
         self._restarted.difference_update(lost)
         self.failures.append(EnvFailure(culprit, stage, error, exit_code=None if timed_out else code))
 
+    def _limit(self, stage: str, n: int) -> float | None:
+        """A command's deadline: ``step_timeout`` per env reset (a worker resets its slots in turn), else per command."""
+        if self.step_timeout is None:
+            return None
+        return self.step_timeout * max(1, n) if stage == "reset" else self.step_timeout
+
     def _claim(self, worker: _Worker, seq: int, stage: str, slots: Sequence[int]) -> tuple | None:
-        reply = self._receive(worker, seq, self.step_timeout)
+        reply = self._receive(worker, seq, self._limit(stage, len(slots)))
         if isinstance(reply, str):
             self._replace(worker, stage, slots, timed_out=reply is TIMED_OUT)
             return None
@@ -387,6 +402,32 @@ class WorkerPoolEnvs(SlotEnvs):
                 continue
             sent.extend(wslots)
         return sent
+
+    def skip_unread(self, on: bool) -> bool:
+        """Tell every worker to skip unread observations' work (or to stop); on only if every worker's envs can
+        (otherwise it is turned off again everywhere). A replaced worker starts in the same mode."""
+        step = self.unread_step if on else None
+        if on and step is None:
+            return False
+        answers = []
+        for worker in self._workers:
+            seq = self._send(worker, "unread", step, ())
+            reply = DIED if seq is None else self._receive(worker, seq, self.step_timeout)
+            if isinstance(reply, str):
+                raise EnvStepError(f"env worker {worker.index} died or timed out while told to skip unread observations "
+                                   f"({reply}).")
+            answers.append(bool(reply[2]))
+        self._skipping = bool(answers) and all(answers)
+        if on and not self._skipping:
+            return self.skip_unread(False)
+        return self._skipping
+
+    def step_send_reading(self, slots: Sequence[int], actions: np.ndarray, reads: np.ndarray) -> list[int]:
+        """:meth:`step_send`, with the read flags of ``slots`` copied into the shared memory first."""
+        if len(slots):
+            lo, hi = min(slots), max(slots) + 1
+            self.reads[lo:hi] = reads[lo:hi]  # rows of other slots in range are not stepped now: harmless
+        return self.step_send(slots, actions)
 
     def step_recv(self, sent: Sequence[int]) -> None:
         """Wait for the step of ``sent`` (slots, as returned by :meth:`step_send`, possibly with

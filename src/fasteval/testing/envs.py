@@ -178,3 +178,11 @@ def expected_episode(
         success = success or _success_at(seed, t, episode_length(seed))
         obs = _observation(seed, t)
     return {"seed": seed, "sum_reward": total, "max_reward": best, "length": length, "success": success, "nan_rewards": nan_steps}
+
+
+def make_pixel_cartpole(**kwargs: Any) -> gym.Env:
+    """CartPole with its frame in the observation (``{"state": [4], "pixels": [400, 600, 3]}``): gymnasium's
+    ``AddRenderObservation`` over ``CartPole-v1`` with ``render_mode="rgb_array"``. Deterministic per seed, with
+    episode lengths that vary: a pixel env whose unread frames fasteval can skip (``fasteval.core.unread``)."""
+    kwargs.setdefault("render_mode", "rgb_array")
+    return gym.wrappers.AddRenderObservation(gym.make("CartPole-v1", **kwargs), render_only=False)

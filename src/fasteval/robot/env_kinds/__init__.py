@@ -10,6 +10,8 @@ module knows:
 * **MuJoCo**: which envs render through MuJoCo (:func:`is_mujoco`, the one check, for an id, a
   reference or a built env), so that ``MUJOCO_GL=egl`` is set on a machine without a display before
   MuJoCo is imported (:mod:`fasteval.robot.env_kinds.headless`);
+* **unread observations**: which kinds of env can step without computing an observation nobody reads, and
+  how (:mod:`fasteval.robot.env_kinds.unread`);
 * **render modes**: ``render_mode="human"`` opens a window, which a headless run cannot do (MuJoCo's
   GLFW would abort the process): :func:`render_mode_problem` refuses it before anything is built.
 
@@ -177,6 +179,16 @@ def check_env_known(env: str, kwargs: Mapping[str, Any], trust_remote_code: bool
         raise EnvNotFoundError(f"env {env!r}: {exc}") from None
 
 
+LEROBOT_ENV = "fasteval.robot.lerobot.envs:make_env"
+"""LeRobot's env types, as fasteval builds them (``fasteval.robot.lerobot.envs.ENV_REF``)."""
+HEAVY_ENVS: dict[str, tuple[int, int, str]] = {
+    "libero": (int(1.25 * 1024 ** 3), int(2.0 * 1024 ** 3), "LIBERO envs"),
+}
+"""Declared memory of heavy kinds: (bytes per env, bytes per process that hosts them, name). LIBERO, measured on
+the 2-core development machine (libero_10 task 0, 256 px, after the first reset): the first env of a process
+brought it to 3.0 GiB RSS (LeRobot, torch, robosuite and LIBERO imported), each further env added 1.2 GiB."""
+
+
 @dataclass(frozen=True)
 class RobotEnvKinds:
     """fasteval's :class:`~fasteval.core.envs.EnvKinds` (picklable: env workers get it with the factory)."""
@@ -192,6 +204,19 @@ class RobotEnvKinds:
         from fasteval.robot.torchrl.envs import adapt_env
 
         return adapt_env(obj, built)
+
+    def memory(self, env: str, kwargs: Mapping[str, Any]) -> tuple[int, int, str] | None:
+        """What one env costs in memory, for heavy kinds (:data:`HEAVY_ENVS`: LIBERO through LeRobot), else ``None``."""
+        if env.endswith(LEROBOT_ENV) and str(dict(kwargs).get("type", "")).startswith("libero"):
+            return HEAVY_ENVS["libero"]
+        return None
+
+    def unread_step(self, env: Any) -> Any:
+        """A built env's step without its observation's work, where its kind declares one
+        (:func:`fasteval.robot.env_kinds.unread.unread_step`), else ``None``."""
+        from fasteval.robot.env_kinds.unread import unread_step
+
+        return unread_step(env)
 
 
 ENV_KINDS = RobotEnvKinds()

@@ -46,6 +46,11 @@ STATELESS_STEPS = {"RenameObservationsProcessorStep", "AddBatchDimensionProcesso
 """Policy preprocessor steps that are pure functions of their input (LeRobot 0.6). A pipeline with any
 other step (relative actions cache the state for the postprocessor) runs on every step, as in LeRobot."""
 
+STATELESS_ENV_STEPS = {"LiberoProcessorStep"}
+"""Env preprocessor steps that are pure functions of their input (LeRobot 0.6's LIBERO step flips the images and
+turns the eef quaternion into axis-angle): with only these, steps that need no chunk may skip the preprocessing,
+and a chunking policy reads only the observations its chunks come from (:mod:`fasteval.core.unread`)."""
+
 ELEMENTWISE_STEPS = {"UnnormalizerProcessorStep", "DeviceProcessorStep"}
 """Postprocessor steps that map each action value on its own (an affine map per action dimension, a copy):
 running them on a chunk ``[B * n, action_dim]`` gives bit for bit what running them on each action gives."""
@@ -62,6 +67,7 @@ REQUIRED: list[tuple[str, str, str]] = [
     ("lerobot.processor.normalize_processor", "UnnormalizerProcessorStep", "ELEMENTWISE_STEPS"),
     ("lerobot.processor.device_processor", "DeviceProcessorStep", "STATELESS_STEPS, ELEMENTWISE_STEPS"),
     ("lerobot.processor.batch_processor", "AddBatchDimensionProcessorStep", "STATELESS_STEPS"),
+    ("lerobot.processor.env_processor", "LiberoProcessorStep", "STATELESS_ENV_STEPS"),
     ("lerobot.processor.tokenizer_processor", "TokenizerProcessorStep", "STATELESS_STEPS"),
     ("lerobot.envs.utils", "preprocess_observation", "the observation keys (fasteval's plan follows it)"),
     ("lerobot.envs.factory", "make_env_config", "--env.type"),

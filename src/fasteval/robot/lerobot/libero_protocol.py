@@ -5,7 +5,8 @@
 language instruction (what the policy is told), ``num_steps_wait``,
 ``hard_reset``, ``init_states`` and the init-state rule (:mod:`fasteval.robot.lerobot.libero`), the image size,
 the cameras, the control frequency and mode, the episode length, the success rule, the render backend
-(``MUJOCO_GL``) and its GL renderer string, and the versions of the packages the numbers depend on (the asset
+(``MUJOCO_GL``) and its GL renderer string (with ``gl_warning`` when a GPU is present but a software renderer
+renders: :mod:`fasteval.robot.env_kinds.renderer`), and the versions of the packages the numbers depend on (the asset
 packages' included). vla-evaluation-harness's "common pitfalls" lists these as the settings that move a
 number by tens of points; two LIBERO numbers are comparable when their cards are equal.
 """
@@ -17,8 +18,10 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from typing import Any, Mapping
 
+from fasteval.robot.env_kinds.renderer import gpu_present, renderer_warning
 from fasteval.robot.lerobot.envs import ENV_REF, make_env
 from fasteval.robot.lerobot.libero import (INIT_STATE_OFFSET, SUCCESS_RULE, assets_dir, env_field, is_libero_type,
                                            versions)
@@ -72,6 +75,10 @@ def protocol_card(env_kwargs: Mapping[str, Any], max_steps: int | None = None) -
     backend = os.environ.get("MUJOCO_GL") or "default (glfw: needs a display)"
     card["render_backend"] = backend
     card["gl_renderer"] = gl_renderer(os.environ.get("MUJOCO_GL"))
+    warning = renderer_warning(card["gl_renderer"], gpu_present(), os.environ.get("MUJOCO_GL"))
+    if warning is not None:  # said once per process and task (the card is built once per run)
+        card["gl_warning"] = warning
+        warnings.warn(warning, RuntimeWarning, stacklevel=2)
     return card
 
 

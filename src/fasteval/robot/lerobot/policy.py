@@ -29,7 +29,7 @@ One call, in LeRobot's order (``lerobot_eval.rollout``):
    postprocessor run on the popped batch, as LeRobot runs them on ``select_action``'s output.
 
 Two shortcuts give the same numbers with less work: when the preprocessing is stateless
-(:data:`STATELESS_STEPS`, no env preprocessor) and there is no observation history, steps 1-4 run
+(:data:`STATELESS_STEPS`, and no env preprocessor but :data:`STATELESS_ENV_STEPS`: LIBERO's) and there is no observation history, steps 1-4 run
 only on steps where some slot needs a chunk; when the postprocessing is elementwise
 (:data:`ELEMENTWISE_STEPS`, no env postprocessor), it runs once on each new chunk instead of on
 every popped action. Pipelines with other steps (relative actions, which cache the state for the
@@ -74,7 +74,7 @@ from torch import nn
 from fasteval.core import accel
 from fasteval.core.capabilities import GLOBAL_RNG, POLICY_RNG
 from fasteval.robot.lerobot import internals
-from fasteval.robot.lerobot.internals import ELEMENTWISE_STEPS, STATELESS_STEPS
+from fasteval.robot.lerobot.internals import ELEMENTWISE_STEPS, STATELESS_ENV_STEPS, STATELESS_STEPS
 from fasteval.robot.lerobot.observations import LeRobotBatch
 from fasteval.robot.buffers.chunk_queue import ChunkQueue, StagedUpload
 from fasteval.types.errors import UserInputError
@@ -94,7 +94,8 @@ class _Pipelines:
     def _set(self, pipelines: tuple[Any, Any, Any, Any]) -> None:
         self.pre, self.post, self.env_pre, self.env_post = pipelines
         steps = [type(step).__name__ for step in self.pre.steps]  # LeRobot's processor pipelines list their steps
-        self.stateless_inputs = not self.env_pre.steps and set(steps) <= STATELESS_STEPS
+        env_steps = {type(step).__name__ for step in self.env_pre.steps}
+        self.stateless_inputs = env_steps <= STATELESS_ENV_STEPS and set(steps) <= STATELESS_STEPS
         """Preprocessing keeps no state between calls, so steps that need no chunk may skip it."""
         post = [type(step).__name__ for step in self.post.steps]
         self.elementwise_outputs = not self.env_post.steps and set(post) <= ELEMENTWISE_STEPS
@@ -301,6 +302,14 @@ class LeRobotPolicy(_FollowsDevice):
             return action
         action = pipes.post(action)
         return pipes.env_post({ACTION: action})[ACTION]
+
+    def observation_reads(self) -> np.ndarray:
+        """Per slot, after a call: whether the next call reads the observation the coming env step returns (the
+        slots whose queue ran out; every slot with an observation history or preprocessing that keeps state,
+        which read every observation). The envs skip the others' work (:mod:`fasteval.core.unread`)."""
+        if self.n_obs_steps > 1 or not self.pipelines.stateless_inputs:
+            return np.ones(self.n_slots, dtype=bool)
+        return self.queue.needed()
 
     # -- internals --------------------------------------------------------------------------------
     def _refill_from(self, obs: Any, need: np.ndarray) -> None:

@@ -20,7 +20,10 @@ One policy call, in order:
 queue is empty takes the next ``n_action_steps`` actions of a fresh chunk (the policy's
 ``n_action_steps`` attribute if it has one, else the whole chunk), and a slot that starts a new
 episode drops its queue. The policy is called only on steps where at least one slot needs a new
-chunk (it still sees the whole batch; rows of slots that do not need one are discarded). A slot's
+chunk (it still sees the whole batch; rows of slots that do not need one are discarded). The runner tells
+the envs which slots' next observation it reads (``observation_reads``: the slots whose queue ran out), so an
+env that can skip an unread observation's work does (:mod:`fasteval.core.unread`); the rows it discards
+then hold the unread marker. A slot's
 chunk therefore depends only on its own observation at the step its queue ran out, so results do
 not depend on the batch size or on the other slots (for a policy whose rows are independent).
 
@@ -162,8 +165,9 @@ class RobotPolicyRunner(PolicyRunner):
             )
         self.chunks = ChunkQueue(self._call, raw, n_exec)
         self._call = self.chunks
+        self.observation_reads = self.chunks.needed  # a slot's next observation is read when its queue ran out
         # the queues are per-slot state (no CUDA-graph capture of the step, per-slot drops)
-        self.capabilities = replace(self.capabilities, chunks=True,
+        self.capabilities = replace(self.capabilities, chunks=True, reads_per_slot=True,
                                     reset_kind=PER_ENV if self.capabilities.reset_kind == NO_RESET
                                     else self.capabilities.reset_kind)
         return super()._choose_postprocess(raw[:, 0])

@@ -1,0 +1,205 @@
+"""Which kinds of env can skip the work of an observation nobody reads, and how (:mod:`fasteval.core.unread`).
+
+Declared here per kind of env, by its class and its declared observation settings, never found by trying.
+Each entry steps a built slot env exactly as its own ``step`` does, but without computing the observation's
+expensive part; rendering does not change the physics, so the episode is the same (``tests/test_unread.py``
+and ``tests/lerobot/test_unread_lerobot.py`` compare every episode and every observation read, bit for bit).
+
+* **PushT** (gym-pusht's ``PushTEnv`` and fasteval's :class:`~fasteval.robot.fast_envs.pusht.FastPushTEnv`),
+  with a pixel observation (``obs_type`` ``pixels`` or ``pixels_agent_pos``): the step runs without
+  ``get_obs`` (the 512 px surface drawn and resized); physics, reward, flags and info are the env's own code.
+* **gymnasium pixel envs**: an :class:`~gymnasium.wrappers.AddRenderObservation` on top (a MuJoCo env with
+  ``render_mode="rgb_array"`` whose observation is its frame): the unread step is the inner env's step, without
+  the wrapper's ``render()``.
+* **LIBERO** through LeRobot's ``LiberoEnv`` (fasteval's wrappers around it): robosuite's camera observables
+  keep their last frame instead of rendering on unread steps (their sampling clocks run as before, so the
+  next read step renders at the same sub-step), and so do the ``num_steps_wait`` settle steps of each reset
+  but the last, and the frames of the reset and of the init state that those settle steps replace.* **Meta-World through LeRobot's env** (its ``MetaworldEnv``, pixel observation types): its step renders the
+  camera for the observation (``self._env.render()`` in ``_format_raw_obs``); the unread step runs the same
+  step with that render answered by a blank frame of the observation's shape.
+
+Anything else: ``None`` (every observation is computed).
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from typing import Any, Callable
+
+import gymnasium as gym
+
+PIXEL_OBS_TYPES = ("pixels", "pixels_agent_pos")
+"""gym-pusht's (and LeRobot's) observation types with an image."""
+
+
+def unread_step(env: Any) -> Callable[[Any], tuple] | None:
+    """The unread step of built slot env ``env`` (see the module docstring), or ``None``."""
+    for declared in (_pusht, _render_observation, _libero, _lerobot_metaworld):
+        step = declared(env)
+        if step is not None:
+            return step
+    return None
+
+
+# -- PushT -------------------------------------------------------------------------------------------
+def _nothing() -> None:
+    return None
+
+
+def _pusht(env: Any) -> Callable[[Any], tuple] | None:
+    module = sys.modules.get("gym_pusht.envs.pusht")  # loaded whenever a PushT env exists
+    if module is None or not isinstance(env, module.PushTEnv) or env.obs_type not in PIXEL_OBS_TYPES:
+        return None
+
+    def step(action: Any) -> tuple:
+        env.get_obs = _nothing  # PushTEnv.step ends with self.get_obs(): the render, skipped for this step
+        try:
+            return env.step(action)
+        finally:
+            del env.get_obs
+
+    return step
+
+
+# -- gymnasium: a frame as the observation ------------------------------------------------------------
+def _render_observation(env: Any) -> Callable[[Any], tuple] | None:
+    if not isinstance(env, gym.wrappers.AddRenderObservation) or env.render_mode != "rgb_array":
+        return None
+    if env.unwrapped.render_mode != "rgb_array":  # a "human" env renders inside its own step
+        return None
+    return env.env.step  # the wrapper's observation() (its render) is what is skipped
+
+
+# -- LIBERO (LeRobot's LiberoEnv) ----------------------------------------------------------------------
+class StaleCameras:
+    """robosuite's camera observables of one env, which keep their last frame while :attr:`stale` is True.
+
+    The env's ``_update_observables`` (called at every sub-step, and with ``force`` on resets and init states)
+    is shadowed on the instance: while stale, each image observable's sensor returns the observable's current
+    value for that call, so its clock (sampling time, delay) advances exactly as with the render.
+    """
+
+    def __init__(self, robosuite_env: Any):
+        self.env = robosuite_env
+        self.stale = False
+        self.update = robosuite_env._update_observables
+        robosuite_env._update_observables = self._update
+
+    def _update(self, force: bool = False) -> Any:
+        if not self.stale:
+            return self.update(force=force)
+        cameras = [o for o in self.env._observables.values() if o.modality == "image"]
+        sensors = [o._sensor for o in cameras]
+        for observable in cameras:
+            observable._sensor = _last_frame(observable)
+        try:
+            return self.update(force=force)
+        finally:
+            for observable, sensor in zip(cameras, sensors):
+                observable._sensor = sensor
+
+
+def _last_frame(observable: Any) -> Callable[[Any], Any]:
+    sensor = observable._sensor
+
+    def last(obs_cache: Any) -> Any:
+        return observable._current_observed_value
+
+    last.__modality__ = sensor.__modality__  # robosuite reads an observable's modality from its sensor
+    return last
+
+
+_CAMERAS: "weakref.WeakKeyDictionary[Any, StaleCameras]" = weakref.WeakKeyDictionary()
+
+
+def _libero_env(env: Any) -> Any:
+    module = sys.modules.get("lerobot.envs.libero")
+    base = env.unwrapped if isinstance(env, gym.Env) else None
+    if module is None or not isinstance(base, module.LiberoEnv):
+        return None
+    return base
+
+
+def cameras_of(libero: Any) -> StaleCameras:
+    """The :class:`StaleCameras` of LeRobot ``LiberoEnv`` ``libero``'s robosuite env (built on first use)."""
+    libero._ensure_env()
+    robosuite_env = libero._env.env
+    cameras = _CAMERAS.get(robosuite_env)
+    if cameras is None:
+        cameras = _CAMERAS[robosuite_env] = StaleCameras(robosuite_env)
+    return cameras
+
+
+def _libero(env: Any) -> Callable[[Any], tuple] | None:
+    libero = _libero_env(env)
+    if libero is None:
+        return None
+    _settle_without_frames(libero)
+
+    def step(action: Any) -> tuple:
+        cameras = cameras_of(libero)
+        cameras.stale = True
+        try:
+            return env.step(action)
+        finally:
+            cameras.stale = False
+
+    return step
+
+
+def _settle_without_frames(libero: Any) -> None:
+    """Shadow ``libero.reset`` (once): the frames of the reset, the init state and the settle steps but the last
+    are not rendered (only the last settle step's observation is returned)."""
+    if "reset" in vars(libero):
+        return
+    reset = libero.reset
+
+    def settled_reset(seed: Any = None, **kwargs: Any) -> Any:
+        waits = int(libero.num_steps_wait)
+        if waits < 1:
+            return reset(seed=seed, **kwargs)
+        cameras = cameras_of(libero)
+        control = libero._env
+        step, count = control.step, [0]
+
+        def settle(action: Any) -> Any:
+            count[0] += 1
+            cameras.stale = count[0] < waits
+            return step(action)
+
+        control.step = settle
+        cameras.stale = True
+        try:
+            return reset(seed=seed, **kwargs)
+        finally:
+            cameras.stale = False
+            del control.step
+
+    libero.reset = settled_reset
+
+
+
+# -- Meta-World (LeRobot's MetaworldEnv) ---------------------------------------------------------------
+def _lerobot_metaworld(env: Any) -> Callable[[Any], tuple] | None:
+    module = sys.modules.get("lerobot.envs.metaworld")
+    base = env.unwrapped if isinstance(env, gym.Env) else None
+    if module is None or not isinstance(base, module.MetaworldEnv) or base.obs_type not in PIXEL_OBS_TYPES:
+        return None
+    import numpy as np
+
+    blank = np.zeros((base.observation_height, base.observation_width, 3), dtype=np.uint8)
+
+    def no_frame() -> Any:
+        return blank
+
+    def step(action: Any) -> tuple:
+        base._ensure_env()
+        inner = base._env
+        inner.render = no_frame  # MetaworldEnv._format_raw_obs renders for the observation: skipped this step
+        try:
+            return env.step(action)
+        finally:
+            del inner.render
+
+    return step

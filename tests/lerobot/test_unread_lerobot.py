@@ -1,0 +1,169 @@
+"""Unread observations skipped on LIBERO (fasteval.robot.env_kinds.unread): robosuite's cameras keep their last
+frame on steps whose observation is not read, and on a reset's settle steps but the last. With and without
+skipping, across batch sizes and the pool, every episode and every observation the policy reads are bitwise
+equal. LIBERO steps are slow (0.1-0.2 s): 32 px images, few steps and episodes.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+pytest.importorskip("lerobot")
+from fasteval.core.unread import OFF_VARIABLE, is_marked  # noqa: E402
+from fasteval.robot.lerobot.libero import assets_dir, libero_dir, write_config  # noqa: E402
+
+needs_libero = pytest.mark.skipif(libero_dir() is None or assets_dir() is None,
+                                  reason="hf-libero or LIBERO's scene assets are not installed")
+TASK0 = {"type": "libero", "task": "libero_spatial", "task_id": 0, "observation_height": 32, "observation_width": 32}
+
+
+class LiberoChunks(nn.Module):
+    """Chunks of 6 actions (7-dim) from every key of the observation, row by row (integer sums of the images, the
+    state's sum); executes the first ``k``. Records every batch; a marked row gives NaN actions."""
+
+    def __init__(self, k: int):
+        super().__init__()
+        self.n_action_steps = k
+        self.calls: list[dict[str, np.ndarray]] = []
+
+    def forward(self, obs):
+        keys = sorted(obs.keys())
+        self.calls.append({key: obs[key].numpy().copy() for key in keys})
+        n = obs[keys[0]].shape[0]
+        score = torch.zeros(n, dtype=torch.float64)
+        marked = torch.zeros(n, dtype=torch.bool)
+        for key in keys:
+            value = obs[key].flatten(1)
+            if value.dtype == torch.uint8:
+                marked |= (value == 255).all(1)
+                score = score + (value.long().sum(1) % 13).double()
+            else:
+                score = score + value.double().sum(1)
+        score = torch.where(marked, torch.full_like(score, float("nan")), score)
+        step = torch.tanh(score)[:, None, None] * 0.3
+        signs = torch.tensor([1.0, -1.0, 0.5, 0.0, 0.0, 0.0, -1.0], dtype=torch.float64)
+        return (step * signs[None, None, :]).expand(n, 6, 7).float()
+
+
+@pytest.fixture(scope="module")
+def libero_home(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("libero_config")
+    old = os.environ.get("LIBERO_CONFIG_PATH")
+    os.environ["LIBERO_CONFIG_PATH"] = str(folder)
+    write_config(folder / "config.yaml")
+    yield folder
+    if old is None:
+        os.environ.pop("LIBERO_CONFIG_PATH", None)
+    else:
+        os.environ["LIBERO_CONFIG_PATH"] = old
+
+
+def _run(k: int, batch: int, vectorization: str = "sync"):
+    from fasteval import evaluate
+    from fasteval.robot.lerobot.envs import ENV_REF
+
+    policy = LiberoChunks(k)
+    result = evaluate(env=ENV_REF, env_kwargs=dict(TASK0), policy=policy, n_episodes=3, seed=1000, max_steps=7,
+                      batch_size=batch, vectorization=vectorization, device="cpu")
+    return result, policy
+
+
+def _outcomes(result):
+    return [(r["sum_reward"], r["max_reward"], r["success"], r["length"]) for r in result.per_episode]
+
+
+@needs_libero
+@pytest.mark.parametrize("k", [3])
+def test_libero_skips_unread_frames_exactly(k, libero_home, monkeypatch):
+    monkeypatch.setenv(OFF_VARIABLE, "1")
+    reference, ref_policy = _run(k, 1)
+    assert reference.meta["unread_observations"].startswith("off")
+    monkeypatch.delenv(OFF_VARIABLE)
+    for batch, vectorization in [(1, "sync"), (2, "async")]:
+        result, policy = _run(k, batch, vectorization)
+        assert result.meta["unread_observations"] == "on"
+        assert _outcomes(result) == _outcomes(reference), (batch, vectorization)
+        assert not any(r.get("error") for r in result.per_episode)
+        if batch == 1:  # the observations read, in order, bit for bit (the reset's too: settle steps skipped)
+            assert len(policy.calls) == len(ref_policy.calls)
+            for got, ref in zip(policy.calls, ref_policy.calls):
+                assert not is_marked({key: v[0] for key, v in got.items()})
+                for key in ref:
+                    assert got[key].tobytes() == ref[key].tobytes(), key
+
+
+class MetaWorldChunks(nn.Module):
+    """Meta-World (``pixels_agent_pos``): chunks of 5 actions (4-dim) from the frame's pixel sum and the agent
+    position, row by row; executes the first ``k``. Records every batch; a marked row gives NaN actions."""
+
+    def __init__(self, k: int):
+        super().__init__()
+        self.n_action_steps = k
+        self.calls: list[dict[str, np.ndarray]] = []
+
+    def forward(self, obs):
+        pixels, pos = obs["pixels"], obs["agent_pos"]
+        self.calls.append({"pixels": pixels.numpy().copy(), "agent_pos": pos.numpy().copy()})
+        marked = (pixels == 255).flatten(1).all(1)
+        score = (pixels.long().flatten(1).sum(1) % 17).double() + pos.double().sum(1)
+        score = torch.where(marked, torch.full_like(score, float("nan")), score)
+        signs = torch.tensor([1.0, -1.0, 0.5, -0.5], dtype=torch.float64)
+        return (torch.tanh(score)[:, None, None] * signs[None, None, :]).expand(-1, 5, 4).float()
+
+
+@pytest.mark.parametrize("k", [4])
+def test_metaworld_skips_unread_frames_exactly(k, monkeypatch):
+    pytest.importorskip("metaworld")
+    from fasteval import evaluate
+    from fasteval.robot.lerobot.envs import ENV_REF
+
+    def run(batch, vectorization):
+        policy = MetaWorldChunks(k)
+        result = evaluate(env=ENV_REF, env_kwargs={"type": "metaworld", "task": "push-v3", "obs_type": "pixels_agent_pos"},
+                          policy=policy, n_episodes=3, seed=0, max_steps=12, batch_size=batch,
+                          vectorization=vectorization, device="cpu")
+        return result, policy
+
+    # Compared at the same batch and vectorization: LeRobot's Meta-World is not batch invariant by itself (an
+    # episode's numbers depend on the episodes its env instance ran before: 1e-5 between batch 1 and 2, with or
+    # without skipping), so each configuration is compared with itself without skipping.
+    for batch, vectorization in [(1, "sync"), (2, "sync"), (2, "async")]:
+        monkeypatch.setenv(OFF_VARIABLE, "1")
+        reference, ref_policy = run(batch, vectorization)
+        monkeypatch.delenv(OFF_VARIABLE)
+        result, policy = run(batch, vectorization)
+        assert result.meta["unread_observations"] == "on"
+        assert _outcomes(result) == _outcomes(reference), (batch, vectorization)
+        assert len(policy.calls) == len(ref_policy.calls)
+        n_marked = 0
+        for got, ref in zip(policy.calls, ref_policy.calls):
+            for row in range(batch):
+                if is_marked({key: v[row] for key, v in got.items()}):
+                    n_marked += 1
+                    continue
+                for key in ref:
+                    assert got[key][row].tobytes() == ref[key][row].tobytes(), key
+
+
+@needs_libero
+def test_lerobot_act_on_libero_skips_and_matches(libero_home, tmp_path, monkeypatch):
+    """A real LeRobot ACT (n_action_steps 5) on LIBERO: LIBERO's env preprocessor is stateless, so the policy
+    tells its reads per slot and the envs skip the unread frames; every episode is bitwise equal without skipping."""
+    from fasteval import evaluate
+    from fasteval.robot.lerobot.envs import ENV_REF
+    from fasteval.robot.lerobot.testing import write_libero_act_checkpoint
+
+    folder = write_libero_act_checkpoint(tmp_path / "act", seed=0, n_action_steps=5, chunk_size=5)
+    kw = dict(env=ENV_REF, env_kwargs=dict(TASK0), policy=str(folder), n_episodes=2, seed=1000, max_steps=8,
+              batch_size=1, device="cpu")
+    monkeypatch.setenv(OFF_VARIABLE, "1")
+    reference = evaluate(**kw)
+    monkeypatch.delenv(OFF_VARIABLE)
+    result = evaluate(**kw)
+    assert result.meta["unread_observations"] == "on"
+    assert _outcomes(result) == _outcomes(reference)
