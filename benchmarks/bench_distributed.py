@@ -93,7 +93,7 @@ def main() -> None:
 
     import ray
 
-    ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=cores, include_dashboard=False, log_to_driver=False)
     try:
         results = {}
         for w in ws:
