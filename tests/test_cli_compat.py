@@ -63,7 +63,7 @@ def test_lerobot_flags_and_native_flags_give_the_same_eval_info(tmp_path, known_
     lerobot = ["--policy.path=" + PARITY, "--env.type=known_answer", "--eval.n_episodes=13", "--eval.batch_size=4",
                "--policy.device=cpu", "--seed=1000", f"--output_dir={tmp_path / 'lerobot'}"]
     native = ["--policy", PARITY, "--env", KA, "-n", "13", "-b", "4", "--device", "cpu", "--seed", "1000",
-              "-o", tmp_path / "native"]
+              "--policy-block", "batch", "-o", tmp_path / "native"]  # LeRobot's flags: blocks of the batch size
     overrides = [f"policy={PARITY}", f"env={KA}", "eval.n_episodes=13", "eval.batch_size=4", "policy.device=cpu",
                  "seed=1000", f"output_dir={tmp_path / 'keys'}"]
     for args in (lerobot, native, overrides):
@@ -254,7 +254,8 @@ def test_config_round_trip_same_spec_and_same_results(tmp_path):
     # --eval.use_async_envs makes it a LeRobot-style command line: LeRobot's video layout (no videos: the env
     # type renders none), every other default given on the line
     assert spec == EvalSpec(env=KA, policy=PARITY, n_episodes=9, batch_size=2, seed=5,
-                            env_kwargs={"nan_reward_seeds": [7]}, device="auto", retries=2, video_layout="lerobot")
+                            env_kwargs={"nan_reward_seeds": [7]}, device="auto", retries=2, video_layout="lerobot",
+                            policy_block=2)  # LeRobot-style: blocks of the batch size
     assert out == str(tmp_path / "first")
     # the file names code (a module:callable policy): the command line must trust it (docs/security.md)
     again = resolved(["--config", tmp_path / "first" / "config.json", "--trust-remote-code"])

@@ -20,7 +20,7 @@ def test_import_fasteval_registers_no_env_and_fasteval_testing_does():
                   "before = [k for k in gym.registry if k.startswith('fasteval/')]\n"
                   "import fasteval.testing\n"
                   "print(before, [k for k in gym.registry if k.startswith('fasteval/')])")
-    assert out == "[] ['fasteval/KnownAnswer-v0']"
+    assert out == "[] ['fasteval/KnownAnswer-v0', 'fasteval/BusyKnownAnswer-v0']"
 
 
 def test_the_known_answer_id_builds_in_a_fresh_process_without_importing_fasteval_testing():

@@ -16,7 +16,7 @@ from fasteval.run.engine import Engine
 from fasteval.run.rundir import RunDirectory
 from fasteval.types.spec import EvalSpec
 
-ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'fasteval[ray]'")
+ray = pytest.importorskip("ray", reason="Ray is not installed: ./scripts/install.sh ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from fasteval.run.ray_engine import RayEngine, RayOptions  # noqa: E402

@@ -150,9 +150,9 @@ def test_resume_of_an_interrupted_run_gives_the_uninterrupted_result(tmp_path):
     k = reference["stopping"]["k"]
     cut = tmp_path / "cut"
     cut.mkdir()
-    records = [json.loads(x) for x in (full / "episodes.jsonl").read_text().splitlines()]
-    keep = [r for r in records if r["episode_ix"] < k // 2 or r["episode_ix"] in (k // 2 + 3, k // 2 + 5)]
-    (cut / "episodes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in keep))
+    lines = (full / "episodes.jsonl").read_text().splitlines()  # the lines as written (each carries its digest)
+    keep = [x for x in lines if json.loads(x)["episode_ix"] < k // 2 or json.loads(x)["episode_ix"] in (k // 2 + 3, k // 2 + 5)]
+    (cut / "episodes.jsonl").write_text("".join(x + "\n" for x in keep))
     manifest = json.loads((full / "manifest.json").read_text())
     manifest["status"] = "interrupted"
     (cut / "manifest.json").write_text(json.dumps(manifest))

@@ -36,7 +36,8 @@ def test_a_policy_field_override_is_the_checkpoint_saved_with_that_field(act_che
     info = json.loads((out / "eval_info.json").read_text())
     assert json.loads((out / "manifest.json").read_text())["what"]["policy_overrides"] == {"n_action_steps": "3"}
     assert json.loads((out / "config.json").read_text())["policy_overrides"] == {"n_action_steps": "3"}
-    spec = dict(env=VARYING_ENV_REF, observation_format="lerobot", n_episodes=3, batch_size=3, seed=0, device="cpu")
+    spec = dict(env=VARYING_ENV_REF, observation_format="lerobot", n_episodes=3, batch_size=3, seed=0, device="cpu",
+                policy_block=3)  # LeRobot's flags call the policy on blocks of the batch size (docs/exactness.md)
     three = write_act_checkpoint(tmp_path / "act3", seed=0, n_action_steps=3)  # the same weights (seed 0)
     saved = evaluate(policy=str(three), **spec)
     ten = evaluate(policy=str(act_checkpoint), **spec)

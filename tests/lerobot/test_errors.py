@@ -38,7 +38,7 @@ def test_wrong_python_message() -> None:
 
 def test_missing_extra_message(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "lerobot", None)  # import lerobot -> ImportError
-    with pytest.raises(PolicyLoadError, match=r"not installed.*pip install 'fasteval\[lerobot\]'"):
+    with pytest.raises(PolicyLoadError, match=r"not installed.*\./scripts/install\.sh lerobot"):
         extra.require_lerobot("X", version_info=(3, 12, 0))
 
 

@@ -56,7 +56,9 @@ class FileOptions:
         problems = []
         for fmt, path in export_tables(result, out_dir, self.export_formats):
             click.echo(f"wrote {path}")
-        if self.defaults == LEROBOT and getattr(result, "policies", None):  # a many-policy run with LeRobot's flags
+        from fasteval.types.many_result import ManyPolicyResult
+
+        if self.defaults == LEROBOT and isinstance(result, ManyPolicyResult):  # a many-policy run with LeRobot's flags
             try:
                 where = write_lerobot_per_policy(result, out_dir)
                 click.echo(f"wrote each checkpoint's eval_info.json in LeRobot's layout under {where}")

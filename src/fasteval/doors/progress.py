@@ -68,8 +68,8 @@ class RunProgress:
         self._thread: threading.Thread | None = None
 
     def steps_text(self) -> str:
-        steps, running, longest = in_flight(getattr(self.engine, "ledger", None))
-        cap = getattr(self.engine, "max_steps", None)
+        steps, running, longest = in_flight(self.engine.ledger)  # CoreEngine and RayEngine both have these
+        cap = self.engine.max_steps
         text = f"{self.finished_steps + steps:,} env steps"
         if running:
             text += f", {running} in flight up to step {longest:,}" + (f"/{cap:,}" if cap else "")

@@ -215,7 +215,7 @@ class RayEngine:
         try:
             import ray
         except ImportError:
-            raise UserInputError("--backend ray needs Ray: pip install 'fasteval[ray]'.") from None
+            raise UserInputError("--backend ray needs Ray: ./scripts/install.sh ray (fasteval's install script with the ray extra).") from None
         self.ray = ray
         self.spec, self.options = spec, options
         self.started_ray = not ray.is_initialized()
@@ -473,6 +473,8 @@ class _Blocks:
 
 def _cause(exc: BaseException) -> BaseException:
     """The exception a Ray task raised (a UserInputError stays one: exit 2), without Ray's wrapping."""
-    cause = getattr(exc, "cause", None)
+    from ray.exceptions import RayTaskError
+
+    cause = exc.cause if isinstance(exc, RayTaskError) else None
     return cause if isinstance(cause, BaseException) else exc
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fasteval.core.ledger import available_memory_bytes, episode_memory_bytes, memory_size  # numpy only: no torch
 from fasteval.types.errors import UserInputError
 from fasteval.types.refs import split_callable_ref
 from fasteval.types.spec import EvalSpec
@@ -183,8 +184,6 @@ def check_refs(spec: SweepSpec) -> None:
 def check_jobs_fit_in_memory(spec: SweepSpec) -> None:
     """Refuse (exit 2, one line) a sweep whose jobs' episodes cannot fit in this machine's memory, as ``-n`` is
     refused (:func:`fasteval.core.ledger.check_fits_in_memory`), per job, before the store lists any episode."""
-    from fasteval.core.ledger import available_memory_bytes, episode_memory_bytes, memory_size
-
     available = available_memory_bytes()
     if available is None:
         return

@@ -14,9 +14,13 @@ and ``tests/lerobot/test_unread_lerobot.py`` compare every episode and every obs
 * **LIBERO** through LeRobot's ``LiberoEnv`` (fasteval's wrappers around it): robosuite's camera observables
   keep their last frame instead of rendering on unread steps (their sampling clocks run as before, so the
   next read step renders at the same sub-step), and so do the ``num_steps_wait`` settle steps of each reset
-  but the last, and the frames of the reset and of the init state that those settle steps replace.* **Meta-World through LeRobot's env** (its ``MetaworldEnv``, pixel observation types): its step renders the
-  camera for the observation (``self._env.render()`` in ``_format_raw_obs``); the unread step runs the same
-  step with that render answered by a blank frame of the observation's shape.
+  but the last, and the frames of the reset and of the init state that those settle steps replace.
+* **Meta-World through LeRobot's env** (its ``MetaworldEnv``, pixel observation types): its step renders the
+  camera for the observation (``self._env.render()`` in ``_format_raw_obs``); :func:`_lerobot_metaworld` would run
+  the same step with that render answered by a blank frame. **Not declared**: the equality test of Meta-World with
+  and without skipping failed once in a full LeRobot run (the second episode of an env instance moved by 3e-4)
+  and passed alone; an env instance carries state from episode to episode, and until that is understood the
+  render is not skipped (correct first).
 
 Anything else: ``None`` (every observation is computed).
 """
@@ -35,7 +39,7 @@ PIXEL_OBS_TYPES = ("pixels", "pixels_agent_pos")
 
 def unread_step(env: Any) -> Callable[[Any], tuple] | None:
     """The unread step of built slot env ``env`` (see the module docstring), or ``None``."""
-    for declared in (_pusht, _render_observation, _libero, _lerobot_metaworld):
+    for declared in (_pusht, _render_observation, _libero):  # not _lerobot_metaworld: see the module docstring
         step = declared(env)
         if step is not None:
             return step

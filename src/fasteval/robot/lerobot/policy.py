@@ -391,8 +391,9 @@ class LeRobotPolicy(_FollowsDevice):
         if self.scheduler_generators:
             with internals.scheduler_generators(self.policy, gens):
                 return self.policy.predict_action_chunk(sub, **kwargs)
-        if whole and not kwargs:  # the static shape: a CUDA graph where one may run
-            return self._predict(sub)
+        if not kwargs and (whole or index.size == self.block_rows):  # a static shape: a CUDA graph where one may run
+            chunk = self._predict(sub)  # one graph for every block: each has R rows
+            return chunk if whole else chunk.clone()  # the next block's replay overwrites the graph's output
         return self.policy.predict_action_chunk(sub, **kwargs)
 
 

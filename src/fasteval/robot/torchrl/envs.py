@@ -249,7 +249,7 @@ def env_transforms(env: Any) -> list[Any]:
     out: list[Any] = []
     base = env
     while isinstance(base, TransformedEnv):
-        pending = [getattr(base, "transform", None)]
+        pending = [base.transform]
         while pending:
             t = pending.pop(0)
             if t is None:
@@ -264,7 +264,7 @@ def env_transforms(env: Any) -> list[Any]:
 
 def running_vecnorms(env: Any) -> list[Any]:
     """The ``VecNorm`` transforms of ``env`` whose statistics still update with every step (not frozen)."""
-    return [t for t in env_transforms(env) if type(t).__name__ in VECNORM_NAMES and not getattr(t, "frozen", False)]
+    return [t for t in env_transforms(env) if type(t).__name__ in VECNORM_NAMES and not t.frozen]
 
 
 def _has_statistics(vecnorm: Any) -> bool:
@@ -274,9 +274,11 @@ def _has_statistics(vecnorm: Any) -> bool:
         vecnorm.frozen_copy()
     except RuntimeError:
         return False
-    count = getattr(vecnorm, "_count", None)
-    if count is None:
+    from torchrl.envs.transforms import VecNormV2
+
+    if not isinstance(vecnorm, VecNormV2):  # VecNorm: frozen_copy above raised if it had no statistics
         return True
+    count = vecnorm._count
     leaves = list(count.values(True, True)) if hasattr(count, "values") else [count]
     return all(bool((leaf > 0).all()) for leaf in leaves)
 
@@ -406,8 +408,8 @@ def direct_gym_env(slot: "TorchRLGymEnv") -> "DirectGymEnv | None":
     env, keys = slot.env, slot.keys
     if os.environ.get(NO_FAST_PATH) == "1" or type(env) not in (GymEnv, GymWrapper):
         return None
-    inner = getattr(env, "_env", None)
-    if not isinstance(inner, gym.Env) or getattr(env, "wrapper_frame_skip", 1) != 1:
+    inner = env._env  # GymEnv and GymWrapper (their own types, checked above) keep the library's env here
+    if not isinstance(inner, gym.Env) or env.wrapper_frame_skip != 1:
         return None
     if keys.obs_keys != [OBSERVATION] or keys.success_key is not None or keys.truncated_key is None:
         return None
