@@ -83,7 +83,7 @@ def test_bench_cartpole_tiny_json_and_exact_returns(tiny_run):
                                         "truncated 20/20 (chunked feeding 20/20), anytime-valid 20/20"]),
     ("bench_step_peers.py", ["--tiny"], ["STEP"]),
     ("bench_policy_blocks.py", ["--tiny", "--blocks", "8"], ["| CartPole MLP, -b 16 ", "| CartPole MLP, -b 256 ",
-                                                             "same episodes for every R>0", "Ratios are blocks / free"]),
+                                                             "episodes equal across these R", "Ratios are blocks / free"]),
     ("bench_videos.py", ["--tiny"], ["| known |", "failures 2", "render s", "encode s"]),
     ("bench_honest_intervals.py", ["--tiny"], ["**The interval of a stopped run**", "| 15, 0.1 |",
                                                "Across-env interval, exact coverage over 4 settings", "PASS:"]),

@@ -169,10 +169,10 @@ def test_policy_gets_float_chw_images_and_float32_state_exactly():
     data = result.episode_data
     assert len(policy.inputs) == len(data) + 1  # + the dry run
     for (state, image), raw_image, raw_state in zip(policy.inputs[1:], data["observation.image"], data["observation.state"]):
-        # a block of 8 rows (policy_block): the real row first, then inert copies of it
-        assert image.dtype == torch.float32 and image.shape == (8, 3, 4, 6)
+        # a block of 16 rows (policy_block): the real row first, then inert copies of it
+        assert image.dtype == torch.float32 and image.shape == (16, 3, 4, 6)
         assert torch.equal(image[0], raw_image.permute(2, 0, 1).float() / 255)  # exact: the same division
-        assert all(torch.equal(image[k], image[0]) for k in range(1, 8))
+        assert all(torch.equal(image[k], image[0]) for k in range(1, 16))
         assert state.dtype == torch.float32 and torch.equal(state[0], raw_state.float())
     for record in result.per_episode:  # reward 0.25 * (seed / 2) - pixel(0, 0, 0) / 255 per step
         s = record["seed"]
@@ -191,8 +191,8 @@ def test_multi_camera_keys_reach_the_policy():
 
     evaluate(env=PIXEL, env_kwargs={"cameras": 2}, policy=Cameras(), n_episodes=2, batch_size=2, observation_format="lerobot",
              rename={"observation.images.wrist": "observation.images.hand"})
-    # blocks of 8 rows (policy_block), whatever the batch
-    assert seen == {"observation.images.top": (8, 3, 4, 6), "observation.images.hand": (8, 3, 4, 6), "observation.state": (8, 2)}
+    # blocks of 16 rows (policy_block), whatever the batch
+    assert seen == {"observation.images.top": (16, 3, 4, 6), "observation.images.hand": (16, 3, 4, 6), "observation.state": (16, 2)}
 
 
 # -- task descriptions --------------------------------------------------------------------------------
@@ -531,9 +531,9 @@ def test_pusht_pixels_agent_pos_sync_equals_async(check_same_results):
                           observation_format="lerobot", return_episode_data=True)
         runs[vectorization] = result
         state, image = policy.inputs[1]
-        # a block of 8 rows (policy_block): 2 real rows, then copies of the last one
-        assert image.shape == (8, 3, 96, 96) and image.dtype == torch.float32 and 0 <= image.min() <= image.max() <= 1
-        assert state.shape == (8, 2) and state.dtype == torch.float32
+        # a block of 16 rows (policy_block): 2 real rows, then copies of the last one
+        assert image.shape == (16, 3, 96, 96) and image.dtype == torch.float32 and 0 <= image.min() <= image.max() <= 1
+        assert state.shape == (16, 2) and state.dtype == torch.float32
         data = result.episode_data
         assert data["observation.image"].shape[1:] == (96, 96, 3) and len(data) == 4 * 8
         assert [r["length"] for r in result.per_episode] == [8] * 4
@@ -558,7 +558,7 @@ def test_mujoco_state_observations_and_rgb_array_video(tmp_path, check_same_resu
     a = evaluate(policy=zero, batch_size=1, **common)
     b = evaluate(policy=zero, batch_size=3, **common)
     check_same_results(a.per_episode, b.per_episode, "HalfCheetah batch 1 vs 3")
-    assert set(seen) == {(8, 17)}  # blocks of 8 rows (policy_block) at batch 1 and 3 alike
+    assert set(seen) == {(16, 17)}  # blocks of 16 rows (policy_block) at batch 1 and 3 alike
     try:
         probe = gym.make("HalfCheetah-v5", render_mode="rgb_array", width=32, height=32)
         probe.reset(seed=0)

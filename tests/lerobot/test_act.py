@@ -105,11 +105,11 @@ def test_continuous_async_equals_sync(act_checkpoint: Path) -> None:
 
 
 def test_batch_sizes_agree_bit_for_bit_with_policy_blocks(act_checkpoint: Path) -> None:
-    """The chunk prediction runs on blocks of 8 rows (``policy_block``, fasteval.core.policy_blocks): every
+    """The chunk prediction runs on blocks of 16 rows (``policy_block``, fasteval.core.policy_blocks): every
     episode is identical at batch 1, 3 and 10, sync and async. Without blocks (``policy_block=0``, the whole
     batch) the matrix products round by row count and the numbers agree to TOL only."""
     one = evaluate(**varying_spec(act_checkpoint, batch_size=1))
-    assert one.meta["guarantee"].startswith("bitwise per episode") and one.meta["policy_call"] == "blocks of 8 rows"
+    assert one.meta["guarantee"].startswith("bitwise per episode") and one.meta["policy_call"] == "blocks of 16 rows"
     for fields in (dict(batch_size=3), dict(batch_size=10), dict(batch_size=4, vectorization="async", workers=2)):
         assert rows(evaluate(**varying_spec(act_checkpoint, **fields))) == rows(one), fields
     free_one = rows(evaluate(**varying_spec(act_checkpoint, batch_size=1, policy_block=0)))

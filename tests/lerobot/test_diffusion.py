@@ -34,7 +34,7 @@ def test_end_to_end_on_pusht_and_reproducible(diffusion_checkpoint: Path) -> Non
 @pytest.mark.parametrize("which", ["diffusion_checkpoint", "ddpm_checkpoint"])
 def test_batch_invariant(which: str, request: pytest.FixtureRequest) -> None:
     """Batch 1 and 3, continuous and wave, sync and async: each episode's noise comes from its own seed and the
-    chunk prediction runs on blocks of 8 rows (policy_block): the numbers are identical, bit for bit."""
+    chunk prediction runs on blocks of 16 rows (policy_block): the numbers are identical, bit for bit."""
     folder = request.getfixturevalue(which)
     one = rows(evaluate(**varying_spec(folder, n_episodes=8, batch_size=1)))
     three = rows(evaluate(**varying_spec(folder, n_episodes=8, batch_size=3)))

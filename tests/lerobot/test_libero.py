@@ -224,7 +224,7 @@ ACT_STEPS = 12
 def test_a_real_act_gives_identical_episodes_at_batch_1_and_5_and_with_the_pool(libero_home: Path,
                                                                                   tmp_path_factory) -> None:
     """A random-init LeRobot ACT with two cameras that reads every observation (``n_action_steps`` 1): its chunk
-    prediction runs on blocks of 8 rows (``policy_block``), so every observation of every episode is
+    prediction runs on blocks of 16 rows (``policy_block``), so every observation of every episode is
     bit-identical at batch 1, batch 5 and batch 5 over 2 env workers (issue: with the whole batch, frames 0-8
     agreed and then parted)."""
     from fasteval.robot.lerobot.testing import write_libero_act_checkpoint

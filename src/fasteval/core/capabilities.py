@@ -81,7 +81,7 @@ class Capabilities:
 class UsesPolicyBlocks(Protocol):
     """A policy that runs its own network call on blocks of ``rows`` rows (:mod:`fasteval.core.policy_blocks`)
     when told to (LeRobot's per-slot queues over ``predict_action_chunk``); returns what it did, e.g.
-    ``"blocks of 8 rows"``, or ``"whole batch (reason)"``."""
+    ``"blocks of 16 rows"``, or ``"whole batch (reason)"``."""
 
     def use_policy_blocks(self, rows: int) -> str: ...
 

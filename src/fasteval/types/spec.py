@@ -57,7 +57,7 @@ far beyond it, OpenMP fails to create the threads and the process crashes (``--c
 segfaulted in libgomp)."""
 
 
-DEFAULT_POLICY_BLOCK = 8
+DEFAULT_POLICY_BLOCK = 16
 """The default rows per policy call (``What.policy_block``), chosen by measurement (benchmarks/RESULTS.md,
 "Policy blocks")."""
 WHOLE_BATCH = 0
