@@ -2,7 +2,8 @@
 
 * row independence, as a property: ACT's and Diffusion's ``predict_action_chunk`` through fasteval's blocks
   give a row the same chunk, bit for bit, whatever its companions and its position in the batch;
-* PushT end to end: ACT and Diffusion give identical per-episode results at ``-b 1, 4, 10``, sync and async;
+* PushT end to end: ACT and Diffusion agree per episode at ``-b 1, 4, 10``, sync and async, to PushT's own last-bit
+  noise (pymunk; the run's guarantee says so), with equal lengths and success;
 * LIBERO end to end (libero_spatial, two cameras, a random ACT that reads every observation): every
   observation of every episode is identical at batch 1, 5 and with the pool;
 * under LeRobot-style flags the block is the batch size (``policy_block = -b``): lerobot-eval's rounding.
@@ -23,7 +24,7 @@ from tests.lerobot.conftest import pusht_spec
 pytest.importorskip("lerobot")
 
 from fasteval import evaluate  # noqa: E402
-from fasteval.core.policy_blocks import BITWISE, blocked  # noqa: E402
+from fasteval.core.policy_blocks import blocked  # noqa: E402
 
 
 def rows(result) -> list[tuple]:
@@ -60,14 +61,21 @@ def test_an_act_row_gets_the_same_chunk_whatever_its_companions_and_position(act
 
 
 @pytest.mark.parametrize("which", ["act_checkpoint", "diffusion_checkpoint"])
-def test_pusht_episodes_are_identical_at_batch_1_4_10_sync_and_async(which: str, request) -> None:
+def test_pusht_episodes_agree_at_batch_1_4_10_sync_and_async(which: str, request) -> None:
+    """PushT with ACT and Diffusion at -b 1, 4, 10, sync and async: the policy's rows are bitwise its own (the
+    property above), but PushT's physics is not bit-reproducible by itself (pymunk orders contacts by memory
+    address: one ulp in a sum of rewards between two runs, at any batch size), and the run says so in its
+    guarantee. Lengths and success are equal; rewards agree to the last bits."""
     folder = request.getfixturevalue(which)
     spec = dict(n_episodes=4, max_steps=24)
     one = evaluate(**pusht_spec(folder, batch_size=1, **spec))
-    assert one.meta["guarantee"].startswith(BITWISE), one.meta["guarantee"]
+    assert one.meta["guarantee"].startswith("per episode to rounding") and "pymunk" in one.meta["guarantee"]
+    assert one.meta["policy_call"] == "blocks of 16 rows"
     assert any(r["sum_reward"] > 0 for r in one.per_episode)  # not a comparison of zeros
     for fields in (dict(batch_size=4), dict(batch_size=10), dict(batch_size=4, vectorization="async", workers=2)):
-        assert rows(evaluate(**pusht_spec(folder, **fields, **spec))) == rows(one), (which, fields)
+        other = rows(evaluate(**pusht_spec(folder, **fields, **spec)))
+        assert [(r[0], r[3], r[4]) for r in other] == [(r[0], r[3], r[4]) for r in rows(one)], (which, fields)
+        np.testing.assert_allclose([r[1:3] for r in other], [r[1:3] for r in rows(one)], rtol=1e-12, atol=1e-12)
 
 
 def test_lerobot_flags_use_the_batch_size_as_the_block(act_checkpoint: Path, tmp_path: Path) -> None:

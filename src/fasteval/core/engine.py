@@ -464,7 +464,7 @@ class CoreEngine:
         global_rng = any(run_meta_of(p).get("policy_rng") == "global" for p in self.policies)
         stacked = isinstance(self.runner, PolicySet) and self.runner.stacked is not None
         text = guarantee(status, device=self.device, threads=threads, amp=self.spec.amp, compile=self.spec.compile,
-                         global_rng=global_rng, stacked=stacked)
+                         global_rng=global_rng, stacked=stacked, env_rounding=self._env_facts().get("env_rounding"))
         return PolicyCall(block=self.spec.policy_block, status=status + ("; stacked weights (vmap)" if stacked else ""),
                           guarantee=text, threads=threads, device=str(self.device))
 

@@ -156,7 +156,7 @@ def fixed_shape(status: str) -> bool:
 
 
 def guarantee(status: str, *, device: torch.device, threads: int, amp: str = "none", compile: bool = False,
-              global_rng: bool = False, stacked: bool = False) -> str:
+              global_rng: bool = False, stacked: bool = False, env_rounding: str | None = None) -> str:
     """The guarantee a run can state, from how its policy was called (``status``) and its settings.
 
     Bitwise per episode only when every row's output is computed on a fixed shape (blocks, or one row per
@@ -176,6 +176,8 @@ def guarantee(status: str, *, device: torch.device, threads: int, amp: str = "no
         reasons.append("stacked weights (vmap) are checked to rounding only")
     if device.type != "cpu":
         reasons.append(f"bitwise equality is verified on CPU only, not yet on {device.type}")
+    if env_rounding:  # the env itself (its env kind declares it: fasteval.robot.reproducible)
+        reasons.append(env_rounding)
     if reasons:
         return f"{TO_ROUNDING} ({'; '.join(reasons)})"
     precision = f", amp {amp}" if amp != "none" else ""

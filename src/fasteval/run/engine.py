@@ -28,6 +28,7 @@ from fasteval.core.outcome import SegmentAborted
 from fasteval.core.protocols import StepObserver
 from fasteval.robot.env_kinds import ENV_KINDS
 from fasteval.robot.lerobot.envs import ENV_REF as LEROBOT_ENV_REF
+from fasteval.robot.reproducible import physics_rounding
 from fasteval.robot.fast_envs import env_note
 from fasteval.robot.policies.loaders import load_policy
 from fasteval.robot.policies.runner import build_policy_runner
@@ -64,6 +65,9 @@ class FastevalParts:
     def env_meta(self, spec: EvalSpec) -> dict[str, Any]:
         note = env_note(spec.env) if isinstance(spec.env, str) else None
         facts: dict[str, Any] = {"env_note": note} if note else {}
+        rounding = physics_rounding(spec.env, spec.env_kwargs)  # an env not bit-reproducible by itself
+        if rounding:
+            facts["env_rounding"] = rounding
         if spec.env == LEROBOT_ENV_REF:  # LeRobot's env types: LIBERO's protocol card (meta["protocol"])
             from fasteval.robot.lerobot.libero_protocol import env_meta
 

@@ -1,0 +1,33 @@
+"""Env kinds whose own physics is not bit-reproducible from run to run: what a run's guarantee must say.
+
+The canonical policy call (:mod:`fasteval.core.policy_blocks`) makes every row of the policy independent of the
+batch; an episode is then bitwise the same at any batch size if the env itself is. Some are not, by themselves:
+
+* **PushT** (gym-pusht, fasteval's fast subclass of it, LeRobot's ``pusht`` env type): pymunk orders its contacts by
+  memory address, so an episode's rewards can differ in the last bit between two runs in one process, at any batch
+  size, with or without skipped renders (measured: 1 ulp in a sum of rewards; lengths and success agree).
+
+Declared here, by the env's reference, never found by trying. :func:`physics_rounding` gives the reason, which the
+run's ``meta["env_rounding"]`` records and its ``guarantee`` names.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+PUSHT_REASON = ("PushT's physics (pymunk) orders contacts by memory address: an episode's rewards can differ in the "
+                "last bit from run to run, whatever the batch size")
+
+
+def physics_rounding(env: Any, env_kwargs: Mapping[str, Any]) -> str | None:
+    """Why ``env`` (an env reference and its kwargs) is not bit-reproducible by itself, or ``None``."""
+    if not isinstance(env, str):
+        return None
+    from fasteval.robot.fast_envs import FAST_PUSHT
+    from fasteval.robot.lerobot.envs import ENV_REF as LEROBOT_ENV_REF
+
+    if env.startswith("gym_pusht/") or env == FAST_PUSHT:
+        return PUSHT_REASON
+    if env == LEROBOT_ENV_REF and str(env_kwargs.get("type", "")) == "pusht":
+        return PUSHT_REASON
+    return None
