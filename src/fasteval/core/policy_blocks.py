@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -55,9 +56,7 @@ def n_rows(batch: Any) -> int:
 
 
 def _is_tensordict(value: Any) -> bool:
-    import sys
-
-    td = sys.modules.get("tensordict")
+    td = sys.modules.get("tensordict")  # never imported: value cannot be a TensorDict
     return td is not None and isinstance(value, td.TensorDictBase)
 
 

@@ -73,6 +73,7 @@ from torch import nn
 
 from fasteval.core import accel
 from fasteval.core.capabilities import GLOBAL_RNG, POLICY_RNG
+from fasteval.core.policy_blocks import block_indices
 from fasteval.robot.lerobot import internals
 from fasteval.robot.lerobot.internals import ELEMENTWISE_STEPS, STATELESS_ENV_STEPS, STATELESS_STEPS
 from fasteval.robot.lerobot.observations import LeRobotBatch
@@ -360,10 +361,9 @@ class LeRobotPolicy(_FollowsDevice):
             chunk = self._chunks_for(batch, rows, need, rows.size)
         else:  # blocks of exactly `size` rows, the last padded with copies of its last row
             parts = []
-            for start in range(0, rows.size, size):
-                real = rows[start:start + size]
-                index = np.concatenate([real, np.repeat(real[-1:], size - real.size)])
-                parts.append(self._chunks_for(batch, index, need, real.size)[:real.size])
+            for positions in block_indices(rows.size, rows.size, size):  # the one padding rule (policy_blocks)
+                real = min(size, rows.size - positions[0])
+                parts.append(self._chunks_for(batch, rows[positions], need, real)[:real])
             chunk = torch.cat(parts)
         chunk = chunk[:, : self.n_action_steps]
         if chunk.shape[1] != self.n_action_steps:
