@@ -85,3 +85,37 @@ def test_a_worker_whose_parent_died_ends_without_a_traceback(monkeypatch):
     monkeypatch.setattr(worker_process.SharedBuffers, "attach", staticmethod(lambda *a: None))
     monkeypatch.setattr(worker_process, "_build_envs", lambda conn, factory, block: {0: gym.make("CartPole-v1")})
     assert worker_process.worker_main(0, GoneParent(), None, shared, layout, range(0, 1), dict(os.environ)) is None
+
+
+SLOW_CLICK_IMPORT = '''
+import sys, time
+
+class SlowClick:  # `import click` (the first of fasteval.doors.cli's imports) takes a minute: Ctrl-C lands in it
+    def find_spec(self, name, path=None, target=None):
+        if name == "click":
+            sys.stderr.write("IMPORTING click\\n")
+            sys.stderr.flush()
+            time.sleep(60)
+        return None
+
+sys.meta_path.insert(0, SlowClick())
+'''
+
+
+@pytest.mark.parametrize("module", ["fasteval.doors.cli"])
+def test_ctrl_c_during_python_m_imports_exits_130_in_one_line(tmp_path, module):
+    """``python -m fasteval.doors.cli`` behaves as the console script: a SIGINT while it imports is one line, 130."""
+    import signal
+    import subprocess
+
+    from tests.serve_helpers import repo_env
+
+    (tmp_path / "sitecustomize.py").write_text(SLOW_CLICK_IMPORT)
+    env = repo_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])
+    proc = subprocess.Popen([sys.executable, "-m", module, "--help"], env=env, stderr=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stderr.readline() == "IMPORTING click\n"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err) == (130, entry.INTERRUPTED_LINE + "\n"), err

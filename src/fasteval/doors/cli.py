@@ -16,6 +16,11 @@ Exit codes:
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # `python -m fasteval.doors.cli`: as the console script, a Ctrl-C during the imports below
+    from fasteval.doors.entry import main as _entry_main  # is one line and exit 130 (entry imports this module
+
+    raise SystemExit(_entry_main())  # under its guard, as fasteval.doors.cli, and runs it; it always exits)
+
 import json
 import sys
 import time
@@ -983,7 +988,3 @@ def suite_command(spec: EvalSpec, suite: Mapping[str, Mapping[Any, Any]], out_di
     n_tasks = len(flatten_suite(suite))
     return end_of_run(outcome, spec, out_dir, files, profile, wanted=spec.n_episodes * n_tasks, suite=True,
                       wrote=f"{len(outcome.folders)} of {n_tasks} tasks; ", report=report)
-
-
-if __name__ == "__main__":
-    main()
