@@ -165,3 +165,22 @@ def test_each_sweep_cell_page_has_its_document_beside_it(sweep_dir):
         assert 'href="eval_info.json"' in html
         if info["overall"]["n_episodes"]:
             assert f"{rate_text(info['overall']['episodes_per_s'], grouping=True)} ep/s" in html
+
+
+def test_no_page_shows_an_absolute_output_path(tmp_path, monkeypatch):
+    """``-o /abs/path`` was in the page's resolved config (and its command line): every absolute path is written
+    from the page's folder, as the working directory is."""
+    from fasteval.render.html import write_run_report
+    from fasteval.render.html.run_facts import relative_paths
+    from fasteval.run.provenance import collect_provenance
+
+    folder = make_run(tmp_path / "runs" / "r", "--no-report")
+    assert load(folder / "config.json")["output_dir"] == str(folder)  # the record keeps it; the page must not
+    monkeypatch.chdir(tmp_path)
+    write_run_report(folder, provenance=collect_provenance(["fasteval", "-n", "3", "-o", str(folder)]))
+    html = unescape((folder / "report.html").read_text())
+    assert str(tmp_path) not in html
+    config = json.loads(re.search(r'<pre id="config">(.*?)</pre>', html, flags=re.S).group(1))
+    assert config["output_dir"] == "."
+    assert relative_paths({"a": ["/x/y/ck", "ws://127.0.0.1:1/p", "rel"]}, "/x/y/run") == {"a": ["../ck", "ws://127.0.0.1:1/p", "rel"]}
+    assert relative_paths("fasteval --policy=/x/ck -o /x/y/run", "/x/y/run") == "fasteval --policy=../../ck -o ."

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -127,13 +128,43 @@ def relative_cwd(cwd: Any, page_dir: Any) -> str | None:
     return rel if not os.path.isabs(rel) else None
 
 
+ABSOLUTE_IN_TEXT = re.compile(r"(?<![\w.:/~-])/[^\s'\"]+")
+"""An absolute POSIX path inside a command line (``-o /home/me/runs/x``, ``--policy=/ck``); not a URL's ``//``."""
+
+
+def relative_paths(value: Any, page_dir: Any) -> Any:
+    """``value`` (a config: nested dicts, lists and strings; or a command line) with every absolute path written
+    from the page's folder (``../ck``), as :func:`relative_cwd` does: a page is shared and shows no machine folders
+    (issue 42). A path with no relative form (another drive) becomes ``<absolute path>``."""
+    if isinstance(value, dict):
+        return {k: relative_paths(v, page_dir) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [relative_paths(v, page_dir) for v in value]
+    if not isinstance(value, str) or "/" not in value and "\\" not in value:
+        return value
+    import os
+
+    def rel(path: str) -> str:
+        if page_dir is None:
+            return "<absolute path>"
+        try:
+            out = os.path.relpath(path, str(Path(page_dir).resolve()))
+        except ValueError:
+            return "<absolute path>"
+        return out if not os.path.isabs(out) else "<absolute path>"
+
+    if os.path.isabs(value) and "\n" not in value:
+        return rel(value)
+    return ABSOLUTE_IN_TEXT.sub(lambda m: rel(m.group(0)), value)
+
+
 def provenance_pairs(inp: RunPageInput) -> list[tuple[str, Any]]:
     """``(label, value)`` rows: what ran, where, with which versions (``None``: not recorded)."""
     prov = dict(inp.provenance or {})
     manifest, meta = dict(inp.manifest or {}), dict(inp.doc.get("meta") or {})
     git = prov.get("git") or {}
     pairs = [
-        ("command", prov.get("command")), ("date", prov.get("date")),
+        ("command", relative_paths(prov.get("command"), inp.page_dir)), ("date", prov.get("date")),
         ("working directory (from this page)", relative_cwd(prov.get("cwd"), inp.page_dir)),
         ("policy", _json_or_none(manifest.get("policy") or meta.get("policy") or None)),
         ("policy weight digest (sha256)", manifest.get("policy_digest")),
@@ -163,10 +194,10 @@ def provenance_pairs(inp: RunPageInput) -> list[tuple[str, Any]]:
     ]
 
 
-def _segments_table(segments: list[dict[str, Any]]) -> str:
+def _segments_table(segments: list[dict[str, Any]], page_dir: Any) -> str:
     """A resumed run's parts, each with its own command and start."""
     rows = [({"segment": i}, [page.num(i + 1), page.num(seg.get("episodes")), page.num(seg.get("eval_s"), 2),
-                              page.text(seg.get("status")), page.text(seg.get("started_at")), page.text(seg.get("command"))])
+                              page.text(seg.get("status")), page.text(seg.get("started_at")), page.text(relative_paths(seg.get("command"), page_dir))])
             for i, seg in enumerate(segments)]
     return "<h3>Segments (the run was resumed)</h3>" + page.table(
         "segments", ["segment", "episodes", "engine s", "status", "started", "command"], rows, sortable=False)
@@ -180,10 +211,10 @@ def provenance_section(inp: RunPageInput) -> str:
     out.append(page.kv(provenance_pairs(inp)))
     manifest = dict(inp.manifest or {})
     if len(manifest.get("segments") or []) > 1:
-        out.append(_segments_table(manifest["segments"]))
+        out.append(_segments_table(manifest["segments"], inp.page_dir))
     from fasteval.run.record import manifest_spec
 
-    config = inp.config or manifest_spec(manifest)
+    config = relative_paths(inp.config or manifest_spec(manifest), inp.page_dir)
     if config:
         out.append("<h3>Resolved config</h3><pre id=\"config\">" + escape(json.dumps(config, indent=2, default=str)) + "</pre>")
     links = [f'<a href="{page.relative_href(inp.page_dir / name, inp.page_dir)}">{escape(name)}</a>'

@@ -21,6 +21,7 @@ import numpy as np
 
 from fasteval.render.html import page, svg
 from fasteval.render.words import NO_SIGNAL, competition_ranks, rate_text
+from fasteval.render.html.run_facts import relative_paths
 from fasteval.render.html.run_page import RunPageInput, render_run_page
 from fasteval.types.files import safe_filename, write_text_atomic
 
@@ -342,7 +343,8 @@ def render_sweep_page(doc: Mapping[str, Any], links: Mapping[CellKey, str] | Non
                      ("env steps", page.fmt(t.get("env_steps")))])
     if sweep.get("spec"):
         facts += ("<h3>Sweep spec (its last run)</h3><pre id=\"sweep-spec\">"
-                  + escape(json.dumps(sweep["spec"], indent=2, default=str)) + "</pre>")
+                  + escape(json.dumps(relative_paths(sweep["spec"], Path(str(doc["store"])).parent if doc.get("store")
+                                                     else None), indent=2, default=str)) + "</pre>")
     sections = [
         ("glance", "At a glance", summary(doc)),
         ("cells", "Cells", cells_table(doc, links)),
