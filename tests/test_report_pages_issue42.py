@@ -184,3 +184,35 @@ def test_no_page_shows_an_absolute_output_path(tmp_path, monkeypatch):
     assert config["output_dir"] == "."
     assert relative_paths({"a": ["/x/y/ck", "ws://127.0.0.1:1/p", "rel"]}, "/x/y/run") == {"a": ["../ck", "ws://127.0.0.1:1/p", "rel"]}
     assert relative_paths("fasteval --policy=/x/ck -o /x/y/run", "/x/y/run") == "fasteval --policy=../../ck -o ."
+
+
+def test_every_interval_of_the_ranking_page_and_its_policy_pages_is_in_eval_info_json(tmp_path):
+    """A many-policy run: the ranking page's intervals are its ``ranking`` rows', and each policy's own page shows
+    the return intervals its ``policies[NAME]`` entry records (``avg_sum_reward_ci95``: tasks, groups, the run),
+    none computed by the renderer."""
+    from fasteval.testing.checkpoints import CheckpointFamily
+
+    family = CheckpointFamily((0.3, 0.8), share=0.5)
+    folder = tmp_path / "out"
+    result = cli("--env", family.env_ref, "--env-kwarg", f"p={json.dumps(list(family.rates))}", "--env-kwarg",
+                 f"share={family.share}", *[a for p in family.policies() for a in ("--policy", p)], "-n", "20",
+                 "-b", "5", "-o", str(folder))
+    assert result.exit_code == 0, result.output
+    doc = load(folder / "eval_info.json")
+
+    def shown_intervals(html: str) -> list[tuple[float, float]]:
+        return [(float(lo), float(hi)) for lo, hi in re.findall(r'data-low="([^"]+)" data-high="([^"]+)"', html)]
+
+    ranking = shown_intervals((folder / "report.html").read_text())
+    recorded = [(100 * r["ci_low"], 100 * r["ci_high"]) for r in doc["ranking"]]
+    recorded += [(100 * r["vs_best"]["ci_low"], 100 * r["vs_best"]["ci_high"]) for r in doc["ranking"] if r["vs_best"]]
+    assert ranking and sorted(ranking) == pytest.approx(sorted(recorded))
+    for name, entry in doc["policies"].items():
+        html = (folder / "policies" / name / "report.html").read_text()
+        aggregates = [entry["overall"], *entry["per_group"].values(), *(t["aggregated"] for t in entry["per_task"])]
+        success = {tuple(a["pc_success_ci95"]) for a in aggregates}  # in percent already
+        returns = [i for i in shown_intervals(html) if not any(i == pytest.approx(s) for s in success)]
+        stored = {tuple(a["avg_sum_reward_ci95"]) for a in aggregates}
+        assert returns, name
+        for interval in returns:
+            assert any(interval == pytest.approx(s) for s in stored), (name, interval, stored)
