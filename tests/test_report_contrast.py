@@ -179,3 +179,77 @@ def test_the_palette_and_the_ramp_pass_for_graphics():
     assert len(set(svg.PALETTE)) == len(svg.PALETTE)
     for a, b, colour in svg.count_levels(10_000):
         assert contrast(colour, "#fff") >= GRAPHIC and a <= b
+
+
+# -- colour-blind readers (issue 42: two of the race's band colours were nearly the same) ------------------------
+MACHADO = {  # Machado, Oliveira and Fernandes (2009), severity 1.0, on linear RGB
+    "deuteranopia": ((0.367322, 0.860646, -0.227968), (0.280085, 0.672501, 0.047413), (-0.011820, 0.042940, 0.968881)),
+    "protanopia": ((0.152286, 1.052583, -0.204868), (0.114503, 0.786281, 0.099216), (-0.003882, -0.048116, 1.051998)),
+    "tritanopia": ((1.255528, -0.076749, -0.178779), (-0.078411, 0.930809, 0.147602), (0.004733, 0.691367, 0.303900)),
+}
+
+
+def lab(colour: str, vision: str | None = None) -> np.ndarray:
+    """CIELAB (D65) of ``colour`` as a reader with ``vision`` (None: typical) sees it."""
+    h = colour.lstrip("#")
+    c = np.array([int(h[i:i + 2], 16) / 255 for i in (0, 2, 4)])
+    lin = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
+    if vision is not None:
+        lin = np.clip(np.array(MACHADO[vision]) @ lin, 0.0, 1.0)
+    xyz = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]) @ lin
+    xyz = xyz / np.array([0.95047, 1.0, 1.08883])
+    f = np.where(xyz > (6 / 29) ** 3, np.cbrt(xyz), xyz / (3 * (6 / 29) ** 2) + 4 / 29)
+    return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+
+def delta_e(a: str, b: str, vision: str | None = None) -> float:
+    return float(np.linalg.norm(lab(a, vision) - lab(b, vision)))
+
+
+DISTINCT = 12.0
+"""CIELAB units two series colours differ by at least, for every reader (the old palette's red and olive: 3.9
+under deuteranopia; 2.3 is a just-noticeable difference; the first four of Okabe-Ito's hues, darkened to 3:1,
+keep 14)."""
+
+
+def test_cvd_simulation_sees_red_and_green_alike_under_deuteranopia():
+    assert delta_e("#d62728", "#2ca02c") > 70 and delta_e("#d62728", "#2ca02c", "deuteranopia") < 30
+    assert delta_e("#d62728", "#8c7000", "deuteranopia") < 5  # the old palette's pair
+
+
+def race_page_plot() -> str:
+    from fasteval.render.html.ranking_page import over_episodes
+
+    # a document made here: five policies whose intervals overlap in the first episodes
+    n = list(range(1, 41))
+    series = [{"policy": f"p{i}", "n": n, "estimate": [0.2 * i] * 40,
+               "ci_low": [max(0.0, 0.2 * i - 3 / k ** 0.5) for k in n], "ci_high": [min(1.0, 0.2 * i + 3 / k ** 0.5) for k in n]}
+              for i in range(5)]
+    doc = {"ranking": [{}], "race": {"eliminations": []},
+           "trajectory": {"metric": "success", "interval": "betting", "series": series}}
+    return over_episodes(doc)
+
+
+def test_the_race_bands_are_drawn_by_lines_of_colour_blind_safe_colours():
+    html = race_page_plot()
+    bands = re.findall(r'<polygon class="band"[^>]* fill="(#[0-9a-f]{6})"', html)
+    assert len(bands) == 5
+    for c in bands:  # each band's bounds are lines in its full colour (3:1), not a 1.2:1 tint alone
+        bounds = re.findall(rf'<polyline class="bound"[^>]* stroke="{c}"([^>]*)/>', html)
+        assert len(bounds) == 2 and contrast(c, "#fff") >= GRAPHIC, c
+    for i, a in enumerate(bands[:4]):  # four colours stay apart for every reader; the fifth and on by dashes too
+        for b in bands[i + 1:4]:
+            for vision in (None, *MACHADO):
+                assert delta_e(a, b, vision) >= DISTINCT, (a, b, vision, delta_e(a, b, vision))
+    dashes = re.findall(r'<polyline class="bound"[^>]*?(?: stroke-dasharray="([^"]+)")?/>', html)
+    assert len(set(dashes)) == 5  # a second cue: each policy's bounds have their own dash pattern
+    assert html.count('class="band-key"') == 5  # the legend shows bands
+
+
+def test_the_palettes_first_four_colours_stay_apart_for_every_reader():
+    first = svg.PALETTE[:4]
+    for i, a in enumerate(first):
+        for b in first[i + 1:]:
+            for vision in (None, *MACHADO):
+                assert delta_e(a, b, vision) >= DISTINCT, (a, b, vision)
+    assert len(set(svg.DASHES)) == len(svg.DASHES)

@@ -242,10 +242,14 @@ def over_episodes(doc: Mapping[str, Any]) -> str:
         c = svg.colour(i)
         pts = [f"{ax.sx(a):.1f},{ax.sy(b):.1f}" for a, b in zip(x, hi)] + \
               [f"{ax.sx(a):.1f},{ax.sy(b):.1f}" for a, b in zip(x[::-1], lo[::-1])]
-        ax.add(f'<polygon class="band" points="{" ".join(pts)}" fill="{c}" fill-opacity="0.16">'
+        ax.add(f'<polygon class="band" points="{" ".join(pts)}" fill="{c}" fill-opacity="{svg.BAND_OPACITY}">'
                f'<title>{escape(s["policy"])}: interval after each episode</title></polygon>')
+        for bound in (hi, lo):  # the band is read from its bounds, in full colour and the series' dashes (issue 42:
+            # tints alone had 1.2:1 contrast and merged where the bands overlap, in the first episodes)
+            path = " ".join(f"{ax.sx(a):.1f},{ax.sy(b):.1f}" for a, b in zip(x, bound))
+            ax.add(f'<polyline class="bound" points="{path}" fill="none" stroke="{c}" stroke-width="1.2"{svg.dash(i)}/>')
         line = " ".join(f"{ax.sx(a):.1f},{ax.sy(b):.1f}" for a, b in zip(x, est))
-        ax.add(f'<polyline class="line" points="{line}" fill="none" stroke="{c}" stroke-width="1.6"/>')
+        ax.add(f'<polyline class="line" points="{line}" fill="none" stroke="{c}" stroke-width="2"/>')
         e = dropped.get(s["policy"])
         if e is not None:
             px = ax.sx(e["k"])
@@ -254,9 +258,10 @@ def over_episodes(doc: Mapping[str, Any]) -> str:
         names.append(s["policy"] + (f" (dropped at {e['k']})" if e is not None else ""))
     ax.frame("episodes per policy", "success rate (%)" if pct else _what(traj["metric"]),
              f"{traj['interval']} interval after each episode")
-    return (ax.svg("each policy's interval over its episodes") + svg.legend(names)
+    return (ax.svg("each policy's interval over its episodes") + svg.legend(names, first_is_band=len(names))
             + page.note("Each band is a policy's anytime-valid interval after its first n episodes (valid at every n "
-                        "at once); a dashed line marks where the race dropped a policy."))
+                        "at once), drawn by its two bounds in the policy's colour and dash pattern around its estimate;"
+                        " a vertical line marks where the race dropped a policy."))
 
 
 def eliminations(doc: Mapping[str, Any]) -> str:

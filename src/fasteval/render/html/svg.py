@@ -18,10 +18,23 @@ from typing import Any, Sequence
 
 import numpy as np
 
-PALETTE = ("#1f77b4", "#c85200", "#2a8a3e", "#d62728", "#1a8780", "#8c7000", "#9467bd", "#c2447a", "#8c564b", "#6b6b6b")
-"""Distinct colours, one per series (the page's legends use the same order): Tableau 10's hues,
-darkened until each has at least WCAG's 3:1 contrast for graphics against the plots' white
-(tests/test_report_contrast.py checks every colour the pages use)."""
+PALETTE = ("#0072b2", "#d55e00", "#c46398", "#00966d", "#1a8ccb", "#ae7800", "#6b6b6b")
+"""Distinct colours, one per series (the page's legends use the same order): Okabe and Ito's colour-blind-safe
+hues (blue, vermillion, reddish purple, bluish green, sky blue, orange; then grey), the light ones darkened until
+each keeps WCAG's 3:1 contrast for graphics against the plots' white, also as a scatter point's 85% blend, in the
+order that keeps the first ones furthest apart for every reader: the first four differ by at least 12 CIELAB units
+under simulated deuteranopia, protanopia and tritanopia (tests/test_report_contrast.py). Lines tell series apart
+by :data:`DASHES` too."""
+DASHES = ("", "6 3", "2 2", "8 3 2 3", "1 3", "10 4", "4 2 1 2")
+"""A line's dash pattern per series (``stroke-dasharray``), a second cue beside the colour."""
+
+
+def dash(i: int) -> str:
+    """The ``stroke-dasharray`` attribute of series ``i`` (empty for a solid line)."""
+    d = DASHES[i % len(DASHES)]
+    return f' stroke-dasharray="{d}"' if d else ""
+
+
 RAMP = ("#5d8fca", "#0b1f4d")
 """The 2-D histogram's colour scale, from one episode (lightest; still 3:1 against white) to
 the fullest cell (darkest)."""
