@@ -13,11 +13,17 @@
    large policy on a GPU, where batching pays), and :class:`VlaCostPolicy` at 40 ms a call (pi0 with CUDA
    graphs). See :func:`run_clients`.
 
+3. **Memory under a burst** (``--memory``, alone): C clients (websockets' sync client, keepalive pings on, as
+   openpi-client) send one large request each at once; the server's peak memory growth (``VmHWM``) against its
+   documented bound (``--max-inflight-mb`` + ``--max-message-mb``), its memory growth after the burst (``VmRSS``),
+   and the clients dropped by keepalive. Linux only. See :func:`memory_rows`.
+
 Rows are interleaved per repeat and reported as medians. Timings are machine-dependent: the header
 says where they were taken. On a GPU server start the server with ``--device cuda`` (CUDA graphs
 per padded batch are on by default there) and pass ``--server-device cuda``.
 
     python benchmarks/bench_serve.py [--repeats 3] [--tiny] [--json out.json] [--server-device cpu]
+    python benchmarks/bench_serve.py --memory [--tiny]   # defaults: 32 clients x 200 MB, 1024 + 256 MB bound
 """
 
 from __future__ import annotations
@@ -257,6 +263,76 @@ def batching_rows(policy: str, name: str, clients: list[int], requests: int, rep
     return out
 
 
+# -- 3. memory under a burst ------------------------------------------------------------------------
+
+def _status_kib(pid: int, key: str) -> int:
+    import re
+
+    return int(re.search(rf"{key}:\s+(\d+)", Path(f"/proc/{pid}/status").read_text()).group(1))
+
+
+def memory_rows(cases: list[tuple[int, float, float, float]], ping_s: float = 20.0) -> list[list]:
+    """Per ``(clients, request MB, --max-message-mb, --max-inflight-mb)``: a server's peak growth, its growth after
+    the burst (once it has returned memory, up to 30 s), its bound, the requests answered and dropped."""
+    import threading
+
+    from websockets.sync.client import connect
+
+    from fasteval.types.wire import pack
+
+    rows = []
+    for clients, size_mb, message_mb, inflight_mb in cases:
+        payload = pack({"observation": np.zeros(int(size_mb * 1024 * 1024) // 4, np.float32)})  # refused: wrong shape
+        proc, url = start_server("zero", "--env", "CartPole-v1", "--max-message-mb", f"{message_mb:g}",
+                                 "--max-inflight-mb", f"{inflight_mb:g}")
+        try:
+            before = _status_kib(proc.pid, "VmRSS")
+            answered, dropped = [], []
+
+            def client() -> None:
+                try:
+                    with connect(url, compression=None, max_size=None, open_timeout=300, ping_interval=ping_s,
+                                 ping_timeout=ping_s) as ws:
+                        ws.recv()
+                        ws.send(payload)
+                        ws.recv(timeout=1800)
+                        answered.append(1)
+                except Exception:  # noqa: BLE001 (a keepalive timeout: counted)
+                    dropped.append(1)
+
+            threads = [threading.Thread(target=client) for _ in range(clients)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            peak = (_status_kib(proc.pid, "VmHWM") - before) / 1024
+            after = (_status_kib(proc.pid, "VmRSS") - before) / 1024
+            for _ in range(150):
+                if after <= 8:
+                    break
+                time.sleep(0.2)
+                after = (_status_kib(proc.pid, "VmRSS") - before) / 1024
+        finally:
+            stop(proc)
+        rows.append([clients, f"{size_mb:g}", f"{message_mb:g} + {inflight_mb:g}", f"+{peak:.0f}",
+                     f"+{message_mb + inflight_mb:.0f}", f"{after:+.0f}", len(answered), len(dropped)])
+    return rows
+
+
+def memory_main(tiny: bool, json_path: str | None) -> int:
+    cases = [(8, 4.0, 8.0, 16.0)] if tiny else [(32, 200.0, 256.0, 1024.0), (32, 200.0, 256.0, 256.0)]
+    info = machine_info()
+    print("# fasteval serve: memory under a burst of large requests\n")
+    print(format_machine(info))
+    print(f"- command: `{command_line()}`; keepalive pings every 20 s (openpi-client's websockets defaults)\n")
+    rows = memory_rows(cases, ping_s=2.0 if tiny else 20.0)
+    print(markdown_table(["clients", "request MB", "max message + inflight MB", "peak MB", "documented bound MB",
+                          "after the burst MB", "answered", "dropped"], rows))
+    if json_path:
+        write_json(json_path, {"machine": info, "memory": rows})
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -265,7 +341,10 @@ def main() -> int:
     parser.add_argument("--server-device", default="cpu")
     parser.add_argument("--no-act", action="store_true", help="skip the PushT ACT row")
     parser.add_argument("--only-batching", action="store_true", help="only the dynamic-batching table")
+    parser.add_argument("--memory", action="store_true", help="only the memory of a burst of large requests")
     args = parser.parse_args()
+    if args.memory:
+        return memory_main(args.tiny, args.json)
     repeats = 1 if args.tiny else args.repeats
     cases = [dict(name="CartPole MLP", policy=MLP, env="CartPole-v1", batch=16, n=16, max_steps=20 if args.tiny else 200)]
     if not args.tiny:

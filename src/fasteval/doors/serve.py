@@ -91,8 +91,8 @@ class ServeCommand(click.Command):
               help="Largest message accepted; a bigger one closes that connection.")
 @click.option("--max-inflight-mb", type=FiniteFloatRange(min=0, min_open=True), default=DEFAULT_MAX_INFLIGHT_MB,
               show_default=True,
-              help="Most memory held for requests across all connections (at least --max-message-mb); past it, "
-                   "connections wait until answered requests free memory.")
+              help="Memory held for requests across all connections (at least --max-message-mb; the server holds at "
+                   "most this plus one message); past it, connections wait until answered requests free memory.")
 @click.option("--session-ttl", type=FiniteFloatRange(min=0), default=300.0, show_default=True,
               help="Seconds a fasteval session is kept after its connection dropped (the client may resume it).")
 def serve(policy: str, host: str, port: int, device: str, max_batch: int, max_wait_ms: float, token: str | None,

@@ -20,9 +20,9 @@ Safety:
 * messages over ``max_message_bytes`` close that connection (websocket close code 1009); a message
   that is not valid msgpack, names an unknown kind, or breaks the protocol gets an error reply and
   the connection is closed (1008); nothing a client sends reaches pickle or runs code;
-* the bytes held for requests across all connections are bounded (``max_inflight_bytes``,
-  :mod:`fasteval.doors.serve_budget`): past the bound, connections stop reading until answered requests
-  free memory (their clients' sends wait; nothing is refused);
+* the bytes held for requests across all connections (as read, decoded, and replied) are bounded
+  (``max_inflight_bytes``, :mod:`fasteval.doors.serve_budget`): past the bound, connections stop reading
+  their large requests until answered requests free memory (their clients' sends wait; nothing is refused);
 * errors have one shape per protocol: on a fasteval connection an ``error`` map (``kind`` ``protocol`` or
   ``policy``, the request's ``seq``); on any other connection openpi's own, a text frame and then the
   close (openpi-client raises ``RuntimeError("Error in inference server:\n" + text)`` on a text frame),
@@ -45,7 +45,7 @@ from time import monotonic
 from typing import Any, Callable
 
 from fasteval.doors.serve_batcher import DynamicBatcher
-from fasteval.doors.serve_budget import DEFAULT_MAX_INFLIGHT_MB, MB, InflightBudget, budgeted_connection
+from fasteval.doors.serve_budget import DEFAULT_MAX_INFLIGHT_MB, MB, InflightBudget, budgeted_connection, held_bytes
 from fasteval.doors.serve_policy import RunnerOptions, ServedRunner
 from fasteval.doors.serve_sessions import Session
 from fasteval.types.wire import KIND, PROTOCOL, WireError, message_kind, pack, space_to_wire, unpack
@@ -64,7 +64,8 @@ class ServerConfig:
     max_wait_ms: float = 2.0
     max_message_bytes: int = 256 * 1024 * 1024
     max_inflight_bytes: int = int(DEFAULT_MAX_INFLIGHT_MB * MB)
-    """Bytes held for requests across all connections, at most (plus one message: see serve_budget)."""
+    """Bytes held for requests (as read, decoded and replied) across all connections, at most (plus one message:
+    see serve_budget)."""
     session_ttl_s: float = 300.0
     openpi_spaces: tuple[Any, Any] | None = None
     """(observation space, action space) for openpi requests (from ``--env``); None: openpi refused."""
@@ -95,7 +96,7 @@ class PolicyServer:
         self.batcher: DynamicBatcher | None = None
         self.port: int | None = None
         self.lock = asyncio.Lock()
-        self.budget = InflightBudget(config.max_inflight_bytes)
+        self.budget = InflightBudget(config.max_inflight_bytes, reserve_bytes=config.max_message_bytes)
 
     def metadata(self) -> dict[str, Any]:
         from fasteval.version import __version__
@@ -174,6 +175,7 @@ class PolicyServer:
                 size = self.budget.delivered(ws, raw)  # held until its reply is sent
                 try:
                     message = unpack(raw, self.config.max_message_bytes)
+                    size = self.budget.swap(ws, size, held_bytes(message))  # now held as its decoded copy
                     kind = message_kind(message)
                     if state.mode is None:
                         state.mode = "openpi" if kind is None else "fasteval"
@@ -184,7 +186,9 @@ class PolicyServer:
                 except WireError as exc:
                     await replies.put((_done(_refusal(state, exc, raw)), size))
                     break
+                raw = None  # the decoded copy is what the request holds now (a refusal above still read raw)
                 await replies.put((self._dispatch(state, kind, message), size))
+                message = None  # the dispatched request holds it until answered; this loop must not, until the next
         except websockets.ConnectionClosed:
             pass
         finally:
@@ -263,13 +267,17 @@ class PolicyServer:
             if item is None:
                 return
             future, size = item
+            item = None
             try:
                 reply = await future
+                future = None  # a finished task holds its result: the reply is held (and counted) below only
                 if isinstance(reply, _Close):
                     await ws.send(reply.payload)
                     await ws.close(reply.code, "fasteval serve: request refused")
                     return
+                size += budget.hold(ws, len(reply))  # the packed reply, until it is sent
                 await ws.send(reply)
+                reply = None
             except websockets.ConnectionClosed:
                 return
             finally:
