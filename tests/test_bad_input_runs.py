@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
@@ -106,7 +108,7 @@ def hangs_at_30():
 
 
 def test_a_hung_policy_does_not_outlive_one_sigterm(tmp_path):
-    """CI's ``timeout`` sends one SIGTERM: after --stop-grace without an env step, the run stops as a second
+    """CI's ``timeout`` sends one SIGTERM: --stop-grace after it, the run stops as a second
     signal would (exit 143, manifest and eval_info.json ``interrupted``), and every finished episode is kept."""
     out, marker = tmp_path / "run", tmp_path / "hanging"
     env = {**_env(), "FASTEVAL_TEST_MARKER": str(marker)}
@@ -125,12 +127,66 @@ def test_a_hung_policy_does_not_outlive_one_sigterm(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 128 + signal.SIGTERM, stderr
-    assert "no env step landed for 1 s after SIGTERM" in stderr
+    assert "1 s after SIGTERM (--stop-grace) episodes are still in flight" in stderr
     manifest = json.loads((out / "manifest.json").read_text())
     info = json.loads((out / "eval_info.json").read_text())
     assert manifest["status"] == info["meta"]["status"] == "interrupted"
     logged = [json.loads(line)["episode_ix"] for line in (out / "episodes.jsonl").read_text().splitlines()]
     assert logged and sorted(logged) == [r["episode_ix"] for r in info["per_episode"]]  # none lost
+
+
+class SlowEnv(gym.Env):
+    """A LIBERO-like pace: a slow reset, then steps that keep landing slowly, in episodes far longer than the grace
+    (they never end by themselves; ``FASTEVAL_TEST_MARKER`` is written from an episode's third step on)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, shape=(3,), dtype=np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, reset_s: float = 0.5, step_s: float = 0.05):
+        self.reset_s, self.step_s = reset_s, step_s
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        time.sleep(self.reset_s)
+        self.t = 0
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        if self.t >= 3:  # an episode of the run is under way (not the dry run's single step)
+            Path(os.environ["FASTEVAL_TEST_MARKER"]).write_text(str(self.t))
+        time.sleep(self.step_s)
+        return np.zeros(3, np.float32), 0.0, False, False, {}
+
+
+def make_slow_env(**kwargs):
+    return gym.wrappers.TimeLimit(SlowEnv(**kwargs), max_episode_steps=1_000_000)
+
+
+@pytest.mark.parametrize("vectorization", ["sync", "async"])
+def test_the_first_sigterm_ends_a_run_of_long_episodes_within_the_grace(tmp_path, vectorization):
+    """A LIBERO run's episodes take many minutes while their steps keep landing: the first SIGTERM waited for them
+    (the grace counted only time without an env step). Now the episodes in flight get --stop-grace seconds, then the
+    run stops as a second signal would (exit 143, interrupted), in-process envs and workers alike."""
+    out, marker = tmp_path / "run", tmp_path / "stepping"
+    env = {**_env(), "FASTEVAL_TEST_MARKER": str(marker)}
+    proc = subprocess.Popen([sys.executable, "-m", "fasteval.doors.cli", "--env", "tests.test_bad_input_runs:make_slow_env",
+                             "-n", "4", "-b", "2", "--vectorization", vectorization, "--stop-grace", "1", "--trust-remote-code",
+                             "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 240
+        while not marker.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=120)  # before: until the episodes' million steps were done
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    assert "1 s after SIGTERM (--stop-grace) episodes are still in flight" in stderr
+    assert json.loads((out / "manifest.json").read_text())["status"] == "interrupted" if out.exists() else True
 
 
 def test_the_grace_ends_the_process_when_the_second_signal_cannot(monkeypatch):
@@ -157,6 +213,6 @@ def test_the_grace_ends_the_process_when_the_second_signal_cannot(monkeypatch):
     while not stopped and time.monotonic() < deadline:
         time.sleep(0.02)
     assert sent == [signal.SIGTERM] and stopped == [signal.SIGTERM]
-    assert any("no env step landed for 0.2 s" in line for line in said)
+    assert any("0.2 s after SIGTERM (--stop-grace)" in line for line in said)
     with pytest.raises(KeyboardInterrupt):  # and a real second signal stops at once
         stopper._handle(signal.SIGTERM, None)

@@ -539,9 +539,8 @@ class LazyGroup(SectionedHelp, click.Group):
                    "[default: no limit; 30 s for ws:// policies].")
 @click.option("--stop-grace", "stop_grace_s", type=click.FloatRange(min=0, min_open=True), default=30.0,
               show_default=True,
-              help="After a first SIGINT/SIGTERM the episodes in flight finish; if no env step lands for this many "
-                   "seconds (a hung policy or env call), the run stops as a second signal would (finished episodes "
-                   "kept, exit 130/143).")
+              help="After a first SIGINT/SIGTERM the episodes in flight have this many seconds to finish; then the "
+                   "run stops as a second signal would (finished episodes kept, exit 130/143, --resume runs the rest).")
 @click.option("--profile", is_flag=True, help="Show the per-stage time breakdown.")
 @click.option("--shard", "shard", default=None, metavar="K/N",
               help="Run only shard K of N of the evaluation (episodes i with i % N == K, K from 0) into its own "

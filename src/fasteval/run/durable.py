@@ -18,8 +18,8 @@ Used by the CLI. The sequence:
    A kill (SIGKILL, power loss of the process) loses at most that window; ``--resume`` reruns
    exactly the episodes that are not in the log;
 3. the first SIGINT/SIGTERM stops starting new episodes (in-flight ones finish and are kept);
-   a second one stops at once. If no env step lands for ``stop_grace_s`` seconds after the first (a hung
-   policy or env call), the run stops as a second signal would; a call stuck in C that even that cannot
+   a second one stops at once. The episodes in flight have ``stop_grace_s`` seconds after the first to
+   finish; then the run stops as a second signal would; a call stuck in C that even that cannot
    interrupt ends the process after the records are flushed and the manifest says ``interrupted``;
 4. at the end, the one record of the run is built (:func:`fasteval.run.record.build_record`, with the
    final flush's outcome: a write that failed makes the run ``failed``), ``eval_info.json`` is written
@@ -49,8 +49,6 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
-
-import numpy as np
 
 from fasteval.core.capabilities import GLOBAL_RNG, POLICY_RNG
 from fasteval.core.outcome import Segment, SegmentAborted
@@ -228,9 +226,10 @@ stuck in C never returns to Python, so it never sees the signal)."""
 
 class _StopOnSignal:
     """First SIGINT/SIGTERM: stop starting episodes. Second: raise KeyboardInterrupt (stop now). After the
-    first, a thread watches the run: when no env step lands for ``grace_s`` seconds (a hung call), it sends
-    the second signal itself; if the run has not ended :data:`HARD_STOP_S` later, ``hard_stop(signum)``
-    ends the process (the records flushed, the manifest ``interrupted``)."""
+    first, a thread gives the episodes in flight ``grace_s`` seconds to finish; then it sends the second signal
+    itself (a LIBERO episode on a CPU takes many minutes, while its steps keep landing: a rule on quiet time let
+    the first signal wait for all of them, issue 42); if the run has not ended :data:`HARD_STOP_S` later (a call
+    stuck in C), ``hard_stop(signum)`` ends the process (the records flushed, the manifest ``interrupted``)."""
 
     def __init__(self, engine: Engine, announce: Callable[[str], None], grace_s: float,
                  hard_stop: Callable[[int], None]):
@@ -246,31 +245,19 @@ class _StopOnSignal:
         self.received = signum
         self.engine.stop_starting()
         self.announce(f"{signal.Signals(signum).name} received: finishing the episodes in flight, starting no new ones "
-                      f"(send it again to stop at once; without an env step for {self.grace_s:g} s, it stops by "
-                      f"itself, --stop-grace).")
+                      f"(send it again to stop at once; the episodes in flight have {self.grace_s:g} s to finish, "
+                      f"--stop-grace).")
         threading.Thread(target=self._watch, args=(signum,), name="fasteval-stop-grace", daemon=True).start()
 
-    def _progress(self) -> bytes:
-        """What changes with every env step that lands: the slots' step counts and the next episode."""
-        ledger = self.engine.ledger
-        if ledger is None:
-            return b""
-        return ledger.acc_len.tobytes() + np.int64(ledger.next_episode).tobytes()
-
     def _watch(self, signum: int) -> None:
-        last, quiet_since = self._progress(), time.monotonic()
-        poll = min(1.0, max(0.01, self.grace_s / 20))
-        while not self._ended.wait(poll):
-            now = self._progress()
-            if now != last:
-                last, quiet_since = now, time.monotonic()
-            elif time.monotonic() - quiet_since >= self.grace_s:
-                self.announce(f"no env step landed for {self.grace_s:g} s after {signal.Signals(signum).name} (a hung "
-                              f"policy or env call): stopping as a second signal would. Every finished episode is kept.")
-                signal.pthread_kill(self._main, signum)
-                if not self._ended.wait(HARD_STOP_S):
-                    self.hard_stop(signum)
-                return
+        if self._ended.wait(self.grace_s):
+            return
+        self.announce(f"{self.grace_s:g} s after {signal.Signals(signum).name} (--stop-grace) episodes are still in "
+                      f"flight (long episodes, or a slow or hung policy or env call): stopping as a second signal "
+                      f"would. Every finished episode is kept; --resume runs the rest.")
+        signal.pthread_kill(self._main, signum)
+        if not self._ended.wait(HARD_STOP_S):
+            self.hard_stop(signum)
 
     def __enter__(self) -> "_StopOnSignal":
         if threading.current_thread() is threading.main_thread():

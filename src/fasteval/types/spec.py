@@ -416,9 +416,9 @@ class How:
 
     stop_grace_s: float = 30.0
     """How: a deadline, not a result. After the first SIGINT/SIGTERM of a durable run (the CLI), the
-    episodes in flight may finish; if no env step lands for this many seconds (a hung policy or env
-    call), the run stops as a second signal would: the episodes in flight are dropped, every finished one
-    is kept, exit 130/143 (``--stop-grace``)."""
+    episodes in flight have this many seconds to finish (long episodes, a hung policy or env call); then the
+    run stops as a second signal would: the episodes in flight are dropped, every finished one is kept, exit
+    130/143 (``--stop-grace``)."""
 
     max_episodes_rendered: int = 0
     """How: an output (videos are rendered beside the episodes, not into them). Number of videos K
