@@ -17,3 +17,7 @@ def main() -> None:
         sys.stderr.write(INTERRUPTED_LINE + "\n")
         sys.exit(EXIT_SIGINT)
     cli_main()
+
+
+if __name__ == "__main__":  # `python -m fasteval.doors.cli` runs this module so (see its first lines)
+    main()
