@@ -23,7 +23,7 @@ says where they were taken. On a GPU server start the server with ``--device cud
 per padded batch are on by default there) and pass ``--server-device cuda``.
 
     python benchmarks/bench_serve.py [--repeats 3] [--tiny] [--json out.json] [--server-device cpu]
-    python benchmarks/bench_serve.py --memory [--tiny]   # defaults: 32 clients x 200 MB, 1024 + 256 MB bound
+    python benchmarks/bench_serve.py --memory [--tiny]   # 32 clients x 100 MB; bounds 1024 + 256 and 256 + 256 MB
 """
 
 from __future__ import annotations
@@ -320,7 +320,7 @@ def memory_rows(cases: list[tuple[int, float, float, float]], ping_s: float = 20
 
 
 def memory_main(tiny: bool, json_path: str | None) -> int:
-    cases = [(8, 4.0, 8.0, 16.0)] if tiny else [(32, 200.0, 256.0, 1024.0), (32, 200.0, 256.0, 256.0)]
+    cases = [(8, 4.0, 8.0, 16.0)] if tiny else [(32, 100.0, 256.0, 1024.0), (32, 100.0, 256.0, 256.0)]  # 3.2 GB sent
     info = machine_info()
     print("# fasteval serve: memory under a burst of large requests\n")
     print(format_machine(info))
