@@ -188,3 +188,38 @@ def test_libero_setup_without_hf_libero_writes_nothing(tmp_path):
                          text=True, env=env, cwd=tmp_path)
     assert out.returncode == 0 and "hf-libero is not installed" in out.stdout
     assert not (tmp_path / "cfg").exists()
+
+
+def _fake_python(tmp_path, torch_installed: bool):
+    """A `python` on PATH that logs its pip installs (one line each) and has torch or not."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "pip.log"
+    (bin_dir / "python").write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = -c ]; then case "$2" in *"import torch"*) exit {0 if torch_installed else 1};; esac; exit 0; fi\n'
+        f'if [ "$1 $2 $3" = "-m pip install" ]; then echo "$@" >> "{log}"; exit 0; fi\n'
+        "exit 0\n")
+    (bin_dir / "python").chmod(0o755)
+    return bin_dir, log
+
+
+@pytest.mark.parametrize("route", ["cpu", "cuda"])
+def test_install_takes_torch_from_the_cpu_index_where_there_is_no_gpu(tmp_path, route):
+    bin_dir, log = _fake_python(tmp_path, torch_installed=False)
+    env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin", "FASTEVAL_TORCH": route}
+    out = subprocess.run(["bash", str(REPO / "scripts" / "install.sh"), "test"], capture_output=True, text=True,
+                         env=env)
+    assert out.returncode == 0, out.stderr
+    first = log.read_text().splitlines()[0]
+    assert "torch==2.13.0" in first
+    assert ("download.pytorch.org/whl/cpu" in first) == (route == "cpu")
+
+
+def test_install_keeps_an_installed_torch(tmp_path):
+    bin_dir, log = _fake_python(tmp_path, torch_installed=True)
+    env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin"}
+    out = subprocess.run(["bash", str(REPO / "scripts" / "install.sh"), "test"], capture_output=True, text=True,
+                         env=env)
+    assert out.returncode == 0, out.stderr
+    assert [line for line in log.read_text().splitlines() if "torch" in line] == []
