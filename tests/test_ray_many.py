@@ -1,0 +1,117 @@
+"""``--backend ray`` with several policies (issue 43): a fixed-n many-policy run on a 3-node
+``ray.cluster_utils.Cluster`` equals the local run record for record, and a race (``--stop-when best``)
+driven from the driver has the same eliminations at the same k, the same records and the same ranking;
+a race resumed on Ray ends as the uninterrupted one."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from fasteval.doors.cli import main
+from fasteval.testing.checkpoints import CheckpointFamily
+from fasteval.types.spec import EvalSpec
+
+ray = pytest.importorskip("ray", reason="Ray is not installed: ./scripts/install.sh ray")
+
+from fasteval.run.ray_engine import RayEngine, RayOptions, worker_spec  # noqa: E402
+from tests.test_ray_run import MLP, cluster, local, on_ray  # noqa: E402,F401 -- the module's 3-node cluster
+
+FAMILY = CheckpointFamily((0.3, 0.5, 0.8), share=0.5)
+ENGINE_ONLY = ("n_cancelled", "computed_past_stop", "n_computed_past_stop")
+"""Race-block keys that depend on how far the run got past its decisions (the batch, the timing)."""
+
+
+def race_spec(n=400, rule="best", **fields):
+    return EvalSpec(env=FAMILY.env_ref, env_kwargs=FAMILY.env_kwargs, policy=tuple(FAMILY.policies()), n_episodes=n,
+                    device="cpu", stop_when=rule, trust_remote_code=True, **fields)
+
+
+def race_numbers(result):
+    return {k: v for k, v in result.race.items() if k not in ENGINE_ONLY}
+
+
+def episodes(result):
+    return {name: result.policy(name).per_episode.to_list() for name in result.names}
+
+
+def test_the_workers_run_no_stop_rule_of_their_own():
+    spec = race_spec()
+    assert worker_spec(spec).stop_when is None and worker_spec(spec).names == spec.names
+    one = EvalSpec(env="fasteval/KnownAnswer-v0", policy="zero", stop_when="ci<=0.2")
+    assert worker_spec(one).stop_when is None and worker_spec(one.replace(stop_when=None)) == one.replace(stop_when=None)
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_a_many_policy_run_on_ray_equals_the_local_run_record_for_record(cluster, tmp_path, workers):
+    spec = EvalSpec(env="CartPole-v1", policy=(MLP, "zero", "random"), n_episodes=7, seed=5, batch_size=3,
+                    device="cpu")
+    here = local(spec, tmp_path / "local").result
+    there = on_ray(spec, tmp_path / "ray", workers)
+    assert there.status == "complete"
+    assert episodes(there.result) == episodes(here)
+    assert there.result.per_episode.to_list() == here.per_episode.to_list()
+    assert there.result.ranking == here.ranking
+    lines = [json.loads(line) for line in (tmp_path / "ray" / "episodes.jsonl").read_text().splitlines()]
+    assert sorted((r["policy"], r["episode_ix"]) for r in lines) == \
+        sorted((name, i) for name in spec.names for i in range(7))  # each pair once
+    shipped = there.result.meta["policy_shipped"]
+    assert shipped[0]["digest"] and shipped[1] is None and shipped[2] is None  # only the folder travels
+
+
+@pytest.mark.parametrize("workers, block", [(1, 16), (3, 5)])
+def test_a_race_on_ray_drops_the_same_policies_at_the_same_k(cluster, tmp_path, workers, block):
+    spec = race_spec(batch_size=16)
+    here = local(spec, tmp_path / "local").result
+    engine = RayEngine(spec, RayOptions(workers=workers, num_cpus=0.5, block=block))
+    try:
+        from fasteval.run.durable import run_durable
+        from fasteval.run.rundir import RunDirectory
+
+        there = run_durable(engine, RunDirectory(tmp_path / "ray"), announce=lambda m: None)
+    finally:
+        engine.close()
+    assert there.status == "complete"
+    assert here.race["reason"] == "one_left" and len(here.race["eliminations"]) == 2
+    assert race_numbers(there.result) == race_numbers(here)
+    assert episodes(there.result) == episodes(here)
+    assert there.result.ranking == here.ranking
+    for e in there.result.race["eliminations"]:  # a dropped policy keeps its first k episodes, no more
+        assert len(there.result.policy(e["name"]).per_episode) == e["k"]
+
+
+def test_a_race_resumed_on_ray_ends_as_the_uninterrupted_race(cluster, tmp_path):
+    spec = race_spec(batch_size=8)
+    here = local(spec, tmp_path / "local").result
+    stopped = []
+
+    def stop_early(engine):
+        if not stopped and engine.ledger.finished.sum() >= 30:
+            engine.stop_starting()
+            stopped.append(True)
+
+    first = on_ray(spec, tmp_path / "ray", 2, hook=stop_early)
+    assert first.status == "interrupted"
+    resumed = on_ray(spec, tmp_path / "ray", 2, resume=True)
+    assert resumed.status == "complete"
+    assert race_numbers(resumed.result) == race_numbers(here) and episodes(resumed.result) == episodes(here)
+
+
+def test_the_cli_races_on_ray(cluster, tmp_path):
+    policies = [a for p in FAMILY.policies() for a in ("--policy", p)]
+    args = ["--env", FAMILY.env_ref, "--env-kwarg", f"p={json.dumps(list(FAMILY.rates))}", "--env-kwarg",
+            f"share={FAMILY.share}", *policies, "-n", "400", "-b", "7", "--stop-when", "best", "--no-report",
+            "--trust-remote-code"]
+    here = CliRunner().invoke(main, [*args, "-o", str(tmp_path / "local")], catch_exceptions=False)
+    there = CliRunner().invoke(main, [*args, "-o", str(tmp_path / "ray"), "--backend", "ray", "--address",
+                                      cluster.address, "--ray-workers", "2", "--num-cpus", "0.5"],
+                               catch_exceptions=False)
+    assert here.exit_code == there.exit_code == 0, there.output
+    assert "race: dropped arm_0 after" in there.output and "race: done (one_left)" in there.output
+    a, b = (json.loads((tmp_path / d / "eval_info.json").read_text()) for d in ("local", "ray"))
+    assert b["race"]["eliminations"] == a["race"]["eliminations"] and b["ranking"] == a["ranking"]
+    assert {n: p["per_episode"] for n, p in b["policies"].items()} == \
+        {n: p["per_episode"] for n, p in a["policies"].items()}
+    assert b["meta"]["backend"] == "ray"
