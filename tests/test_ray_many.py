@@ -115,3 +115,24 @@ def test_the_cli_races_on_ray(cluster, tmp_path):
     assert {n: p["per_episode"] for n, p in b["policies"].items()} == \
         {n: p["per_episode"] for n, p in a["policies"].items()}
     assert b["meta"]["backend"] == "ray"
+
+
+def test_a_config_file_runs_on_ray_and_config_json_keeps_the_backend(cluster, tmp_path):
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps({"env": "fasteval/KnownAnswer-v0", "n_episodes": 9, "seed": 3, "batch_size": 2,
+                                  "backend": "ray", "address": cluster.address, "ray_workers": 2, "num_cpus": 0.5,
+                                  "ray_block": 3}))
+    result = CliRunner().invoke(main, ["--config", str(config), "--ray-block", "4", "-o", str(tmp_path / "run"),
+                                       "--no-report"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    meta = json.loads((tmp_path / "run" / "eval_info.json").read_text())["meta"]
+    assert meta["backend"] == "ray" and meta["ray_workers"] == 2 and meta["ray_block"] == 4  # the command line wins
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert saved["backend"] == "ray" and saved["address"] == cluster.address and saved["ray_block"] == 4
+    spec = EvalSpec(env="fasteval/KnownAnswer-v0", n_episodes=9, seed=3, batch_size=2)
+    expected = local(spec, tmp_path / "local").result.per_episode.to_list()
+    assert json.loads((tmp_path / "run" / "eval_info.json").read_text())["per_episode"] == expected
+    again = CliRunner().invoke(main, ["--config", str(tmp_path / "run" / "config.json"), "-o", str(tmp_path / "again"),
+                                      "--no-report"], catch_exceptions=False)  # the saved config runs on Ray again
+    assert again.exit_code == 0, again.output
+    assert json.loads((tmp_path / "again" / "eval_info.json").read_text())["meta"]["backend"] == "ray"

@@ -38,6 +38,36 @@ OPTION_NAMES = ("backend", "ray_address", "ray_workers", "ray_num_cpus", "ray_nu
 """The parameter names of :data:`BACKEND_OPTIONS` (``--help``'s section)."""
 
 
+CONFIG_PARAMS = {"backend": "backend", "address": "ray_address", "ray_workers": "ray_workers",
+                 "num_cpus": "ray_num_cpus", "num_gpus": "ray_num_gpus", "ray_block": "ray_block",
+                 "ship_policy": "ray_ship_policy"}
+"""A config file's backend key (:data:`fasteval.run.config.BACKEND_DEFAULTS`) -> the CLI parameter it sets."""
+
+
+def backend_with_config(ctx: Any, backend: dict[str, Any], config_file: Any) -> dict[str, Any]:
+    """``backend`` (the command line's) with ``--config``'s backend keys applied where the command line gave
+    none (the command line wins, as for every other key); a bad value is a ConfigError (exit 2)."""
+    from click.core import ParameterSource
+
+    from fasteval.run.config import backend_config, load_config
+
+    def given(param: str) -> bool:
+        return ctx.get_parameter_source(param) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+
+    out = dict(backend)
+    for key, value in backend_config(load_config(config_file), f"config file {str(config_file)!r}").items():
+        if not given(CONFIG_PARAMS[key]):
+            out[CONFIG_PARAMS[key]] = value
+    if given("backend") and out["backend"] == "local":  # --backend local over a file's Ray run: its Ray keys go too
+        return {**out, **{p: backend[p] for p in CONFIG_PARAMS.values()}}
+    return out
+
+
+def backend_keys(backend: dict[str, Any]) -> dict[str, Any]:
+    """The CLI's backend options as a config file's keys (what ``config.json`` saves of a run on Ray)."""
+    return {key: backend[param] for key, param in CONFIG_PARAMS.items()}
+
+
 def backend_options(fn: Any) -> Any:
     for option in reversed(BACKEND_OPTIONS):
         fn = option(fn)
