@@ -136,3 +136,58 @@ def test_a_config_file_runs_on_ray_and_config_json_keeps_the_backend(cluster, tm
                                       "--no-report"], catch_exceptions=False)  # the saved config runs on Ray again
     assert again.exit_code == 0, again.output
     assert json.loads((tmp_path / "again" / "eval_info.json").read_text())["meta"]["backend"] == "ray"
+
+
+def same_data(a, b):
+    """Two episode-data TensorDicts with the same keys, shapes and values (bit for bit)."""
+    keys = sorted(a.keys(include_nested=True, leaves_only=True), key=str)
+    assert keys == sorted(b.keys(include_nested=True, leaves_only=True), key=str)
+    return len(a) == len(b) and all(torch_equal(a[k], b[k]) for k in keys)
+
+
+def torch_equal(x, y):
+    import torch
+
+    return x.dtype == y.dtype and x.shape == y.shape and bool(torch.equal(x.cpu(), y.cpu()))
+
+
+@pytest.mark.parametrize("block", [3, 8])
+def test_episode_data_on_ray_is_the_local_runs_row_for_row(cluster, block):
+    """Each worker records its block's episodes; the driver puts them together in episode order: the local
+    run's TensorDict (observations, actions, rewards, flags, episode, seed, step_count, index), bit for bit."""
+    spec = EvalSpec(env="CartPole-v1", policy=MLP, n_episodes=8, seed=5, batch_size=2, return_episode_data=True)
+    from fasteval.run.engine import Engine
+
+    with Engine(spec) as engine:
+        here = engine.run()
+    with RayEngine(spec, RayOptions(workers=2, num_cpus=0.5, block=block)) as engine:
+        there = engine.run()
+    assert there.per_episode.to_list() == here.per_episode.to_list()
+    assert len(here.episode_data) == int(sum(here.per_episode.column("length")))
+    assert same_data(there.episode_data, here.episode_data)
+
+
+def test_the_cli_saves_episodes_on_ray(cluster, tmp_path):
+    from fasteval.run.episode_files import load_episodes
+
+    args = ["--env", "CartPole-v1", "--policy", MLP, "-n", "6", "--seed", "5", "-b", "2", "--no-report"]
+    ray_args = ["--backend", "ray", "--address", cluster.address, "--ray-workers", "2", "--num-cpus", "0.5"]
+    for where, extra in (("local", []), ("ray", ray_args)):
+        result = CliRunner().invoke(main, [*args, *extra, "-o", str(tmp_path / where), "--save-episodes",
+                                           str(tmp_path / f"{where}-episodes")], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        assert "wrote 6 episodes" in result.output
+    assert same_data(load_episodes(tmp_path / "ray-episodes"), load_episodes(tmp_path / "local-episodes"))
+
+
+def test_a_run_with_another_seed_runs_those_seeds_on_the_workers(cluster):
+    """``engine.run(seed=S)`` (the library's door): the workers run seeds S + i, not the spec's."""
+    spec = EvalSpec(env="fasteval/KnownAnswer-v0", policy="zero", n_episodes=6, seed=3, batch_size=2)
+    from fasteval.run.engine import Engine
+
+    with Engine(spec) as engine:
+        here = engine.run(seed=11)
+    with RayEngine(spec, RayOptions(workers=2, num_cpus=0.5)) as engine:
+        there = engine.run(seed=11)
+    assert there.per_episode.to_list() == here.per_episode.to_list()
+    assert there.per_episode.column("seed").tolist() == list(range(11, 17))

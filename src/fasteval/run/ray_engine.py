@@ -30,7 +30,11 @@ every block out. The same eliminations at the same k as a local run, and the sam
 
 The workers' specs carry no ``stop_when``: only the driver decides (a worker sees a block, not a prefix).
 
-Not yet (refused, exit 2): videos and ``--save-episodes``. A policy that draws from torch's global RNG is
+Episode data (``return_episode_data``, ``--save-episodes``): each worker records its block's episodes (the
+local recorder) and sends them back with its rows, on the host; the driver puts the landed blocks' steps
+together in episode order (:func:`assemble_episode_data`), the local run's TensorDict row for row.
+
+Not yet (refused, exit 2): videos. A policy that draws from torch's global RNG is
 seeded per block (as per resumed segment): deterministic and per-episode-noise policies are exact.
 """
 
@@ -91,9 +95,13 @@ class RayOptions:
 
 def check_ray_spec(spec: EvalSpec) -> None:
     """What the Ray backend cannot run yet: UserInputError (exit 2) saying so and what to do."""
-    if spec.max_episodes_rendered or spec.return_episode_data:
-        raise UserInputError("--backend ray does not render videos nor save episode data yet (--videos, "
-                             "--save-episodes): run those locally.")
+    if spec.max_episodes_rendered:
+        raise UserInputError("--backend ray does not render videos yet (--videos): the frames would be rendered and "
+                             "encoded on the workers' nodes. Drop --videos, and render the episodes you want in a "
+                             "local run of the same seeds (-n K --videos K; the episodes are the same).")
+    if spec.return_episode_data and spec.n_policies > 1:
+        raise UserInputError(f"--backend ray saves one policy's episode data (--save-episodes); this run has "
+                             f"{spec.n_policies} policies. Save each policy's episodes with a run of its own.")
 
 
 @dataclass(frozen=True)
@@ -205,12 +213,12 @@ class EpisodeWorker:
 
         return ray.get_runtime_context().get_node_id()
 
-    def run_block(self, episodes: Sequence[Any]) -> dict[str, Any]:
+    def run_block(self, episodes: Sequence[Any], seed: int | None = None) -> dict[str, Any]:
         """Run episodes ``episodes`` (global indices; a many-policy run's ``(policy, episode)`` pairs): their rows, faults, timings and facts; an error that
         stopped the block comes back in ``error`` with the rows finished before it."""
         error = None
         try:
-            segment = self.engine.run_segment(episodes=list(episodes))
+            segment = self.engine.run_segment(episodes=list(episodes), seed=seed)
         except SegmentAborted as exc:
             segment, error = exc.segment, exc.segment.error
         ledger = segment.ledger
@@ -218,7 +226,7 @@ class EpisodeWorker:
                 "policy_ids": None if ledger.policy_ids is None else ledger.policy_ids.copy(), **{c: getattr(ledger, c).copy() for c in ROW_COLUMNS},
                 "success_signal": bool(segment.success_signal), "errors": list(segment.errors),
                 "timings": dict(segment.timings), "eval_s": segment.eval_s, "facts": dict(segment.facts),
-                "error": error, "node": self.node()}
+                "error": error, "node": self.node(), "episode_data": _host(segment.outputs.get("episode_data"))}
 
 
 class _RemoteEnvs:
@@ -393,7 +401,7 @@ class RayEngine:
             actor = state.idle.popleft()
             ids = ledger.episode_ids[rows].tolist()
             ref = actor.run_block.remote(ids if ledger.policy_ids is None else
-                                         list(zip(ledger.policy_ids[rows].tolist(), ids)))
+                                         list(zip(ledger.policy_ids[rows].tolist(), ids)), ledger.seed)
             self.leases[ref] = (actor, rows, count + 1)
 
     @staticmethod
@@ -449,6 +457,8 @@ class RayEngine:
             on_finished(ledger, done)
             if state.stop is not None:  # decides on the index prefix, whatever order blocks come back in
                 state.stop.on_finished(ledger, done)
+        if out["episode_data"] is not None:
+            state.episode_data.append(out["episode_data"])
         if out["error"] is not None:
             state.error = state.error or out["error"]
 
@@ -463,9 +473,13 @@ class RayEngine:
                  **self._shipped_facts(),
                  "has_success_signal": bool(self.envs.has_success_signal),
                  "n_out_of_range_actions": state.out_of_range}
+        outputs = {}
+        if self.spec.return_episode_data:
+            k = state.stop.k if state.stop is not None and state.stop.fired else None
+            outputs["episode_data"] = assemble_episode_data(state.episode_data, ledger, k)
         return Segment(ledger=ledger, errors=tuple(state.errors), eval_s=eval_s, timings=dict(state.timings),
                        facts=facts, success_signal=bool(self.envs.has_success_signal), stop=state.stop,
-                       cap=state.cap, error=error, outputs={})
+                       cap=state.cap, error=error, outputs=outputs)
 
     def _shipped_facts(self) -> dict[str, Any]:
         """``policy_shipped``: the shipped folder's digest and bytes (a list of them, per policy, for several)."""
@@ -506,6 +520,8 @@ class _Blocks:
         self.out_of_range = 0
         self.error: BaseException | None = None
         self.stop: StopWhen | RaceStop | None = None
+        self.episode_data: list[Any] = []
+        """The landed blocks' episode data (TensorDicts on the host), in the order they came back."""
         self.cap: int | None = None
 
     def add(self, out: dict[str, Any]) -> None:
@@ -515,6 +531,33 @@ class _Blocks:
             self.facts = dict(out["facts"])
         self.nodes.add(out["node"])
         self.out_of_range += int(out["facts"].get("n_out_of_range_actions", 0))
+
+
+def _host(data: Any) -> Any:
+    """A block's episode data on the host (it travels back to the driver), or None."""
+    return None if data is None else data.cpu()
+
+
+def assemble_episode_data(blocks: Sequence[Any], ledger: Ledger, k: int | None = None) -> Any:
+    """The blocks' episode data (TensorDicts ``[steps]``, each sorted by episode then frame) as one, in episode
+    order: only the episodes the ledger counts (finished, not failed; below ``k`` when a stop rule decided),
+    with ``index`` renumbered ``0..steps-1``; the local recorder's layout
+    (:class:`fasteval.robot.recording.EpisodeDataRecorder`). An empty TensorDict when there are none."""
+    import torch
+    from tensordict import TensorDict
+
+    rows = ledger.finished & ~ledger.failed
+    if k is not None:
+        rows &= ledger.episode_ids < k
+    wanted = torch.from_numpy(np.sort(ledger.episode_ids[rows]))
+    parts = [b for b in blocks if len(b)]
+    if not parts or not len(wanted):
+        return TensorDict({}, batch_size=[0])
+    parts.sort(key=lambda b: int(b["episode"][0]))
+    data = torch.cat(parts, dim=0)
+    data = data[torch.isin(data["episode"], wanted)]
+    data["index"] = torch.arange(len(data), dtype=torch.int64)
+    return data
 
 
 def _cause(exc: BaseException) -> BaseException:
