@@ -191,3 +191,29 @@ def test_a_run_with_another_seed_runs_those_seeds_on_the_workers(cluster):
         there = engine.run(seed=11)
     assert there.per_episode.to_list() == here.per_episode.to_list()
     assert there.per_episode.column("seed").tolist() == list(range(11, 17))
+
+
+@pytest.mark.parametrize("servers", [1, 2])
+def test_shared_policy_actors_serve_every_worker_with_the_local_records(cluster, tmp_path, servers):
+    """``--ray-policy-actors N``: N policy servers (fasteval serve in Ray actors) and 3 env workers that load
+    ``ws://...`` of one of them: the local run's records, whichever server answered which worker."""
+    from fasteval.doors.ray_policy_actors import RayPolicyServers
+
+    spec = EvalSpec(env="CartPole-v1", policy=MLP, n_episodes=8, seed=5, batch_size=2)
+    here = local(spec, tmp_path / "local").result
+    engine = RayEngine(spec, RayOptions(workers=3, num_cpus=0.25),
+                       policy_servers=RayPolicyServers(spec, servers, num_gpus=0.0))
+    try:
+        urls = engine.policy_servers.urls
+        assert len(set(urls)) == servers and all(u.startswith("ws://") for u in urls)
+        loaded = ray.get([actor.policy_ref.remote() for actor in engine.actors])
+        assert set(loaded) == set(urls)  # every worker loads a server, not the checkpoint
+        from fasteval.run.durable import run_durable
+        from fasteval.run.rundir import RunDirectory
+
+        there = run_durable(engine, RunDirectory(tmp_path / "ray"), announce=lambda m: None)
+    finally:
+        engine.close()
+    assert there.status == "complete"
+    assert there.result.per_episode.to_list() == here.per_episode.to_list()
+    assert there.result.meta["ray_policy_actors"] == servers

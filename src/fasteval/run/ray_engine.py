@@ -53,6 +53,7 @@ from fasteval.core.outcome import Segment, SegmentAborted
 from fasteval.core.racing import RaceStop
 from fasteval.core.stopping import StopRuleError, StopWhen
 from fasteval.core.watchdog import Watchdog
+from fasteval.robot.policies.remote import TOKEN_ENV
 from fasteval.run.engine import Engine
 from fasteval.types.errors import UserInputError
 from fasteval.types.spec import EvalSpec
@@ -240,7 +241,10 @@ class RayEngine:
     (``spec``, :meth:`identity_facts`, :meth:`run_segment`, :meth:`stop_starting`, ``ledger``,
     ``watchdog``, :meth:`close`), with the episodes run by :class:`EpisodeWorker` actors."""
 
-    def __init__(self, spec: EvalSpec, options: RayOptions = RayOptions()):
+    def __init__(self, spec: EvalSpec, options: RayOptions = RayOptions(), policy_servers: Any = None):
+        """``policy_servers``: shared policy actors (``urls``, ``token``, ``close()``:
+        :class:`fasteval.doors.ray_policy_actors.RayPolicyServers`): each env worker loads ``ws://...`` of one
+        of them (round robin) as its policy instead of the policy itself; closed with this engine."""
         check_ray_spec(spec)
         try:
             import ray
@@ -262,15 +266,19 @@ class RayEngine:
         cpus = float(ray.cluster_resources().get("CPU", 1.0))
         self.n_workers = int(options.workers or max(1, int(cpus // per_worker)))
         self.worker_spec = worker_spec(spec)
+        self.policy_servers = policy_servers
+        self._made = 0
+        served = {} if policy_servers is None else {"runtime_env": {"env_vars": {TOKEN_ENV: policy_servers.token}}}
         self._actor_class = ray.remote(EpisodeWorker).options(
-            num_cpus=options.num_cpus, num_gpus=options.num_gpus, max_restarts=0, scheduling_strategy="SPREAD")
+            num_cpus=options.num_cpus, num_gpus=options.num_gpus, max_restarts=0, scheduling_strategy="SPREAD",
+            **served)
         self.actors: list[Any] = []
         self.leases: dict[Any, tuple[Any, np.ndarray, int]] = {}
         """Blocks out on actors: ``{object ref: (actor, ledger rows, lease count)}``."""
         self.actors_lost = 0
         self.node_of: dict[int, str] = {}
         """``{id(actor): Ray node id}`` of the actors that have returned a block (where they run)."""
-        self.packages = policy_packages(spec, options)
+        self.packages = policy_packages(spec, options) if policy_servers is None else (None,)
         self._package_ref = ray.put(self.packages) if any(p is not None for p in self.packages) else ()
         try:
             self.actors = [self._new_actor() for _ in range(self.n_workers)]
@@ -281,7 +289,12 @@ class RayEngine:
         self.max_steps = self._identity.get("max_steps")
 
     def _new_actor(self) -> Any:
-        return self._actor_class.remote(self.worker_spec, self._package_ref)
+        spec = self.worker_spec
+        if self.policy_servers is not None:  # a shared policy actor, round robin
+            urls = self.policy_servers.urls
+            spec = spec.replace(policy=urls[self._made % len(urls)])
+        self._made += 1
+        return self._actor_class.remote(spec, self._package_ref)
 
     def _first_answer(self, call: Callable[[Any], Any]) -> dict[str, Any]:
         """Every actor's answer (each has built its engine: start-up stays out of the run), the first one's
@@ -471,6 +484,7 @@ class RayEngine:
         facts = {**state.facts, "backend": "ray", "ray_workers": self.n_workers, "ray_block": self.block,
                  "ray_nodes": len(state.nodes), "ray_actors_lost": self.actors_lost,
                  **self._shipped_facts(),
+                 **({"ray_policy_actors": len(self.policy_servers.urls)} if self.policy_servers is not None else {}),
                  "has_success_signal": bool(self.envs.has_success_signal),
                  "n_out_of_range_actions": state.out_of_range}
         outputs = {}
@@ -496,6 +510,8 @@ class RayEngine:
                 pass
         self.actors = []
         self.watchdog.close()
+        if self.policy_servers is not None:
+            self.policy_servers.close()
         if self.started_ray:
             self.ray.shutdown()
             self.started_ray = False
