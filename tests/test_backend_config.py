@@ -24,6 +24,7 @@ KA = "fasteval/KnownAnswer-v0"
     ("num_gpus", -1, "expected a number >= 0"),
     ("ship_policy", "yes", "expected true or false"),
     ("address", 7, "expected a Ray address string"),
+    ("ray_policy_actors", 0, "expected an integer >= 1"),
 ])
 def test_a_bad_backend_value_in_a_config_exits_2_with_one_line(tmp_path, key, value, expected):
     config = tmp_path / "run.json"

@@ -217,3 +217,18 @@ def test_shared_policy_actors_serve_every_worker_with_the_local_records(cluster,
     assert there.status == "complete"
     assert there.result.per_episode.to_list() == here.per_episode.to_list()
     assert there.result.meta["ray_policy_actors"] == servers
+
+
+def test_the_cli_runs_shared_policy_actors(cluster, tmp_path):
+    args = ["--env", "CartPole-v1", "--policy", MLP, "-n", "6", "--seed", "5", "-b", "2", "--no-report"]
+    ray_args = ["--backend", "ray", "--address", cluster.address, "--ray-workers", "2", "--num-cpus", "0.25"]
+    result = CliRunner().invoke(main, [*args, *ray_args, "--ray-policy-actors", "1", "-o", str(tmp_path / "ray")],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    spec = EvalSpec(env="CartPole-v1", policy=MLP, n_episodes=6, seed=5, batch_size=2)
+    info = json.loads((tmp_path / "ray" / "eval_info.json").read_text())
+    assert info["meta"]["ray_policy_actors"] == 1
+    assert info["per_episode"] == local(spec, tmp_path / "local").result.per_episode.to_list()
+    many = CliRunner().invoke(main, [*args, "--policy", "zero", *ray_args, "--ray-policy-actors", "1", "-o",
+                                     str(tmp_path / "many")])
+    assert many.exit_code == 2 and "--ray-policy-actors serves one policy" in many.output

@@ -49,8 +49,8 @@ class PolicyActor:
 
         import ray
 
-        from fasteval.doors.serve import build_config, server_url
-        from fasteval.doors.serve_server import PolicyServer
+        from fasteval.doors.serve_policy import RunnerOptions
+        from fasteval.doors.serve_server import PolicyServer, ServerConfig
 
         if package is not None:
             import tempfile
@@ -59,12 +59,10 @@ class PolicyActor:
 
             options = {**options, "policy": unpack_folder(package, tempfile.mkdtemp(prefix="fasteval-policy-"))}
         host = ray.util.get_node_ip_address()
-        config = build_config(host=host, port=0, token=token, env=None, env_kwargs={}, max_batch=16, max_wait_ms=2.0,
-                              max_message_bytes=256 * 1024 * 1024, session_ttl_s=300.0, **options)
-        server = PolicyServer(config)
+        server = PolicyServer(ServerConfig(options=RunnerOptions(**options), host=host, port=0, token=token))
 
-        def listening(port: int) -> None:
-            self.address = server_url(host, port)
+        def listening(port: int) -> None:  # an IPv6 host in brackets, as URLs write it (RFC 3986)
+            self.address = f"ws://[{host}]:{port}" if ":" in host else f"ws://{host}:{port}"
             ready.set()
 
         def run() -> None:

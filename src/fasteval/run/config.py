@@ -19,7 +19,8 @@ The format is flat: the EvalSpec field names (``env``, ``policy``, ``env_kwargs`
 * A relative checkpoint folder in ``policy`` is looked up next to the file first (as sweep files
   do), then in the current folder; saved configs hold absolute folders.
 * Where the episodes run is not part of the spec, but a config may say it too (:data:`BACKEND_DEFAULTS`:
-  ``backend``, ``address``, ``ray_workers``, ``num_cpus``, ``num_gpus``, ``ray_block``, ``ship_policy``; the
+  ``backend``, ``address``, ``ray_workers``, ``num_cpus``, ``num_gpus``, ``ray_block``, ``ship_policy``,
+  ``ray_policy_actors``; the
   CLI's ``--backend ray`` and its options, docs/distributed.md); the command line wins here too, a bad
   value is refused with one line (:func:`backend_config`), and a run on Ray saves them in ``config.json``.
 * :func:`fasteval.doors.sweep.spec.config_to_sweep_dict` turns a config into a one-job sweep spec (``fasteval sweep``'s format:
@@ -51,9 +52,9 @@ DEFAULT_SETS = VIDEO_LAYOUTS
 """``defaults`` (informational): whose defaults filled what the command line left out, fasteval's or
 LeRobot's (docs/lerobot.md); the same two names as the video layouts."""
 BACKEND_DEFAULTS: dict[str, Any] = {"backend": "local", "address": None, "ray_workers": None, "num_cpus": 1.0,
-                                    "num_gpus": 0.0, "ray_block": None, "ship_policy": True}
+                                    "num_gpus": 0.0, "ray_block": None, "ship_policy": True, "ray_policy_actors": None}
 """The backend keys of a config file and their defaults (the CLI's: ``--backend``, ``--address``,
-``--ray-workers``, ``--num-cpus``, ``--num-gpus``, ``--ray-block``, ``--ship-policy``)."""
+``--ray-workers``, ``--num-cpus``, ``--num-gpus``, ``--ray-block``, ``--ship-policy``, ``--ray-policy-actors``)."""
 MERGED_FIELDS = ("env_kwargs", "rename", "policy_overrides")
 """Mapping fields merged key by key (config first, then the command line)."""
 PARAM_FOR_FIELD = {"compile": "compile_policy"}
@@ -91,7 +92,7 @@ def backend_config(data: Mapping[str, Any], where: str = "config") -> dict[str, 
             raise bad(key, "local or ray")
         if key == "address" and value is not None and (not isinstance(value, str) or not value):
             raise bad(key, "a Ray address string (auto, HOST:PORT, ray://HOST:PORT) or null")
-        if key in ("ray_workers", "ray_block") and value is not None and (
+        if key in ("ray_workers", "ray_block", "ray_policy_actors") and value is not None and (
                 not isinstance(value, int) or isinstance(value, bool) or value < 1):
             raise bad(key, "an integer >= 1 or null")
         if key in ("num_cpus", "num_gpus") and (not number(value) or value < 0):
