@@ -232,3 +232,21 @@ def test_the_cli_runs_shared_policy_actors(cluster, tmp_path):
     many = CliRunner().invoke(main, [*args, "--policy", "zero", *ray_args, "--ray-policy-actors", "1", "-o",
                                      str(tmp_path / "many")])
     assert many.exit_code == 2 and "--ray-policy-actors serves one policy" in many.output
+
+
+def test_shards_of_a_many_policy_run_on_ray_merge_into_the_local_run(cluster, tmp_path):
+    args = ["--env", "fasteval/KnownAnswer-v0", "--policy", "zero", "--policy", "random", "-n", "7", "--seed", "3",
+            "-b", "2", "--no-report"]
+    ray_args = ["--backend", "ray", "--address", cluster.address, "--ray-workers", "2", "--num-cpus", "0.5"]
+    assert CliRunner().invoke(main, [*args, "-o", str(tmp_path / "one")], catch_exceptions=False).exit_code == 0
+    for k in range(2):
+        shard = CliRunner().invoke(main, [*args, *ray_args, "--shard", f"{k}/2", "-o", str(tmp_path / f"s{k}")],
+                                   catch_exceptions=False)
+        assert shard.exit_code == 0, shard.output
+    merged = CliRunner().invoke(main, ["merge", str(tmp_path / "s0"), str(tmp_path / "s1"), "-o", str(tmp_path / "m"),
+                                       "--no-report"], catch_exceptions=False)
+    assert merged.exit_code == 0, merged.output
+    a, b = (json.loads((tmp_path / d / "eval_info.json").read_text()) for d in ("one", "m"))
+    assert {n: p["per_episode"] for n, p in b["policies"].items()} == \
+        {n: p["per_episode"] for n, p in a["policies"].items()}
+    assert b["ranking"] == a["ranking"]

@@ -34,6 +34,10 @@ Episode data (``return_episode_data``, ``--save-episodes``): each worker records
 local recorder) and sends them back with its rows, on the host; the driver puts the landed blocks' steps
 together in episode order (:func:`assemble_episode_data`), the local run's TensorDict row for row.
 
+Shared policy actors (``policy_servers``, ``--ray-policy-actors``: :mod:`fasteval.doors.ray_policy_actors`): the
+workers load ``ws://NODE:PORT`` of one of N policy servers run as Ray actors (round robin), with the run's token
+in their environment, instead of the policy itself.
+
 Not yet (refused, exit 2): videos. A policy that draws from torch's global RNG is
 seeded per block (as per resumed segment): deterministic and per-episode-noise policies are exact.
 """
