@@ -250,3 +250,42 @@ def test_shards_of_a_many_policy_run_on_ray_merge_into_the_local_run(cluster, tm
     assert {n: p["per_episode"] for n, p in b["policies"].items()} == \
         {n: p["per_episode"] for n, p in a["policies"].items()}
     assert b["ranking"] == a["ranking"]
+
+
+@pytest.mark.parametrize("select", ["first", "failures"])
+def test_videos_on_ray_are_the_local_runs_replayed_in_the_driver(cluster, tmp_path, select):
+    """The workers render nothing; the driver replays the episodes a local run keeps (checked against the
+    workers' rows) and writes the same videos, named alike, with the same frames."""
+    import os
+
+    from tests.test_videos import KA, KA_DIR, decoded_frames
+
+    base = ["--env", KA, "--policy", "fasteval.testing.policies:ParityPolicy", "-n", "7", "-b", "2", "--seed", "1",
+            "--videos", "2", "--video-select", select, "--no-report"]
+    ray_args = ["--backend", "ray", "--address", cluster.address, "--ray-workers", "2", "--num-cpus", "0.5"]
+    for where, extra in (("local", []), ("ray", ray_args)):
+        result = CliRunner().invoke(main, [*base, *extra, "-o", str(tmp_path / where)], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+    a, b = (json.loads((tmp_path / d / "eval_info.json").read_text()) for d in ("local", "ray"))
+    names = sorted(os.listdir(tmp_path / "local" / "videos" / KA_DIR))
+    assert len(names) == 2 and sorted(os.listdir(tmp_path / "ray" / "videos" / KA_DIR)) == names
+    assert [os.path.basename(p) for p in b["overall"]["video_paths"]] == \
+        [os.path.basename(p) for p in a["overall"]["video_paths"]]
+    for file in names:
+        assert len(decoded_frames(tmp_path / "ray" / "videos" / KA_DIR / file)) == \
+            len(decoded_frames(tmp_path / "local" / "videos" / KA_DIR / file))
+    assert b["meta"]["backend"] == "ray" and "ray_videos_replay_s" in b["meta"]
+    assert b["per_episode"] == a["per_episode"]
+
+
+def test_videos_an_env_cannot_render_fail_the_run_on_ray_and_keep_its_episodes(cluster, tmp_path):
+    """CartPole made without a render mode: its first frame fails in the driver's replay, after the run; the
+    run ends on that bad input (exit 2, as a local run meeting it mid-run) saying why, and every episode the
+    workers ran is kept."""
+    result = CliRunner().invoke(main, ["--env", "CartPole-v1", "-n", "4", "--videos", "1", "--backend", "ray",
+                                       "--address", cluster.address, "--ray-workers", "1", "--num-cpus", "0.5",
+                                       "-o", str(tmp_path / "x"), "--no-report"])
+    assert result.exit_code == 2, result.output
+    assert "render_mode='rgb_array'" in result.output
+    lines = (tmp_path / "x" / "episodes.jsonl").read_text().splitlines()
+    assert len(lines) == 4

@@ -223,7 +223,7 @@ def test_a_bad_spec_on_ray_is_the_engines_own_bad_input(cluster):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--backend", "ray", "--videos", "2"], "does not render videos"),
+    (["--backend", "ray", "--videos", "2", "--policy", "zero", "--policy", "random"], "renders one policy's"),
     (["--ray-workers", "2"], "options of --backend ray"),
     (["--ray-policy-actors", "2"], "--ray-policy-actors: options of --backend ray"),
 ])

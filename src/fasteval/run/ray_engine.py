@@ -38,7 +38,10 @@ Shared policy actors (``policy_servers``, ``--ray-policy-actors``: :mod:`fasteva
 workers load ``ws://NODE:PORT`` of one of N policy servers run as Ray actors (round robin), with the run's token
 in their environment, instead of the policy itself.
 
-Not yet (refused, exit 2): videos. A policy that draws from torch's global RNG is
+Videos (``--videos K``): the workers render nothing; after the run the driver replays the K episodes a local
+run keeps, in a local engine, and checks each replay against the workers' row (:mod:`fasteval.run.ray_videos`).
+
+A policy that draws from torch's global RNG is
 seeded per block (as per resumed segment): deterministic and per-episode-noise policies are exact.
 """
 
@@ -100,10 +103,9 @@ class RayOptions:
 
 def check_ray_spec(spec: EvalSpec) -> None:
     """What the Ray backend cannot run yet: UserInputError (exit 2) saying so and what to do."""
-    if spec.max_episodes_rendered:
-        raise UserInputError("--backend ray does not render videos yet (--videos): the frames would be rendered and "
-                             "encoded on the workers' nodes. Drop --videos, and render the episodes you want in a "
-                             "local run of the same seeds (-n K --videos K; the episodes are the same).")
+    if spec.max_episodes_rendered and spec.n_policies > 1:
+        raise UserInputError(f"--backend ray --videos renders one policy's episodes; this run has {spec.n_policies} "
+                             f"policies. Drop --videos, or render each policy's with a run of its own.")
     if spec.return_episode_data and spec.n_policies > 1:
         raise UserInputError(f"--backend ray saves one policy's episode data (--save-episodes); this run has "
                              f"{spec.n_policies} policies. Save each policy's episodes with a run of its own.")
@@ -181,6 +183,8 @@ def worker_spec(spec: EvalSpec) -> EvalSpec:
         changes.update(stop_when=None, design="anytime")
     if spec.n_policies > 1:
         changes["policy_names"] = spec.names
+    if spec.max_episodes_rendered:  # the driver replays the kept episodes after the run (run/ray_videos.py)
+        changes.update(max_episodes_rendered=0, videos_dir=None)
     return spec.replace(**changes) if changes else spec
 
 
@@ -188,7 +192,7 @@ class EpisodeWorker:
     """A Ray actor's body: the existing engine, built once, run on the blocks of episodes it leases.
     ``package``: the policy's checkpoint folder, shipped (written to a folder of this actor's, digest checked)."""
 
-    def __init__(self, spec: EvalSpec, packages: Sequence[FolderPackage | None] = ()):
+    def __init__(self, spec: EvalSpec, packages: Sequence[FolderPackage | None] = (), check_render: bool = False):
         self.engine, self.error = None, None
         try:  # an actor whose constructor raises dies, and its error would reach the driver as a dead actor
             if any(p is not None for p in packages):
@@ -199,6 +203,10 @@ class EpisodeWorker:
                 spec = spec.replace(policy=policies if spec.n_policies > 1 else policies[0])
             self.policy_path = spec.policy
             self.engine = Engine(spec)
+            if check_render:  # the driver will replay videos: an env that cannot render is bad input now
+                from fasteval.robot.recording import check_renderable
+
+                check_renderable(self.engine)
         except Exception as exc:  # noqa: BLE001 -- raised again by identity(): the driver's first call
             self.error = exc
 
@@ -298,7 +306,7 @@ class RayEngine:
             urls = self.policy_servers.urls
             spec = spec.replace(policy=urls[self._made % len(urls)])
         self._made += 1
-        return self._actor_class.remote(spec, self._package_ref)
+        return self._actor_class.remote(spec, self._package_ref, bool(self.spec.max_episodes_rendered))
 
     def _first_answer(self, call: Callable[[Any], Any]) -> dict[str, Any]:
         """Every actor's answer (each has built its engine: start-up stays out of the run), the first one's
@@ -491,10 +499,19 @@ class RayEngine:
                  **({"ray_policy_actors": len(self.policy_servers.urls)} if self.policy_servers is not None else {}),
                  "has_success_signal": bool(self.envs.has_success_signal),
                  "n_out_of_range_actions": state.out_of_range}
-        outputs = {}
+        outputs: dict[str, Any] = {}
+        k = state.stop.k if state.stop is not None and state.stop.fired else None
         if self.spec.return_episode_data:
-            k = state.stop.k if state.stop is not None and state.stop.fired else None
             outputs["episode_data"] = assemble_episode_data(state.episode_data, ledger, k)
+        if self.spec.max_episodes_rendered and error is None:
+            from fasteval.run.ray_videos import replay_videos
+
+            started = time.perf_counter()
+            try:
+                outputs["video_paths"] = replay_videos(self.spec, ledger, k)
+            except Exception as exc:  # noqa: BLE001 -- frames the env cannot give: the run's error, its episodes kept
+                error = exc
+            facts["ray_videos_replay_s"] = time.perf_counter() - started
         return Segment(ledger=ledger, errors=tuple(state.errors), eval_s=eval_s, timings=dict(state.timings),
                        facts=facts, success_signal=bool(self.envs.has_success_signal), stop=state.stop,
                        cap=state.cap, error=error, outputs=outputs)
