@@ -1,7 +1,8 @@
-"""``--backend ray`` with several policies (issue 43): a fixed-n many-policy run on a 3-node
-``ray.cluster_utils.Cluster`` equals the local run record for record, and a race (``--stop-when best``)
-driven from the driver has the same eliminations at the same k, the same records and the same ranking;
-a race resumed on Ray ends as the uninterrupted one."""
+"""``--backend ray``, the rest of issue 43, on a 3-node ``ray.cluster_utils.Cluster``: a fixed-n many-policy run
+equals the local run record for record, and a race (``--stop-when best``) driven from the driver has the same
+eliminations at the same k, the same records and the same ranking (resumed on Ray too); shards of a many-policy
+run on Ray merge into the local run; a ``--config`` file's backend keys; ``--save-episodes`` and ``--videos``
+give the local run's steps and files; shared policy actors (``--ray-policy-actors``) the local records."""
 
 import json
 from pathlib import Path

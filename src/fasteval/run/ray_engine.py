@@ -41,8 +41,8 @@ in their environment, instead of the policy itself.
 Videos (``--videos K``): the workers render nothing; after the run the driver replays the K episodes a local
 run keeps, in a local engine, and checks each replay against the workers' row (:mod:`fasteval.run.ray_videos`).
 
-A policy that draws from torch's global RNG is
-seeded per block (as per resumed segment): deterministic and per-episode-noise policies are exact.
+A policy that draws from torch's global RNG is seeded per block (as per resumed segment): deterministic and
+per-episode-noise policies are exact.
 """
 
 from __future__ import annotations
