@@ -17,7 +17,16 @@ its own W = 1; the last column is Ray's episodes per hour over the pool's at the
 engine: leases, the object store, a process per actor). The per-episode results of every row are checked
 equal to the first row's.
 
-    python benchmarks/bench_distributed.py [--episodes 96] [--step-ms 1] [--workers 1,2] [--block 4] [--tiny]
+Per-worker figures follow: each row's episodes per hour per worker, its seconds per episode per worker, and
+Ray's cost per episode over the pool's at equal W (``ray s/ep - pool s/ep``, per worker: what leases, the
+object store and the block's tail add to each episode). From them, **an estimate for LIBERO on N nodes**:
+a LIBERO episode costs a worker ``--libero-steps`` steps of ``--libero-step-s`` seconds (its env dominates:
+99% of a LIBERO run is ``env_step``, RESULTS.md "LIBERO"), plus Ray's per-episode cost measured here at the
+largest W; N nodes of ``--cores-per-node`` workers give ``N c 3600 / T`` episodes per hour, and the table
+says how long ``--libero-episodes`` take. An estimate from per-worker figures, not a measurement.
+
+    python benchmarks/bench_distributed.py [--episodes 96] [--step-ms 1] [--workers 1,2] [--block 4]
+        [--nodes 1,4,16] [--cores-per-node 32] [--libero-step-s 0.3] [--libero-steps 520] [--tiny]
 """
 
 from __future__ import annotations
@@ -83,6 +92,13 @@ def main() -> None:
     parser.add_argument("--step-ms", type=float, default=1.0)
     parser.add_argument("--workers", default=None, help="comma-separated W values [default: 1, 2, ... usable cores]")
     parser.add_argument("--block", type=int, default=4, help="Ray: episodes per lease")
+    parser.add_argument("--nodes", default="1,4,16", help="LIBERO estimate: comma-separated node counts")
+    parser.add_argument("--cores-per-node", type=int, default=32, help="LIBERO estimate: env workers per node")
+    parser.add_argument("--libero-step-s", type=float, default=0.3,
+                        help="LIBERO estimate: seconds per env step on one worker core (RESULTS.md: fasteval sync, "
+                             "128 px, llvmpipe, about 0.3 s per env step per core)")
+    parser.add_argument("--libero-steps", type=int, default=520, help="LIBERO estimate: steps per episode (LIBERO-10)")
+    parser.add_argument("--libero-episodes", type=int, default=500, help="LIBERO estimate: the evaluation's episodes")
     parser.add_argument("--tiny", action="store_true", help="8 episodes, W = 1 and 2, 0.2 ms steps (the test suite)")
     args = parser.parse_args()
     cores = usable_cores()
@@ -118,8 +134,43 @@ def main() -> None:
     print(markdown_table(["backend", "workers", "episodes", "wall s", "episodes/h", f"vs W={ws[0]}", "ray / pool"],
                          rows))
     print(f"\nper-episode results identical in every row: {identical}")
+    print_per_worker(args, ws, results, per_hour)
     if not identical:
         sys.exit(1)
+
+
+def per_worker(results: dict, per_hour: dict) -> dict:
+    """``{(backend, W): (episodes/h per worker, seconds per episode per worker)}``."""
+    return {(b, w): (per_hour[(b, w)] / w, w * wall / n) for (b, w), (wall, rows) in results.items()
+            for n in [len(rows)]}
+
+
+def print_per_worker(args: argparse.Namespace, ws: list[int], results: dict, per_hour: dict) -> None:
+    """The per-worker table, then the LIBERO-on-N-nodes estimate built from Ray's per-episode cost at the largest W."""
+    figures = per_worker(results, per_hour)
+    rows = []
+    for w in ws:
+        pool, ray_ = figures[("local pool", w)], figures[("ray", w)]
+        rows.append([w, f"{pool[0]:,.0f}", f"{ray_[0]:,.0f}", f"{pool[1] * 1000:.1f}", f"{ray_[1] * 1000:.1f}",
+                     f"{(ray_[1] - pool[1]) * 1000:+.1f}"])
+    print("\n## Per worker\n")
+    print(markdown_table(["workers", "pool episodes/h per worker", "ray episodes/h per worker", "pool ms/episode/worker",
+                          "ray ms/episode/worker", "ray cost ms/episode"], rows))
+    top = ws[-1]
+    overhead = max(0.0, figures[("ray", top)][1] - figures[("local pool", top)][1])
+    episode_s = args.libero_steps * args.libero_step_s + overhead
+    print(f"\n## LIBERO on N nodes (estimate)\n")
+    print(f"- a LIBERO episode per worker: {args.libero_steps} steps x {args.libero_step_s:g} s + Ray's cost "
+          f"{overhead * 1000:.1f} ms (measured above at W={top}) = {episode_s:,.1f} s\n")
+    nodes = [int(n) for n in args.nodes.split(",")]
+    table = []
+    for n in nodes:
+        workers = n * args.cores_per_node
+        eph = workers * 3600 / episode_s
+        table.append([n, workers, f"{eph:,.0f}", f"{args.libero_episodes / eph:.2f}"])
+    print(markdown_table(["nodes", "workers", "episodes/h", f"hours for {args.libero_episodes} episodes"], table))
+    print("\nAn estimate from per-worker figures (the env's steps, plus Ray's per-episode cost measured here), not "
+          "a measurement; a GPU policy per worker or shared policy actors are not counted.")
 
 
 if __name__ == "__main__":

@@ -223,8 +223,9 @@ def test_a_bad_spec_on_ray_is_the_engines_own_bad_input(cluster):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--backend", "ray", "--policy", "zero", "--policy", "random"], "runs one policy"),
+    (["--backend", "ray", "--videos", "2", "--policy", "zero", "--policy", "random"], "renders one policy's"),
     (["--ray-workers", "2"], "options of --backend ray"),
+    (["--ray-policy-actors", "2"], "--ray-policy-actors: options of --backend ray"),
 ])
 def test_what_ray_cannot_run_yet_exits_2(tmp_path, args, message):
     result = CliRunner().invoke(main, ["--env", KA, "-n", "3", *args, "-o", str(tmp_path / "x")])

@@ -163,7 +163,8 @@ def test_a_resumed_shard_runs_only_its_missing_episodes(tmp_path):
     (["--shard", "2/2"], "expected K/N with 0 <= K < N"),
     (["--shard", "two"], "expected K/N"),
     (["--shard", "7/8", "-n", "4"], "has no episode i with i % 8 == 7"),
-    (["--shard", "0/2", "--policy", "zero", "--policy", "random"], "evaluates one policy"),
+    (["--shard", "0/2", "--policy", "zero", "--policy", "random", "--stop-when", "return:best", "--return-bounds",
+      "0,10"], "a stop rule decides on the prefix"),  # a race needs the driver too
 ])
 def test_bad_shards_exit_2_before_anything_runs(tmp_path, args, message):
     result = CliRunner().invoke(main, ["--env", KA, *args, "-o", str(tmp_path / "x")])
@@ -190,3 +191,37 @@ def test_shard_values():
     assert parse_shard("2/5") == Shard(2, 5)
     with pytest.raises(UserInputError):
         parse_shard("5/5")
+
+
+MANY = ["--env", "CartPole-v1", "--policy", MLP, "--policy", "zero", "--policy", "random", "-n", "7", "--seed", "5"]
+
+
+def policy_lines(folder):
+    return sorted(lines(folder), key=lambda r: (r["policy"], r["episode_ix"]))
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_shards_of_a_many_policy_run_merge_into_the_one_run(tmp_path, count):
+    """Shard K runs episodes i % N == K of every policy; the merge rebuilds the many-policy record: each
+    policy's episodes and aggregates, and the ranking, as one run's."""
+    one = tmp_path / "one"
+    assert run([*MANY, "-b", "4", "-o", str(one)]).exit_code == 0
+    folders = shards(tmp_path, MANY, count)
+    for k, folder in enumerate(folders):
+        assert {(r["policy"], r["episode_ix"]) for r in lines(folder)} == \
+            {(p, i) for p in ("cartpole_mlp", "zero", "random") for i in range(k, 7, count)}
+        assert info(folder)["meta"]["status"] == "complete"  # a shard wants its own episodes only
+    result = merge(folders, tmp_path / "merged")
+    assert result.exit_code == 0, result.output
+    a, b = info(one), info(tmp_path / "merged")
+    assert policy_lines(tmp_path / "merged") == policy_lines(one)
+    for name in a["policies"]:
+        assert b["policies"][name]["per_episode"] == a["policies"][name]["per_episode"]
+        assert without_timing(b["policies"][name]["overall"]) == without_timing(a["policies"][name]["overall"])
+    assert b["ranking"] == a["ranking"] and b["meta"]["status"] == "complete"
+    assert [s["folder"] for s in b["meta"]["shards"]] == [str(f) for f in folders]
+    again = run(["--resume", str(tmp_path / "merged")])  # a run folder: nothing missing, the same record
+    assert again.exit_code == 0, again.output
+    assert info(tmp_path / "merged")["ranking"] == a["ranking"]
+    missing = merge(folders[1:], tmp_path / "gap")  # a missing shard of a many-policy run: exit 2
+    assert missing.exit_code == 2 and "are in none of the folders" in missing.output

@@ -65,12 +65,53 @@ def resolve_device(requested: str, policy: Any = None) -> torch.device:
     return device
 
 
-def _pairs(episodes: Sequence[Any]) -> list[tuple[int, int]] | None:
+def pairs_of(episodes: Sequence[Any]) -> list[tuple[int, int]] | None:
     """``episodes`` of a many-policy run as ``(policy, episode)`` pairs, or None when they are plain indices."""
     items = list(episodes)
     if not items or not isinstance(items[0], (tuple, list)):
         return None
     return [(int(p), int(i)) for p, i in items]
+
+
+def many_policy_ledger(spec: EvalSpec, n_slots: int, n: int, seed: int, episodes: Sequence[int] | None,
+                       pairs: list[tuple[int, int]] | None, stop: Any) -> Ledger:
+    """The ledger of a many-policy run: every policy's episodes (``episodes``: those indices for every
+    policy, ``None``: ``0..n-1``; ``pairs``: these ``(policy, episode)`` pairs), interleaved by episode index,
+    less what a race primed with earlier segments no longer runs. A Ray run's driver builds the same one
+    (:mod:`fasteval.run.ray_engine`)."""
+    K = spec.n_policies
+    if pairs is None:
+        ixs = range(n) if episodes is None else episodes
+        pairs = [(p, i) for i in ixs for p in range(K)]
+    if isinstance(stop, RaceStop):
+        pairs = stop.keep(pairs)
+    ep, pol = interleaved_rows(0, K, pairs)
+    ledger = Ledger(len(ep), n_slots, seed, ep, pol, K, spec.names)
+    if isinstance(stop, RaceStop):
+        ledger.dropped[[e.policy for e in stop.race.eliminations]] = True
+    return ledger
+
+
+def build_stop_rule(spec: EvalSpec, cap: int, earlier: EarlierSegments | None, min_feed: int,
+                    announce: Callable[[str], None] | None = None) -> StopWhen | RaceStop | None:
+    """The spec's ``stop_when`` as a run's :class:`StopWhen`, or a race's :class:`RaceStop` (a many-policy
+    run), fed the earlier segments' episodes; ``None`` without a rule. ``min_feed``: rows the prefix gate
+    gathers before it feeds the rule (it changes no decision, only how often the rule is read)."""
+    if spec.stop_when is None:
+        return None
+    if spec.n_policies > 1:
+        rule = spec.race_rule
+        bounds, source = spec.metric_bounds(rule.metric)
+        race = RaceStop(rule, spec.names, spec.confidence, bounds, cap=cap, min_feed=min_feed, announce=announce,
+                        bounds_source=source)
+        if earlier is not None:
+            race.prime(earlier.records, earlier.n_cancelled)
+        return race
+    stop = StopWhen(spec.stop_when, spec.confidence, spec.return_bounds, cap=cap, min_feed=min_feed,
+                    design=spec.design)
+    if earlier is not None:
+        stop.prime(earlier.records, earlier.n_cancelled)
+    return stop
 
 
 def action_host_dtype(space: gym.Space) -> np.dtype:
@@ -236,7 +277,7 @@ class CoreEngine:
         record of the run is built above core, from the segment (:mod:`fasteval.run.record`).
         """
         cap = self.spec.n_episodes if episodes is not None else n_episodes
-        pairs = _pairs(episodes) if self.spec.n_policies > 1 and episodes is not None else None
+        pairs = pairs_of(episodes) if self.spec.n_policies > 1 and episodes is not None else None
         if pairs is not None:
             episodes = sorted({i for _, i in pairs})
         n, seed, episodes = self._plan(n_episodes, seed, episodes)
@@ -285,40 +326,11 @@ class CoreEngine:
 
     def _many_policy_ledger(self, n: int, seed: int, episodes: list[int] | None,
                             pairs: list[tuple[int, int]] | None, stop: Any) -> Ledger:
-        """The ledger of a many-policy run: every policy's episodes (``episodes``: those indices for every
-        policy; ``pairs``: these ``(policy, episode)`` pairs), interleaved by episode index, less what a race
-        primed with earlier segments no longer runs."""
-        K = self.spec.n_policies
-        if pairs is None:
-            ixs = range(n) if episodes is None else episodes
-            pairs = [(p, i) for i in ixs for p in range(K)]
-        if isinstance(stop, RaceStop):
-            pairs = stop.keep(pairs)
-        ep, pol = interleaved_rows(0, K, pairs)
-        ledger = Ledger(len(ep), self.n_slots, seed, ep, pol, K, self.spec.names)
-        if isinstance(stop, RaceStop):
-            ledger.dropped[[e.policy for e in stop.race.eliminations]] = True
-        return ledger
+        return many_policy_ledger(self.spec, self.n_slots, n, seed, episodes, pairs, stop)
 
     def _stop_rule(self, cap: int, earlier: EarlierSegments | None) -> StopWhen | RaceStop | None:
-        """The spec's ``stop_when`` as this run's :class:`StopWhen`, or a race's :class:`RaceStop` (fed the
-        earlier segments' episodes)."""
-        if self.spec.stop_when is None:
-            return None
-        if self.spec.n_policies > 1:
-            rule = self.spec.race_rule
-            bounds, source = self.spec.metric_bounds(rule.metric)
-            race = RaceStop(rule, self.spec.names, self.spec.confidence, bounds, cap=cap,
-                            min_feed=max(1, self.n_slots // 4), announce=self.announce, bounds_source=source)
-            if earlier is not None:
-                race.prime(earlier.records, earlier.n_cancelled)
-            return race
         # the prefix reaches the rule a quarter batch at a time: k is the same, the cost per step is bounded
-        stop = StopWhen(self.spec.stop_when, self.spec.confidence, self.spec.return_bounds, cap=cap,
-                        min_feed=max(1, self.n_slots // 4), design=self.spec.design)
-        if earlier is not None:
-            stop.prime(earlier.records, earlier.n_cancelled)
-        return stop
+        return build_stop_rule(self.spec, cap, earlier, max(1, self.n_slots // 4), self.announce)
 
     def _finished_callback(self, ledger: Ledger, on_finished: Callable[[Ledger, np.ndarray], None] | None,
                            stop: StopWhen | None) -> Callable[[np.ndarray], None]:

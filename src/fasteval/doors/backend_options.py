@@ -33,9 +33,43 @@ BACKEND_OPTIONS = [
     click.option("--ray-block", "ray_block", type=click.IntRange(min=1), default=None,
                  help="--backend ray: episodes per lease (a worker runs them, then returns their rows) "
                       "[default: the batch size]."),
+    click.option("--ray-policy-actors", "ray_policy_actors", type=click.IntRange(min=1), default=None,
+                 help="--backend ray: N shared policy actors (fasteval serve in Ray actors, --num-gpus each) that "
+                      "every env worker calls, instead of a policy in each worker [default: none]."),
 ]
-OPTION_NAMES = ("backend", "ray_address", "ray_workers", "ray_num_cpus", "ray_num_gpus", "ray_ship_policy", "ray_block")
+OPTION_NAMES = ("backend", "ray_address", "ray_workers", "ray_num_cpus", "ray_num_gpus", "ray_ship_policy", "ray_block",
+                "ray_policy_actors")
 """The parameter names of :data:`BACKEND_OPTIONS` (``--help``'s section)."""
+
+
+CONFIG_PARAMS = {"backend": "backend", "address": "ray_address", "ray_workers": "ray_workers",
+                 "num_cpus": "ray_num_cpus", "num_gpus": "ray_num_gpus", "ray_block": "ray_block",
+                 "ship_policy": "ray_ship_policy", "ray_policy_actors": "ray_policy_actors"}
+"""A config file's backend key (:data:`fasteval.run.config.BACKEND_DEFAULTS`) -> the CLI parameter it sets."""
+
+
+def backend_with_config(ctx: Any, backend: dict[str, Any], config_file: Any) -> dict[str, Any]:
+    """``backend`` (the command line's) with ``--config``'s backend keys applied where the command line gave
+    none (the command line wins, as for every other key); a bad value is a ConfigError (exit 2)."""
+    from click.core import ParameterSource
+
+    from fasteval.run.config import backend_config, load_config
+
+    def given(param: str) -> bool:
+        return ctx.get_parameter_source(param) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+
+    out = dict(backend)
+    for key, value in backend_config(load_config(config_file), f"config file {str(config_file)!r}").items():
+        if not given(CONFIG_PARAMS[key]):
+            out[CONFIG_PARAMS[key]] = value
+    if given("backend") and out["backend"] == "local":  # --backend local over a file's Ray run: its Ray keys go too
+        return {**out, **{p: backend[p] for p in CONFIG_PARAMS.values()}}
+    return out
+
+
+def backend_keys(backend: dict[str, Any]) -> dict[str, Any]:
+    """The CLI's backend options as a config file's keys (what ``config.json`` saves of a run on Ray)."""
+    return {key: backend[param] for key, param in CONFIG_PARAMS.items()}
 
 
 def backend_options(fn: Any) -> Any:
@@ -56,7 +90,8 @@ def build_run_engine(spec: Any, backend: dict[str, Any], build_local: Any) -> An
     from fasteval.types.errors import UserInputError
 
     if backend["backend"] != "ray":
-        flags = {"ray_address": "--address", "ray_workers": "--ray-workers", "ray_block": "--ray-block"}
+        flags = {"ray_address": "--address", "ray_workers": "--ray-workers", "ray_block": "--ray-block",
+                 "ray_policy_actors": "--ray-policy-actors"}
         given = [flag for name, flag in flags.items() if backend[name] is not None]
         if given or backend["ray_num_gpus"] or backend["ray_num_cpus"] != 1.0:
             raise UserInputError(f"{', '.join(given) or '--num-cpus/--num-gpus'}: options of --backend ray; this run's "
@@ -64,6 +99,19 @@ def build_run_engine(spec: Any, backend: dict[str, Any], build_local: Any) -> An
         return build_local(spec)
     from fasteval.run.ray_engine import RayEngine, RayOptions
 
-    return RayEngine(spec, RayOptions(address=backend["ray_address"], workers=backend["ray_workers"],
-                                      num_cpus=backend["ray_num_cpus"], num_gpus=backend["ray_num_gpus"],
-                                      block=backend["ray_block"], ship_policy=backend["ray_ship_policy"]))
+    servers, gpus = None, backend["ray_num_gpus"]
+    if backend["ray_policy_actors"]:  # the policy (and its GPUs) in shared actors, not in the env workers
+        from fasteval.doors.ray_policy_actors import RayPolicyServers
+
+        servers = RayPolicyServers(spec, backend["ray_policy_actors"], address=backend["ray_address"], num_gpus=gpus,
+                                   ship_policy=backend["ray_ship_policy"])
+        gpus = 0.0
+    try:
+        return RayEngine(spec, RayOptions(address=backend["ray_address"], workers=backend["ray_workers"],
+                                          num_cpus=backend["ray_num_cpus"], num_gpus=gpus,
+                                          block=backend["ray_block"], ship_policy=backend["ray_ship_policy"]),
+                         policy_servers=servers)
+    except BaseException:
+        if servers is not None:
+            servers.close()
+        raise

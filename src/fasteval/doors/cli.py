@@ -588,6 +588,13 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
             on_command_line = given_on_command_line(ctx)
             fault_fields = {k: v for k, v in fault_fields.items() if k in on_command_line}
         spec, out_dir = resolve_run(ctx, options, files, output_dir, resume_dir, fault_fields, save_episodes_dir)
+        if files.config_file is not None:  # the file's backend keys, under the command line's options
+            from fasteval.doors.backend_options import backend_with_config
+
+            backend = backend_with_config(ctx, backend, files.config_file)
+        from fasteval.doors.backend_options import backend_keys
+
+        files.backend = backend_keys(backend)
         from fasteval.doors.ignored_options import ignored_option_lines
 
         for line in ignored_option_lines(spec):
@@ -597,7 +604,7 @@ def main(ctx: click.Context, output_dir: Path | None, resume_dir: Path | None, r
 
             if files.defaults == LEROBOT:
                 click.echo(lerobot_defaults_line(spec), err=True)
-            click.echo(dump_config(spec, out_dir, defaults=files.defaults))
+            click.echo(dump_config(spec, out_dir, defaults=files.defaults, backend=files.backend))
             return
         suite = suite_from_spec(spec)  # --env.task=a,b (a list of task names): one durable run per task
         if shard is not None:  # one shard of the evaluation (a resume's is checked against its manifest)

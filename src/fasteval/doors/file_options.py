@@ -25,6 +25,9 @@ class FileOptions:
         self.sinks: list[Any] = []
         self.defaults = FASTEVAL
         """Which defaults the command line got (``lerobot`` / ``fasteval``): saved in ``config.json``."""
+        self.backend: dict[str, Any] = {}
+        """The run's backend keys (``backend``, ``address``, ...: :data:`fasteval.run.config.BACKEND_DEFAULTS`),
+        saved in ``config.json`` for a run on Ray."""
 
     def resolve(self, ctx: click.Context, spec: Any, output_dir: Any, resume: bool) -> tuple[Any, Any]:
         """Apply ``--config`` (command-line options win) and check the sinks; returns ``(spec, output_dir)``."""
@@ -52,7 +55,7 @@ class FileOptions:
         from fasteval.run.sinks import export_tables
 
         out_dir = Path(out_dir)
-        save_config(out_dir / CONFIG_FILE_NAME, spec, out_dir, defaults=self.defaults)
+        save_config(out_dir / CONFIG_FILE_NAME, spec, out_dir, defaults=self.defaults, backend=self.backend)
         problems = []
         for fmt, path in export_tables(result, out_dir, self.export_formats):
             click.echo(f"wrote {path}")

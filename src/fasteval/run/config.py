@@ -18,6 +18,11 @@ The format is flat: the EvalSpec field names (``env``, ``policy``, ``env_kwargs`
   ``--print-config`` prints the same document and exits. Loading it gives the same spec back.
 * A relative checkpoint folder in ``policy`` is looked up next to the file first (as sweep files
   do), then in the current folder; saved configs hold absolute folders.
+* Where the episodes run is not part of the spec, but a config may say it too (:data:`BACKEND_DEFAULTS`:
+  ``backend``, ``address``, ``ray_workers``, ``num_cpus``, ``num_gpus``, ``ray_block``, ``ship_policy``,
+  ``ray_policy_actors``; the
+  CLI's ``--backend ray`` and its options, docs/distributed.md); the command line wins here too, a bad
+  value is refused with one line (:func:`backend_config`), and a run on Ray saves them in ``config.json``.
 * :func:`fasteval.doors.sweep.spec.config_to_sweep_dict` turns a config into a one-job sweep spec (``fasteval sweep``'s format:
   the same key names under ``options``).
 
@@ -46,6 +51,10 @@ EXTRA_KEYS = ("output_dir", "defaults")
 DEFAULT_SETS = VIDEO_LAYOUTS
 """``defaults`` (informational): whose defaults filled what the command line left out, fasteval's or
 LeRobot's (docs/lerobot.md); the same two names as the video layouts."""
+BACKEND_DEFAULTS: dict[str, Any] = {"backend": "local", "address": None, "ray_workers": None, "num_cpus": 1.0,
+                                    "num_gpus": 0.0, "ray_block": None, "ship_policy": True, "ray_policy_actors": None}
+"""The backend keys of a config file and their defaults (the CLI's: ``--backend``, ``--address``,
+``--ray-workers``, ``--num-cpus``, ``--num-gpus``, ``--ray-block``, ``--ship-policy``, ``--ray-policy-actors``)."""
 MERGED_FIELDS = ("env_kwargs", "rename", "policy_overrides")
 """Mapping fields merged key by key (config first, then the command line)."""
 PARAM_FOR_FIELD = {"compile": "compile_policy"}
@@ -61,7 +70,37 @@ def spec_fields() -> tuple[str, ...]:
 
 
 def allowed_keys() -> tuple[str, ...]:
-    return (*spec_fields(), *EXTRA_KEYS)
+    return (*spec_fields(), *EXTRA_KEYS, *BACKEND_DEFAULTS)
+
+
+def backend_config(data: Mapping[str, Any], where: str = "config") -> dict[str, Any]:
+    """The backend keys ``data`` holds (:data:`BACKEND_DEFAULTS`), checked: :class:`ConfigError` (exit 2) with
+    one line for a bad value (what was expected, what was found)."""
+    def bad(key: str, expected: str) -> ConfigError:
+        return ConfigError(f"{where}: {key}: expected {expected}, got {data[key]!r}. Fix the file, or give "
+                           f"--{key.replace('_', '-')} on the command line.")
+
+    def number(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    out: dict[str, Any] = {}
+    for key in BACKEND_DEFAULTS:
+        if key not in data:
+            continue
+        value = data[key]
+        if key == "backend" and value not in ("local", "ray"):
+            raise bad(key, "local or ray")
+        if key == "address" and value is not None and (not isinstance(value, str) or not value):
+            raise bad(key, "a Ray address string (auto, HOST:PORT, ray://HOST:PORT) or null")
+        if key in ("ray_workers", "ray_block", "ray_policy_actors") and value is not None and (
+                not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise bad(key, "an integer >= 1 or null")
+        if key in ("num_cpus", "num_gpus") and (not number(value) or value < 0):
+            raise bad(key, "a number >= 0")
+        if key == "ship_policy" and not isinstance(value, bool):
+            raise bad(key, "true or false")
+        out[key] = float(value) if key in ("num_cpus", "num_gpus") else value
+    return out
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
@@ -130,9 +169,11 @@ def check_keys(data: Mapping[str, Any], where: str = "config") -> None:
             close = difflib.get_close_matches(str(key), allowed_keys(), n=1, cutoff=0.6)
             hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
         raise ConfigError(f"{where}: unknown key(s) {', '.join(hints)}; expected EvalSpec fields "
-                          f"({', '.join(spec_fields())}) or output_dir.")
+                          f"({', '.join(spec_fields())}), output_dir, or the backend's "
+                          f"({', '.join(BACKEND_DEFAULTS)}).")
     if "defaults" in data and data["defaults"] not in DEFAULT_SETS:
         raise ConfigError(f"{where}: defaults: expected {' or '.join(DEFAULT_SETS)}, got {data['defaults']!r}.")
+    backend_config(data, where)
 
 
 def spec_from_config(data: Mapping[str, Any]) -> tuple[EvalSpec, str | None]:
@@ -144,9 +185,11 @@ def spec_from_config(data: Mapping[str, Any]) -> tuple[EvalSpec, str | None]:
     return EvalSpec(**fields), data.get("output_dir")
 
 
-def config_document(spec: EvalSpec, output_dir: str | Path | None, defaults: str | None = None) -> dict[str, Any]:
+def config_document(spec: EvalSpec, output_dir: str | Path | None, defaults: str | None = None,
+                    backend: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The resolved config: every EvalSpec field, plus ``output_dir`` (and ``defaults``: which set of defaults
-    the command line got). Loading it gives ``spec`` back."""
+    the command line got; ``backend``: the backend keys of a run not run locally). Loading it gives ``spec``
+    back."""
     doc = spec.to_dict()
 
     def absolute(policy: Any) -> Any:  # a saved config must not depend on where it is read
@@ -159,17 +202,21 @@ def config_document(spec: EvalSpec, output_dir: str | Path | None, defaults: str
     doc["output_dir"] = None if output_dir is None else str(output_dir)
     if defaults is not None:
         doc["defaults"] = defaults
+    if backend and backend.get("backend", "local") != "local":
+        doc.update({k: backend[k] for k in BACKEND_DEFAULTS if k in backend})
     return doc
 
 
-def dump_config(spec: EvalSpec, output_dir: str | Path | None, defaults: str | None = None) -> str:
-    return json.dumps(config_document(spec, output_dir, defaults), indent=2)
+def dump_config(spec: EvalSpec, output_dir: str | Path | None, defaults: str | None = None,
+                backend: Mapping[str, Any] | None = None) -> str:
+    return json.dumps(config_document(spec, output_dir, defaults, backend), indent=2)
 
 
-def save_config(path: str | Path, spec: EvalSpec, output_dir: str | Path | None, defaults: str | None = None) -> Path:
+def save_config(path: str | Path, spec: EvalSpec, output_dir: str | Path | None, defaults: str | None = None,
+                backend: Mapping[str, Any] | None = None) -> Path:
     from fasteval.types.results import write_json_atomic
 
-    return write_json_atomic(path, config_document(spec, output_dir, defaults))
+    return write_json_atomic(path, config_document(spec, output_dir, defaults, backend))
 
 
 def merge(spec: EvalSpec, config: Mapping[str, Any], given: set[str]) -> EvalSpec:

@@ -482,18 +482,16 @@ def missing_episodes(spec: EvalSpec, done: EpisodeTable, shard: Shard | None = N
     """What a (resumed) run still has to run: ``None`` (everything), the missing episode indices, or for a
     many-policy run the missing ``(policy, episode)`` pairs (the engine's race drops those it no longer needs).
     ``shard``: a run over shard K of N (:mod:`fasteval.run.shards`): only its episode indices."""
-    if shard is not None:
-        done_ix = set(done.column("episode_ix").tolist()) if len(done) else set()
-        return [i for i in shard.episodes(spec.n_episodes) if i not in done_ix]
+    wanted = shard.episodes(spec.n_episodes) if shard is not None else range(spec.n_episodes)
     if not len(done):
-        return None
+        return list(wanted) if shard is not None else None
     ixs = done.column("episode_ix").tolist()
     if spec.n_policies == 1:
         done_ix = set(ixs)
-        return [i for i in range(spec.n_episodes) if i not in done_ix]
+        return [i for i in wanted if i not in done_ix]
     index = {name: k for k, name in enumerate(spec.names)}
     have = {(index[name], i) for name, i in zip(done.column("policy").tolist(), ixs) if name in index}
-    return [(p, i) for i in range(spec.n_episodes) for p in range(spec.n_policies) if (p, i) not in have]
+    return [(p, i) for i in wanted for p in range(spec.n_policies) if (p, i) not in have]
 
 
 def run_durable(

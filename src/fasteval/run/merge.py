@@ -82,10 +82,9 @@ def read_part(path: Path) -> Part:
     if manifest.get("stop_when") or (manifest.get("what") or {}).get("stop_when"):
         raise UserInputError(f"merge: the run in {path} stopped by a --stop-when rule: its episodes are a prefix "
                              f"chosen by its data, not a shard of a fixed evaluation. Merge runs of a fixed -n.")
-    if (manifest.get("what") or {}).get("policy_names"):
-        raise UserInputError(f"merge: the run in {path} evaluates several policies; merge merges one policy's runs.")
     what = manifest_spec(manifest)
-    records = run_dir.records(RunIdentity(manifest.get("run_id"), what["seed"], what["n_episodes"]))
+    records = run_dir.records(RunIdentity(manifest.get("run_id"), what["seed"], what["n_episodes"],
+                                          what.get("policy_names") or None))
     try:
         info = json.loads((path / EVAL_INFO).read_text())
     except (OSError, ValueError) as exc:
@@ -114,18 +113,21 @@ def check_same_evaluation(parts: Sequence[Part]) -> None:
                                  f"weights and step cap).")
 
 
-def check_cover(parts: Sequence[Part], n_episodes: int) -> None:
-    """Every episode of ``0..n_episodes-1`` in exactly one folder: UserInputError naming overlaps and gaps."""
-    owner: dict[int, Part] = {}
+def check_cover(parts: Sequence[Part], n_episodes: int, names: Sequence[str] | None = None) -> None:
+    """Every episode of ``0..n_episodes-1`` (of every policy ``names`` of a many-policy evaluation) in exactly
+    one folder: UserInputError naming overlaps and gaps."""
+    owner: dict[tuple[Any, int], Part] = {}
     for part in parts:
         for record in part.records:
             ix = int(record["episode_ix"])
-            if ix in owner:
+            key = (record.get("policy"), ix)
+            if key in owner:
+                which = f"episode {ix}" + (f" of policy {key[0]}" if key[0] is not None else "")
                 raise UserInputError(
-                    f"merge: episode {ix} is recorded in {owner[ix].name} and in {part.name}: the folders overlap "
+                    f"merge: {which} is recorded in {owner[key].name} and in {part.name}: the folders overlap "
                     f"(the same shard twice, or shards of different N). Give each episode's folder once.")
-            owner[ix] = part
-    missing = [i for i in range(n_episodes) if i not in owner]
+            owner[key] = part
+    missing = sorted({i for i in range(n_episodes) for name in (names or (None,)) if (name, i) not in owner})
     if missing:
         counts = sorted({p.manifest["shard"]["count"] for p in parts if p.manifest.get("shard")})
         hint = ""
@@ -144,8 +146,12 @@ def merged_record(parts: Sequence[Part]) -> EvalResult:
     if not parts:
         raise UserInputError("merge: expected at least one run folder.")
     check_same_evaluation(parts)
-    n_episodes = int(manifest_spec(parts[0].manifest)["n_episodes"])
-    check_cover(parts, n_episodes)
+    what = manifest_spec(parts[0].manifest)
+    n_episodes = int(what["n_episodes"])
+    names = what.get("policy_names") or None
+    check_cover(parts, n_episodes, names)
+    if names:
+        return _merged_many(parts, n_episodes)
     records = sorted((r for p in parts for r in p.records), key=lambda r: int(r["episode_ix"]))
     table = EpisodeTable.from_records(records)
     metas = [p.info.get("meta", {}) for p in parts]
@@ -160,18 +166,63 @@ def merged_record(parts: Sequence[Part]) -> EvalResult:
         meta[RESUMED_GLOBAL_RNG] = next(m[RESUMED_GLOBAL_RNG] for m in metas if m.get(RESUMED_GLOBAL_RNG))
     meta["n_episodes"] = n_episodes
     meta["segments"] = sum(int(m.get("segments", 1)) for m in metas)
-    meta["shards"] = [{"folder": str(p.path), "run_id": p.manifest.get("run_id"),
-                       **({"shard": p.manifest["shard"]} if p.manifest.get("shard") else {}),
-                       "n_episodes": len(p.records), "eval_s": p.info.get("overall", {}).get("eval_s")} for p in parts]
+    meta["shards"] = _shards_fact(parts)
     meta["status"] = STATUS_COMPLETE
     timings: dict[str, float] = {}
     for part in parts:
         for stage, seconds in (part.info.get("timings") or {}).items():
             timings[stage] = timings.get(stage, 0.0) + float(seconds)
-    eval_s = sum(float(p.info.get("overall", {}).get("eval_s") or 0.0) for p in parts)
+    eval_s = sum(_eval_s(p) for p in parts)
     errors = [e for p in parts for e in p.info.get("errors", [])]
     videos = [v for p in parts for v in p.info.get("overall", {}).get("video_paths", [])]
     return EvalResult(table, eval_s, timings, meta, video_paths=videos, errors=errors)
+
+
+def _merged_many(parts: Sequence[Part], n_episodes: int) -> EvalResult:
+    """The one record of a many-policy evaluation's folders: the record a resume would build from every
+    folder's records (:func:`fasteval.run.record_many.build_many_record`, the one builder of it: each policy's
+    episodes and aggregates, the ranking), with the first folder's facts and ``shards`` naming each folder."""
+    import numpy as np
+
+    from fasteval.core.ledger import Ledger
+    from fasteval.core.outcome import Segment
+    from fasteval.run.record_many import build_many_record
+    from fasteval.types.eval_result import EarlierSegments
+    from fasteval.types.spec import EvalSpec
+
+    spec = EvalSpec.from_dict(parts[0].manifest)
+    metas = [p.info.get("meta", {}) for p in parts]
+    facts = {k: v for k, v in metas[0].items() if k not in FOLDER_FACTS}
+    for key in SUMMED_FACTS:
+        if any(key in m for m in metas):
+            facts[key] = sum(m.get(key, 0) for m in metas)
+    facts["per_policy"] = [{k: v for k, v in p.get("meta", {}).items() if k.startswith("policy_")}
+                           for p in parts[0].info.get("policies", {}).values()] or None
+    facts["shards"] = _shards_fact(parts)
+    timings: dict[str, float] = {}
+    for part in parts:
+        for stage, seconds in (part.info.get("timings") or {}).items():
+            timings[stage] = timings.get(stage, 0.0) + float(seconds)
+    records = sorted((r for p in parts for r in p.records), key=lambda r: (int(r["episode_ix"]), r["policy"]))
+    segments = sum(int(m.get("segments", 1)) for m in metas)
+    earlier = EarlierSegments(EpisodeTable.from_records(records), sum(_eval_s(p) for p in parts), segments - 1)
+    K = spec.n_policies
+    empty = Ledger(0, 1, spec.seed, np.zeros(0, np.int64), np.zeros(0, np.int64), K, spec.names)
+    errors = tuple(e for p in parts for e in p.info.get("errors", []))
+    segment = Segment(ledger=empty, errors=errors, eval_s=0.0, timings=timings, facts=facts,
+                      success_signal=any(m.get("has_success_signal") for m in metas), cap=n_episodes)
+    return build_many_record(spec, segment, earlier=earlier)
+
+
+def _eval_s(part: Part) -> float:
+    return float(part.info.get("overall", {}).get("eval_s") or 0.0)
+
+
+def _shards_fact(parts: Sequence[Part]) -> list[dict[str, Any]]:
+    """``meta["shards"]``: each folder merged, its run id, shard, episodes and engine seconds."""
+    return [{"folder": str(p.path), "run_id": p.manifest.get("run_id"),
+             **({"shard": p.manifest["shard"]} if p.manifest.get("shard") else {}),
+             "n_episodes": len(p.records), "eval_s": p.info.get("overall", {}).get("eval_s")} for p in parts]
 
 
 def merge_folders(folders: Sequence[str | Path], out: str | Path) -> EvalResult:

@@ -21,8 +21,28 @@ episodes in index order whatever order they come back in, so ``k`` is the local 
 no block is leased any more, and the blocks still out are abandoned (their episodes count in ``n_cancelled``,
 and rows past ``k`` that came back are listed as computed past the stop, not counted), as in the local engine.
 
-Not yet (refused, exit 2): several policies (so no race), videos and ``--save-episodes``. A policy that draws from torch's global RNG is seeded per
-block (as per resumed segment): deterministic and per-episode-noise policies are exact.
+Several policies (``--policy A --policy B``): every actor loads them all and runs leased rows of the run's
+(policy, episode) ledger (interleaved by episode index, as the local engine's), given as pairs. A race
+(``--stop-when best``) is the local engine's :class:`~fasteval.core.racing.RaceStop`, here in the driver, fed
+on index prefixes: a dropped policy's rows not leased yet are never leased, its rows in blocks still out are
+abandoned when their block comes back (counted in ``n_cancelled``, not recorded); the race's end abandons
+every block out. The same eliminations at the same k as a local run, and the same records.
+
+The workers' specs carry no ``stop_when``: only the driver decides (a worker sees a block, not a prefix).
+
+Episode data (``return_episode_data``, ``--save-episodes``): each worker records its block's episodes (the
+local recorder) and sends them back with its rows, on the host; the driver puts the landed blocks' steps
+together in episode order (:func:`assemble_episode_data`), the local run's TensorDict row for row.
+
+Shared policy actors (``policy_servers``, ``--ray-policy-actors``: :mod:`fasteval.doors.ray_policy_actors`): the
+workers load ``ws://NODE:PORT`` of one of N policy servers run as Ray actors (round robin), with the run's token
+in their environment, instead of the policy itself.
+
+Videos (``--videos K``): the workers render nothing; after the run the driver replays the K episodes a local
+run keeps, in a local engine, and checks each replay against the workers' row (:mod:`fasteval.run.ray_videos`).
+
+A policy that draws from torch's global RNG is seeded per block (as per resumed segment): deterministic and
+per-episode-noise policies are exact.
 """
 
 from __future__ import annotations
@@ -34,10 +54,13 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from fasteval.core.engine import build_stop_rule, many_policy_ledger, pairs_of
 from fasteval.core.ledger import Ledger
 from fasteval.core.outcome import Segment, SegmentAborted
+from fasteval.core.racing import RaceStop
 from fasteval.core.stopping import StopRuleError, StopWhen
 from fasteval.core.watchdog import Watchdog
+from fasteval.robot.policies.remote import TOKEN_ENV
 from fasteval.run.engine import Engine
 from fasteval.types.errors import UserInputError
 from fasteval.types.spec import EvalSpec
@@ -80,12 +103,12 @@ class RayOptions:
 
 def check_ray_spec(spec: EvalSpec) -> None:
     """What the Ray backend cannot run yet: UserInputError (exit 2) saying so and what to do."""
-    if spec.n_policies > 1:
-        raise UserInputError(f"--backend ray runs one policy; this run has {spec.n_policies} (and so no race yet). "
-                             f"Run each policy on its own, or run them together locally.")
-    if spec.max_episodes_rendered or spec.return_episode_data:
-        raise UserInputError("--backend ray does not render videos nor save episode data yet (--videos, "
-                             "--save-episodes): run those locally.")
+    if spec.max_episodes_rendered and spec.n_policies > 1:
+        raise UserInputError(f"--backend ray --videos renders one policy's episodes; this run has {spec.n_policies} "
+                             f"policies. Drop --videos, or render each policy's with a run of its own.")
+    if spec.return_episode_data and spec.n_policies > 1:
+        raise UserInputError(f"--backend ray saves one policy's episode data (--save-episodes); this run has "
+                             f"{spec.n_policies} policies. Save each policy's episodes with a run of its own.")
 
 
 @dataclass(frozen=True)
@@ -142,29 +165,48 @@ def unpack_folder(package: FolderPackage, into: str) -> str:
     return str(root)
 
 
-def policy_package(spec: EvalSpec, options: RayOptions) -> FolderPackage | None:
-    """The spec's checkpoint folder, packed to ship (``options.ship_policy`` and a local folder policy), else None."""
+def policy_packages(spec: EvalSpec, options: RayOptions) -> tuple[FolderPackage | None, ...]:
+    """Per policy of the spec, its checkpoint folder packed to ship (``options.ship_policy`` and a local
+    folder), else None."""
     import os
 
-    policy = spec.policy
-    if options.ship_policy and isinstance(policy, str) and os.path.isdir(policy):
-        return pack_folder(policy)
-    return None
+    return tuple(pack_folder(p) if options.ship_policy and isinstance(p, str) and os.path.isdir(p) else None
+                 for p in spec.policies)
+
+
+def worker_spec(spec: EvalSpec) -> EvalSpec:
+    """The spec an actor's engine runs: the run's, without its stop rule or race (the driver decides on index
+    prefixes; a worker sees blocks), and with the policies' names fixed (a shipped folder lands at another
+    path, which must not rename its policy)."""
+    changes: dict[str, Any] = {}
+    if spec.stop_when is not None:
+        changes.update(stop_when=None, design="anytime")
+    if spec.n_policies > 1:
+        changes["policy_names"] = spec.names
+    if spec.max_episodes_rendered:  # the driver replays the kept episodes after the run (run/ray_videos.py)
+        changes.update(max_episodes_rendered=0, videos_dir=None)
+    return spec.replace(**changes) if changes else spec
 
 
 class EpisodeWorker:
     """A Ray actor's body: the existing engine, built once, run on the blocks of episodes it leases.
     ``package``: the policy's checkpoint folder, shipped (written to a folder of this actor's, digest checked)."""
 
-    def __init__(self, spec: EvalSpec, package: FolderPackage | None = None):
+    def __init__(self, spec: EvalSpec, packages: Sequence[FolderPackage | None] = (), check_render: bool = False):
         self.engine, self.error = None, None
         try:  # an actor whose constructor raises dies, and its error would reach the driver as a dead actor
-            if package is not None:
+            if any(p is not None for p in packages):
                 import tempfile
 
-                spec = spec.replace(policy=unpack_folder(package, tempfile.mkdtemp(prefix="fasteval-policy-")))
+                policies = tuple(p if package is None else unpack_folder(
+                    package, tempfile.mkdtemp(prefix="fasteval-policy-")) for p, package in zip(spec.policies, packages))
+                spec = spec.replace(policy=policies if spec.n_policies > 1 else policies[0])
             self.policy_path = spec.policy
             self.engine = Engine(spec)
+            if check_render:  # the driver will replay videos: an env that cannot render is bad input now
+                from fasteval.robot.recording import check_renderable
+
+                check_renderable(self.engine)
         except Exception as exc:  # noqa: BLE001 -- raised again by identity(): the driver's first call
             self.error = exc
 
@@ -184,19 +226,20 @@ class EpisodeWorker:
 
         return ray.get_runtime_context().get_node_id()
 
-    def run_block(self, episodes: Sequence[int]) -> dict[str, Any]:
-        """Run episodes ``episodes`` (global indices): their rows, faults, timings and facts; an error that
+    def run_block(self, episodes: Sequence[Any], seed: int | None = None) -> dict[str, Any]:
+        """Run episodes ``episodes`` (global indices; a many-policy run's ``(policy, episode)`` pairs): their rows, faults, timings and facts; an error that
         stopped the block comes back in ``error`` with the rows finished before it."""
         error = None
         try:
-            segment = self.engine.run_segment(episodes=list(episodes))
+            segment = self.engine.run_segment(episodes=list(episodes), seed=seed)
         except SegmentAborted as exc:
             segment, error = exc.segment, exc.segment.error
         ledger = segment.ledger
-        return {"episode_ids": ledger.episode_ids.copy(), **{c: getattr(ledger, c).copy() for c in ROW_COLUMNS},
+        return {"episode_ids": ledger.episode_ids.copy(),
+                "policy_ids": None if ledger.policy_ids is None else ledger.policy_ids.copy(), **{c: getattr(ledger, c).copy() for c in ROW_COLUMNS},
                 "success_signal": bool(segment.success_signal), "errors": list(segment.errors),
                 "timings": dict(segment.timings), "eval_s": segment.eval_s, "facts": dict(segment.facts),
-                "error": error, "node": self.node()}
+                "error": error, "node": self.node(), "episode_data": _host(segment.outputs.get("episode_data"))}
 
 
 class _RemoteEnvs:
@@ -210,7 +253,10 @@ class RayEngine:
     (``spec``, :meth:`identity_facts`, :meth:`run_segment`, :meth:`stop_starting`, ``ledger``,
     ``watchdog``, :meth:`close`), with the episodes run by :class:`EpisodeWorker` actors."""
 
-    def __init__(self, spec: EvalSpec, options: RayOptions = RayOptions()):
+    def __init__(self, spec: EvalSpec, options: RayOptions = RayOptions(), policy_servers: Any = None):
+        """``policy_servers``: shared policy actors (``urls``, ``token``, ``close()``:
+        :class:`fasteval.doors.ray_policy_actors.RayPolicyServers`): each env worker loads ``ws://...`` of one
+        of them (round robin) as its policy instead of the policy itself; closed with this engine."""
         check_ray_spec(spec)
         try:
             import ray
@@ -231,16 +277,21 @@ class RayEngine:
         per_worker = options.num_cpus or 1.0
         cpus = float(ray.cluster_resources().get("CPU", 1.0))
         self.n_workers = int(options.workers or max(1, int(cpus // per_worker)))
+        self.worker_spec = worker_spec(spec)
+        self.policy_servers = policy_servers
+        self._made = 0
+        served = {} if policy_servers is None else {"runtime_env": {"env_vars": {TOKEN_ENV: policy_servers.token}}}
         self._actor_class = ray.remote(EpisodeWorker).options(
-            num_cpus=options.num_cpus, num_gpus=options.num_gpus, max_restarts=0, scheduling_strategy="SPREAD")
+            num_cpus=options.num_cpus, num_gpus=options.num_gpus, max_restarts=0, scheduling_strategy="SPREAD",
+            **served)
         self.actors: list[Any] = []
         self.leases: dict[Any, tuple[Any, np.ndarray, int]] = {}
         """Blocks out on actors: ``{object ref: (actor, ledger rows, lease count)}``."""
         self.actors_lost = 0
         self.node_of: dict[int, str] = {}
         """``{id(actor): Ray node id}`` of the actors that have returned a block (where they run)."""
-        self.package = policy_package(spec, options)
-        self._package_ref = ray.put(self.package) if self.package is not None else None
+        self.packages = policy_packages(spec, options) if policy_servers is None else (None,)
+        self._package_ref = ray.put(self.packages) if any(p is not None for p in self.packages) else ()
         try:
             self.actors = [self._new_actor() for _ in range(self.n_workers)]
             self._identity = self._first_answer(lambda actor: actor.identity.remote())
@@ -250,7 +301,12 @@ class RayEngine:
         self.max_steps = self._identity.get("max_steps")
 
     def _new_actor(self) -> Any:
-        return self._actor_class.remote(self.spec, self._package_ref)
+        spec = self.worker_spec
+        if self.policy_servers is not None:  # a shared policy actor, round robin
+            urls = self.policy_servers.urls
+            spec = spec.replace(policy=urls[self._made % len(urls)])
+        self._made += 1
+        return self._actor_class.remote(spec, self._package_ref, bool(self.spec.max_episodes_rendered))
 
     def _first_answer(self, call: Callable[[Any], Any]) -> dict[str, Any]:
         """Every actor's answer (each has built its engine: start-up stays out of the run), the first one's
@@ -279,14 +335,22 @@ class RayEngine:
         segment, as :meth:`fasteval.core.engine.CoreEngine.run_segment` does (:class:`SegmentAborted` when the
         run stopped early, holding every block that came back)."""
         spec = self.spec
-        ids = np.arange(spec.n_episodes if n_episodes is None else n_episodes) if episodes is None else \
-            np.asarray(sorted({int(e) for e in episodes}), dtype=np.int64)
+        seed = spec.seed if seed is None else int(seed)
         cap = spec.n_episodes if episodes is not None or n_episodes is None else int(n_episodes)
-        stop = self._stop_rule(cap, earlier)
+        stop = build_stop_rule(spec, cap, earlier, max(1, self.block // 4), self.announce)
         self.stop_rule = stop
-        if stop is not None and stop.fired:
-            ids = ids[:0]  # the rule held on the earlier segments: the run stays stopped
-        ledger = Ledger(len(ids), max(1, self.n_workers), spec.seed if seed is None else int(seed), ids)
+        slots = max(1, self.n_workers)
+        if spec.n_policies > 1:
+            pairs = pairs_of(episodes) if episodes is not None else None
+            plain = None if episodes is None or pairs is not None else sorted({int(e) for e in episodes})
+            ledger = many_policy_ledger(spec, slots, spec.n_episodes if n_episodes is None else int(n_episodes),
+                                        seed, plain, pairs, stop)
+        else:
+            ids = np.arange(spec.n_episodes if n_episodes is None else n_episodes) if episodes is None else \
+                np.asarray(sorted({int(e) for e in episodes}), dtype=np.int64)
+            if stop is not None and stop.fired:
+                ids = ids[:0]  # the rule held on the earlier segments: the run stays stopped
+            ledger = Ledger(len(ids), slots, seed, ids)
         self.ledger = ledger
         state = _Blocks()
         state.stop, state.cap = stop, cap
@@ -307,17 +371,6 @@ class RayEngine:
                 raise state.error
             raise SegmentAborted(self._segment(ledger, state, time.perf_counter() - started, state.error))
         return self._segment(ledger, state, time.perf_counter() - started, None)
-
-    def _stop_rule(self, cap: int, earlier: Any) -> StopWhen | None:
-        """The spec's ``stop_when`` as the local engine builds it (fed the earlier segments' episodes), or None."""
-        spec = self.spec
-        if spec.stop_when is None:
-            return None
-        stop = StopWhen(spec.stop_when, spec.confidence, spec.return_bounds, cap=cap,
-                        min_feed=max(1, self.block // 4), design=spec.design)
-        if earlier is not None:
-            stop.prime(earlier.records, earlier.n_cancelled)
-        return stop
 
     def _drive(self, ledger: Ledger, state: "_Blocks", on_finished: Callable[[Ledger, np.ndarray], None],
                on_error: Callable[[dict[str, Any]], None]) -> None:
@@ -343,7 +396,7 @@ class RayEngine:
                     continue
                 state.idle.append(actor)
                 self._land(ledger, rows, out, state, on_finished, on_error, actor)
-            if ledger.stop_requested:  # the stop rule held: the blocks still out are abandoned
+            if ledger.halting:  # the stop rule held (or the race ended): the blocks still out are abandoned
                 self._abandon(ledger)
                 return
 
@@ -361,6 +414,9 @@ class RayEngine:
                 return
             if state.returned:
                 rows, count = state.returned.popleft()
+                rows = self._live(ledger, rows)  # a race may have dropped some of its policies since
+                if not rows.size:
+                    continue
             else:
                 start, stop = ledger.next_episode, min(ledger.limit, ledger.next_episode + self.block)
                 if start >= stop:
@@ -368,8 +424,17 @@ class RayEngine:
                 ledger.next_episode = stop
                 rows, count = np.arange(start, stop), 0
             actor = state.idle.popleft()
-            ref = actor.run_block.remote(ledger.episode_ids[rows].tolist())
+            ids = ledger.episode_ids[rows].tolist()
+            ref = actor.run_block.remote(ids if ledger.policy_ids is None else
+                                         list(zip(ledger.policy_ids[rows].tolist(), ids)), ledger.seed)
             self.leases[ref] = (actor, rows, count + 1)
+
+    @staticmethod
+    def _live(ledger: Ledger, rows: np.ndarray) -> np.ndarray:
+        """``rows`` less those of the policies a race has dropped."""
+        if ledger.policy_ids is None or not ledger.dropped.any():
+            return rows
+        return rows[~ledger.dropped[ledger.policy_ids[rows]]]
 
     def _lost(self, actor: Any, rows: np.ndarray, count: int, state: "_Blocks") -> None:
         """An actor died with ``rows`` leased: they go back to the queue (in index order) and a new actor takes
@@ -391,11 +456,19 @@ class RayEngine:
     def _land(self, ledger: Ledger, rows: np.ndarray, out: dict[str, Any], state: "_Blocks",
               on_finished: Callable[[Ledger, np.ndarray], None], on_error: Callable[[dict[str, Any]], None],
               actor: Any = None) -> None:
-        """A block came back: its rows into the ledger by index, its faults and finished rows handed up."""
+        """A block came back: its rows into the ledger by index, its faults and finished rows handed up. The rows
+        of policies a race dropped while the block was out are abandoned (``n_cancelled``: no record)."""
         assert np.array_equal(out["episode_ids"], ledger.episode_ids[rows]), "a block came back for other episodes"
+        if ledger.policy_ids is not None:
+            assert np.array_equal(out["policy_ids"], ledger.policy_ids[rows]), "a block came back for other policies"
+        keep = np.ones(len(rows), dtype=bool)
+        if ledger.policy_ids is not None and ledger.dropped.any():
+            keep = ~ledger.dropped[ledger.policy_ids[rows]]
+            ledger.n_cancelled += int((~keep).sum())
+        rows = rows[keep]
         for column in ROW_COLUMNS:
-            getattr(ledger, column)[rows] = out[column]
-        ledger.failed_rows.extend(int(rows[k]) for k in np.flatnonzero(out["failed"]))
+            getattr(ledger, column)[rows] = out[column][keep]
+        ledger.failed_rows.extend(int(rows[k]) for k in np.flatnonzero(out["failed"][keep]))
         for record in out["errors"]:
             state.errors.append(record)
             on_error(record)
@@ -404,11 +477,13 @@ class RayEngine:
         ledger.acc_len[0] += 1  # progress the stop grace watches (the driver's slots hold no episode)
         self.envs.has_success_signal = self.envs.has_success_signal or out["success_signal"]
         ledger.success_signal = out["success_signal"]
-        done = rows[out["finished"]]
+        done = rows[out["finished"][keep]]
         if done.size:
             on_finished(ledger, done)
             if state.stop is not None:  # decides on the index prefix, whatever order blocks come back in
                 state.stop.on_finished(ledger, done)
+        if out["episode_data"] is not None:
+            state.episode_data.append(out["episode_data"])
         if out["error"] is not None:
             state.error = state.error or out["error"]
 
@@ -420,13 +495,33 @@ class RayEngine:
                 error = error or exc
         facts = {**state.facts, "backend": "ray", "ray_workers": self.n_workers, "ray_block": self.block,
                  "ray_nodes": len(state.nodes), "ray_actors_lost": self.actors_lost,
-                 **({"policy_shipped": {"digest": self.package.digest, "bytes": self.package.n_bytes}}
-                    if self.package is not None else {}),
+                 **self._shipped_facts(),
+                 **({"ray_policy_actors": len(self.policy_servers.urls)} if self.policy_servers is not None else {}),
                  "has_success_signal": bool(self.envs.has_success_signal),
                  "n_out_of_range_actions": state.out_of_range}
+        outputs: dict[str, Any] = {}
+        k = state.stop.k if state.stop is not None and state.stop.fired else None
+        if self.spec.return_episode_data:
+            outputs["episode_data"] = assemble_episode_data(state.episode_data, ledger, k)
+        if self.spec.max_episodes_rendered and error is None:
+            from fasteval.run.ray_videos import replay_videos
+
+            started = time.perf_counter()
+            try:
+                outputs["video_paths"] = replay_videos(self.spec, ledger, k)
+            except Exception as exc:  # noqa: BLE001 -- frames the env cannot give: the run's error, its episodes kept
+                error = exc
+            facts["ray_videos_replay_s"] = time.perf_counter() - started
         return Segment(ledger=ledger, errors=tuple(state.errors), eval_s=eval_s, timings=dict(state.timings),
                        facts=facts, success_signal=bool(self.envs.has_success_signal), stop=state.stop,
-                       cap=state.cap, error=error, outputs={})
+                       cap=state.cap, error=error, outputs=outputs)
+
+    def _shipped_facts(self) -> dict[str, Any]:
+        """``policy_shipped``: the shipped folder's digest and bytes (a list of them, per policy, for several)."""
+        shipped = [{"digest": p.digest, "bytes": p.n_bytes} if p is not None else None for p in self.packages]
+        if not any(shipped):
+            return {}
+        return {"policy_shipped": shipped[0] if len(shipped) == 1 else shipped}
 
     def close(self) -> None:
         for actor in self.actors:
@@ -436,6 +531,8 @@ class RayEngine:
                 pass
         self.actors = []
         self.watchdog.close()
+        if self.policy_servers is not None:
+            self.policy_servers.close()
         if self.started_ray:
             self.ray.shutdown()
             self.started_ray = False
@@ -459,7 +556,9 @@ class _Blocks:
         self.nodes: set[str] = set()
         self.out_of_range = 0
         self.error: BaseException | None = None
-        self.stop: StopWhen | None = None
+        self.stop: StopWhen | RaceStop | None = None
+        self.episode_data: list[Any] = []
+        """The landed blocks' episode data (TensorDicts on the host), in the order they came back."""
         self.cap: int | None = None
 
     def add(self, out: dict[str, Any]) -> None:
@@ -469,6 +568,33 @@ class _Blocks:
             self.facts = dict(out["facts"])
         self.nodes.add(out["node"])
         self.out_of_range += int(out["facts"].get("n_out_of_range_actions", 0))
+
+
+def _host(data: Any) -> Any:
+    """A block's episode data on the host (it travels back to the driver), or None."""
+    return None if data is None else data.cpu()
+
+
+def assemble_episode_data(blocks: Sequence[Any], ledger: Ledger, k: int | None = None) -> Any:
+    """The blocks' episode data (TensorDicts ``[steps]``, each sorted by episode then frame) as one, in episode
+    order: only the episodes the ledger counts (finished, not failed; below ``k`` when a stop rule decided),
+    with ``index`` renumbered ``0..steps-1``; the local recorder's layout
+    (:class:`fasteval.robot.recording.EpisodeDataRecorder`). An empty TensorDict when there are none."""
+    import torch
+    from tensordict import TensorDict
+
+    rows = ledger.finished & ~ledger.failed
+    if k is not None:
+        rows &= ledger.episode_ids < k
+    wanted = torch.from_numpy(np.sort(ledger.episode_ids[rows]))
+    parts = [b for b in blocks if len(b)]
+    if not parts or not len(wanted):
+        return TensorDict({}, batch_size=[0])
+    parts.sort(key=lambda b: int(b["episode"][0]))
+    data = torch.cat(parts, dim=0)
+    data = data[torch.isin(data["episode"], wanted)]
+    data["index"] = torch.arange(len(data), dtype=torch.int64)
+    return data
 
 
 def _cause(exc: BaseException) -> BaseException:

@@ -62,13 +62,15 @@ def build_many_record(spec: EvalSpec, segment: Segment, *, earlier: EarlierSegme
     per_policy_facts = facts.get("per_policy") or [{} for _ in range(K)]
     run_facts = {k: v for k, v in facts.items() if k not in RUN_ONLY_FACTS}
     videos = segment.outputs.get("video_paths_by_policy") or {}
+    shard = facts.get("shard")  # a shard's run wants its own episodes of each policy (run/shards.py)
+    n_wanted = len(range(shard["index"], spec.n_episodes, shard["count"])) if shard else spec.n_episodes
     results: list[EvalResult] = []
     kept: list[EpisodeTable] = []
     totals = {"recorded": 0, "wanted": 0, "failed": 0}
     for p, name in enumerate(names):
         table = policy_table(records, name)
         limit = race.limit(p) if race is not None else None
-        wanted = spec.n_episodes if limit is None else limit
+        wanted = (n_wanted if limit is None else limit)
         if limit is not None:
             table = table.take(np.flatnonzero(np.asarray(table.columns["episode_ix"]) < limit)) if len(table) else table
         rows = np.flatnonzero(ledger.policy_ids == p) if ledger.policy_ids is not None else np.zeros(0, np.int64)

@@ -15,6 +15,10 @@ as SLURM's ``--array=0-(N-1)`` and Kubernetes' ``JOB_COMPLETION_INDEX``). Why:
 * cost or difficulty that drifts with the index (an env whose init states are ordered, long episodes late)
   is spread over every shard, so the shards end at about the same time.
 
+A many-policy run (``--policy A --policy B``) shards by episode index too: shard ``K`` runs those episodes
+of every policy, so each shard keeps the policies paired on the same seeds, and the merge rebuilds the one
+many-policy record (each policy's episodes, its aggregates, the ranking).
+
 Neither choice changes a result: the merged record depends on the seeds only. (vla-evaluation-harness
 issue 128: a modulo over a task-major list of (task, episode) pairs folds onto the episode index within
 each task when ``N`` shares a factor with the episodes per task; a fasteval shard splits one env's episode
@@ -85,14 +89,12 @@ def parse_shard(text: str) -> Shard:
 
 def check_shardable(shard: Shard, spec: Any, suite: bool = False) -> None:
     """Refuse (UserInputError, exit 2) what a shard cannot be: a stop rule or race (it decides on index
-    prefixes, which need one driver), several policies, a list of tasks, an empty shard."""
+    prefixes, which need one driver), a list of tasks, an empty shard. Several policies shard as one: shard K
+    runs episodes ``i % N == K`` of every policy."""
     if spec.stop_when is not None:
         raise UserInputError(f"--shard {shard} with --stop-when {spec.stop_when}: a stop rule decides on the prefix "
                              f"of episodes 0..k-1, which no single shard sees. Drop --stop-when (run a fixed -n), or "
                              f"run one process (or --backend ray, whose driver sees every episode).")
-    if spec.n_policies > 1:
-        raise UserInputError(f"--shard {shard} evaluates one policy; this run has {spec.n_policies}. Shard each "
-                             f"policy's evaluation on its own.")
     if suite:
         raise UserInputError(f"--shard {shard} shards one env's episodes; this run is a list of tasks. Shard each "
                              f"task's evaluation on its own.")

@@ -447,7 +447,7 @@ def config_to_sweep_dict(data: Mapping[str, Any], name: str = "config") -> dict[
     Fields the sweep format has no place for must keep their defaults; anything else raises
     :class:`ConfigError` naming them.
     """
-    from fasteval.run.config import EXTRA_KEYS, ConfigError, check_keys
+    from fasteval.run.config import BACKEND_DEFAULTS, EXTRA_KEYS, ConfigError, check_keys
 
     check_keys(data)
     if "env" not in data:
@@ -456,6 +456,7 @@ def config_to_sweep_dict(data: Mapping[str, Any], name: str = "config") -> dict[
                 for f in dataclasses.fields(EvalSpec) if f.name != "env"}
     per_job = {"env", "policy", "env_kwargs", "n_episodes", "seed"}
     options = {k: v for k, v in data.items() if k in OPTION_KEYS}
+    defaults.update(BACKEND_DEFAULTS)  # a sweep keeps its own backend (its executor): a config's must be the default
     lost = sorted(k for k, v in data.items()
                   if k not in per_job and k not in OPTION_KEYS and k not in EXTRA_KEYS and v != defaults.get(k))
     if lost:
