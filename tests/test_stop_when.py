@@ -246,3 +246,14 @@ def test_config_file_sets_the_rule(tmp_path):
 def test_cli_bad_rule_exits_2_before_any_work(tmp_path):
     res = cli("--env", BERNOULLI_ENV, "--stop-when", "above=80", "-o", tmp_path / "x")
     assert res.exit_code == 2 and "fraction in (0, 1)" in res.output and not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("batch_size", [1, 16])
+def test_saved_episode_data_holds_exactly_the_reported_episodes(batch_size):
+    """Episodes computed past the stop (a wide batch runs ahead of k) are not the run's: their steps are not saved."""
+    result = run(batch_size=batch_size, return_episode_data=True)
+    k = result.meta["stopping"]["k"]
+    saved = sorted(set(result.episode_data["episode"].tolist()))
+    assert saved == result.column("episode_ix").tolist() == list(range(k))
+    lengths = np.bincount(result.episode_data["episode"].numpy(), minlength=k)
+    assert lengths.tolist() == result.column("length").tolist()

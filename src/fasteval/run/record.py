@@ -204,8 +204,20 @@ def build_record(spec: EvalSpec, segment: Segment, *, earlier: EarlierSegments |
               **({"run_id": run_id} if run_id is not None else {})}
     errors = [{**e, **labels} for e in segment.errors] if labels else segment.errors
     outputs = segment.outputs
+    episode_data = outputs.get("episode_data")
+    if stop is not None and stop.k is not None and episode_data is not None:
+        episode_data = episodes_before(episode_data, stop.k)
     return EvalResult(records, eval_s, segment.timings, meta, video_paths=outputs.get("video_paths", ()),
-                      errors=errors, n_failed=n_failed, episode_data=outputs.get("episode_data"))
+                      errors=errors, n_failed=n_failed, episode_data=episode_data)
+
+
+def episodes_before(episode_data: Any, k: int) -> Any:
+    """Saved steps (a TensorDict ``[total]`` with an ``episode`` column) of episodes ``0..k-1`` only: the
+    episodes a fired stop rule reports (those computed past ``k`` are not the run's)."""
+    if "episode" not in episode_data.keys():  # no episode finished: an empty TensorDict
+        return episode_data
+    keep = episode_data["episode"] < k
+    return episode_data if bool(keep.all()) else episode_data[keep]
 
 
 def merge_records(tasks: Sequence[Mapping[str, Any]], records: Sequence[EvalResult], eval_s: float,
