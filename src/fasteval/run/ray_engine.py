@@ -474,7 +474,6 @@ class RayEngine:
             on_error(record)
         state.add(out)
         self.node_of[id(actor)] = out["node"]
-        ledger.acc_len[0] += 1  # progress the stop grace watches (the driver's slots hold no episode)
         self.envs.has_success_signal = self.envs.has_success_signal or out["success_signal"]
         ledger.success_signal = out["success_signal"]
         done = rows[out["finished"][keep]]
