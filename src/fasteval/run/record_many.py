@@ -22,7 +22,9 @@ from fasteval.types.eval_result import EarlierSegments, EvalResult, has_success_
 from fasteval.types.episode_table import EpisodeTable, merge_episodes
 from fasteval.types.many_result import ManyPolicyResult
 from fasteval.types.metric_bounds import FIELDS, WORDS, default_metric_note
-from fasteval.types.ranking import RETURN, SUCCESS, fixed_ranking, interval_trajectory, race_ranking, ranking_verdict
+from fasteval.types.ranking import (
+    RETURN, SUCCESS, fixed_ranking, interval_trajectory, race_interval_label, race_ranking, ranking_verdict,
+)
 from fasteval.types.spec import EvalSpec, policy_label
 
 RUN_ONLY_FACTS = ("per_policy", "n_policies", "policy_calls")
@@ -86,7 +88,10 @@ def build_many_record(spec: EvalSpec, segment: Segment, *, earlier: EarlierSegme
             entry = block["policies"][p]
             meta["race"] = {"rule": block["rule"], "episodes": entry["episodes"], "rank": entry["rank"],
                             "dropped_at": entry["dropped_at"],
-                            "dropped_by": names[entry["dropped_by"]] if entry["dropped_by"] is not None else None}
+                            "dropped_by": names[entry["dropped_by"]] if entry["dropped_by"] is not None else None,
+                            # the interval valid at the race's stop (its own page leads with it)
+                            "metric": block["metric"], "estimate": entry["estimate"], "ci_low": entry["cs_low"],
+                            "ci_high": entry["cs_high"], "interval": race_interval_label(block)}
         errors = [e for e in segment.errors if e.get("policy") == name]
         if run_id is not None:
             errors = [{**e, "run_id": run_id} for e in errors]
