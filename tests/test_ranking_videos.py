@@ -12,9 +12,12 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fasteval.testing import expected_episode
+from fasteval.testing.bernoulli import BernoulliEnv
+from fasteval.testing.checkpoints import CheckpointFamily
 from tests.report_fixtures import cli
 from tests.test_videos_background import CountingEnv, fresh_counters  # noqa: F401  (the autouse fixture)
 
@@ -66,3 +69,43 @@ def test_a_one_policy_page_has_no_side_by_side_block(tmp_path):
     out = cli("--env", COUNTING, "--policy", PARITY, "-n", "4", "--videos", "2", "-o", str(folder))
     assert out.exit_code == 0, out.output
     assert 'id="side-by-side"' not in (folder / "report.html").read_text()
+
+
+class DrawnBernoulli(BernoulliEnv):
+    """The Bernoulli checkpoints' env with frames (8x8, the step and the seed in two channels)."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+    render_mode = "rgb_array"
+
+    def render(self):
+        frame = np.zeros((8, 8, 3), dtype=np.uint8)
+        frame[..., 0] = (self._t * 16) % 256
+        frame[..., 1] = self._seed % 256
+        return frame
+
+
+def make_drawn_bernoulli(**kwargs) -> DrawnBernoulli:
+    return DrawnBernoulli(**kwargs)
+
+
+def test_a_dropped_policys_videos_are_only_of_the_episodes_the_race_counts(tmp_path):
+    """A race drops a checkpoint at k before its K videos: the videos listed (on its page, in the record and
+    side by side) are of episodes 0..k-1 only; every one is a file; the seeds shown side by side are shared."""
+    pytest.importorskip("imageio_ffmpeg")
+    family = CheckpointFamily((0.1, 0.9), share=1.0)
+    folder = tmp_path / "race"
+    out = cli("--env", "tests.test_ranking_videos:make_drawn_bernoulli", "--env-kwarg", "p=[0.1, 0.9]",
+              "--env-kwarg", "share=1.0", "--policy", family.policy(0), "--policy", family.policy(1), "-n", "200",
+              "-b", "4", "--stop-when", "best", "--videos", "40", "-o", str(folder))
+    assert out.exit_code == 0, out.output
+    info = json.loads((folder / "eval_info.json").read_text())
+    dropped = {e["name"]: e["k"] for e in info["race"]["eliminations"]}
+    assert dropped and min(dropped.values()) < 40  # the test's premise: a drop before the 40th episode
+    for name, entry in info["policies"].items():
+        limit = dropped.get(name, info["race"]["k"])
+        episodes = sorted(int(Path(p).name[2:8]) for p in entry["overall"]["video_paths"])
+        assert episodes == list(range(min(limit, 40))), (name, limit, episodes)
+        assert all(Path(p).is_file() for p in entry["overall"]["video_paths"])
+    block = (folder / "report.html").read_text().split('<section id="side-by-side">')[1].split("</section>")[0]
+    rows = re.findall(r'<tr data-episode="(\d+)" data-seed="(\d+)">', block)
+    assert [int(e) for e, _ in rows] == list(range(min(min(dropped.values()), 40)))

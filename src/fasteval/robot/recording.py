@@ -434,7 +434,9 @@ class VideoRecorder(StepObserver):
         paths = [written[e] for e in sorted(written)]
         if self.policy is None:
             return {"video_paths": paths}
-        return {"video_paths": paths, "video_paths_by_policy": {self.ledger.policy_names[self.policy]: paths}}
+        name = self.ledger.policy_names[self.policy]
+        return {"video_paths": paths, "video_paths_by_policy": {name: paths},
+                "video_episodes_by_policy": {name: sorted(written)}}
 
 
 def env_encoded_actions(actions: Any, metadata: dict) -> Any:
@@ -630,7 +632,7 @@ class Recorders(StepObserver):
             for key, value in made.items():  # a many-policy run's recorders: lists and name maps put together
                 if key == "video_paths" and key in out:
                     out[key] = [*out[key], *value]
-                elif key == "video_paths_by_policy" and key in out:
+                elif key in ("video_paths_by_policy", "video_episodes_by_policy") and key in out:
                     out[key] = {**out[key], **value}
                 else:
                     out[key] = value

@@ -64,6 +64,7 @@ def build_many_record(spec: EvalSpec, segment: Segment, *, earlier: EarlierSegme
     per_policy_facts = facts.get("per_policy") or [{} for _ in range(K)]
     run_facts = {k: v for k, v in facts.items() if k not in RUN_ONLY_FACTS}
     videos = segment.outputs.get("video_paths_by_policy") or {}
+    video_episodes = segment.outputs.get("video_episodes_by_policy") or {}
     results: list[EvalResult] = []
     kept: list[EpisodeTable] = []
     totals = {"recorded": 0, "wanted": 0, "failed": 0}
@@ -95,7 +96,10 @@ def build_many_record(spec: EvalSpec, segment: Segment, *, earlier: EarlierSegme
         errors = [e for e in segment.errors if e.get("policy") == name]
         if run_id is not None:
             errors = [{**e, "run_id": run_id} for e in errors]
-        results.append(EvalResult(table, eval_s, segment.timings, meta, video_paths=videos.get(name, ()),
+        own_videos = tuple(videos.get(name, ()))
+        if limit is not None and name in video_episodes:  # a video of an episode the race does not count is not listed
+            own_videos = tuple(v for v, e in zip(own_videos, video_episodes[name]) if e < limit)
+        results.append(EvalResult(table, eval_s, segment.timings, meta, video_paths=own_videos,
                                   errors=errors, n_failed=n_failed))
         kept.append(table)
         totals["recorded"] += len(table)
