@@ -10,7 +10,8 @@ Sections: the answer at a glance (the best policy, the policies dropped, the epi
 against the fixed n at the cap); the ranking table (policies sorted; estimate and interval; paired
 difference to the best and its interval; where each was dropped and by whom); the intervals as a
 forest plot; the intervals over episodes as a plot (one band per policy, ending where it was dropped);
-the race's eliminations; time, errors and provenance as on a run page. Below 640 px the tables stack,
+the race's eliminations; the policies' videos side by side on the seeds they share (one row per seed, one
+column per policy in ranked order; rendered after the race); time, errors and provenance as on a run page. Below 640 px the tables stack,
 one block per row, so nothing runs off a phone's screen.
 """
 
