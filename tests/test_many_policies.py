@@ -171,6 +171,15 @@ def test_stacking_is_kept_only_where_it_measured_faster_and_changes_no_result(ml
     assert _bits(chosen) == _bits(forced_stacked if calls.startswith("stacked") else forced_separate)
 
 
+def test_the_console_says_which_path_stacking_chose(mlp_checkpoints, tmp_path, monkeypatch):
+    monkeypatch.delenv("FASTEVAL_STACK_WEIGHTS", raising=False)
+    out = cli("--env", "CartPole-v1", "--policy", mlp_checkpoints[0], "--policy", mlp_checkpoints[1], "-n", "2",
+              "--stack-weights", "--no-report", "-o", str(tmp_path / "run"))
+    assert out.exit_code == 0, out.output
+    line = next(x for x in out.output.splitlines() if x.startswith("policies"))
+    assert "us per step stacked against" in line and ("stacked (" in line or "separate (stacking not chosen" in line)
+
+
 def test_stacking_choice_keeps_the_faster_path_and_a_bad_setting_is_refused(monkeypatch):
     from fasteval.core.policy_set import stack_mode, stacking_choice
     from fasteval.types.errors import UserInputError
