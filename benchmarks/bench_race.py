@@ -47,7 +47,7 @@ races of (a) and (b) run **end to end through the engine** (``--engine-races`` p
 shared; at ``--tiny`` two races, all shared), each of which must equal the simulator's race on the same
 seeds: the same eliminations at the same k, by the same policies, the same stop and the same numbers.
 
-Run: ``PYTHONPATH=src python benchmarks/bench_race.py [--races 1000] [--json out.json]``; ``--tiny`` for
+Run: ``PYTHONPATH=src python benchmarks/bench_race.py [--races 1000] [--parts a,b,...] [--json out.json]``; ``--tiny`` for
 the smoke test (30 races, shares 0 and 1 only, the honest design for a gap of 0.15 (``TINY_GAP``), the (c) cap
 cut to 300, 40 futility runs);
 ``--engine-only [--engine-races R]`` for the end-to-end rows alone (the caps set as in the full run).
@@ -81,6 +81,9 @@ P_CAP = 0.99
 """(c)'s cap: Bechhofer's n for an ``EPS`` margin at this probability."""
 HONEST_GAP, HONEST_P = 0.05, 0.95
 """The honest comparator of (a) and (b): Bechhofer's n for this gap at this probability (and the race's cap)."""
+PARTS = ("a", "b", "c", "engine", "sensitivity", "futility", "bets")
+"""What ``--parts`` may choose: the scenarios' simulated races, the end-to-end races, the other stated designs,
+the futility stops, the bets' comparison."""
 TINY_GAP = 0.15
 """``--tiny``: the stated gap of the honest design (a smaller n, so the smoke test is quick)."""
 ORACLE_GROUPS = 10
@@ -573,16 +576,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engine-races", type=int, default=20, help="races per (a)/(b) rule also run end to end, through the engine")
     ap.add_argument("--engine-only", action="store_true",
                     help="only the end-to-end rows (caps as in the full run)")
+    ap.add_argument("--parts", default=",".join(PARTS),
+                    help=f"comma-separated parts to run (default all): {', '.join(PARTS)}; split a full run into "
+                         f"shorter ones, each with its own --json")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     if args.engine_only:
         return engine_only(args)
+    parts = set(args.parts.split(","))
+    if not parts <= set(PARTS):
+        ap.error(f"--parts: expected some of {', '.join(PARTS)}, got {args.parts!r}")
     races, check = (30, 5) if args.tiny else (args.races, args.check)
     shares = (0.0, 1.0) if args.tiny else (0.0, 0.5, 1.0)
     start = time.perf_counter()
     rows: list[dict[str, Any]] = []
     caps: dict[str, Any] = {}
     for scenario, (label, rates) in SCENARIOS.items():
+        if scenario not in parts:
+            continue
         fams = {s: CheckpointFamily(rates, share=s) for s in shares}
         if scenario == "c":
             cap_c = min(bechhofer_n(len(rates), P_CAP, EPS), 300) if args.tiny else bechhofer_n(len(rates), P_CAP, EPS)
@@ -612,14 +623,18 @@ def main(argv: list[str] | None = None) -> int:
         return out
 
     sections["races"] = time.perf_counter() - start
-    engine_rows = timed("engine", lambda: engine_section(caps, args.tiny, args.engine_races))
-    sens = timed("sensitivity", lambda: [] if args.tiny else sensitivity(races))
-    fut = timed("futility", lambda: futility(40 if args.tiny else args.futility_runs, 5 if args.tiny else 20))
-    bets = timed("bets", lambda: bets_comparison(100 if args.tiny else races, 1000 if args.tiny else 5000))
+    engine_caps = {sc: {"0.5" if not args.tiny else "1.0": honest_caps(sc, args.tiny)} for sc in ("a", "b")}
+    engine_rows = timed("engine", lambda: engine_section(engine_caps, args.tiny, args.engine_races)) if "engine" in parts and args.engine_races > 0 else []
+    sens = timed("sensitivity", lambda: sensitivity(races)) if "sensitivity" in parts and not args.tiny else []
+    fut = timed("futility", lambda: futility(40 if args.tiny else args.futility_runs, 5 if args.tiny else 20)) \
+        if "futility" in parts else None
+    bets = timed("bets", lambda: bets_comparison(100 if args.tiny else races, 1000 if args.tiny else 5000)) \
+        if "bets" in parts else None
     doc = {"command": command_line(), "alpha": ALPHA, "eps": EPS, "p_cap": P_CAP,
            "honest_gap": TINY_GAP if args.tiny else HONEST_GAP, "honest_p": HONEST_P, "races": races, "caps": caps,
            "rows": rows, "engine": engine_rows, "sensitivity": sens, "futility": fut, "bets": bets, "seconds": 0.0,
-           "section_seconds": sections, "load_average": list(os.getloadavg())}
+           "section_seconds": sections, "load_average": list(os.getloadavg()), "tiny": args.tiny,
+           "parts": sorted(parts)}
     doc["seconds"] = time.perf_counter() - start
     print()
     print(markdown(doc))
@@ -629,7 +644,7 @@ def main(argv: list[str] | None = None) -> int:
     ok = all(r["false_answers"] <= ALPHA for r in paired)
     ok &= all(r["library_same"] == r["library_checked"] for r in rows)
     ok &= all(e["same_as_simulator"] == e["races"] for e in engine_rows)
-    ok &= doc["futility"]["library_same"] == doc["futility"]["library_checked"]
+    ok &= fut is None or fut["library_same"] == fut["library_checked"]
     return 0 if ok else 1
 
 
@@ -696,16 +711,18 @@ def _spread(o: dict[str, Any]) -> str:
 
 def markdown(doc: dict[str, Any]) -> str:
     load = doc.get("load_average")
+    designs = ", ".join(f"({sc}) {honest_caps(sc, doc.get('tiny', False))}" for sc in ("a", "b"))
     out = [f"{doc['races']} races per row, alpha = {ALPHA} (confidence {CONFIDENCE}), margin {EPS} for "
            f"`best:eps={EPS}`. The honest comparator and the race's cap, set in advance: (a), (b): Bechhofer's n for "
-           f"a gap of {doc['honest_gap']} at probability {HONEST_P} ({', '.join(f'({sc}) {c}' for sc, c in ((sc, next(iter(doc['caps'][sc].values()))) for sc in ('a', 'b')))}); "
+           f"a gap of {doc['honest_gap']} at probability {HONEST_P} ({designs}); "
            f"(c): Bechhofer's n for a {EPS} margin at {P_CAP}. {doc['seconds']:.0f} s ("
            + ", ".join(f"{k} {v:.0f} s" for k, v in doc.get("section_seconds", {}).items()) + ")"
            + (f", load average at the end {load[0]:.2f} (pure computation; ratios do not depend on the load)." if load else "."),
            ""]
     for scenario, (label, rates) in SCENARIOS.items():
         rows = [r for r in doc["rows"] if r["scenario"] == scenario]
-        k = len(rates)
+        if not rows:
+            continue
         out += [f"**({scenario}) {label}**:", ""]
         if scenario != "c":
             out += ["| share | rule | pairing | fixed n = cap | fixed total | race: mean total | **ratio** | leader is the best "
@@ -746,8 +763,8 @@ def markdown(doc: dict[str, Any]) -> str:
             out.append(f"| ({r['scenario']}) | {r['gap']} | {r['p_stated']} | {r['cap']} | {r['mean_total']:.0f} | "
                        f"{r['ratio_honest']:.2f}x | {r['leader_right']:.3f} | {_spread(r['oracle_spread'])} |")
         out.append("")
-    f = doc["futility"]
-    out += [f"**Futility stops** (`--stop-when above={f['threshold']}`, one policy, confidence {f['confidence']}; "
+    f = doc["futility"] or {"rows": []}
+    out += [] if not f["rows"] else [f"**Futility stops** (`--stop-when above={f['threshold']}`, one policy, confidence {f['confidence']}; "
             f"{f['rows'][0]['runs']} runs per row): episodes until the run stops, with the futility stop (the "
             f"anytime-valid upper bound below {f['threshold']}) and without it (on to the cap unless the claim is made);",
             "", "| p | cap | with futility: mean | median | without: mean | **saved** | false claims | interval covers p at the stop |",
@@ -755,25 +772,31 @@ def markdown(doc: dict[str, Any]) -> str:
     for r in f["rows"]:
         out.append(f"| {r['p']} | {r['cap']} | {r['mean_with']:.1f} | {r['median_with']:.0f} | {r['mean_without']:.1f} | "
                    f"**{100 * r['saved']:.1f}%** | {r['false_claims']:.3f} | {r['coverage_at_stop']:.3f} |")
-    out += ["", f"The library's `StopMonitor` stopped where these runs did in {f['library_same']}/{f['library_checked']} runs.", ""]
+    if f["rows"]:
+        out += ["", f"The library's `StopMonitor` stopped where these runs did in {f['library_same']}/{f['library_checked']} runs.", ""]
     b = doc["bets"]
-    out += [f"**The bets** (one pair, level alpha/28 = {b['level']:.5f} as for a pair in (b), {b['runs']} runs of "
-            f"{b['horizon']} episodes, share 0): episodes until B is shown better than A by more than eps,", "",
-            "| A | B | eps | race's mixture: median | mean (capped) | plug-in (`--stop-when`'s): median | mean (capped) |",
-            "|---|---|---|---|---|---|---|"]
-    for r in b["rows"]:
-        out.append(f"| {r['a']} | {r['b']} | {r['eps']} | {r['mixture']['median']:.0f} | {r['mixture']['mean_capped']:.0f} | "
-                   f"{r['plug-in']['median']:.0f} | {r['plug-in']['mean_capped']:.0f} |")
-    c = b["coverage"]
-    out += ["", f"Coverage at 95% under continuous monitoring (Bernoulli({c['p']}), {c['looks']} looks): mixture "
-            f"{c['mixture']:.4f}, plug-in {c['plug-in']:.4f}.", ""]
+    if b is not None:
+        out += [f"**The bets** (one pair, level alpha/28 = {b['level']:.5f} as for a pair in (b), {b['runs']} runs of "
+                f"{b['horizon']} episodes, share 0): episodes until B is shown better than A by more than eps,", "",
+                "| A | B | eps | race's mixture: median | mean (capped) | plug-in (`--stop-when`'s): median | mean (capped) |",
+                "|---|---|---|---|---|---|---|"]
+        for r in b["rows"]:
+            out.append(f"| {r['a']} | {r['b']} | {r['eps']} | {r['mixture']['median']:.0f} | {r['mixture']['mean_capped']:.0f} | "
+                       f"{r['plug-in']['median']:.0f} | {r['plug-in']['mean_capped']:.0f} |")
+        c = b["coverage"]
+        out += ["", f"Coverage at 95% under continuous monitoring (Bernoulli({c['p']}), {c['looks']} looks): mixture "
+                f"{c['mixture']:.4f}, plug-in {c['plug-in']:.4f}.", ""]
     paired = [r for r in doc["rows"] if r["pairing"] == "paired"]
     picks = [r for r in paired if r["scenario"] != "c"]
-    out.append(f"False answers (a policy within the margin dropped, or a false tie) <= {ALPHA} in every paired row: "
-               f"{'PASS' if all(r['false_answers'] <= ALPHA for r in paired) else 'FAIL'} "
-               f"(max {max(r['false_answers'] for r in paired):.3f}); wrong picks (the leader at the stop is not the best) "
-               f"in (a), (b): max {max(r['wrong_pick'] for r in picks):.3f}.")
+    if paired:
+        out.append(f"False answers (a policy within the margin dropped, or a false tie) <= {ALPHA} in every paired row: "
+                   f"{'PASS' if all(r['false_answers'] <= ALPHA for r in paired) else 'FAIL'} "
+                   f"(max {max(r['false_answers'] for r in paired):.3f})" + (
+                       f"; wrong picks (the leader at the stop is not the best) in (a), (b): max "
+                       f"{max(r['wrong_pick'] for r in picks):.3f}." if picks else "."))
     checked = sum(r["library_checked"] for r in doc["rows"])
+    if not doc["rows"]:
+        return "\n".join(out + ([""] + [engine_markdown(doc["engine"])] if doc.get("engine") else []))
     same = sum(r["library_same"] for r in doc["rows"])
     out.append(f"Vectorised races equal the library's `Race` (drops at the same k, stop, tie, leader): {same}/{checked}.")
     if doc.get("engine"):
