@@ -9,7 +9,10 @@ nothing large in git), seeds ``0..n-1`` for each. Rows, interleaved per repeat (
 * ``one pass``: ``fasteval --policy 'DIR/checkpoints/*/pretrained_model' -n N -b B -o DIR --no-report``,
   the same episodes for every checkpoint in one process, slots shared (``-b B``), and again with ``-b 8B``
   (each policy's share of the slots as in its own run);
-* ``one pass, stacked``: the same with ``--stack-weights`` (one vmap call over the 8 checkpoints).
+* ``one pass, stacked``: the same with ``--stack-weights`` (one vmap call over the 8 checkpoints), at ``-b B`` and
+  ``-b 8B``: as ``--stack-weights`` chooses (both paths timed once after the dry runs, the faster kept; the
+  ``policy calls`` column says which), and with the stacked call forced (``FASTEVAL_STACK_WEIGHTS=stacked``):
+  stacked weights on the CPU against the separate calls, and whether the choice picked the faster.
 
 The per-policy episodes of every one-pass row are checked equal to the 8 runs' (the same seeds, the same
 numbers). The target: ``8 CLI runs / one pass >= 1.3`` on CPU (wall clock of the whole command).
@@ -47,9 +50,10 @@ ENV = "CartPole-v1"
 TARGET = 1.3
 
 
-def fasteval(*args: str) -> float:
+def fasteval(*args: str, extra_env: dict[str, str] | None = None) -> float:
     """Seconds of one ``fasteval`` command (a fresh process, as a user runs it); raises if it fails."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           **(extra_env or {})}
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "fasteval.doors.cli", *args], capture_output=True, text=True, env=env)
     seconds = time.perf_counter() - t0
@@ -118,12 +122,16 @@ def main(argv: list[str] | None = None) -> int:
         checkpoints = perturbed_checkpoints(BASE, root / "ckpt", args.checkpoints)
         pattern = str(root / "ckpt" / "checkpoints" / "*" / "pretrained_model")
         common = ["--env", ENV, "-n", str(args.episodes), "--seed", "0", "--device", args.device, "--no-report"]
-        rows = {
+        big = str(args.checkpoints * args.batch)
+        forced = {"FASTEVAL_STACK_WEIGHTS": "stacked"}
+        rows: dict[str, Any] = {
             f"{args.checkpoints} CLI runs, -b {args.batch} each": None,
             f"one pass, -b {args.batch}": ["-b", str(args.batch)],
-            f"one pass, -b {args.checkpoints * args.batch}": ["-b", str(args.checkpoints * args.batch)],
-            f"one pass, -b {args.checkpoints * args.batch}, --stack-weights":
-                ["-b", str(args.checkpoints * args.batch), "--stack-weights"],
+            f"one pass, -b {args.batch}, --stack-weights (chosen)": ["-b", str(args.batch), "--stack-weights"],
+            f"one pass, -b {args.batch}, --stack-weights (stacked forced)": (["-b", str(args.batch), "--stack-weights"], forced),
+            f"one pass, -b {big}": ["-b", big],
+            f"one pass, -b {big}, --stack-weights (chosen)": ["-b", big, "--stack-weights"],
+            f"one pass, -b {big}, --stack-weights (stacked forced)": (["-b", big, "--stack-weights"], forced),
         }
         same: dict[str, bool] = {}
         singles: dict[str, list[tuple]] = {}
@@ -139,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
                             singles[str((k + 1) * 1000)] = strip(per_policy_episodes(out / str(k))[""])
                     samples.add(label, total)
                     continue
-                samples.add(label, fasteval(*common, "--policy", pattern, *extra, "-o", str(out)))
+                extra, extra_env = extra if isinstance(extra, tuple) else (extra, None)
+                samples.add(label, fasteval(*common, "--policy", pattern, *extra, "-o", str(out), extra_env=extra_env))
                 if repeat == 0:
                     got = {name: strip(recs) for name, recs in per_policy_episodes(out).items()}
                     same[label] = got == singles
@@ -153,8 +162,9 @@ def main(argv: list[str] | None = None) -> int:
         seconds = samples.median(label)
         ratio = samples.median(runs_label) / seconds
         t = timings.get(label, {})
+        calls = str(t.get("policy_calls", "")).split(" (")[0]
         table.append([label, seconds, ratio, t.get("eval_s", float("nan")), t.get("policy_s", float("nan")),
-                      "" if label == runs_label else str(same.get(label))])
+                      "" if label == runs_label else str(same.get(label)), calls])
     best = max(r[2] for r in table[1:])
     doc = {"command": command_line(), "machine": machine, "device": args.device, "checkpoints": args.checkpoints, "episodes": args.episodes,
            "batch": args.batch, "repeats": args.repeats, "samples": samples.to_dict(), "same_episodes": same,
@@ -164,7 +174,11 @@ def main(argv: list[str] | None = None) -> int:
           f"median of {args.repeats} repeats, rows interleaved")
     print()
     print(markdown_table(["row", "wall s (whole command)", "vs the separate runs", "engine s", "policy stage s",
-                          "same episodes as the separate runs"], table))
+                          "same episodes as the separate runs", "policy calls"], table))
+    print()
+    for label, t in timings.items():
+        if "--stack-weights" in label:
+            print(f"- {label}: {t['policy_calls']}")
     print()
     print(f"Policy stage, one step on [{args.batch * (1 if args.tiny else args.checkpoints)}, 4]: "
           f"{args.checkpoints} separate calls {1e6 * stage['separate']:.1f} us, one stacked call "

@@ -131,9 +131,10 @@ def mlp_checkpoints(tmp_path_factory):
     return [str(p) for p in perturbed_checkpoints(CARTPOLE_MLP, tmp_path_factory.mktemp("mlp"), 4, scale=0.15)]
 
 
-def test_stacked_weights_equal_the_separate_calls_episode_for_episode(mlp_checkpoints):
+def test_stacked_weights_equal_the_separate_calls_episode_for_episode(mlp_checkpoints, monkeypatch):
     """CartPole, argmax heads: the stacked call's logits round like a batched matmul (within 1e-5 of the
     separate calls', checked below), and no argmax flips on these episodes, so every episode is equal."""
+    monkeypatch.setenv("FASTEVAL_STACK_WEIGHTS", "stacked")  # the stacked path itself, whatever the timing
     common = dict(env="CartPole-v1", policy=mlp_checkpoints, n_episodes=8, batch_size=8, device="cpu", seed=0)
     separate = evaluate(**common)
     stacked = evaluate(**common, stack_weights=True)
@@ -142,6 +143,53 @@ def test_stacked_weights_equal_the_separate_calls_episode_for_episode(mlp_checkp
     for name in separate.names:
         assert rows(stacked.policy(name)) == rows(separate.policy(name))
     assert len({tuple(rows(separate.policy(n))) for n in separate.names}) > 1  # the checkpoints differ
+
+
+def _bits(result):
+    return {name: [(r["episode_ix"], r["seed"], r["sum_reward"].hex() if isinstance(r["sum_reward"], float) else
+                    r["sum_reward"], r["length"], r["success"]) for r in result.policy(name).per_episode]
+            for name in result.names}
+
+
+def test_stacking_is_kept_only_where_it_measured_faster_and_changes_no_result(mlp_checkpoints, monkeypatch):
+    """``--stack-weights`` times both paths once and keeps the faster (issue 41: stacking ran 2.4-3.2x slower on
+    CPU at -b 16). Whichever it keeps, each policy's episodes are exactly those of that path forced on its own
+    (the choice picks a path, never changes one); the meta says which was chosen and both times."""
+    common = dict(env="CartPole-v1", policy=mlp_checkpoints, n_episodes=6, batch_size=4, device="cpu", seed=3)
+    monkeypatch.setenv("FASTEVAL_STACK_WEIGHTS", "stacked")
+    forced_stacked = evaluate(**common, stack_weights=True)
+    monkeypatch.setenv("FASTEVAL_STACK_WEIGHTS", "separate")
+    forced_separate = evaluate(**common, stack_weights=True)
+    assert forced_separate.meta["policy_calls"].startswith("separate (stacking not chosen: forced by FASTEVAL_STACK_WEIGHTS")
+    assert forced_stacked.meta["policy_calls"].startswith("stacked (") and "forced" in forced_stacked.meta["policy_calls"]
+    assert "stacked weights" in forced_stacked.meta["policy_call"] and "stacked" not in forced_separate.meta["policy_call"]
+    assert _bits(forced_separate) == _bits(evaluate(**common))  # the separate path is the run without --stack-weights
+    monkeypatch.delenv("FASTEVAL_STACK_WEIGHTS")
+    chosen = evaluate(**common, stack_weights=True)
+    calls = chosen.meta["policy_calls"]
+    assert "measured" in calls and "us per step stacked against" in calls, calls
+    assert _bits(chosen) == _bits(forced_stacked if calls.startswith("stacked") else forced_separate)
+
+
+def test_the_console_says_which_path_stacking_chose(mlp_checkpoints, tmp_path, monkeypatch):
+    monkeypatch.delenv("FASTEVAL_STACK_WEIGHTS", raising=False)
+    out = cli("--env", "CartPole-v1", "--policy", mlp_checkpoints[0], "--policy", mlp_checkpoints[1], "-n", "2",
+              "--stack-weights", "--no-report", "-o", str(tmp_path / "run"))
+    assert out.exit_code == 0, out.output
+    line = next(x for x in out.output.splitlines() if x.startswith("policies"))
+    assert "us per step stacked against" in line and ("stacked (" in line or "separate (stacking not chosen" in line)
+
+
+def test_stacking_choice_keeps_the_faster_path_and_a_bad_setting_is_refused(monkeypatch):
+    from fasteval.core.policy_set import stack_mode, stacking_choice
+    from fasteval.types.errors import UserInputError
+
+    assert stacking_choice(separate_s=3e-4, stacked_s=1e-4) is True
+    assert stacking_choice(separate_s=1e-4, stacked_s=3e-4) is False
+    assert stacking_choice(separate_s=1e-4, stacked_s=1e-4) is False  # a tie: the separate calls
+    monkeypatch.setenv("FASTEVAL_STACK_WEIGHTS", "always")
+    with pytest.raises(UserInputError, match="expected measure, stacked or separate, got 'always'"):
+        stack_mode()
 
 
 STACK_TOLERANCE = 1e-5

@@ -275,8 +275,9 @@ def test_free_batching_moves_halfcheetah_returns(cheetah_checkpoint):
     assert episodes(a) != episodes(b)
 
 
-def test_a_many_policy_run_gives_each_policy_its_single_run(cheetah_checkpoint, tmp_path):
+def test_a_many_policy_run_gives_each_policy_its_single_run(cheetah_checkpoint, tmp_path, monkeypatch):
     other = save_mlp(cheetah_mlp(seed=4), tmp_path / "other")
+    monkeypatch.setenv("FASTEVAL_STACK_WEIGHTS", "stacked")  # the stacked path itself, whatever the timing
     for stack in (False, True):
         many = evaluate(policy=(cheetah_checkpoint, other), batch_size=5, stack_weights=stack, **CHEETAH)
         for k, ref in enumerate((cheetah_checkpoint, other)):

@@ -32,12 +32,15 @@ class CountingEnv(KnownAnswerEnv):
     sleeping ``render_s`` per frame."""
 
     renders = 0
+    in_loop = 0
+    """Renders in the main thread (the loop's, with sync envs); replays render in the encoder's thread."""
     render_s = 0.0
     lock = threading.Lock()
 
     def render(self):
         with CountingEnv.lock:
             CountingEnv.renders += 1
+            CountingEnv.in_loop += threading.current_thread() is threading.main_thread()
         if CountingEnv.render_s:
             time.sleep(CountingEnv.render_s)
         return super().render()
@@ -85,7 +88,7 @@ def lengths(seed: int, episodes) -> dict[int, int]:
 
 @pytest.fixture(autouse=True)
 def fresh_counters():
-    CountingEnv.renders, CountingEnv.render_s = 0, 0.0
+    CountingEnv.renders, CountingEnv.in_loop, CountingEnv.render_s = 0, 0, 0.0
     yield
     CountingEnv.render_s = 0.0
 
@@ -110,6 +113,7 @@ def test_first_renders_only_its_episodes_in_the_loop(tmp_path):
                       batch_size=4, seed=3, max_episodes_rendered=2, videos_dir=str(tmp_path))
     assert len(result.video_paths) == 2
     assert CountingEnv.renders == sum(length + 1 for length in lengths(3, [0, 1]).values())
+    assert CountingEnv.in_loop == CountingEnv.renders  # a one-policy run's first K: in the loop, as they run
 
 
 def test_render_and_encode_are_stages_of_their_own(tmp_path, monkeypatch):

@@ -28,11 +28,24 @@ whole batch (a static shape: one CUDA graph covers every policy). Decided once, 
 queues, normalization or task stages, a different class or parameter shapes) keeps the separate calls,
 and the reason is in the run's meta (``policy_calls``). Results equal the separate calls within the
 rounding of batched matmuls (``tests/test_many_policies.py`` states the tolerance).
+
+**Stacking where it pays.** The stacked call computes every policy's block on the whole batch, so on a CPU
+with small policies it can be slower than the separate calls (2.4-3.2x slower at ``-b 16`` on CartPole MLPs:
+vmap's overhead is paid per call, and the separate path skips policies with no active slot). So once, after
+both paths are built and accelerated, each is timed on the dry run's input (:func:`time_paths`: the K
+separate calls against the one stacked call, interleaved, median of :data:`TIMED_CALLS`), and the faster
+is kept (:func:`stacking_choice`); ``policy_calls`` (the meta and the console) says which and both times.
+Either path gives exactly the results it gives when chosen on its own: the choice picks a path, it never
+changes one. ``FASTEVAL_STACK_WEIGHTS=stacked`` or ``=separate`` forces the choice (tests, and a GPU box
+whose first calls are not representative); any other value is refused with one line.
 """
 
 from __future__ import annotations
 
 import copy
+import os
+import statistics
+from time import perf_counter
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -42,8 +55,14 @@ from torch import nn
 from fasteval.core.capabilities import NO_RESET, PER_ENV, WAVE, Capabilities
 from fasteval.core.policy import PolicyRunner
 from fasteval.kernels import IDLE
+from fasteval.types.errors import UserInputError
 
 SEPARATE, STACKED = "separate", "stacked"
+MEASURE = "measure"
+STACK_ENV = "FASTEVAL_STACK_WEIGHTS"
+"""Environment variable that forces ``--stack-weights``' choice: ``stacked``, ``separate`` or ``measure`` (the default)."""
+TIMED_CALLS = 15
+"""Timed calls of each path in :func:`time_paths` (after 3 warm-up calls each)."""
 
 
 class PolicySet:
@@ -113,9 +132,21 @@ class PolicySet:
             return
         call.check(example, self.runners)
         call.step = accelerate(call.plain_step)
-        self.stacked = call
-        self.policy_calls = (f"{STACKED} (one vmap call over {self.n_policies} checkpoints of "
-                             f"{type(call.modules[0]).__name__}, a block of the whole batch each)")
+        mode = stack_mode()
+        what = f"one vmap call over {self.n_policies} checkpoints of {type(call.modules[0]).__name__}"
+        if mode == MEASURE:
+            separate_s, stacked_s = time_paths([r.__call__ for r in self.runners], call.step, example, call.device)
+            use = stacking_choice(separate_s, stacked_s)
+            timed = (f"measured {1e6 * stacked_s:.0f} us per step stacked against {1e6 * separate_s:.0f} us for the "
+                     f"{self.n_policies} separate calls")
+        else:
+            use, timed = mode == STACKED, f"forced by {STACK_ENV}={mode}"
+        if use:
+            self.stacked = call
+            self.policy_calls = f"{STACKED} ({what}, a block of the whole batch each; {timed})"
+        else:
+            self.policy_calls = (f"{SEPARATE} (stacking not chosen: {timed}; {self.n_policies} calls per step at "
+                                 f"most, one per policy with active slots)")
 
     def refresh(self) -> None:
         """At the start of a run: the stacked weights copied again from the policies (in place)."""
@@ -165,6 +196,49 @@ class PolicySet:
 
 
 # -- stacked weights ------------------------------------------------------------------------------------------
+def stack_mode() -> str:
+    """``FASTEVAL_STACK_WEIGHTS`` (``measure`` when unset): how ``--stack-weights`` chooses (module docstring)."""
+    mode = os.environ.get(STACK_ENV, MEASURE).strip().lower() or MEASURE
+    if mode not in (MEASURE, STACKED, SEPARATE):
+        raise UserInputError(f"{STACK_ENV}: expected measure, stacked or separate, got {mode!r}; unset it to let "
+                         f"--stack-weights time both paths and keep the faster.")
+    return mode
+
+
+def stacking_choice(separate_s: float, stacked_s: float) -> bool:
+    """Whether the stacked call is kept: only where it measured faster than the separate calls (seconds per
+    step, medians); a tie keeps the separate calls (their results are each policy's own run's, bit for bit)."""
+    return stacked_s < separate_s
+
+
+def time_paths(separate: Sequence[Callable[[Any], Any]], stacked: Callable[[Any], Any], example: Any,
+               device: torch.device, calls: int = TIMED_CALLS) -> tuple[float, float]:
+    """Median seconds of one step's policy calls on ``example``: every separate call (a step with every policy
+    active), and the one stacked call; interleaved, after 3 warm-up calls each (a CUDA device is synchronized
+    around each timing). Returns ``(separate_s, stacked_s)``."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def timed(fn: Callable[[], Any]) -> float:
+        sync()
+        t0 = perf_counter()
+        fn()
+        sync()
+        return perf_counter() - t0
+
+    def run_separate() -> None:
+        for call in separate:
+            call(example)
+
+    times: dict[str, list[float]] = {SEPARATE: [], STACKED: []}
+    with torch.inference_mode():
+        for _ in range(3):
+            run_separate()
+            stacked(example)
+        for _ in range(calls):
+            times[SEPARATE].append(timed(run_separate))
+            times[STACKED].append(timed(lambda: stacked(example)))
+    return statistics.median(times[SEPARATE]), statistics.median(times[STACKED])
+
 
 class StackedCall:
     """K modules of one architecture as one call: ``vmap(functional_call)`` over their stacked state.

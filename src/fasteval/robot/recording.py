@@ -31,6 +31,14 @@
     (Recording the env's state instead would need every env to expose and restore it; rendering
     every candidate costs as many renders as episodes started before the K matches finish.)
 
+  * a many-policy run (``--policy A --policy B ...``) with the env given by its id: **every** selection
+    is rendered after the race, never in the loop. The loop only records the actions of the episodes
+    that may be shown (a few bytes a step); at the end of the run, once the race has decided, the
+    encoder's thread replays the kept ones (``deferred``). So videos cost the time of the episodes
+    shown (the same seeds for every policy: the ranking page puts them side by side), not a frame of
+    every checkpoint's first K while it runs. (A live env object cannot be rebuilt for a replay: its
+    ``first`` videos are rendered in the loop, as in a one-policy run.)
+
   Encoding runs beside the loop (:mod:`fasteval.robot.video_encoder`: a background thread feeding
   ffmpeg, frames queued up to a byte bound, its errors raised in the run, every queued video written
   before the run returns). The loop's time in the recorders is the ``render`` stage; the wait for
@@ -233,7 +241,7 @@ class VideoRecorder(StepObserver):
 
     def __init__(self, envs: Any, ledger: Any, env: str, max_episodes: int, videos_dir: str | os.PathLike,
                  select: str = FIRST, task: str | None = None, layout: str = "fasteval",
-                 factory: Any = None, timers: Any = None, policy: int | None = None):
+                 factory: Any = None, timers: Any = None, policy: int | None = None, deferred: bool = False):
         imageio = load_video_writer()
         local = envs.local_envs  # in-process envs only (the worker pool holds none in this process)
         problem = render_problem(local[0], env) if local else None
@@ -245,9 +253,12 @@ class VideoRecorder(StepObserver):
         self.layout = layout
         self.folder = Path(videos_dir) if layout == "lerobot" else Path(videos_dir) / safe_filename(self.task)
         self.selection = VideoSelection(select, max_episodes)
-        self.replays = self.selection.mode != FIRST
+        self.deferred = bool(deferred)
+        """Render after the run (a many-policy run: after the race): record actions only, replay at :meth:`finish`."""
+        self.replays = self.selection.mode != FIRST or self.deferred
         if self.replays and factory is None:
-            raise ValueError("VideoRecorder: video_select failures/successes replays episodes and needs the env factory.")
+            raise ValueError("VideoRecorder: video_select failures/successes (and a deferred recorder) replays episodes "
+                             "and needs the env factory.")
         metadata = envs.metadata or {}  # the env's metadata (render_fps), for sync and async envs
         self.fps = int(metadata.get("render_fps") or DEFAULT_FPS)
         self.encoder = VideoEncoder(imageio, self.fps, lambda frame: _check_frame(frame, env),
@@ -345,7 +356,7 @@ class VideoRecorder(StepObserver):
                 self._close(slot)
             elif slot in self.recording:
                 self._close_recording(slot)
-        if self.replays:
+        if self.replays and not self.deferred:
             self._replay_settled()
         self._open({s: int(self.ledger.slot_episode[s]) for s in slots if s not in failing})
 
@@ -423,7 +434,9 @@ class VideoRecorder(StepObserver):
         paths = [written[e] for e in sorted(written)]
         if self.policy is None:
             return {"video_paths": paths}
-        return {"video_paths": paths, "video_paths_by_policy": {self.ledger.policy_names[self.policy]: paths}}
+        name = self.ledger.policy_names[self.policy]
+        return {"video_paths": paths, "video_paths_by_policy": {name: paths},
+                "video_episodes_by_policy": {name: sorted(written)}}
 
 
 def env_encoded_actions(actions: Any, metadata: dict) -> Any:
@@ -619,7 +632,7 @@ class Recorders(StepObserver):
             for key, value in made.items():  # a many-policy run's recorders: lists and name maps put together
                 if key == "video_paths" and key in out:
                     out[key] = [*out[key], *value]
-                elif key == "video_paths_by_policy" and key in out:
+                elif key in ("video_paths_by_policy", "video_episodes_by_policy") and key in out:
                     out[key] = {**out[key], **value}
                 else:
                     out[key] = value
@@ -644,12 +657,14 @@ def attach_recorders(engine: Any, ledger: Any, observer: StepObserver | None) ->
             parts.append(VideoRecorder(engine.envs, ledger, spec.env, spec.max_episodes_rendered, videos_dir,
                                        select=spec.video_select, layout=spec.video_layout, task=task,
                                        factory=engine.factory, timers=engine.timers))
-        else:  # a many-policy run: each policy's videos in <videos_dir>/<policy name>/, chosen as its own run's
+        else:  # a many-policy run: each policy's videos in <videos_dir>/<policy name>/, chosen as its own run's,
+            # rendered after the race by replays (an env given by its id; a live env object renders in the loop)
+            deferred = isinstance(spec.env, str)
             for k, name in enumerate(ledger.policy_names):
                 parts.append(VideoRecorder(engine.envs, ledger, spec.env, spec.max_episodes_rendered,
                                            Path(videos_dir) / safe_filename(name), select=spec.video_select,
                                            layout=spec.video_layout, task=task, policy=k,
-                                           factory=engine.factory, timers=engine.timers))
+                                           factory=engine.factory, timers=engine.timers, deferred=deferred))
     if spec.return_episode_data:
         parts.append(EpisodeDataRecorder(engine, ledger, spec.observation_format, spec.rename))
     return Recorders(parts, observer, engine.timers) if parts else observer

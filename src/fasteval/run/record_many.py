@@ -22,7 +22,9 @@ from fasteval.types.eval_result import EarlierSegments, EvalResult, has_success_
 from fasteval.types.episode_table import EpisodeTable, merge_episodes
 from fasteval.types.many_result import ManyPolicyResult
 from fasteval.types.metric_bounds import FIELDS, WORDS, default_metric_note
-from fasteval.types.ranking import RETURN, SUCCESS, fixed_ranking, interval_trajectory, race_ranking, ranking_verdict
+from fasteval.types.ranking import (
+    RETURN, SUCCESS, fixed_ranking, interval_trajectory, race_interval_label, race_ranking, ranking_verdict,
+)
 from fasteval.types.spec import EvalSpec, policy_label
 
 RUN_ONLY_FACTS = ("per_policy", "n_policies", "policy_calls")
@@ -64,6 +66,7 @@ def build_many_record(spec: EvalSpec, segment: Segment, *, earlier: EarlierSegme
     videos = segment.outputs.get("video_paths_by_policy") or {}
     shard = facts.get("shard")  # a shard's run wants its own episodes of each policy (run/shards.py)
     n_wanted = len(range(shard["index"], spec.n_episodes, shard["count"])) if shard else spec.n_episodes
+    video_episodes = segment.outputs.get("video_episodes_by_policy") or {}
     results: list[EvalResult] = []
     kept: list[EpisodeTable] = []
     totals = {"recorded": 0, "wanted": 0, "failed": 0}
@@ -88,11 +91,17 @@ def build_many_record(spec: EvalSpec, segment: Segment, *, earlier: EarlierSegme
             entry = block["policies"][p]
             meta["race"] = {"rule": block["rule"], "episodes": entry["episodes"], "rank": entry["rank"],
                             "dropped_at": entry["dropped_at"],
-                            "dropped_by": names[entry["dropped_by"]] if entry["dropped_by"] is not None else None}
+                            "dropped_by": names[entry["dropped_by"]] if entry["dropped_by"] is not None else None,
+                            # the interval valid at the race's stop (its own page leads with it)
+                            "metric": block["metric"], "estimate": entry["estimate"], "ci_low": entry["cs_low"],
+                            "ci_high": entry["cs_high"], "interval": race_interval_label(block)}
         errors = [e for e in segment.errors if e.get("policy") == name]
         if run_id is not None:
             errors = [{**e, "run_id": run_id} for e in errors]
-        results.append(EvalResult(table, eval_s, segment.timings, meta, video_paths=videos.get(name, ()),
+        own_videos = tuple(videos.get(name, ()))
+        if limit is not None and name in video_episodes:  # a video of an episode the race does not count is not listed
+            own_videos = tuple(v for v, e in zip(own_videos, video_episodes[name]) if e < limit)
+        results.append(EvalResult(table, eval_s, segment.timings, meta, video_paths=own_videos,
                                   errors=errors, n_failed=n_failed))
         kept.append(table)
         totals["recorded"] += len(table)

@@ -78,15 +78,22 @@ def fixed_ranking(names: Sequence[str], refs: Sequence[Any], episode_ix: Sequenc
     return sorted(rows, key=lambda r: r["rank"])
 
 
+def race_interval_label(summary: dict[str, Any]) -> str:
+    """What each policy's own interval in a race is (the ranking's and the policy's own page say the same): the
+    anytime-valid betting sequence at 1 - alpha/K (adjusted for the best of K), or at the race's level, labelled
+    as not adjusted."""
+    each = summary.get("interval_confidence")
+    K = len(summary["policies"])
+    return (f"anytime-valid betting {each:.2%} each (1 - alpha/{K}: all {K} at once, so the best of {K} too)"
+            if each is not None else f"anytime-valid betting {summary['confidence']:.0%} (not adjusted for best of {K})")
+
+
 def race_ranking(summary: dict[str, Any], refs: Sequence[Any]) -> list[dict[str, Any]]:
     """The ranking of a race, from its summary (see the module docstring)."""
     names = [p["name"] for p in summary["policies"]]
     metric = summary["metric"]
     level = f"{summary['confidence']:.0%}"
-    each = summary.get("interval_confidence")
-    K = len(names)
-    own = (f"anytime-valid betting {each:.2%} each (1 - alpha/{K}: all {K} at once, so the best of {K} too)"
-           if each is not None else f"anytime-valid betting {level} (not adjusted for best of {K})")
+    own = race_interval_label(summary)
     rows = []
     for p in summary["policies"]:
         row = _row(p["rank"], p["name"], refs[p["policy"]], p["episodes"], metric, p["estimate"], p["cs_low"],

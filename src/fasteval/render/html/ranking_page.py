@@ -10,7 +10,8 @@ Sections: the answer at a glance (the best policy, the policies dropped, the epi
 against the fixed n at the cap); the ranking table (policies sorted; estimate and interval; paired
 difference to the best and its interval; where each was dropped and by whom); the intervals as a
 forest plot; the intervals over episodes as a plot (one band per policy, ending where it was dropped);
-the race's eliminations; time, errors and provenance as on a run page. Below 640 px the tables stack,
+the race's eliminations; the policies' videos side by side on the seeds they share (one row per seed, one
+column per policy in ranked order; rendered after the race); time, errors and provenance as on a run page. Below 640 px the tables stack,
 one block per row, so nothing runs off a phone's screen.
 """
 
@@ -24,6 +25,7 @@ from typing import Any, Mapping, Sequence
 from fasteval.render.html import page, svg
 from fasteval.render.html.run_facts import errors_section, provenance_section, time_section
 from fasteval.render.html.run_input import RunPageInput, short_name, status_of
+from fasteval.render.html.run_videos import side_by_side
 from fasteval.render.words import plural
 
 STACK_CSS = """<style>
@@ -288,6 +290,14 @@ def eliminations(doc: Mapping[str, Any]) -> str:
     return body
 
 
+def videos_side_by_side(doc: Mapping[str, Any], folder: Path, provenance: Mapping[str, Any] | None) -> str:
+    """The policies' videos side by side, one row per seed they share (ranked order; empty without videos)."""
+    policies = doc.get("policies") or {}
+    columns = [(str(r["policy"]), RunPageInput(doc=policies[str(r["policy"])], page_dir=folder, provenance=provenance))
+               for r in doc.get("ranking") or [] if str(r["policy"]) in policies]
+    return side_by_side(columns, folder)
+
+
 def render_ranking_page(doc: Mapping[str, Any], folder: Path, manifest: Mapping[str, Any] | None,
                         config: Mapping[str, Any] | None, provenance: Mapping[str, Any] | None, current: bool,
                         links: Mapping[str, str]) -> str:
@@ -306,6 +316,7 @@ def render_ranking_page(doc: Mapping[str, Any], folder: Path, manifest: Mapping[
         ("intervals", "Intervals", forest(doc)),
         ("over-episodes", "Intervals over episodes", over_episodes(doc)),
         ("race", "The race", eliminations(doc)),
+        ("side-by-side", "Side by side, on the same seeds", videos_side_by_side(doc, folder, provenance)),
         ("time", "Where the time went", time_section(inp)),
         ("errors", "Errors", errors_section(inp)),
         ("provenance", "Provenance", provenance_section(inp)),

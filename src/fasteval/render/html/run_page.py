@@ -45,9 +45,35 @@ from fasteval.render.html.run_videos import find_videos, videos_section
 __all__ = ["RunPageInput", "render_run_page"]
 
 
+DESCRIPTIVE_RACE = "fixed n: descriptive, the race chose this policy's n from its data"
+
+
+def _race_card(race: Mapping[str, Any]) -> str:
+    """A raced policy's own page leads with the interval valid at the race's stop (the ranking's, adjusted for
+    the best of K or labelled as not); the Wilson and bootstrap intervals below it are descriptive."""
+    pct = race.get("metric") == "success"
+    scale, digits, unit = (100.0, None, "%") if pct else (1.0, 3, "")
+
+    def f(v: Any) -> str:
+        return "—" if v is None else (page.fmt(scale * float(v)) if digits is None else page.fmt(float(v), digits))
+
+    words = {"success": "success rate", "return": "mean return", "max_reward": "mean max reward"}.get(
+        str(race.get("metric")), str(race.get("metric")))
+    detail = (f"{escape(str(race.get('interval')))}: [{f(race.get('ci_low'))}{unit}, {f(race.get('ci_high'))}{unit}] "
+              f"(valid at the race's stop); {escape(str(race.get('rule')))}, rank {page.fmt(race.get('rank'))}, "
+              f"{page.fmt(race.get('episodes'))} episodes")
+    if race.get("dropped_at") is not None:
+        detail += f"; dropped at k = {page.fmt(race['dropped_at'])} by {escape(str(race.get('dropped_by')))}"
+    return page.card(f"{words}, raced (valid interval)", f"{f(race.get('estimate'))}{unit}", detail,
+                     "glance-valid", {"value": race.get("estimate"), "low": race.get("ci_low"), "high": race.get("ci_high"),
+                                      "metric": race.get("metric")})
+
+
 def glance(inp: RunPageInput) -> str:
     doc, o = inp.doc, overall(inp.doc)
     stopping = doc.get("stopping")
+    race = (doc.get("meta") or {}).get("race")
+    race = race if isinstance(race, Mapping) and race.get("ci_low") is not None else None
     cards = []
     if not o.get("n_episodes"):
         cards.append(page.card("success rate", "no episodes", "no episode finished", "glance-success", {"value": ""}))
@@ -57,6 +83,8 @@ def glance(inp: RunPageInput) -> str:
         older = bool(stopping) and not anytime  # a stopped run's document written before it was: Wilson's, descriptive
         label = ("anytime-valid 95% (valid at the stop)" if anytime else
                  "Wilson 95% (fixed n: descriptive after the stop)" if older else "Wilson 95%")
+        if race is not None:
+            label += f" ({DESCRIPTIVE_RACE})"
         detail = f"{label} [{page.fmt(lo)}, {page.fmt(hi)}]; {page.fmt(o.get('n_success'))} of {page.fmt(o.get('n_episodes'))}"
         if older and stopping.get("metric", "success") == "success":
             detail += (f"<br>anytime-valid {int(round(100 * stopping.get('confidence', 0.95)))}%: "
@@ -71,10 +99,14 @@ def glance(inp: RunPageInput) -> str:
     key = 0 if len(tasks) == 1 else "all"  # one task: the same episodes, the same interval
     lo, hi, method = inp.return_interval(key, returns) if returns.size else (None, None, "")
     detail = f"95% {method} [{page.fmt(lo, 3)}, {page.fmt(hi, 3)}]" if returns.size else "no episode finished"
-    if stopping and returns.size and stopping.get("metric") != "return":
+    if race is not None and returns.size:
+        detail += f" ({DESCRIPTIVE_RACE})"
+    elif stopping and returns.size:
         detail += " (fixed n: descriptive after the stop)"
-    if stopping and stopping.get("metric") == "return":
-        detail += f"<br>anytime-valid: [{page.fmt(stopping['cs_low'], 3)}, {page.fmt(stopping['cs_high'], 3)}]"
+    if stopping and stopping.get("metric") == "return":  # a return rule: the valid interval leads
+        conf = int(round(100 * stopping.get("confidence", 0.95)))
+        detail = (f'<span class="valid">anytime-valid {conf}% (valid at the stop) [{page.fmt(stopping["cs_low"], 3)}, '
+                  f'{page.fmt(stopping["cs_high"], 3)}]</span><br>{detail}')
     cards.append(page.card("mean return", page.fmt(o.get("avg_sum_reward"), 3) if returns.size else "—", detail, "glance-return",
                            {"value": o.get("avg_sum_reward")}))
     requested = (inp.manifest or {}).get("n_episodes") or (doc.get("meta") or {}).get("n_episodes")
@@ -99,6 +131,8 @@ def glance(inp: RunPageInput) -> str:
                                "glance-speed"))
     if stopping:
         cards.insert(0, _decision_card(stopping))
+    if race is not None:
+        cards.insert(0, _race_card(race))
     return f'<div class="cards">{"".join(cards)}</div>' + _stopping_note(stopping) + stopping_table(tasks)
 
 
@@ -181,10 +215,12 @@ def _stopping_note(stopping: Mapping[str, Any] | None) -> str:
     if not stopping:
         return ""
     past = stopping.get("n_computed_past_stop") or 0
+    valid = ("its return's anytime-valid interval at the stop leads (valid whatever decided the stop); the bootstrap "
+             "and normal return intervals are fixed-n ones, descriptive only" if stopping.get("metric") == "return" else
+             "its success intervals are the anytime-valid sequence at the stop (valid whatever decided the stop); the "
+             "return intervals are fixed-n ones, descriptive only")
     text = (f"Early stopping: rule {stopping.get('rule')!s}, {stopping.get('method') or 'anytime-valid confidence sequence'}; "
-            f"the reported episodes are exactly the first k of each task. The run chose its n from its data, so its "
-            f"success intervals are the anytime-valid sequence at the stop (valid whatever decided the stop); the "
-            f"return intervals are fixed-n ones, descriptive only.")
+            f"the reported episodes are exactly the first k of each task. The run chose its n from its data, so {valid}.")
     if (stopping.get("n_tasks") or 1) > 1:
         text += (f" Each of the {stopping['n_tasks']} tasks' above/below claims is at the run's level on its own, not "
                  f"corrected for the number of tasks: the chance that some task's claim is wrong can be up to "
@@ -222,8 +258,13 @@ def task_table(inp: RunPageInput) -> str:
         rows.append(({"task-group": t.get("task_group"), "task-id": t.get("task_id")}, cells))
     methods = {inp.return_interval(i, metric(t, "sum_rewards"))[2] for i, t in enumerate(tasks)}
     stopped = any((t.get("aggregated") or {}).get("pc_success_ci95_fixed_n") is not None for t in tasks)
+    raced = isinstance((doc.get("meta") or {}).get("race"), Mapping)
     caption = (("Success: anytime-valid 95% interval at the stop (betting confidence sequence). Return, descriptive after "
-                "the stop: " if stopped else "Success: Wilson score 95% interval. Return: ") + " / ".join(
+                "the stop: " if stopped else
+                f"Success: Wilson score 95% interval; return: ({DESCRIPTIVE_RACE}; the valid interval is at the top) "
+                if raced else
+                "Success: Wilson score 95% interval. Return, descriptive after the stop (the anytime-valid interval "
+                "is at the top): " if doc.get("stopping") else "Success: Wilson score 95% interval. Return: ") + " / ".join(
         {"bootstrap": "percentile bootstrap of the mean (2000 resamples, seed 0)",
          "normal": f"normal approximation (above {BOOTSTRAP_UP_TO} episodes)"}[m] for m in sorted(methods))
         + ". Click a header to sort.")

@@ -26,10 +26,11 @@ class Video:
     length: int | None
 
 
-def find_videos(inp: RunPageInput) -> list[Video]:
+def find_videos(inp: RunPageInput, scan: bool = True) -> list[Video]:
     """The run's videos: the paths ``eval_info.json`` lists (absolute, or relative to the run's
-    working directory or to the folder) and any video file under ``<folder>/videos/``. Each is
-    matched to its episode record by episode index, seed and the task folder in its path."""
+    working directory or to the folder) and (``scan``) any video file under ``<folder>/videos/``. Each is
+    matched to its episode record by episode index, seed and the task folder in its path. ``scan=False``:
+    the listed paths only (one policy's of a many-policy run, whose folder holds every policy's)."""
     doc = inp.doc
     listed = [Path(p) for p in (overall(doc).get("video_paths") or [])]
     cwd = (inp.provenance or {}).get("cwd")
@@ -40,7 +41,7 @@ def find_videos(inp: RunPageInput) -> list[Video]:
                 found[candidate.resolve()] = None
                 break
     root = inp.page_dir / "videos"
-    if root.is_dir():
+    if scan and root.is_dir():
         for p in sorted(root.rglob("*")):
             if VIDEO_NAME.search(p.name):
                 found[p.resolve()] = None
@@ -130,3 +131,36 @@ def videos_section(inp: RunPageInput, videos: list[Video]) -> str:
                        f'<figcaption><b>{escape(v.task)}</b><br>{escape(", ".join(facts))}</figcaption></figure>')
         out.append("</div>")
     return "".join(out)
+
+
+def side_by_side(columns: list[tuple[str, RunPageInput]], page_dir: Any) -> str:
+    """A many-policy run's videos, one column per policy (in the order given: the ranking's) and one row per
+    seed that every policy with videos has a video of: the checkpoints side by side on the same seeds. Empty
+    when fewer than two policies have videos or they share no seed."""
+    found = {name: {(v.episode, v.seed): v for v in find_videos(inp, scan=False)} for name, inp in columns}
+    shown = [name for name, _ in columns if found[name]]
+    if len(shown) < 2:
+        return ""
+    seeds = sorted(set.intersection(*(set(found[n]) for n in shown)))
+    if not seeds:
+        return ""
+    head = "".join(f'<th scope="col">{escape(n)}</th>' for n in shown)
+    rows = []
+    for episode, seed in seeds:
+        cells = []
+        for name in shown:
+            v = found[name][(episode, seed)]
+            facts = ([] if v.outcome == NO_SIGNAL else [v.outcome]) + (
+                [f"return {page.fmt(float(v.sum_reward), 3)}"] if v.sum_reward is not None else []) + (
+                [f"{v.length} steps"] if v.length is not None else [])
+            cells.append(f'<td><figure data-policy="{escape(name)}" data-episode="{episode}" data-seed="{seed}" '
+                         f'data-outcome="{escape(v.outcome)}"><video controls muted preload="metadata" '
+                         f'src="{escape(page.relative_href(v.path, page_dir))}"></video>'
+                         f'<figcaption>{escape(", ".join(facts))}</figcaption></figure></td>')
+        rows.append(f'<tr data-episode="{episode}" data-seed="{seed}"><th scope="row">episode {episode}<br>seed {seed}'
+                    f'</th>{"".join(cells)}</tr>')
+    note = page.note(f"Each row is one seed, each column one policy (ranked order): {len(seeds)} seeds every policy "
+                     f"shown has a video of. The videos were rendered after the race by replaying the episodes' "
+                     f"recorded actions, so they cost only the episodes shown.")
+    return (note + '<div class="side-by-side" style="overflow-x:auto"><table id="side-by-side-videos">'
+            f'<thead><tr><th scope="col">seed</th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>')
