@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from fasteval import evaluate
 from fasteval.core.ledger import interleaved_rows
@@ -151,10 +152,11 @@ def _bits(result):
             for name in result.names}
 
 
-def test_stacking_is_kept_only_where_it_measured_faster_and_changes_no_result(mlp_checkpoints, monkeypatch):
-    """``--stack-weights`` times both paths once and keeps the faster (issue 41: stacking ran 2.4-3.2x slower on
-    CPU at -b 16). Whichever it keeps, each policy's episodes are exactly those of that path forced on its own
-    (the choice picks a path, never changes one); the meta says which was chosen and both times."""
+def test_stacking_is_chosen_by_device_or_by_measure_and_changes_no_result(mlp_checkpoints, monkeypatch):
+    """``--stack-weights`` keeps the separate calls on a CPU by default (issue 41: stacking ran 2.4-3.2x slower on
+    CPU at -b 16), the same path on every run; ``measure`` times both paths once and keeps the faster. Whichever
+    it keeps, each policy's episodes are exactly those of that path forced on its own (the choice picks a path,
+    never changes one); the meta says which was chosen and why."""
     common = dict(env="CartPole-v1", policy=mlp_checkpoints, n_episodes=6, batch_size=4, device="cpu", seed=3)
     monkeypatch.setenv("FASTEVAL_STACK_WEIGHTS", "stacked")
     forced_stacked = evaluate(**common, stack_weights=True)
@@ -165,10 +167,21 @@ def test_stacking_is_kept_only_where_it_measured_faster_and_changes_no_result(ml
     assert "stacked weights" in forced_stacked.meta["policy_call"] and "stacked" not in forced_separate.meta["policy_call"]
     assert _bits(forced_separate) == _bits(evaluate(**common))  # the separate path is the run without --stack-weights
     monkeypatch.delenv("FASTEVAL_STACK_WEIGHTS")
+    by_device = evaluate(**common, stack_weights=True)
+    assert by_device.meta["policy_calls"].startswith("separate (stacking not chosen: chosen by device: on a CPU")
+    assert _bits(by_device) == _bits(forced_separate)
+    monkeypatch.setenv("FASTEVAL_STACK_WEIGHTS", "measure")
     chosen = evaluate(**common, stack_weights=True)
     calls = chosen.meta["policy_calls"]
-    assert "measured" in calls and "us per step stacked against" in calls, calls
+    assert "measured" in calls and "us per step stacked against" in calls and "differ from run to run" in calls, calls
     assert _bits(chosen) == _bits(forced_stacked if calls.startswith("stacked") else forced_separate)
+
+
+def test_the_device_rule_stacks_on_cuda_only():
+    from fasteval.core.policy_set import stacking_choice_for
+
+    assert stacking_choice_for(torch.device("cuda", 0)) is True
+    assert stacking_choice_for(torch.device("cpu")) is False
 
 
 def test_the_console_says_which_path_stacking_chose(mlp_checkpoints, tmp_path, monkeypatch):
@@ -177,7 +190,7 @@ def test_the_console_says_which_path_stacking_chose(mlp_checkpoints, tmp_path, m
               "--stack-weights", "--no-report", "-o", str(tmp_path / "run"))
     assert out.exit_code == 0, out.output
     line = next(x for x in out.output.splitlines() if x.startswith("policies"))
-    assert "us per step stacked against" in line and ("stacked (" in line or "separate (stacking not chosen" in line)
+    assert "separate (stacking not chosen: chosen by device: on a CPU" in line, line
 
 
 def test_stacking_choice_keeps_the_faster_path_and_a_bad_setting_is_refused(monkeypatch):
@@ -188,7 +201,7 @@ def test_stacking_choice_keeps_the_faster_path_and_a_bad_setting_is_refused(monk
     assert stacking_choice(separate_s=1e-4, stacked_s=3e-4) is False
     assert stacking_choice(separate_s=1e-4, stacked_s=1e-4) is False  # a tie: the separate calls
     monkeypatch.setenv("FASTEVAL_STACK_WEIGHTS", "always")
-    with pytest.raises(UserInputError, match="expected measure, stacked or separate, got 'always'"):
+    with pytest.raises(UserInputError, match="expected device, stacked, separate or measure, got 'always'"):
         stack_mode()
 
 

@@ -30,14 +30,16 @@ and the reason is in the run's meta (``policy_calls``). Results equal the separa
 rounding of batched matmuls (``tests/test_many_policies.py`` states the tolerance).
 
 **Stacking where it pays.** The stacked call computes every policy's block on the whole batch, so on a CPU
-with small policies it can be slower than the separate calls (2.4-3.2x slower at ``-b 16`` on CartPole MLPs:
-vmap's overhead is paid per call, and the separate path skips policies with no active slot). So once, after
-both paths are built and accelerated, each is timed on the dry run's input (:func:`time_paths`: the K
-separate calls against the one stacked call, interleaved, median of :data:`TIMED_CALLS`), and the faster
-is kept (:func:`stacking_choice`); ``policy_calls`` (the meta and the console) says which and both times.
-Either path gives exactly the results it gives when chosen on its own: the choice picks a path, it never
-changes one. ``FASTEVAL_STACK_WEIGHTS=stacked`` or ``=separate`` forces the choice (tests, and a GPU box
-whose first calls are not representative); any other value is refused with one line.
+with small policies it is slower than the separate calls (2.4-3.2x slower at ``-b 16`` on CartPole MLPs:
+vmap's overhead is paid per call, and the separate path skips policies with no active slot;
+``benchmarks/bench_many_policies.py``). So the path is chosen once, by a fixed rule that gives the same path
+(and so the same bits) on every run of a spec: the stacked call where the policies run on CUDA, the
+separate calls on a CPU (:func:`stacking_choice_for`); ``policy_calls`` (the meta and the console) says
+which and why. ``FASTEVAL_STACK_WEIGHTS=stacked`` or ``=separate`` forces a path; ``=measure`` times both
+on the dry run's input (:func:`time_paths`, interleaved medians) and keeps the faster, at the price of a
+path (and rounding) that can change from run to run, which ``policy_calls`` then says; any other value is
+refused with one line. Either path gives exactly the results it gives when forced: the choice picks a path,
+it never changes one.
 """
 
 from __future__ import annotations
@@ -58,9 +60,10 @@ from fasteval.kernels import IDLE
 from fasteval.types.errors import UserInputError
 
 SEPARATE, STACKED = "separate", "stacked"
-MEASURE = "measure"
+MEASURE, BY_DEVICE = "measure", "device"
 STACK_ENV = "FASTEVAL_STACK_WEIGHTS"
-"""Environment variable that forces ``--stack-weights``' choice: ``stacked``, ``separate`` or ``measure`` (the default)."""
+"""Environment variable that sets ``--stack-weights``' choice: ``device`` (the default: stacked on CUDA, separate
+on a CPU), ``stacked``, ``separate`` or ``measure`` (time both once, keep the faster)."""
 TIMED_CALLS = 15
 """Timed calls of each path in :func:`time_paths` (after 3 warm-up calls each)."""
 
@@ -138,7 +141,11 @@ class PolicySet:
             separate_s, stacked_s = time_paths([r.__call__ for r in self.runners], call.step, example, call.device)
             use = stacking_choice(separate_s, stacked_s)
             timed = (f"measured {1e6 * stacked_s:.0f} us per step stacked against {1e6 * separate_s:.0f} us for the "
-                     f"{self.n_policies} separate calls")
+                     f"{self.n_policies} separate calls, {STACK_ENV}={MEASURE}: the path can differ from run to run")
+        elif mode == BY_DEVICE:
+            use = stacking_choice_for(call.device)
+            timed = ("chosen by device: CUDA" if use else "chosen by device: on a CPU the separate calls, where "
+                     "stacking measured 2.4-3.2x slower (bench_many_policies)") + f"; {STACK_ENV}=stacked|separate|measure"
         else:
             use, timed = mode == STACKED, f"forced by {STACK_ENV}={mode}"
         if use:
@@ -197,12 +204,18 @@ class PolicySet:
 
 # -- stacked weights ------------------------------------------------------------------------------------------
 def stack_mode() -> str:
-    """``FASTEVAL_STACK_WEIGHTS`` (``measure`` when unset): how ``--stack-weights`` chooses (module docstring)."""
-    mode = os.environ.get(STACK_ENV, MEASURE).strip().lower() or MEASURE
-    if mode not in (MEASURE, STACKED, SEPARATE):
-        raise UserInputError(f"{STACK_ENV}: expected measure, stacked or separate, got {mode!r}; unset it to let "
-                         f"--stack-weights time both paths and keep the faster.")
+    """``FASTEVAL_STACK_WEIGHTS`` (``device`` when unset): how ``--stack-weights`` chooses (module docstring)."""
+    mode = os.environ.get(STACK_ENV, BY_DEVICE).strip().lower() or BY_DEVICE
+    if mode not in (BY_DEVICE, MEASURE, STACKED, SEPARATE):
+        raise UserInputError(f"{STACK_ENV}: expected device, stacked, separate or measure, got {mode!r}; unset it "
+                             f"for the rule by device (stacked on CUDA, separate calls on a CPU).")
     return mode
+
+
+def stacking_choice_for(device: torch.device) -> bool:
+    """The default rule: the stacked call on CUDA (one launch, or one graph, for K policies), the separate calls
+    on a CPU (where stacking measured slower at every batch size of ``bench_many_policies``)."""
+    return device.type == "cuda"
 
 
 def stacking_choice(separate_s: float, stacked_s: float) -> bool:

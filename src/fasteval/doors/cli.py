@@ -282,9 +282,10 @@ EVAL_OPTIONS = [
     click.option("--compile", "compile_policy", is_flag=True, help="torch.compile the policy step (large policies)."),
     click.option("--stack-weights", "stack_weights", is_flag=True,
                  help="Several checkpoints of one architecture: run them as one vmap call over their stacked weights "
-                      "(torch.func), instead of one call per policy, where it measured faster (both timed once after "
-                      "the dry runs; the choice and both times are printed); falls back (said in the meta) where a "
-                      "policy is not functional. Same results within the rounding of batched matmuls."),
+                      "(torch.func), instead of one call per policy, on CUDA; on a CPU, where it measured slower, the separate "
+                      "calls are kept (FASTEVAL_STACK_WEIGHTS=stacked|separate|measure chooses; the choice is printed); "
+                      "falls back (said in the meta) where a policy is not functional. Same results within the "
+                      "rounding of batched matmuls."),
     click.option("--obs-format", "observation_format", type=click.Choice(OBSERVATION_FORMATS), default="raw", show_default=True,
                  help="raw: the env's observations. lerobot: observation.image(s)/state/environment_state keys, "
                       "images as float CHW in [0, 1] on the policy device."),

@@ -373,8 +373,8 @@ class How:
     many-policy run whose checkpoints share one architecture (same class, same parameter names and shapes,
     stateless, no own generator, no observation or action stages) runs them as one call:
     ``torch.func.stack_module_state`` plus ``vmap(functional_call)``, every policy on a static block of the
-    whole batch (``--stack-weights``). Chosen once, on the dry run, and only where it measured faster than the
-    separate calls (both timed there; ``FASTEVAL_STACK_WEIGHTS=stacked|separate`` forces it); where a policy is not
+    whole batch (``--stack-weights``). Chosen once, by device: on CUDA; on a CPU, where it measured slower than the
+    separate calls, those are kept (``FASTEVAL_STACK_WEIGHTS=stacked|separate|measure`` chooses); where a policy is not
     functional the run falls back to one call per policy, and ``meta["policy_calls"]`` says which ran and why."""
 
     compile: bool = False
