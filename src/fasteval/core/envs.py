@@ -15,11 +15,13 @@ ledger runs out.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from time import perf_counter
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import gymnasium as gym
 import numpy as np
 
+from fasteval.core.reset_deadline import ResetDeadline
 from fasteval.core.slot_block import SlotBlock, raise_call_errors
 from fasteval.core.slots import EnvFailure, SlotEnvs, SlotEnvsSource, _failure, _obs_writer, allocate_obs_buffer, call_env, env_metadata  # noqa: F401 (re-exported)
 from fasteval.core.watchdog import ENV, Watchdog
@@ -188,10 +190,13 @@ class SyncSlotEnvs(SlotEnvs):
                  step_timeout: float | None = None, watchdog: Watchdog | None = None):
         self.watchdog = watchdog or Watchdog()
         """Deadlines for this process's env calls (``step_timeout``): a hung one cannot be interrupted."""
-        self._guards = {what: self.watchdog.guard(step_timeout, ENV, f"an env {what}") for what in ("step", "reset", "rebuild")}
+        self._guards = {what: self.watchdog.guard(step_timeout, ENV, f"an env {what}") for what in ("step", "rebuild")}
         self._step_guard = self._guards["step"]
         self.step_timeout = step_timeout
-        self._reset_guards: dict[int, Any] = {1: self._guards["reset"]}
+        self.resets = ResetDeadline(step_timeout)
+        """The reset limit: a first reset's, then scaled from the first wave's measured resets
+        (:mod:`fasteval.core.reset_deadline`)."""
+        self._reset_guards: dict[tuple[int, float | None], Any] = {}
         fns: list[Callable[[], gym.Env]] = [factory] * n_slots
         self.factory = factory
         if first_env is not None:
@@ -227,18 +232,22 @@ class SyncSlotEnvs(SlotEnvs):
         return True
 
     def reset_guard(self, n: int) -> Any:
-        """The deadline of ``n`` env resets in turn: ``step_timeout`` for each (a first wave of slow resets, a LIBERO
-        model built per env, is not a hang)."""
-        guard = self._reset_guards.get(n)
+        """The deadline of ``n`` env resets in turn (:class:`~fasteval.core.reset_deadline.ResetDeadline`: a first
+        wave of slow resets, a LIBERO model built per env, is not a hang)."""
+        key = (n, self.resets.measured_s)
+        guard = self._reset_guards.get(key)
         if guard is None and self.step_timeout is not None:
-            guard = self._reset_guards[n] = self.watchdog.guard(
-                self.step_timeout * n, ENV, f"{n} env resets in turn ({self.step_timeout:g} s each)")
+            guard = self._reset_guards[key] = self.watchdog.guard(self.resets.limit(n), ENV, self.resets.what(n))
         return guard
 
     def reset_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:
-        self.watchdog.arm(self.reset_guard(max(1, len(slots))))
+        n = max(1, len(slots))
+        self.watchdog.arm(self.reset_guard(n))
+        started = perf_counter()
         self.block.reset(slots, seeds, self.failures)  # the engine rebuilds failed envs and retries the episode
         self.watchdog.disarm()
+        if self.resets.measured_s is None and len(slots):
+            self.resets.note([(perf_counter() - started, n)])
 
     def rebuild(self, slot: int) -> list[int]:
         self.watchdog.arm(self._guards["rebuild"])

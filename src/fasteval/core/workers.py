@@ -62,6 +62,7 @@ from typing import Any, Callable, Sequence
 import gymnasium as gym
 import numpy as np
 
+from fasteval.core.reset_deadline import ResetDeadline
 from fasteval.core.shared_buffers import Layout, SharedBuffers
 from fasteval.core.slot_block import raise_call_errors
 from fasteval.core.slots import EnvFailure, SlotEnvs, even_ranges
@@ -128,6 +129,9 @@ class WorkerPoolEnvs(SlotEnvs):
                  metadata: dict | None = None, unread_step: Callable[[Any], Any] | None = None):
         super().__init__(n_slots, observation_space, action_space)
         self.factory, self.step_timeout = factory, step_timeout
+        self.resets = ResetDeadline(step_timeout)
+        """The reset limit: a first reset's, then scaled from the first wave's measured resets
+        (:mod:`fasteval.core.reset_deadline`)."""
         self.unread_step = unread_step
         """The env kind's unread step (:mod:`fasteval.core.unread`), or ``None``: what :meth:`skip_unread` turns on."""
         self._skipping = False
@@ -254,10 +258,12 @@ class WorkerPoolEnvs(SlotEnvs):
         if timed_out:
             worker.process.kill()
             limit = self._limit(stage, len(slots))
-            error = (f"env worker {worker.index} timed out: no answer to its {stage} of {len(slots)} env(s) within {limit:g} s "
-                     f"(--step-timeout {self.step_timeout:g} s per env call): worker killed and replaced, its episodes "
-                     f"restart. If the env is only slow rather than hung (a first LIBERO reset under load), raise "
-                     f"--step-timeout")
+            waited = (f"{self.resets.what(len(slots))} within {limit:g} s" if stage == "reset" else
+                      f"its {stage} of {len(slots)} env(s) within {limit:g} s (--step-timeout {self.step_timeout:g} s "
+                      f"per env call)")
+            error = (f"env worker {worker.index} timed out: no answer to {waited}: worker killed and replaced, its "
+                     f"episodes restart. If the env is only slow rather than hung (a first LIBERO reset under load), "
+                     f"raise --step-timeout")
         else:
             error = None
         worker.process.join(timeout=5.0)
@@ -281,10 +287,10 @@ class WorkerPoolEnvs(SlotEnvs):
         self.failures.append(EnvFailure(culprit, stage, error, exit_code=None if timed_out else code))
 
     def _limit(self, stage: str, n: int) -> float | None:
-        """A command's deadline: ``step_timeout`` per env reset (a worker resets its slots in turn), else per command."""
-        if self.step_timeout is None:
-            return None
-        return self.step_timeout * max(1, n) if stage == "reset" else self.step_timeout
+        """A command's deadline: :attr:`resets`' per env reset (a worker resets its slots in turn), else ``step_timeout``."""
+        if stage == "reset":
+            return self.resets.limit(n)
+        return self.step_timeout
 
     def _claim(self, worker: _Worker, seq: int, stage: str, slots: Sequence[int]) -> tuple | None:
         reply = self._receive(worker, seq, self._limit(stage, len(slots)))
@@ -376,10 +382,13 @@ class WorkerPoolEnvs(SlotEnvs):
                 self._replace(worker, "reset", wslots, timed_out=False)
                 continue
             sent.append((worker, seq, wslots))
+        started, waves = time.monotonic(), []
         for worker, seq, wslots in sent:
             reply = self._claim(worker, seq, "reset", wslots)
             if reply is not None:
                 self._store(reply[2])
+                waves.append((time.monotonic() - started, len(wslots)))  # workers reset in parallel: from the send
+        self.resets.note(waves)
 
     def step_send(self, slots: Sequence[int], actions: np.ndarray) -> list[int]:
         """Copy the action rows of ``slots`` into the shared actions and send one command per worker
