@@ -49,6 +49,9 @@ class EnvKinds(Protocol):
       that skips the work of the observation (``obs`` is not read; a render skipped) and changes nothing else
       of the episode, or ``None`` when this kind of env cannot (:mod:`fasteval.core.unread`). Declared per kind
       of env, never found by trying;
+    * ``renderer(env, kwargs)``: the GL renderer string this process's envs of ``env`` render with (asked once in
+      every process that hosts them: the main process, each env worker), or ``None`` when they do not render
+      through GL (``meta["gl_renderers"]``);
     * ``memory(env, kwargs)``: for a heavy env, ``(bytes per env, bytes per process hosting such envs, a name for
       them)``, so that the pool's default size fits the machine's memory (:mod:`fasteval.core.memory_fit`), or
       ``None``.
@@ -61,6 +64,8 @@ class EnvKinds(Protocol):
     def adapt(self, obj: Any, built: bool) -> Any: ...
 
     def unread_step(self, env: Any) -> Callable[[Any], tuple] | None: ...
+
+    def renderer(self, env: str, kwargs: Mapping[str, Any]) -> str | None: ...
 
     def memory(self, env: str, kwargs: Mapping[str, Any]) -> tuple[int, int, str] | None: ...
 
@@ -79,6 +84,9 @@ class PlainEnvs:
         return None
 
     def unread_step(self, env: Any) -> Callable[[Any], tuple] | None:
+        return None
+
+    def renderer(self, env: str, kwargs: Mapping[str, Any]) -> str | None:
         return None
 
     def memory(self, env: str, kwargs: Mapping[str, Any]) -> tuple[int, int, str] | None:
@@ -110,6 +118,10 @@ class EnvFactory:
     @property
     def is_callable_ref(self) -> bool:
         return not isinstance(self.env, str) or split_callable_ref(self.env) is not None
+
+    def renderer(self) -> str | None:
+        """The GL renderer this process's envs render with (``kinds.renderer``), or ``None`` (no GL, a live object)."""
+        return self.kinds.renderer(self.env, self.kwargs) if isinstance(self.env, str) else None
 
     def __call__(self) -> gym.Env | SlotEnvsSource:
         if not isinstance(self.env, str):  # a live env object or factory (library API)
@@ -210,6 +222,8 @@ class SyncSlotEnvs(SlotEnvs):
         self.envs = self.block.envs
         self.local_envs = self.envs
         self.metadata = dict(self.vector_env.metadata or {})
+        renderer = factory.renderer() if isinstance(factory, EnvFactory) else None
+        self.renderers = {"main": renderer} if renderer else {}
 
     @property
     def has_success_signal(self) -> bool:  # type: ignore[override]

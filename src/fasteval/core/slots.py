@@ -88,6 +88,11 @@ class SlotEnvs:
     """Every slot's env, indexed by slot, when they live in this process (sync envs); None for envs in
     worker processes (the pool), or none at all."""
 
+    renderers: dict = {}
+    """The GL renderer of each process that hosts these envs and renders through GL (``{"main": ...}`` in process,
+    ``{"worker 0": ..., ...}`` for a pool), as the env kinds report it (``EnvKinds.renderer``); empty when none
+    renders (``meta["gl_renderers"]``)."""
+
     pinned: bool = False
     """Whether the host observation buffers are page-locked for CUDA, as their owner knows it (the
     copy path to a GPU follows this, never ``tensor.is_pinned()``)."""

@@ -85,6 +85,18 @@ class Engine(CoreEngine):
                  parts: Any = PARTS):
         super().__init__(spec, parts, n_slots=n_slots, pin_memory=pin_memory)
 
+    def _env_facts(self) -> dict[str, Any]:
+        """The parts' env facts; an env's protocol card (LIBERO's) also gets the GL renderer of every process that
+        hosts the run's envs (``gl_renderers``: the main process, or each env worker of a pool), and the warning of a
+        software renderer on a machine with a GPU where one of them has it and the card's own probe did not."""
+        facts = super()._env_facts()
+        card = facts.get("protocol")
+        if isinstance(card, dict) and self.envs.renderers:
+            from fasteval.robot.lerobot.libero_protocol import with_renderers
+
+            facts["protocol"] = with_renderers(card, self.envs.renderers)
+        return facts
+
     def identity_facts(self) -> dict[str, Any]:
         """What a run folder's manifest holds besides the spec and a resume must match: the policy's weight
         digest and the step cap the env resolved to; and, where the env has one, its protocol card (LIBERO's:
