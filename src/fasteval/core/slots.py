@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
@@ -38,6 +38,14 @@ def call_env(env: gym.Env, name: str) -> Any:
     """``env.<name>()`` if that attribute (through the wrappers) is callable, else its value."""
     attr = env.get_wrapper_attr(name)
     return attr() if callable(attr) else attr
+
+
+@runtime_checkable
+class ReportsRenderer(Protocol):
+    """An env factory that tells the GL renderer its envs render with in this process
+    (:meth:`fasteval.core.envs.EnvFactory.renderer`; ``None``: no GL)."""
+
+    def renderer(self) -> str | None: ...
 
 
 @dataclass

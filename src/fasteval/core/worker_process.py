@@ -26,9 +26,8 @@ from typing import Any, Callable, Sequence
 
 import gymnasium as gym
 
-from fasteval.core.envs import EnvFactory
 from fasteval.core.slot_block import SlotBlock
-from fasteval.core.slots import EnvFailure, _failure
+from fasteval.core.slots import EnvFailure, ReportsRenderer, _failure
 from fasteval.core.shared_buffers import Layout, SharedBuffers, SharedFd
 from fasteval.types.errors import FastevalError
 
@@ -107,7 +106,7 @@ def _build_envs(conn: Any, factory: Callable[[], gym.Env], block: range) -> dict
             except Exception:
                 pass
         return None
-    conn.send((0, None, None, factory.renderer() if isinstance(factory, EnvFactory) else None))
+    conn.send((0, None, None, factory.renderer() if isinstance(factory, ReportsRenderer) else None))
     return envs
 
 

@@ -69,9 +69,14 @@ class FastevalParts:
         if rounding:
             facts["env_rounding"] = rounding
         if spec.env == LEROBOT_ENV_REF:  # LeRobot's env types: LIBERO's protocol card (meta["protocol"])
+            from fasteval.robot.env_kinds.model_reuse import reuse_decision
+            from fasteval.robot.lerobot.libero import is_libero_type
             from fasteval.robot.lerobot.libero_protocol import env_meta
 
             facts.update(env_meta(spec.env, dict(spec.env_kwargs), spec.max_steps))
+            reuse = reuse_decision(is_libero_type(dict(spec.env_kwargs).get("type")))
+            if reuse is not None:  # LIBERO's hard reset: the compiled model reused, or why not
+                facts["reset_reuse"] = reuse
         return facts
 
 
