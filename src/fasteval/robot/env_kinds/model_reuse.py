@@ -103,6 +103,7 @@ class KeptModel:
         context = sim._render_context_offscreen
         if context is not None:
             context.model, context.data = sim.model, sim.data
+            context.gl_ctx.make_current()  # as a new render context is made current (robosuite renders in the current one)
 
     def _drop_kept(self) -> None:
         kept, self.kept = self.kept, None
