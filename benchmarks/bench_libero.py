@@ -229,16 +229,19 @@ def breakdown(env_type: str, steps: int, size: int, task: str, seed: int, n_rese
     return out
 
 
-def where_time_goes(row: dict[str, Any], costs: dict[str, Any], n: int, steps: int, k: int) -> dict[str, float]:
+def where_time_goes(row: dict[str, Any], costs: dict[str, Any], n: int, steps: int, k: int,
+                    batch: int) -> dict[str, float]:
     """The fasteval sync row's time split by what it did, from :func:`breakdown`'s per-operation costs: ``resets``
-    (n episodes' resets), ``physics`` (every step without its frames; every step with them where the env cannot
+    (n episodes' resets: the first of each of the ``min(batch, n)`` envs builds it), ``physics`` (every step without its frames; every step with them where the env cannot
     skip), ``renders of reads`` (one frame set per ``k`` steps), ``policy`` (the row's own timer), ``other`` (what
     the model does not explain: bookkeeping, transfers, first builds, the model's error)."""
     import math
 
     physics_step = costs["unread_step_s"] if costs["unread_step_s"] is not None else costs["read_step_s"]
     reads = n * math.ceil(steps / max(1, k)) if costs["render_per_read_s"] is not None else 0
-    parts = {"resets": n * costs["reset_s"], "physics": n * steps * physics_step,
+    built = min(max(1, batch), n)
+    resets = built * costs["first_reset_s"] + (n - built) * costs["reset_s"]
+    parts = {"resets": resets, "physics": n * steps * physics_step,
              "renders of reads": reads * (costs["render_per_read_s"] or 0.0),
              "policy": float(row.get("timings", {}).get("policy", 0.0))}
     parts["other"] = float(row["eval_s"]) - sum(parts.values())
@@ -357,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
         name = f"fasteval sync [{env_type}, n_action_steps {k}]"
         if name not in rows or "error" in rows[name]:
             continue
-        split[name] = parts = where_time_goes(rows[name], costs[env_type], n, steps_of[env_type], k)
+        split[name] = parts = where_time_goes(rows[name], costs[env_type], n, steps_of[env_type], k, b)
         print(f"| {name} | {rows[name]['eval_s']:.1f} | " + " | ".join(f"{v:.1f}" for v in parts.values()) + " |")
     projected: dict[str, dict[int, float]] = {}
     for name, sync in rows.items():
