@@ -25,7 +25,7 @@ def test_bench_libero_tiny(tmp_path: Path) -> None:
     pytest.importorskip("metaworld")
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_libero.py"), "--tiny", "--metaworld", "--pusht",
                            "--json", str(out)],
-                          capture_output=True, text=True, timeout=1200, env=env, cwd=ROOT, stdin=subprocess.DEVNULL)
+                          capture_output=True, text=True, timeout=2400, env=env, cwd=ROOT, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())
     rows = report["rows"]
