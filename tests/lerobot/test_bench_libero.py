@@ -22,8 +22,10 @@ def test_bench_libero_tiny(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
            "LIBERO_CONFIG_PATH": str(tmp_path / "libero"), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_libero.py"), "--tiny", "--json", str(out)],
-                          capture_output=True, text=True, timeout=1200, env=env, cwd=ROOT, stdin=subprocess.DEVNULL)
+    pytest.importorskip("metaworld")
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_libero.py"), "--tiny", "--metaworld", "--pusht",
+                           "--json", str(out)],
+                          capture_output=True, text=True, timeout=2400, env=env, cwd=ROOT, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())
     rows = report["rows"]
@@ -38,3 +40,18 @@ def test_bench_libero_tiny(tmp_path: Path) -> None:
     assert set(rows[f"fasteval sync{tag}"]["timings"]) >= {"env_step", "policy"}
     assert rows[f"fasteval sync{tag}"]["protocol"]["observation_height"] == 32
     assert f"| fasteval sync{tag} |" in proc.stdout and "projected fasteval time on c cores" in proc.stdout
+    assert rows[f"fasteval sync{tag}"]["reset_reuse"].startswith("on")
+    # the same table for Meta-World (ACT, the same n_action_steps) and PushT (Diffusion executing 8 of 16)
+    for other in (" [metaworld, n_action_steps 2]", " [pusht, n_action_steps 8]"):
+        assert {f"lerobot-eval sync{other}", f"fasteval sync{other}"} <= set(rows), other
+        assert any(r.startswith("fasteval pool") and r.endswith(other) for r in rows), other
+    assert report["steps"] == {"libero": 3, "metaworld": 3, "pusht": 3}
+    # where the time goes: per-operation costs of each env, and the sync rows split by them
+    costs = report["costs"]
+    assert costs["libero"]["unread_step_s"] is not None and costs["metaworld"]["unread_step_s"] is None
+    for env_type in ("libero", "metaworld", "pusht"):
+        assert costs[env_type]["reset_s"] > 0 and costs[env_type]["read_step_s"] > 0
+    split = report["where_time_goes"][f"fasteval sync{tag}"]
+    assert set(split) == {"resets", "physics", "renders of reads", "policy", "other"}
+    assert abs(sum(split.values()) - rows[f"fasteval sync{tag}"]["eval_s"]) < 1e-6
+    assert "### where the time goes" in proc.stdout and "| renders of reads |" in proc.stdout

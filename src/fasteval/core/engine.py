@@ -449,6 +449,7 @@ class CoreEngine:
             "dry_run_s": self.dry_run_s,
             "capture_s": self.capture_s,
             "unread_observations": self.unread_observations,
+            **({"gl_renderers": dict(self.envs.renderers)} if self.envs.renderers else {}),
             **{f"policy_{k}": v for k, v in self.accel_facts.items()},
             **self._policy_facts(),
             **self._many_policy_facts(),

@@ -15,11 +15,13 @@ ledger runs out.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from time import perf_counter
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import gymnasium as gym
 import numpy as np
 
+from fasteval.core.reset_deadline import ResetDeadline
 from fasteval.core.slot_block import SlotBlock, raise_call_errors
 from fasteval.core.slots import EnvFailure, SlotEnvs, SlotEnvsSource, _failure, _obs_writer, allocate_obs_buffer, call_env, env_metadata  # noqa: F401 (re-exported)
 from fasteval.core.watchdog import ENV, Watchdog
@@ -47,6 +49,9 @@ class EnvKinds(Protocol):
       that skips the work of the observation (``obs`` is not read; a render skipped) and changes nothing else
       of the episode, or ``None`` when this kind of env cannot (:mod:`fasteval.core.unread`). Declared per kind
       of env, never found by trying;
+    * ``renderer(env, kwargs)``: the GL renderer string this process's envs of ``env`` render with (asked once in
+      every process that hosts them: the main process, each env worker), or ``None`` when they do not render
+      through GL (``meta["gl_renderers"]``);
     * ``memory(env, kwargs)``: for a heavy env, ``(bytes per env, bytes per process hosting such envs, a name for
       them)``, so that the pool's default size fits the machine's memory (:mod:`fasteval.core.memory_fit`), or
       ``None``.
@@ -59,6 +64,8 @@ class EnvKinds(Protocol):
     def adapt(self, obj: Any, built: bool) -> Any: ...
 
     def unread_step(self, env: Any) -> Callable[[Any], tuple] | None: ...
+
+    def renderer(self, env: str, kwargs: Mapping[str, Any]) -> str | None: ...
 
     def memory(self, env: str, kwargs: Mapping[str, Any]) -> tuple[int, int, str] | None: ...
 
@@ -77,6 +84,9 @@ class PlainEnvs:
         return None
 
     def unread_step(self, env: Any) -> Callable[[Any], tuple] | None:
+        return None
+
+    def renderer(self, env: str, kwargs: Mapping[str, Any]) -> str | None:
         return None
 
     def memory(self, env: str, kwargs: Mapping[str, Any]) -> tuple[int, int, str] | None:
@@ -108,6 +118,10 @@ class EnvFactory:
     @property
     def is_callable_ref(self) -> bool:
         return not isinstance(self.env, str) or split_callable_ref(self.env) is not None
+
+    def renderer(self) -> str | None:
+        """The GL renderer this process's envs render with (``kinds.renderer``), or ``None`` (no GL, a live object)."""
+        return self.kinds.renderer(self.env, self.kwargs) if isinstance(self.env, str) else None
 
     def __call__(self) -> gym.Env | SlotEnvsSource:
         if not isinstance(self.env, str):  # a live env object or factory (library API)
@@ -188,10 +202,13 @@ class SyncSlotEnvs(SlotEnvs):
                  step_timeout: float | None = None, watchdog: Watchdog | None = None):
         self.watchdog = watchdog or Watchdog()
         """Deadlines for this process's env calls (``step_timeout``): a hung one cannot be interrupted."""
-        self._guards = {what: self.watchdog.guard(step_timeout, ENV, f"an env {what}") for what in ("step", "reset", "rebuild")}
+        self._guards = {what: self.watchdog.guard(step_timeout, ENV, f"an env {what}") for what in ("step", "rebuild")}
         self._step_guard = self._guards["step"]
         self.step_timeout = step_timeout
-        self._reset_guards: dict[int, Any] = {1: self._guards["reset"]}
+        self.resets = ResetDeadline(step_timeout)
+        """The reset limit: a first reset's, then scaled from the first wave's measured resets
+        (:mod:`fasteval.core.reset_deadline`)."""
+        self._reset_guards: dict[tuple[int, float | None], Any] = {}
         fns: list[Callable[[], gym.Env]] = [factory] * n_slots
         self.factory = factory
         if first_env is not None:
@@ -205,6 +222,8 @@ class SyncSlotEnvs(SlotEnvs):
         self.envs = self.block.envs
         self.local_envs = self.envs
         self.metadata = dict(self.vector_env.metadata or {})
+        renderer = factory.renderer() if isinstance(factory, EnvFactory) else None
+        self.renderers = {"main": renderer} if renderer else {}
 
     @property
     def has_success_signal(self) -> bool:  # type: ignore[override]
@@ -227,18 +246,22 @@ class SyncSlotEnvs(SlotEnvs):
         return True
 
     def reset_guard(self, n: int) -> Any:
-        """The deadline of ``n`` env resets in turn: ``step_timeout`` for each (a first wave of slow resets, a LIBERO
-        model built per env, is not a hang)."""
-        guard = self._reset_guards.get(n)
+        """The deadline of ``n`` env resets in turn (:class:`~fasteval.core.reset_deadline.ResetDeadline`: a first
+        wave of slow resets, a LIBERO model built per env, is not a hang)."""
+        key = (n, self.resets.measured_s)
+        guard = self._reset_guards.get(key)
         if guard is None and self.step_timeout is not None:
-            guard = self._reset_guards[n] = self.watchdog.guard(
-                self.step_timeout * n, ENV, f"{n} env resets in turn ({self.step_timeout:g} s each)")
+            guard = self._reset_guards[key] = self.watchdog.guard(self.resets.limit(n), ENV, self.resets.what(n))
         return guard
 
     def reset_slots(self, slots: Sequence[int], seeds: Sequence[int]) -> None:
-        self.watchdog.arm(self.reset_guard(max(1, len(slots))))
+        n = max(1, len(slots))
+        self.watchdog.arm(self.reset_guard(n))
+        started = perf_counter()
         self.block.reset(slots, seeds, self.failures)  # the engine rebuilds failed envs and retries the episode
         self.watchdog.disarm()
+        if self.resets.measured_s is None and len(slots):
+            self.resets.note([(perf_counter() - started, n)])
 
     def rebuild(self, slot: int) -> list[int]:
         self.watchdog.arm(self._guards["rebuild"])

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
@@ -38,6 +38,14 @@ def call_env(env: gym.Env, name: str) -> Any:
     """``env.<name>()`` if that attribute (through the wrappers) is callable, else its value."""
     attr = env.get_wrapper_attr(name)
     return attr() if callable(attr) else attr
+
+
+@runtime_checkable
+class ReportsRenderer(Protocol):
+    """An env factory that tells the GL renderer its envs render with in this process
+    (:meth:`fasteval.core.envs.EnvFactory.renderer`; ``None``: no GL)."""
+
+    def renderer(self) -> str | None: ...
 
 
 @dataclass
@@ -87,6 +95,11 @@ class SlotEnvs:
     local_envs: Sequence[Any] | None = None
     """Every slot's env, indexed by slot, when they live in this process (sync envs); None for envs in
     worker processes (the pool), or none at all."""
+
+    renderers: dict = {}
+    """The GL renderer of each process that hosts these envs and renders through GL (``{"main": ...}`` in process,
+    ``{"worker 0": ..., ...}`` for a pool), as the env kinds report it (``EnvKinds.renderer``); empty when none
+    renders (``meta["gl_renderers"]``)."""
 
     pinned: bool = False
     """Whether the host observation buffers are page-locked for CUDA, as their owner knows it (the

@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 import gymnasium as gym
 
 from fasteval.core.slot_block import SlotBlock
-from fasteval.core.slots import EnvFailure, _failure
+from fasteval.core.slots import EnvFailure, ReportsRenderer, _failure
 from fasteval.core.shared_buffers import Layout, SharedBuffers, SharedFd
 from fasteval.types.errors import FastevalError
 
@@ -91,7 +91,8 @@ def _adopt_environ(environ: dict[str, str]) -> None:
 
 
 def _build_envs(conn: Any, factory: Callable[[], gym.Env], block: range) -> dict[int, Any] | None:
-    """The envs of ``block``, after telling the parent they are ready; ``None`` after reporting a failure."""
+    """The envs of ``block``, after telling the parent they are ready (with this process's GL renderer, where the
+    env kinds report one); ``None`` after reporting a failure."""
     envs: dict[int, Any] = {}
     try:
         for slot in block:
@@ -105,7 +106,7 @@ def _build_envs(conn: Any, factory: Callable[[], gym.Env], block: range) -> dict
             except Exception:
                 pass
         return None
-    conn.send((0, None, None))
+    conn.send((0, None, None, factory.renderer() if isinstance(factory, ReportsRenderer) else None))
     return envs
 
 

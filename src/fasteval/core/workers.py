@@ -32,7 +32,8 @@ A watched value that nobody asks for before the slot's next step ends its watch.
 * an env that raises in ``step``/``reset`` is restarted inside its worker; the failure is
   reported for that slot only (``rebuild`` then returns just that slot);
 * a worker that dies, or does not answer within ``step_timeout`` seconds (it is killed), is
-  replaced; the failure is reported for the slot it was working on (it writes its progress into
+  replaced (the replacement builds its envs meanwhile; it is awaited at its first command, so a run that ends
+  first does not wait for it, and :meth:`WorkerPoolEnvs.close` kills it); the failure is reported for the slot it was working on (it writes its progress into
   shared memory), and ``rebuild`` returns its whole block: those episodes restart from their
   seeds, the other blocks go on.
 
@@ -62,6 +63,7 @@ from typing import Any, Callable, Sequence
 import gymnasium as gym
 import numpy as np
 
+from fasteval.core.reset_deadline import ResetDeadline
 from fasteval.core.shared_buffers import Layout, SharedBuffers
 from fasteval.core.slot_block import raise_call_errors
 from fasteval.core.slots import EnvFailure, SlotEnvs, even_ranges
@@ -69,6 +71,8 @@ from fasteval.core.worker_process import SUCCESS_SIGNAL, worker_main
 from fasteval.types.errors import EnvBuildError, EnvStepError, UserInputError
 
 DIED, TIMED_OUT = "died", "timed out"  # what _receive returns instead of a reply
+CLOSE_GRACE_S = 2.0
+"""Seconds :meth:`WorkerPoolEnvs.close` gives all workers together to end on their own before it kills them."""
 
 
 def usable_cores() -> int:
@@ -110,6 +114,7 @@ class _Worker:
         self.seq = 0
         self.pending: deque[tuple[int, str, tuple]] = deque()  # (seq, kind, slots) in send order
         self.stash: dict[int, tuple] = {}  # replies received before they were claimed
+        self.starting = False  # a replacement whose ready message is awaited at its first command (or never)
 
 
 class WorkerPoolEnvs(SlotEnvs):
@@ -128,6 +133,9 @@ class WorkerPoolEnvs(SlotEnvs):
                  metadata: dict | None = None, unread_step: Callable[[Any], Any] | None = None):
         super().__init__(n_slots, observation_space, action_space)
         self.factory, self.step_timeout = factory, step_timeout
+        self.resets = ResetDeadline(step_timeout)
+        """The reset limit: a first reset's, then scaled from the first wave's measured resets
+        (:mod:`fasteval.core.reset_deadline`)."""
         self.unread_step = unread_step
         """The env kind's unread step (:mod:`fasteval.core.unread`), or ``None``: what :meth:`skip_unread` turns on."""
         self._skipping = False
@@ -159,6 +167,8 @@ class WorkerPoolEnvs(SlotEnvs):
         self._workers = [_Worker(w, block) for w, block in enumerate(self.blocks)]
         self._lost: dict[int, list[int]] = {}  # culprit slot -> slots lost with its worker
         self._restarted: set[int] = set()  # slots whose env the worker already rebuilt
+        self.renderers: dict[str, str] = {}
+        """Each worker's GL renderer, from its ready message (``{"worker 0": ...}``; see :attr:`SlotEnvs.renderers`)."""
         self._watch: dict[str, set[int]] = {}  # name -> slots whose value comes back with each step/reset
         self._cache: dict[str, dict[int, Any]] = {}  # name -> slot -> value after the slot's last step/reset
         self._closed = False
@@ -212,6 +222,8 @@ class WorkerPoolEnvs(SlotEnvs):
             if not isinstance(reply, str) and reply[1][0].traceback:
                 error.add_note(f"the worker's traceback:\n{reply[1][0].traceback}")
             raise error
+        if len(reply) > 3 and reply[3]:
+            self.renderers[f"worker {worker.index}"] = reply[3]
 
     def _exit_text(self, worker: _Worker) -> str:
         worker.process.join(timeout=1.0)
@@ -238,6 +250,9 @@ class WorkerPoolEnvs(SlotEnvs):
         return reply
 
     def _send(self, worker: _Worker, kind: str, payload: Any, slots: tuple) -> int | None:
+        if worker.starting:  # a replacement: its envs must be built before it is given work
+            worker.starting = False
+            self._await_ready(worker)
         worker.seq += 1
         try:
             worker.conn.send((kind, worker.seq, payload))
@@ -254,10 +269,12 @@ class WorkerPoolEnvs(SlotEnvs):
         if timed_out:
             worker.process.kill()
             limit = self._limit(stage, len(slots))
-            error = (f"env worker {worker.index} timed out: no answer to its {stage} of {len(slots)} env(s) within {limit:g} s "
-                     f"(--step-timeout {self.step_timeout:g} s per env call): worker killed and replaced, its episodes "
-                     f"restart. If the env is only slow rather than hung (a first LIBERO reset under load), raise "
-                     f"--step-timeout")
+            waited = (f"{self.resets.what(len(slots))} within {limit:g} s" if stage == "reset" else
+                      f"its {stage} of {len(slots)} env(s) within {limit:g} s (--step-timeout {self.step_timeout:g} s "
+                      f"per env call)")
+            error = (f"env worker {worker.index} timed out: no answer to {waited}: worker killed and replaced, its "
+                     f"episodes restart. If the env is only slow rather than hung (a first LIBERO reset under load), "
+                     f"raise --step-timeout")
         else:
             error = None
         worker.process.join(timeout=5.0)
@@ -274,17 +291,17 @@ class WorkerPoolEnvs(SlotEnvs):
                 self._cache[name].pop(s, None)
         self._progress[worker.index] = -1
         self._spawn(worker)
-        self._await_ready(worker)
+        worker.starting = True  # awaited at its first command: a run that ends first does not wait for its envs
         lost = list(worker.block)
         self._lost[culprit] = lost
         self._restarted.difference_update(lost)
         self.failures.append(EnvFailure(culprit, stage, error, exit_code=None if timed_out else code))
 
     def _limit(self, stage: str, n: int) -> float | None:
-        """A command's deadline: ``step_timeout`` per env reset (a worker resets its slots in turn), else per command."""
-        if self.step_timeout is None:
-            return None
-        return self.step_timeout * max(1, n) if stage == "reset" else self.step_timeout
+        """A command's deadline: :attr:`resets`' per env reset (a worker resets its slots in turn), else ``step_timeout``."""
+        if stage == "reset":
+            return self.resets.limit(n)
+        return self.step_timeout
 
     def _claim(self, worker: _Worker, seq: int, stage: str, slots: Sequence[int]) -> tuple | None:
         reply = self._receive(worker, seq, self._limit(stage, len(slots)))
@@ -376,10 +393,13 @@ class WorkerPoolEnvs(SlotEnvs):
                 self._replace(worker, "reset", wslots, timed_out=False)
                 continue
             sent.append((worker, seq, wslots))
+        started, waves = time.monotonic(), []
         for worker, seq, wslots in sent:
             reply = self._claim(worker, seq, "reset", wslots)
             if reply is not None:
                 self._store(reply[2])
+                waves.append((time.monotonic() - started, len(wslots)))  # workers reset in parallel: from the send
+        self.resets.note(waves)
 
     def step_send(self, slots: Sequence[int], actions: np.ndarray) -> list[int]:
         """Copy the action rows of ``slots`` into the shared actions and send one command per worker
@@ -407,8 +427,8 @@ class WorkerPoolEnvs(SlotEnvs):
         """Tell every worker to skip unread observations' work (or to stop); on only if every worker's envs can
         (otherwise it is turned off again everywhere). A replaced worker starts in the same mode."""
         step = self.unread_step if on else None
-        if on and step is None:
-            return False
+        if (on and step is None) or (not on and not self._skipping):
+            return False  # nothing to turn on, or every worker is off already (no message: a replacement may be starting)
         answers = []
         for worker in self._workers:
             seq = self._send(worker, "unread", step, ())
@@ -510,10 +530,11 @@ class WorkerPoolEnvs(SlotEnvs):
                 worker.conn.send(("close", 0, None))
             except (BrokenPipeError, ConnectionResetError, OSError):
                 pass
+        deadline = time.monotonic() + CLOSE_GRACE_S  # one grace for all: a hung or still starting worker is killed
         for worker in self._workers:
             if worker.process is None:
                 continue
-            worker.process.join(timeout=2.0)
+            worker.process.join(timeout=max(0.0, deadline - time.monotonic()))
             if worker.process.is_alive():
                 worker.process.kill()
                 worker.process.join(timeout=2.0)

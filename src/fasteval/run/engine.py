@@ -69,9 +69,14 @@ class FastevalParts:
         if rounding:
             facts["env_rounding"] = rounding
         if spec.env == LEROBOT_ENV_REF:  # LeRobot's env types: LIBERO's protocol card (meta["protocol"])
+            from fasteval.robot.env_kinds.model_reuse import reuse_decision
+            from fasteval.robot.lerobot.libero import is_libero_type
             from fasteval.robot.lerobot.libero_protocol import env_meta
 
             facts.update(env_meta(spec.env, dict(spec.env_kwargs), spec.max_steps))
+            reuse = reuse_decision(is_libero_type(dict(spec.env_kwargs).get("type")))
+            if reuse is not None:  # LIBERO's hard reset: the compiled model reused, or why not
+                facts["reset_reuse"] = reuse
         return facts
 
 
@@ -84,6 +89,18 @@ class Engine(CoreEngine):
     def __init__(self, spec: EvalSpec, n_slots: int | None = None, pin_memory: bool = True,
                  parts: Any = PARTS):
         super().__init__(spec, parts, n_slots=n_slots, pin_memory=pin_memory)
+
+    def _env_facts(self) -> dict[str, Any]:
+        """The parts' env facts; an env's protocol card (LIBERO's) also gets the GL renderer of every process that
+        hosts the run's envs (``gl_renderers``: the main process, or each env worker of a pool), and the warning of a
+        software renderer on a machine with a GPU where one of them has it and the card's own probe did not."""
+        facts = super()._env_facts()
+        card = facts.get("protocol")
+        if isinstance(card, dict) and self.envs.renderers:
+            from fasteval.robot.lerobot.libero_protocol import with_renderers
+
+            facts["protocol"] = with_renderers(card, self.envs.renderers)
+        return facts
 
     def identity_facts(self) -> dict[str, Any]:
         """What a run folder's manifest holds besides the spec and a resume must match: the policy's weight

@@ -17,6 +17,9 @@ Steps are 0-based step calls (step ``t`` is the call that takes the episode from
   (a different error, so a test can tell which fault it met);
 * ``hang``: sleeps ``hang_s`` seconds (for ``--step-timeout`` and the watchdog).
 
+``rebuild_s``: an env built after any planned fault fired (a replacement worker's, a rebuilt env) sleeps that
+long in its constructor, as a heavy env (LIBERO) takes minutes to import and build under load.
+
 A fault that lies past the end of its episode never fires, and neither do the faults after it.
 
 **Attempts.** The env counts the faults of a seed that *fired*, with one marker file per fault
@@ -110,12 +113,14 @@ class FaultPlanEnv(KnownAnswerEnv):
     """See the module docstring. Observations as :class:`KnownAnswerEnv`; ``Box(0, 1, (1,))`` actions."""
 
     def __init__(self, plan: Plan | None = None, state_dir: str | None = None, policy_faults: Plan | None = None,
-                 hang_s: float = 3600.0, **kwargs: Any):
+                 hang_s: float = 3600.0, rebuild_s: float = 0.0, **kwargs: Any):
         super().__init__(**kwargs)
         self.plan = normalize_plan(plan, ENV_FAULTS)
         if self.plan and not state_dir:
             raise ValueError("FaultPlanEnv: a fault plan needs a state_dir (where fired faults are counted)")
         self.state_dir = Path(state_dir) if state_dir else None
+        if rebuild_s > 0 and self.state_dir is not None and any(self.state_dir.glob("fired-*")):
+            time.sleep(rebuild_s)  # built after a fault fired (a replacement worker's env): slow, as a LIBERO build
         faults = {seed: entries[0] for seed, entries in normalize_plan(
             {s: [f] for s, f in (policy_faults or {}).items()}, POLICY_FAULTS).items()}
         self.action_space = PlannedActionSpace(faults)

@@ -189,6 +189,24 @@ the 2-core development machine (libero_10 task 0, 256 px, after the first reset)
 brought it to 3.0 GiB RSS (LeRobot, torch, robosuite and LIBERO imported), each further env added 1.2 GiB."""
 
 
+LEROBOT_GL_TYPES = ("libero", "libero_plus", "metaworld", "aloha")
+"""LeRobot env types whose observations are MuJoCo frames."""
+
+
+def renders_with_gl(env: Any, kwargs: Mapping[str, Any]) -> bool:
+    """Whether envs of ``env`` (an id or ``module:callable``) with ``kwargs`` render frames through MuJoCo's GL: LeRobot's
+    MuJoCo pixel types (:data:`LEROBOT_GL_TYPES`), or a MuJoCo env (:func:`is_mujoco`) asked for frames
+    (``render_mode`` ``rgb_array`` / ``depth_array``, or a pixel ``obs_type``). Decided from the names alone."""
+    if not isinstance(env, str):
+        return False
+    if env.endswith(LEROBOT_ENV):
+        kind = str(dict(kwargs).get("type", ""))
+        return kind in LEROBOT_GL_TYPES or kind.startswith("libero")
+    if not is_mujoco(env):
+        return False
+    return kwargs.get("render_mode") in ("rgb_array", "depth_array") or "pixels" in str(kwargs.get("obs_type", ""))
+
+
 @dataclass(frozen=True)
 class RobotEnvKinds:
     """fasteval's :class:`~fasteval.core.envs.EnvKinds` (picklable: env workers get it with the factory)."""
@@ -210,6 +228,13 @@ class RobotEnvKinds:
         if env.endswith(LEROBOT_ENV) and str(dict(kwargs).get("type", "")).startswith("libero"):
             return HEAVY_ENVS["libero"]
         return None
+
+    def renderer(self, env: str, kwargs: Mapping[str, Any]) -> str | None:
+        """The GL renderer this process's envs render with, where they render through MuJoCo
+        (:func:`renders_with_gl`; :func:`fasteval.robot.env_kinds.renderer.process_renderer`), else ``None``."""
+        from fasteval.robot.env_kinds.renderer import process_renderer
+
+        return process_renderer(renders_with_gl(env, kwargs))
 
     def unread_step(self, env: Any) -> Any:
         """A built env's step without its observation's work, where its kind declares one

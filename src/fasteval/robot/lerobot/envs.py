@@ -97,6 +97,9 @@ def make_env(type: str, task: str | None = None, task_id: int | None = None, **o
     env: gym.Env = ClosesVector(vector.envs[0], vector)
     _attach_step_limit(env, type)
     if is_libero_type(type):
+        from fasteval.robot.env_kinds.model_reuse import keep_compiled_model
+
+        keep_compiled_model(env.unwrapped)  # hard resets reuse the compiled model while its XML is the same
         env = InitStateBySeed(env, int(offset or 0), str(cameras))
     if isinstance(env.observation_space, gym.spaces.Dict) and any(
             isinstance(sub, gym.spaces.Dict) for sub in env.observation_space.spaces.values()):

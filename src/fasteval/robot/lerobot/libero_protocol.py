@@ -5,7 +5,8 @@
 language instruction (what the policy is told), ``num_steps_wait``,
 ``hard_reset``, ``init_states`` and the init-state rule (:mod:`fasteval.robot.lerobot.libero`), the image size,
 the cameras, the control frequency and mode, the episode length, the success rule, the render backend
-(``MUJOCO_GL``) and its GL renderer string (with ``gl_warning`` when a GPU is present but a software renderer
+(``MUJOCO_GL``) and its GL renderer string, with the renderer of every process that hosted the run's envs
+(``gl_renderers``: the main process, or each env worker; :func:`with_renderers`) (and ``gl_warning`` when a GPU is present but a software renderer
 renders: :mod:`fasteval.robot.env_kinds.renderer`), and the versions of the packages the numbers depend on (the asset
 packages' included). vla-evaluation-harness's "common pitfalls" lists these as the settings that move a
 number by tens of points; two LIBERO numbers are comparable when their cards are equal.
@@ -16,12 +17,10 @@ from __future__ import annotations
 import functools
 import json
 import os
-import subprocess
-import sys
 import warnings
 from typing import Any, Mapping
 
-from fasteval.robot.env_kinds.renderer import gpu_present, renderer_warning
+from fasteval.robot.env_kinds.renderer import gl_renderer, gpu_present, renderer_warning, renderers_warning
 from fasteval.robot.lerobot.envs import ENV_REF, make_env
 from fasteval.robot.lerobot.libero import (INIT_STATE_OFFSET, SUCCESS_RULE, assets_dir, env_field, is_libero_type,
                                            versions)
@@ -33,35 +32,6 @@ def env_meta(env: str, env_kwargs: Mapping[str, Any], max_steps: int | None = No
     if env != ENV_REF or not is_libero_type(dict(env_kwargs).get("type")):
         return {}
     return {"protocol": protocol_card(env_kwargs, max_steps)}
-
-
-_GL_PROBE = """
-import sys
-from mujoco import GLContext
-ctx = GLContext(16, 16)
-ctx.make_current()
-from OpenGL import GL
-print(GL.glGetString(GL.GL_RENDERER).decode(), GL.glGetString(GL.GL_VERSION).decode(), sep="\\n")
-ctx.free()
-"""
-
-
-@functools.lru_cache(maxsize=4)
-def gl_renderer(backend: str | None) -> str:
-    """The GL renderer string of MuJoCo's ``backend`` (``MUJOCO_GL``) on this machine, read from a context
-    made in a child process (so the renderers of this process's envs are not touched), once per process.
-    ``"unknown (...)"`` when no context could be made."""
-    env = {**os.environ, **({"MUJOCO_GL": backend} if backend else {})}
-    try:
-        out = subprocess.run([sys.executable, "-c", _GL_PROBE], capture_output=True, text=True, timeout=120, env=env,
-                             stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"unknown (the probe failed: {type(exc).__name__})"
-    lines = out.stdout.strip().splitlines()
-    if out.returncode != 0 or not lines:
-        tail = (out.stderr.strip().splitlines() or ["no output"])[-1][:200]
-        return f"unknown (no {backend or 'default'} GL context: {tail})"
-    return f"{lines[0]} (OpenGL {lines[1]})" if len(lines) > 1 else lines[0]
 
 
 def protocol_card(env_kwargs: Mapping[str, Any], max_steps: int | None = None) -> dict[str, Any]:
@@ -80,6 +50,18 @@ def protocol_card(env_kwargs: Mapping[str, Any], max_steps: int | None = None) -
         card["gl_warning"] = warning
         warnings.warn(warning, RuntimeWarning, stacklevel=2)
     return card
+
+
+def with_renderers(card: Mapping[str, Any], renderers: Mapping[str, str]) -> dict[str, Any]:
+    """``card`` with ``gl_renderers``: the GL renderer of each process that hosted the run's envs (``{"main": ...}``
+    or ``{"worker 0": ..., ...}``), and ``gl_warning`` when one of them is a software renderer on a machine with a
+    GPU (unless the card has a warning already)."""
+    out = {**card, "gl_renderers": dict(renderers)}
+    if "gl_warning" not in out:
+        warning = renderers_warning(renderers, gpu_present(), os.environ.get("MUJOCO_GL"))
+        if warning is not None:
+            out["gl_warning"] = warning
+    return out
 
 
 @functools.lru_cache(maxsize=32)
