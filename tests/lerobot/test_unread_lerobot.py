@@ -216,3 +216,67 @@ def test_metaworld_skips_unread_frames_exactly(monkeypatch):
                 for key in ref:
                     assert got[key][row].tobytes() == ref[key][row].tobytes(), (batch, vectorization, key)
         assert n_read >= 3 * 3  # each episode's reset and its reads at steps 4 and 8
+
+
+class PushTChunks(nn.Module):
+    """PushT: chunks of 8 actions from the agent position and the image's pixel sum (exact integers, row by row);
+    executes the first ``k``. Records every batch. A marked row gives NaN actions (the run would report them)."""
+
+    def __init__(self, k: int):
+        super().__init__()
+        self.n_action_steps = k
+        self.calls: list[dict[str, np.ndarray]] = []
+
+    def forward(self, obs):
+        pixels, pos = obs["pixels"], obs["agent_pos"]
+        self.calls.append({"pixels": pixels.numpy().copy(), "agent_pos": pos.numpy().copy()})
+        marked = (pixels == 255).flatten(1).all(1)
+        shift = (pixels.long().flatten(1).sum(1) % 41 - 20).to(pos.dtype)
+        base = torch.where(marked[:, None], torch.full_like(pos, float("nan")), pos + shift[:, None])
+        offsets = torch.arange(8, dtype=pos.dtype)[None, :, None] * torch.tensor([3.0, -2.0], dtype=pos.dtype)
+        return (base[:, None, :] + offsets).clamp(0, 512)
+
+
+PUSHT_ENVS = {"lerobot": ("fasteval.robot.lerobot.envs:make_env", {"type": "pusht"}),
+              "fast": ("fasteval.robot.fast_envs.pusht:make_pusht", {"obs_type": "pixels_agent_pos",
+                                                                       "render_mode": "rgb_array"})}
+
+
+@pytest.mark.parametrize("which", sorted(PUSHT_ENVS))
+@pytest.mark.parametrize("k", [2, 5])
+def test_pusht_skips_unread_frames_through_lerobots_wrappers(which, k, monkeypatch):
+    """PushT as LeRobot's ``pusht`` env type builds it (``TimeLimit`` and ``OrderEnforcing`` around gym-pusht's env,
+    under LeRobot's one-env wrapper) and fasteval's fast PushT skip their unread renders: per episode and per
+    observation read, equal with and without skipping at batch 1 and the pool at batch 3. PushT is compared as every
+    PushT test is (fasteval.robot.reproducible: pymunk may move a sum of rewards by an ulp between two runs in one
+    process): lengths, success and every frame read exactly, rewards and agent positions to 1e-12."""
+    from fasteval import evaluate
+
+    env, env_kwargs = PUSHT_ENVS[which]
+
+    def run(batch, vectorization):
+        policy = PushTChunks(k)
+        result = evaluate(env=env, env_kwargs=dict(env_kwargs), policy=policy, n_episodes=4, seed=3, max_steps=30,
+                          batch_size=batch, vectorization=vectorization, device="cpu")
+        return result, policy
+
+    for batch, vectorization in [(1, "sync"), (3, "async")]:
+        monkeypatch.setenv(OFF_VARIABLE, "1")
+        reference, ref_policy = run(batch, vectorization)
+        monkeypatch.delenv(OFF_VARIABLE)
+        result, policy = run(batch, vectorization)
+        assert result.meta["unread_observations"] == "on", result.meta["unread_observations"]
+        got, want = _outcomes(result), _outcomes(reference)
+        assert [r[2:] for r in got] == [r[2:] for r in want], (batch, vectorization)
+        np.testing.assert_allclose([r[:2] for r in got], [r[:2] for r in want], rtol=1e-12, atol=0)
+        assert not any(r.get("error") for r in result.per_episode)  # no marked row was ever acted on
+        assert len(policy.calls) == len(ref_policy.calls)
+        n_read = 0
+        for mine, theirs in zip(policy.calls, ref_policy.calls):
+            for row in range(batch):
+                if is_marked({key: v[row] for key, v in mine.items()}):
+                    continue
+                n_read += 1
+                assert mine["pixels"][row].tobytes() == theirs["pixels"][row].tobytes(), (batch, vectorization)
+                np.testing.assert_allclose(mine["agent_pos"][row], theirs["agent_pos"][row], rtol=1e-12, atol=0)
+        assert n_read >= 4 * (30 // k)  # every episode's reset and its reads

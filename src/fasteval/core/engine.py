@@ -40,7 +40,7 @@ from fasteval.core.stopping import StopRuleError, StopWhen
 from fasteval.core.pipeline import check_pipelinable, group_rows, policy_batch
 from fasteval.core.policy_set import PolicySet
 from fasteval.core.racing import RaceStop
-from fasteval.core.protocols import EngineParts, StepObserver
+from fasteval.core.protocols import OBSERVER_FACTS, EngineParts, StepObserver
 from fasteval.core.timing import make_stage_timers
 from fasteval.core.transfer import DeviceToHost, HostToDevice, pins_host
 from fasteval.core.unread import ON as UNREAD_ON, skip_decision
@@ -414,8 +414,9 @@ class CoreEngine:
                 error = error or exc
         outputs = self.parts.finish_observers(observer) if observer is not None else None
         eval_s += self.timers.seconds["encode"]  # the wait for the videos' encoder after the last episode: engine time too
+        facts = {**self._facts(ledger), **((outputs or {}).get(OBSERVER_FACTS) or {})}
         return Segment(ledger=ledger, errors=tuple(errors), eval_s=eval_s, timings=self.timers.as_dict(),
-                       facts=self._facts(ledger), success_signal=self._success_signal(), stop=stop, cap=cap,
+                       facts=facts, success_signal=self._success_signal(), stop=stop, cap=cap,
                        error=error, outputs=outputs or {})
 
     def _success_signal(self) -> bool:
