@@ -51,6 +51,14 @@ class StepObserver:
         pass
 
 
+def reads_observations(observer: Any) -> bool:
+    """Whether ``observer`` (a :class:`StepObserver`, any object with its methods, or ``None``) looks at the
+    observations: its declared ``reads_observations``; an object that is not a :class:`StepObserver` is assumed to."""
+    if observer is None:
+        return False
+    return observer.reads_observations if isinstance(observer, StepObserver) else True
+
+
 class EngineParts(Protocol):
     """What the layer above core plugs into the engine: the env kinds, the policy side and the observers.
 

@@ -30,7 +30,6 @@ from typing import Any, Callable
 import numpy as np
 
 from fasteval.core.capabilities import Capabilities
-from fasteval.core.protocols import StepObserver
 
 ON = "on"
 OFF_VARIABLE = "FASTEVAL_NO_UNREAD_SKIP"
@@ -39,14 +38,14 @@ OFF_VARIABLE = "FASTEVAL_NO_UNREAD_SKIP"
 
 def skip_decision(capabilities: Capabilities, observer: Any, envs: Any) -> str:
     """Whether this run skips unread observations: ``"on"``, or ``"off (why)"``. Turns the envs' skipping on or off
-    (``envs.skip_unread``): on only when the runner tells its reads per slot, no observer reads the observations
-    (episode data and videos rendered during the run record every step; an observer declares it:
-    ``StepObserver.reads_observations``), and the env kind can skip for every slot."""
+    (``envs.skip_unread``): on only when the runner tells its reads per slot, no observer that reads the
+    observations is given (the engine passes only one that does: :func:`fasteval.core.protocols.reads_observations`;
+    episode data and videos rendered during the run read every step), and the env kind can skip for every slot."""
     if os.environ.get(OFF_VARIABLE, "") not in ("", "0"):
         why = f"{OFF_VARIABLE}={os.environ[OFF_VARIABLE]}"
     elif not capabilities.reads_per_slot:
         why = "the policy reads every observation, or cannot tell which it reads"
-    elif observer is not None and (observer.reads_observations if isinstance(observer, StepObserver) else True):
+    elif observer is not None:
         why = "a recorder reads every observation"
     else:
         why = None

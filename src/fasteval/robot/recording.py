@@ -109,7 +109,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from fasteval.core.protocols import OBSERVER_FACTS, StepObserver
+from fasteval.core.protocols import OBSERVER_FACTS, StepObserver, reads_observations
 from fasteval.types.errors import UserInputError
 from fasteval.types.files import safe_filename
 from fasteval.kernels import IDLE
@@ -632,8 +632,7 @@ class Recorders(StepObserver):
         self.parts = parts
         self.user = user
         self.timers = timers
-        self.reads_observations = any(part.reads_observations for part in parts) or (
-            user is not None and (user.reads_observations if isinstance(user, StepObserver) else True))
+        self.reads_observations = any(part.reads_observations for part in parts) or reads_observations(user)
 
     def on_start(self, slots: list[int]) -> None:
         t = perf_counter()
