@@ -180,6 +180,37 @@ def test_metaworld_reset_frame_depends_on_the_previous_episode():
     assert second[1:] == fresh[1:]  # every step after it: the same, frames included
 
 
+def test_metaworld_renders_in_its_own_gl_context():
+    """gymnasium's MuJoCo renderer renders in whatever GL context is current: once another env closed its context,
+    a Meta-World env rendered black frames (the cause of whole runs that differed in one process). fasteval's
+    LeRobot Meta-World env makes its own context current first (fasteval.robot.lerobot.envs.OwnGLContext): the frame
+    after another env closed is the frame a lone env renders."""
+    pytest.importorskip("metaworld")
+    from lerobot.envs.metaworld import MetaworldEnv
+
+    from fasteval.robot.lerobot.envs import OwnGLContext
+
+    def make():
+        return OwnGLContext(MetaworldEnv(task="push-v3", obs_type="pixels_agent_pos", observation_width=32,
+                                         observation_height=32))
+
+    still = np.zeros(4, np.float32)
+    env = make()
+    env.reset(seed=0)
+    env.step(still)
+    other = make()
+    other.reset(seed=1)
+    other.close()  # its context was current: now none is
+    frame = env.step(still)[0]["pixels"]
+    env.close()
+    lone = make()
+    lone.reset(seed=0)
+    lone.step(still)
+    want = lone.step(still)[0]["pixels"]
+    lone.close()
+    assert frame.any() and frame.tobytes() == want.tobytes()
+
+
 def test_metaworld_skips_unread_renders_in_a_run():
     """Meta-World through LeRobot's env (480 px, as LeRobot makes it) with a policy that reads every 4th observation,
     at batch 1 and the pool at batch 2: skipping is on, the run's guarantee names Meta-World's own history

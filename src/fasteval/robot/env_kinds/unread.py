@@ -33,12 +33,14 @@ and ``tests/lerobot/test_unread_lerobot.py`` compare every episode and every obs
   numbers depend on which episode its slot ran before (1e-5 to 3e-4 in a return): the same at the same batch size
   and vectorization (the ledger gives episodes to slots in a fixed order), not across them
   (:mod:`fasteval.robot.reproducible` declares it; the run's guarantee says so). An equality check of skipping
-  must therefore compare runs with the same slot assignment. Whole runs are not a sound reference either: the same
-  run (batch 1 or 2, sync, 3 episodes of 9 steps) repeated in one process with skipping *off* gave another return
-  (0.38332... for 0.38302..., the value the earlier equality test's one failure showed) in 2 of 8 runs, a
-  run-to-run difference of LeRobot's Meta-World at 480 px that is not understood yet and is no effect of skipping.
-  The proof of exactness is therefore step by step in one env instance (the tests' first Meta-World test), and the
-  whole-run test checks that skipping is on and that no skipped row was acted on.
+  must therefore compare runs with the same slot assignment.
+  The one failure of the earlier equality test (a return off by 3e-4 in a full LeRobot run) was no effect of
+  skipping: the same run repeated in one process with skipping *off* gave that other return too (2 runs of 8).
+  Its cause: gymnasium's MuJoCo renderer renders in whatever GL context is current, and once another env had
+  closed its (current) context, frames came out black mid-episode. fasteval's LeRobot Meta-World env now makes
+  its own context current first (:class:`fasteval.robot.lerobot.envs.OwnGLContext`; tested). The proof of
+  exactness is step by step in one env instance; the whole-run test checks that skipping is on and that no
+  skipped row was acted on.
 
 Anything else: ``None`` (every observation is computed).
 """

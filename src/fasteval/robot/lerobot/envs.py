@@ -98,6 +98,8 @@ def make_env(type: str, task: str | None = None, task_id: int | None = None, **o
     _attach_step_limit(env, type)
     if is_libero_type(type):
         env = InitStateBySeed(env, int(offset or 0), str(cameras))
+    if type == "metaworld":
+        env = OwnGLContext(env)
     if isinstance(env.observation_space, gym.spaces.Dict) and any(
             isinstance(sub, gym.spaces.Dict) for sub in env.observation_space.spaces.values()):
         env = FlattenNested(env)
@@ -117,6 +119,36 @@ class ClosesVector(gym.Wrapper):
             vector.close()  # closes the env inside it too
         else:
             super().close()
+
+
+class OwnGLContext(gym.Wrapper):
+    """LeRobot's Meta-World env, whose renders run in its own GL context.
+
+    gymnasium's MuJoCo renderer makes its viewer's GL context current only when one env holds viewers of several
+    render modes, so an env renders in whatever context is current in the thread: another env's (the same
+    frame), or none once another env closed its current context, and then the frame is black (measured: a run
+    after a closed run rendered black frames mid-episode, and its episodes differed). Before each step, reset and
+    render, this makes the env's own context current (when its viewer exists); the frames are those a lone env
+    renders."""
+
+    def _own_context(self) -> None:
+        inner = self.env.unwrapped._env  # LeRobot's MetaworldEnv: the Meta-World env, built on first reset
+        if inner is not None:
+            viewer = inner.mujoco_renderer._viewers.get("rgb_array")
+            if viewer is not None:
+                viewer.make_context_current()
+
+    def step(self, action: Any) -> Any:
+        self._own_context()
+        return self.env.step(action)
+
+    def reset(self, **kwargs: Any) -> Any:
+        self._own_context()
+        return self.env.reset(**kwargs)
+
+    def render(self) -> Any:
+        self._own_context()
+        return self.env.render()
 
 
 def _attach_step_limit(env: gym.Env, type: str) -> None:
