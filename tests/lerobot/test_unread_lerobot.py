@@ -181,10 +181,11 @@ def test_metaworld_reset_frame_depends_on_the_previous_episode():
 
 
 def test_metaworld_renders_in_its_own_gl_context():
-    """gymnasium's MuJoCo renderer renders in whatever GL context is current: once another env closed its context,
-    a Meta-World env rendered black frames (the cause of whole runs that differed in one process). fasteval's
-    LeRobot Meta-World env makes its own context current first (fasteval.robot.lerobot.envs.OwnGLContext): the frame
-    after another env closed is the frame a lone env renders."""
+    """gymnasium's MuJoCo renderer renders in whatever GL context is current, and a closed env's render context,
+    freed later by the garbage collector, deletes GL objects in the current context: a running Meta-World env then
+    rendered black frames (the cause of whole runs that differed in one process). fasteval's LeRobot Meta-World env
+    makes its own context current first and frees its render context when closed (OwnGLContext): the frames after
+    another env closed, and after a closed env was collected, are the frames a lone env renders."""
     pytest.importorskip("metaworld")
     from lerobot.envs.metaworld import MetaworldEnv
 
@@ -194,6 +195,8 @@ def test_metaworld_renders_in_its_own_gl_context():
         return OwnGLContext(MetaworldEnv(task="push-v3", obs_type="pixels_agent_pos", observation_width=32,
                                          observation_height=32))
 
+    import gc
+
     still = np.zeros(4, np.float32)
     env = make()
     env.reset(seed=0)
@@ -202,38 +205,59 @@ def test_metaworld_renders_in_its_own_gl_context():
     other.reset(seed=1)
     other.close()  # its context was current: now none is
     frame = env.step(still)[0]["pixels"]
+    closed = make()
+    closed.reset(seed=2)
+    closed.close()
+    del closed
+    gc.collect()  # a closed env's render context freed by the collector: no GL object of the running env goes
+    later = env.step(still)[0]["pixels"]
     env.close()
     lone = make()
     lone.reset(seed=0)
-    lone.step(still)
-    want = lone.step(still)[0]["pixels"]
+    want = [lone.step(still)[0]["pixels"] for _ in range(3)]
     lone.close()
-    assert frame.any() and frame.tobytes() == want.tobytes()
+    assert frame.any() and frame.tobytes() == want[1].tobytes()
+    assert later.any() and later.tobytes() == want[2].tobytes()
 
 
-def test_metaworld_skips_unread_renders_in_a_run():
+def test_metaworld_skips_unread_renders_in_a_run(monkeypatch):
     """Meta-World through LeRobot's env (480 px, as LeRobot makes it) with a policy that reads every 4th observation,
-    at batch 1 and the pool at batch 2: skipping is on, the run's guarantee names Meta-World's own history
-    dependence, the policy is called only on the steps it reads and never acts on a skipped row. (Bitwise equality
-    with a run without skipping is proven step by step in one env instance above: whole runs of LeRobot's Meta-World
-    are not a sound reference, since the same run repeated in one process, skipping off, has given another return;
-    robot/env_kinds/unread.py.)"""
+    at batch 1 and the pool at batch 2, each run after others in this process: with and without skipped renders,
+    per episode (rewards, success, length) and per observation read (every row the policy got), bit for bit; the
+    run's guarantee names Meta-World's own history dependence. Every episode runs to the step cap, so the ledger
+    gives episodes to slots in the same order in both runs (an episode depends on its slot's previous episode)."""
     pytest.importorskip("metaworld")
     from fasteval import evaluate
     from fasteval.robot.lerobot.envs import ENV_REF
 
-    for batch, vectorization in [(1, "sync"), (2, "async")]:
+    def run(batch, vectorization):
         policy = MetaWorldChunks(4)
         result = evaluate(env=ENV_REF, env_kwargs={"type": "metaworld", "task": "push-v3", "obs_type": "pixels_agent_pos"},
                           policy=policy, n_episodes=3, seed=0, max_steps=9, batch_size=batch,
                           vectorization=vectorization, device="cpu")
+        return result, policy
+
+    for batch, vectorization in [(1, "sync"), (2, "async")]:
+        monkeypatch.setenv(OFF_VARIABLE, "1")
+        reference, ref_policy = run(batch, vectorization)
+        monkeypatch.delenv(OFF_VARIABLE)
+        result, policy = run(batch, vectorization)
         assert result.meta["unread_observations"] == "on"
         assert "Meta-World" in result.meta["env_rounding"] and "Meta-World" in result.meta["guarantee"]
         assert not any(r.get("error") for r in result.per_episode)  # a skipped row acted on gives NaN actions
-        assert [r["length"] for r in result.per_episode] == [9, 9, 9]
-        if batch == 1:  # reads at steps 0, 4 and 8 of each episode: every row the policy got is a real frame
-            assert len(policy.calls) == 9
-            assert not any(is_marked({key: v[0] for key, v in call.items()}) for call in policy.calls)
+        assert [r[3] for r in _outcomes(reference)] == [9, 9, 9]  # the same slot order in both runs
+        assert _outcomes(result) == _outcomes(reference), (batch, vectorization)
+        assert len(policy.calls) == len(ref_policy.calls)
+        n_read = 0
+        for got, ref in zip(policy.calls, ref_policy.calls):
+            for row in range(batch):
+                if is_marked({key: v[row] for key, v in got.items()}):
+                    continue
+                n_read += 1
+                for key in ref:
+                    assert got[key][row].tobytes() == ref[key][row].tobytes(), (batch, vectorization, key)
+                assert ref["pixels"][row].any()  # a rendered frame, not a black one
+        assert n_read >= 3 * 3  # each episode's reads at steps 0, 4 and 8
 
 
 class PushTChunks(nn.Module):

@@ -38,9 +38,8 @@ and ``tests/lerobot/test_unread_lerobot.py`` compare every episode and every obs
   skipping: the same run repeated in one process with skipping *off* gave that other return too (2 runs of 8).
   Its cause: gymnasium's MuJoCo renderer renders in whatever GL context is current, and once another env had
   closed its (current) context, frames came out black mid-episode. fasteval's LeRobot Meta-World env now makes
-  its own context current first (:class:`fasteval.robot.lerobot.envs.OwnGLContext`; tested). The proof of
-  exactness is step by step in one env instance; the whole-run test checks that skipping is on and that no
-  skipped row was acted on.
+  its own context current first (:class:`fasteval.robot.lerobot.envs.OwnGLContext`; tested). Exactness is proven
+  step by step in one env instance, and on whole runs with the same slot assignment.
 
 Anything else: ``None`` (every observation is computed).
 """

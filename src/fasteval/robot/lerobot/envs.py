@@ -122,21 +122,32 @@ class ClosesVector(gym.Wrapper):
 
 
 class OwnGLContext(gym.Wrapper):
-    """LeRobot's Meta-World env, whose renders run in its own GL context.
+    """LeRobot's Meta-World env, whose renders run in its own GL context, and whose GL objects die with it.
 
     gymnasium's MuJoCo renderer makes its viewer's GL context current only when one env holds viewers of several
     render modes, so an env renders in whatever context is current in the thread: another env's (the same
-    frame), or none once another env closed its current context, and then the frame is black (measured: a run
-    after a closed run rendered black frames mid-episode, and its episodes differed). Before each step, reset and
-    render, this makes the env's own context current (when its viewer exists); the frames are those a lone env
-    renders."""
+    frame), or none once another env closed its current context (a black frame). Worse, closing an env frees its
+    GL context but not its MuJoCo render context, which garbage collection frees later, deleting its GL objects
+    by number *in whatever context is current then*: a running env's, whose frames turn black (measured: a run
+    after closed runs rendered black frames mid-episode, and its episodes differed). So before each step, reset
+    and render this makes the env's own context current (when its viewer exists), and ``close`` frees the render
+    context in its own GL context first. The frames are those a lone env renders."""
+
+    def _viewer(self) -> Any:
+        inner = self.env.unwrapped._env  # LeRobot's MetaworldEnv: the Meta-World env, built on first reset
+        return None if inner is None else inner.mujoco_renderer._viewers.get("rgb_array")
 
     def _own_context(self) -> None:
-        inner = self.env.unwrapped._env  # LeRobot's MetaworldEnv: the Meta-World env, built on first reset
-        if inner is not None:
-            viewer = inner.mujoco_renderer._viewers.get("rgb_array")
-            if viewer is not None:
-                viewer.make_context_current()
+        viewer = self._viewer()
+        if viewer is not None:
+            viewer.make_context_current()
+
+    def close(self) -> None:
+        viewer = self._viewer()
+        if viewer is not None:
+            viewer.make_context_current()
+            viewer.con.free()  # its GL objects, freed in its own context (not later, in another's)
+        super().close()
 
     def step(self, action: Any) -> Any:
         self._own_context()
