@@ -198,6 +198,9 @@ def test_metaworld_renders_in_its_own_gl_context():
     import gc
 
     still = np.zeros(4, np.float32)
+    closed = make()
+    closed.reset(seed=2)
+    closed.close()
     env = make()
     env.reset(seed=0)
     env.step(still)
@@ -205,9 +208,6 @@ def test_metaworld_renders_in_its_own_gl_context():
     other.reset(seed=1)
     other.close()  # its context was current: now none is
     frame = env.step(still)[0]["pixels"]
-    closed = make()
-    closed.reset(seed=2)
-    closed.close()
     del closed
     gc.collect()  # a closed env's render context freed by the collector: no GL object of the running env goes
     later = env.step(still)[0]["pixels"]
