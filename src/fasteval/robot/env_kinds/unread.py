@@ -36,9 +36,11 @@ and ``tests/lerobot/test_unread_lerobot.py`` compare every episode and every obs
   must therefore compare runs with the same slot assignment.
   The one failure of the earlier equality test (a return off by 3e-4 in a full LeRobot run) was no effect of
   skipping: the same run repeated in one process with skipping *off* gave that other return too (2 runs of 8).
-  Its cause: gymnasium's MuJoCo renderer renders in whatever GL context is current, and once another env had
-  closed its (current) context, frames came out black mid-episode. fasteval's LeRobot Meta-World env now makes
-  its own context current first (:class:`fasteval.robot.lerobot.envs.OwnGLContext`; tested). Exactness is proven
+  Its cause: gymnasium's MuJoCo renderer renders in whatever GL context is current, and a closed env's MuJoCo
+  render context, freed later by the garbage collector, deletes its GL objects by number in the context current
+  then, a running env's: that env's frames came out black mid-episode. fasteval's LeRobot Meta-World env makes
+  its own context current before each step and frees its render context in its own context when closed
+  (:class:`fasteval.robot.lerobot.envs.OwnGLContext`; tested, the test fails without either part). Exactness is proven
   step by step in one env instance, and on whole runs with the same slot assignment.
 
 Anything else: ``None`` (every observation is computed).
