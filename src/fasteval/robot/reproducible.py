@@ -11,7 +11,7 @@ batch; an episode is then bitwise the same at any batch size if the env itself i
   from the previous episode's object height: :mod:`fasteval.robot.env_kinds.unread` says how). A policy that reads
   that frame acts on it, so an episode's numbers depend on which episode its slot ran before: bitwise equal at the
   same batch size, vectorization and reset mode (the ledger hands episodes to slots in a fixed order), to rounding
-  (1e-5 to 3e-4 in a return) across them, and a video replayed in a fresh env would not be frame for frame the
+  (1e-5 in a return between -b 1 and 2) across them, and a video replayed in a fresh env would not be frame for frame the
   episode's (its videos are rendered during the run).
 
 Declared here, by the env's reference, never found by trying. :func:`physics_rounding` gives the reason, which the

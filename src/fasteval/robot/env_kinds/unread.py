@@ -30,7 +30,7 @@ and ``tests/lerobot/test_unread_lerobot.py`` compare every episode and every obs
   site's world position in the reset frame (``data.site_xpos``, computed before the second call moves the site and
   not recomputed until the first step's ``mj_forward``) keeps the height of the previous episode's object (measured:
   3e-6 m, enough to move pixels). A policy that reads the reset frame then acts differently, so an episode's
-  numbers depend on which episode its slot ran before (1e-5 to 3e-4 in a return): the same at the same batch size
+  numbers depend on which episode its slot ran before (1e-5 in a return between -b 1 and 2): the same at the same batch size
   and vectorization (the ledger gives episodes to slots in a fixed order), not across them
   (:mod:`fasteval.robot.reproducible` declares it; the run's guarantee says so). An equality check of skipping
   must therefore compare runs with the same slot assignment.
