@@ -1,6 +1,7 @@
 """What ``--videos K`` costs, and where the time goes: the same runs with no videos, with the first K
-(rendered in the loop, encoded beside it) and with the first K failures (the kept episodes replayed
-beside the loop), on PushT, Hopper and HalfCheetah, optionally on two source trees side by side.
+(replayed beside the loop after their episodes where the env allows, PushT rendered in the loop; and rendered
+in the loop on every env with ``FASTEVAL_LIVE_VIDEOS=1``) and with the first K failures (the kept episodes
+replayed beside the loop), on PushT, Hopper and HalfCheetah, optionally on two source trees side by side.
 
     python benchmarks/bench_videos.py [--before ../other-checkout] [--repeats 3] [--tiny]
 
@@ -39,6 +40,7 @@ ENVS = {
 }
 TINY_ENVS = {"known": {"env": "fasteval.testing.envs:make_known_answer_env", "n_episodes": 6, "batch_size": 3}}
 MODES = {"no videos": {}, "first 2": {"max_episodes_rendered": 2, "video_select": "first"},
+         "first 2 live": {"max_episodes_rendered": 2, "video_select": "first", "_environ": {"FASTEVAL_LIVE_VIDEOS": "1"}},
          "failures 2": {"max_episodes_rendered": 2, "video_select": "failures"}}
 STAGES = ("env_step", "policy", "bookkeeping", "render", "encode")
 
@@ -63,7 +65,8 @@ print(json.dumps({"run_s": run_s, "eval_s": result.eval_s, "timings": result.tim
 
 def sample(tree: Path, fields: dict, videos_dir: str) -> dict:
     fields = dict(fields, videos_dir=videos_dir) if fields.get("max_episodes_rendered") else dict(fields)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree / "src"), os.environ.get("PYTHONPATH", "")])}
+    environ = fields.pop("_environ", {})  # a mode's environment variables (FASTEVAL_LIVE_VIDEOS)
+    env = {**os.environ, **environ, "PYTHONPATH": os.pathsep.join([str(tree / "src"), os.environ.get("PYTHONPATH", "")])}
     out = subprocess.run([sys.executable, "-c", DRIVER, str(tree / "src"), json.dumps(fields)], capture_output=True,
                          text=True, env=env, cwd=videos_dir, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])

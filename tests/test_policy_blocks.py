@@ -380,13 +380,15 @@ def test_torchrl_and_sb3_policies_on_halfcheetah_are_bitwise_the_same_at_every_b
 
 
 def test_an_env_that_is_not_bit_reproducible_by_itself_is_named_in_the_guarantee():
-    """PushT's physics (pymunk) differs in the last bit from run to run: its runs say so, whatever the policy call."""
+    """PushT's physics (pymunk) differs in the last bit from run to run, and LeRobot's Meta-World shows an episode's
+    first frame as the env's previous episode left it: their runs say so, whatever the policy call."""
     from fasteval.robot.reproducible import physics_rounding
     from fasteval.robot.fast_envs import FAST_PUSHT
     from fasteval.robot.lerobot.envs import ENV_REF
 
     assert "pymunk" in physics_rounding("gym_pusht/PushT-v0", {}) and physics_rounding(FAST_PUSHT, {})
     assert physics_rounding(ENV_REF, {"type": "pusht"}) and physics_rounding(ENV_REF, {"type": "libero"}) is None
+    assert "previous" in physics_rounding(ENV_REF, {"type": "metaworld"})  # its reset frame: the slot's last episode
     assert physics_rounding("HalfCheetah-v5", {}) is None and physics_rounding(object(), {}) is None
     text = guarantee("blocks of 16 rows", device=torch.device("cpu"), threads=1, env_rounding="pymunk, say")
     assert text.startswith(TO_ROUNDING) and "pymunk, say" in text

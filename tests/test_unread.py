@@ -201,3 +201,49 @@ def test_render_observation_wrapper_skips_its_render():
         assert got[1:4] == want[1:4]
     assert env.render().tobytes() == twin.render().tobytes()  # the same state after unread steps
     assert unread_step(gym.make("CartPole-v1")) is None
+
+
+def test_only_wrappers_that_hand_the_observation_on_let_an_env_skip():
+    """Declared by class (fasteval.robot.env_kinds.unread.passes_observation_through): TimeLimit, OrderEnforcing and
+    wrappers that keep gym.Wrapper.step (LeRobot's one-env wrapper) pass the inner step through; an observation
+    wrapper or gymnasium's PassiveEnvChecker (it checks the first step's observation) does not."""
+    import gymnasium as gym
+
+    from fasteval.robot.env_kinds.unread import passes_observation_through
+
+    class Plain(gym.Wrapper):
+        def close(self):
+            super().close()
+
+    base = gym.make("CartPole-v1").unwrapped
+    assert passes_observation_through(base)
+    assert passes_observation_through(Plain(gym.wrappers.TimeLimit(gym.wrappers.OrderEnforcing(base), 10)))
+    assert not passes_observation_through(Plain(gym.wrappers.TransformObservation(base, lambda o: o, base.observation_space)))
+    assert not passes_observation_through(gym.wrappers.PassiveEnvChecker(base))
+
+
+@needs_pusht
+def test_pusht_behind_pass_through_wrappers_skips_and_behind_others_does_not():
+    """PushT is found by its unwrapped class (LeRobot's pusht env type wraps it); its unread step goes through the
+    wrappers (TimeLimit still counts it) and leaves the physics as the full step does."""
+    import gymnasium as gym
+
+    from fasteval.robot.env_kinds.unread import unread_step
+    from fasteval.robot.fast_envs.pusht import make_pusht
+
+    def wrapped():
+        return gym.wrappers.TimeLimit(gym.wrappers.OrderEnforcing(make_pusht(**PIXELS)), 5)
+
+    env, twin = wrapped(), wrapped()
+    step = unread_step(env)
+    assert step is not None
+    env.reset(seed=0)
+    twin.reset(seed=0)
+    for t in range(5):
+        action = np.array([200.0 + 10 * t, 300.0])
+        got, want = step(action), twin.step(action)
+        assert got[0] is None and got[1:4] == want[1:4]
+    assert got[3] is True  # TimeLimit counted the unread steps
+    assert env.unwrapped.agent.position == twin.unwrapped.agent.position
+    observed = gym.wrappers.TransformObservation(make_pusht(**PIXELS), lambda o: o, None)
+    assert unread_step(observed) is None

@@ -108,17 +108,26 @@ def test_outcome_selection_renders_only_the_kept_episodes(tmp_path, mode):
     assert sorted(os.listdir(tmp_path / KA_DIR)) == sorted(os.path.basename(p) for p in result.video_paths)
 
 
-def test_first_renders_only_its_episodes_in_the_loop(tmp_path):
+@pytest.mark.parametrize("live", [False, True])
+def test_first_renders_only_its_episodes(tmp_path, live, monkeypatch):
+    """``first``: the K episodes' frames and nothing else, replayed after their episodes (plus the one frame that
+    checks the replay env at the start), or rendered in the loop under FASTEVAL_LIVE_VIDEOS=1."""
+    if live:
+        monkeypatch.setenv(recording.LIVE_VIDEOS_VARIABLE, "1")
     result = evaluate(env="tests.test_videos_background:make_counting_env", policy=ParityPolicy(), n_episodes=12,
                       batch_size=4, seed=3, max_episodes_rendered=2, videos_dir=str(tmp_path))
     assert len(result.video_paths) == 2
-    assert CountingEnv.renders == sum(length + 1 for length in lengths(3, [0, 1]).values())
-    assert CountingEnv.in_loop == CountingEnv.renders  # a one-policy run's first K: in the loop, as they run
+    assert CountingEnv.renders == (0 if live else 1) + sum(length + 1 for length in lengths(3, [0, 1]).values())
+    # live: every frame in the loop, as the episodes run; replayed: none there (the encoder's thread draws them)
+    assert CountingEnv.in_loop == (CountingEnv.renders if live else 0)
+    assert result.meta["videos"] == (f"rendered during the run ({recording.LIVE_VIDEOS_VARIABLE}=1)" if live
+                                     else recording.REPLAYED)
 
 
 def test_render_and_encode_are_stages_of_their_own(tmp_path, monkeypatch):
-    """A 10 ms render is booked as ``render``, not ``bookkeeping``; the wait for a slow encoder after the
-    last episode is ``encode``; the encoder ran on its own thread."""
+    """A 10 ms render in the loop (``first`` videos rendered during the run) is booked as ``render``, not
+    ``bookkeeping``; the wait for a slow encoder after the last episode is ``encode``; the encoder ran on its own
+    thread."""
     CountingEnv.render_s = 0.01
     threads: set[str] = set()
     real = recording.load_video_writer()
@@ -140,6 +149,7 @@ def test_render_and_encode_are_stages_of_their_own(tmp_path, monkeypatch):
             return SlowWriter(real.get_writer(*args, **kwargs))
 
     monkeypatch.setattr(recording, "load_video_writer", lambda: SlowImageio())
+    monkeypatch.setenv(recording.LIVE_VIDEOS_VARIABLE, "1")  # frames rendered in the loop: the render stage
     result = evaluate(env="tests.test_videos_background:make_counting_env", policy=ParityPolicy(), n_episodes=6,
                       batch_size=3, seed=3, max_episodes_rendered=2, videos_dir=str(tmp_path))
     frames = CountingEnv.renders
@@ -185,9 +195,13 @@ def test_a_replay_that_is_not_the_episode_is_dropped_with_a_warning(tmp_path):
     assert not [p for p in Path(tmp_path).rglob("*") if p.is_file()]  # no partial file left
 
 
-def test_a_video_being_written_has_one_hidden_partial_name(tmp_path, monkeypatch):
-    """Each video is written as ``.ep<episode>.partial.mp4`` until it is complete (issue 42: ``..ep….partial.partial.mp4``,
-    the partial name of a name that was partial already)."""
+@pytest.mark.parametrize("live", [True, False])
+def test_a_video_being_written_has_one_hidden_partial_name(tmp_path, monkeypatch, live):
+    """Each video is written under one hidden partial name until it is complete (issue 42: ``..ep….partial.partial.mp4``,
+    the partial name of a name that was partial already): ``.ep<episode>.partial.mp4`` in the loop, the final name's
+    (``.ep<episode>_seed<seed>_<outcome>.partial.mp4``) for a replay."""
+    if live:
+        monkeypatch.setenv(recording.LIVE_VIDEOS_VARIABLE, "1")
     seen = []
     real = VideoEncoder._do_stream
 
@@ -198,7 +212,10 @@ def test_a_video_being_written_has_one_hidden_partial_name(tmp_path, monkeypatch
     monkeypatch.setattr(VideoEncoder, "_do_stream", spy)
     result = evaluate(env=f"{__name__}:make_counting_env", policy="zero", n_episodes=2, batch_size=1, seed=0,
                       max_episodes_rendered=2, videos_dir=str(tmp_path))
-    assert seen == [".ep000000.partial.mp4", ".ep000001.partial.mp4"]
+    if live:
+        assert seen == [".ep000000.partial.mp4", ".ep000001.partial.mp4"]
+    else:
+        assert seen == [f".{Path(p).stem}.partial.mp4" for p in result.video_paths]
     assert len(result.video_paths) == 2 and not list(Path(tmp_path).rglob(".*partial*"))
 
 

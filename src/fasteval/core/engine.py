@@ -40,7 +40,7 @@ from fasteval.core.stopping import StopRuleError, StopWhen
 from fasteval.core.pipeline import check_pipelinable, group_rows, policy_batch
 from fasteval.core.policy_set import PolicySet
 from fasteval.core.racing import RaceStop
-from fasteval.core.protocols import EngineParts, StepObserver
+from fasteval.core.protocols import OBSERVER_FACTS, EngineParts, StepObserver, reads_observations
 from fasteval.core.timing import make_stage_timers
 from fasteval.core.transfer import DeviceToHost, HostToDevice, pins_host
 from fasteval.core.unread import ON as UNREAD_ON, skip_decision
@@ -399,7 +399,8 @@ class CoreEngine:
         """The first wave of resets (with the dry run on the engine's first run), then the step sequence."""
         start_wave(self.envs, self.runner, ledger, self.timers,
                    before_policy_reset=None if self._checked else self._dry_run)
-        self.unread_observations = skip_decision(self.runner.capabilities, observer, self.envs)
+        reader = observer if reads_observations(observer) else None  # videos replayed later read no observation
+        self.unread_observations = skip_decision(self.runner.capabilities, reader, self.envs)
         ctx = StepContext(
             envs=self.envs, runner=self.runner, h2d=self.h2d, d2h=self.d2h, ledger=ledger, faults=faults,
             timers=self.timers, step_bookkeeping=kernels.step_bookkeeping, max_steps=self.max_steps or 0,
@@ -426,8 +427,9 @@ class CoreEngine:
                 error = error or exc
         outputs = self.parts.finish_observers(observer) if observer is not None else None
         eval_s += self.timers.seconds["encode"]  # the wait for the videos' encoder after the last episode: engine time too
+        facts = {**self._facts(ledger), **((outputs or {}).get(OBSERVER_FACTS) or {})}
         return Segment(ledger=ledger, errors=tuple(errors), eval_s=eval_s, timings=self.timers.as_dict(),
-                       facts=self._facts(ledger), success_signal=self._success_signal(), stop=stop, cap=cap,
+                       facts=facts, success_signal=self._success_signal(), stop=stop, cap=cap,
                        error=error, outputs=outputs or {})
 
     def _success_signal(self) -> bool:

@@ -18,6 +18,10 @@ if TYPE_CHECKING:
     from fasteval.core.transfer import HostToDevice
 
 
+OBSERVER_FACTS = "facts"
+"""The key of what the observers' ``finish`` returns that holds facts for the run's metadata (``{"videos": ...}``)."""
+
+
 class StepObserver:
     """Extension point for per-step consumers (video frames, episode recording).
 
@@ -31,13 +35,28 @@ class StepObserver:
     in the host buffer.
 
     An engine run without an observer makes no observer calls at all.
+
+    ``reads_observations`` (declared by the class, True unless it says otherwise): whether the observer looks at the
+    observations in the env host buffer. While one does, every observation is computed (no unread-observation
+    skipping: :func:`fasteval.core.unread.skip_decision`); an observer that records only actions and outcomes (the
+    video recorder when it replays its episodes after they end) declares False.
     """
+
+    reads_observations: bool = True
 
     def on_start(self, slots: list[int]) -> None:
         pass
 
     def on_step(self, active: list[int], actions: np.ndarray, parked: dict[int, int]) -> None:
         pass
+
+
+def reads_observations(observer: Any) -> bool:
+    """Whether ``observer`` (a :class:`StepObserver`, any object with its methods, or ``None``) looks at the
+    observations: its declared ``reads_observations``; an object that is not a :class:`StepObserver` is assumed to."""
+    if observer is None:
+        return False
+    return observer.reads_observations if isinstance(observer, StepObserver) else True
 
 
 class EngineParts(Protocol):
@@ -51,7 +70,8 @@ class EngineParts(Protocol):
     * ``attach_observers(engine, ledger, observer)``: the observer of one run (recorders the spec asks
       for, plus the caller's ``observer``), or ``None`` for none;
     * ``finish_observers(observer)``: close them and return what they made (``video_paths``,
-      ``episode_data``), which the run's record is built with;
+      ``episode_data``, and under :data:`OBSERVER_FACTS` facts for the run's metadata), which the run's record is
+      built with;
     * ``env_meta(spec)``: facts about the env for the run's metadata (``env_note``: which implementation of
       an env ran; ``{}`` for none).
     """

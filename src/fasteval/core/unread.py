@@ -38,8 +38,9 @@ OFF_VARIABLE = "FASTEVAL_NO_UNREAD_SKIP"
 
 def skip_decision(capabilities: Capabilities, observer: Any, envs: Any) -> str:
     """Whether this run skips unread observations: ``"on"``, or ``"off (why)"``. Turns the envs' skipping on or off
-    (``envs.skip_unread``): on only when the runner tells its reads per slot, no observer reads the observations
-    (videos and episode data record every step), and the env kind can skip for every slot."""
+    (``envs.skip_unread``): on only when the runner tells its reads per slot, no observer that reads the
+    observations is given (the engine passes only one that does: :func:`fasteval.core.protocols.reads_observations`;
+    episode data and videos rendered during the run read every step), and the env kind can skip for every slot."""
     if os.environ.get(OFF_VARIABLE, "") not in ("", "0"):
         why = f"{OFF_VARIABLE}={os.environ[OFF_VARIABLE]}"
     elif not capabilities.reads_per_slot:

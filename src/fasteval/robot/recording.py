@@ -16,9 +16,18 @@
 
   How the frames are made, and what that costs:
 
-  * ``first`` (and ``per-task``): the K episodes are rendered in the loop as they run (exact by
-    construction: the frames are the episode's own), only the slots being recorded (async envs
-    render in their worker, so frames cross the pipe only for those slots);
+  * ``first`` (and ``per-task``): the loop records the K episodes' actions (a few bytes a step), and the
+    encoder's thread replays each one once it has ended, as below: no slot of the run renders a frame, so a
+    chunking policy's unread observations stay skipped (:mod:`fasteval.core.unread`) with videos on. A
+    replay of a ``first`` episode must be the episode bit for bit (its return's bits, length, success and
+    end), else it is dropped with a warning. The K episodes are rendered in the loop as they run instead
+    (exact by construction: the frames are the episode's own; only the slots being recorded render, async
+    envs in their worker), and every observation is computed, where a replay cannot be exact
+    (:func:`live_reason`): an env declared not bit-reproducible by itself
+    (:func:`fasteval.robot.reproducible.physics_rounding`: PushT's pymunk, LeRobot's Meta-World whose first
+    frame depends on the episode its env ran before), a live env object (no second env to replay in), or
+    ``FASTEVAL_LIVE_VIDEOS=1``. The run's ``meta["videos"]`` says which was done, and why. (A policy's
+    randomness plays no part: a replay steps the actions the run sent, never the policy.)
   * ``failures`` / ``successes``: the outcome of an episode is known only at its end, so the loop
     renders nothing; it records the actions of every episode that may still be among the K (a few
     bytes a step), and once an episode is kept and no episode with a smaller index can displace it
@@ -108,7 +117,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from fasteval.core.protocols import StepObserver
+from fasteval.core.protocols import OBSERVER_FACTS, StepObserver, reads_observations
 from fasteval.types.errors import UserInputError
 from fasteval.types.files import safe_filename
 from fasteval.kernels import IDLE
@@ -121,6 +130,32 @@ DEFAULT_FPS = 30
 
 
 FIRST, FAILURES, SUCCESSES, PER_TASK = "first", "failures", "successes", "per-task"
+LIVE_VIDEOS_VARIABLE = "FASTEVAL_LIVE_VIDEOS"
+"""Set to ``1`` to render ``first`` videos during the run (every observation is then computed), not replayed."""
+VIDEOS_FACT = "videos"
+"""The run's metadata key that says how its videos were made (``meta["videos"]``)."""
+REPLAYED = "replayed after their episodes from their seeds and actions (no slot of the run renders a frame)"
+REPLAYED_AFTER_RACE = ("replayed after the run (after the race) from their seeds and actions (no slot of the run "
+                       "renders a frame)")
+"""``meta["videos"]`` of a run whose videos were all replayed."""
+
+
+def live_reason(env: Any, env_kwargs: Any, select: str, environ: Any = None) -> str | None:
+    """Why ``first`` videos of ``env`` (an env reference or a live env, its kwargs) are rendered during the run
+    rather than replayed, or ``None`` (replayed; outcome-chosen videos are always replayed)."""
+    from fasteval.robot.reproducible import physics_rounding
+
+    if select in (FAILURES, SUCCESSES):
+        return None
+    environ = os.environ if environ is None else environ
+    if environ.get(LIVE_VIDEOS_VARIABLE, "") not in ("", "0"):
+        return f"{LIVE_VIDEOS_VARIABLE}={environ[LIVE_VIDEOS_VARIABLE]}"
+    if not isinstance(env, str):
+        return "a live env object: there is no second env to replay its episodes in"
+    rounding = physics_rounding(env, env_kwargs or {})
+    if rounding is not None:
+        return f"a replay would not be the episode bit for bit: {rounding}"
+    return None
 TASK_KWARGS = ("task", "env_name")
 """Env kwargs that name the task (``fasteval.doors.suites:make_metaworld_env``, ``Meta-World/MT1``)."""
 
@@ -235,13 +270,15 @@ def load_video_writer() -> Any:
 
 
 class VideoRecorder(StepObserver):
-    """Renders the episodes that ``selection`` picks into mp4 files (see the module docstring): ``first``
-    in the loop, frame by frame, encoded beside it; ``failures``/``successes`` by replaying the kept
-    episodes' recorded actions in the encoder's thread (``factory`` builds its env)."""
+    """Renders the episodes that ``selection`` picks into mp4 files (see the module docstring): by replaying the
+    kept episodes' recorded actions in the encoder's thread (``factory`` builds its env), or, for ``first`` with a
+    ``live`` reason (:func:`live_reason`) or without a factory, in the loop, frame by frame, encoded beside it.
+    Only a recorder that renders in the loop reads the observations (``reads_observations``)."""
 
     def __init__(self, envs: Any, ledger: Any, env: str, max_episodes: int, videos_dir: str | os.PathLike,
                  select: str = FIRST, task: str | None = None, layout: str = "fasteval",
-                 factory: Any = None, timers: Any = None, policy: int | None = None, deferred: bool = False):
+                 factory: Any = None, timers: Any = None, policy: int | None = None, live: str | None = None,
+                 deferred: bool = False):
         imageio = load_video_writer()
         local = envs.local_envs  # in-process envs only (the worker pool holds none in this process)
         problem = render_problem(local[0], env) if local else None
@@ -253,9 +290,15 @@ class VideoRecorder(StepObserver):
         self.layout = layout
         self.folder = Path(videos_dir) if layout == "lerobot" else Path(videos_dir) / safe_filename(self.task)
         self.selection = VideoSelection(select, max_episodes)
-        self.deferred = bool(deferred)
+        self.replays = self.selection.mode != FIRST or (live is None and factory is not None)
+        self.deferred = bool(deferred) and self.replays
         """Render after the run (a many-policy run: after the race): record actions only, replay at :meth:`finish`."""
-        self.replays = self.selection.mode != FIRST or self.deferred
+        self.reads_observations = not self.replays
+        self.how = ((REPLAYED_AFTER_RACE if self.deferred else REPLAYED) if self.replays
+                    else f"rendered during the run ({live or 'no env factory to replay in'})")
+        """``meta["videos"]``."""
+        self.exact = self.selection.mode == FIRST
+        """Replays must be their episodes bit for bit (``first``: they stand in for a recording in the loop)."""
         if self.replays and factory is None:
             raise ValueError("VideoRecorder: video_select failures/successes (and a deferred recorder) replays episodes "
                              "and needs the env factory.")
@@ -333,7 +376,7 @@ class VideoRecorder(StepObserver):
         keep, dropped = self.selection.keep(episode, bool(L.success[row]))
         if keep:
             self.kept[episode] = ReplayJob(episode, L.seed + episode, actions, float(L.sum_reward[row]), int(L.length[row]),
-                                           bool(L.success[row]), self._path(row))
+                                           bool(L.success[row]), self._path(row), exact=self.exact)
         for other in dropped:  # a matching episode with a smaller index finished later
             self.kept.pop(other, None)
 
@@ -432,11 +475,12 @@ class VideoRecorder(StepObserver):
                 self.timers.add("encode", start)
         written = self.encoder.written
         paths = [written[e] for e in sorted(written)]
+        facts = {OBSERVER_FACTS: {VIDEOS_FACT: self.how}}
         if self.policy is None:
-            return {"video_paths": paths}
+            return {"video_paths": paths, **facts}
         name = self.ledger.policy_names[self.policy]
         return {"video_paths": paths, "video_paths_by_policy": {name: paths},
-                "video_episodes_by_policy": {name: sorted(written)}}
+                "video_episodes_by_policy": {name: sorted(written)}, **facts}
 
 
 def env_encoded_actions(actions: Any, metadata: dict) -> Any:
@@ -605,6 +649,7 @@ class Recorders(StepObserver):
         self.parts = parts
         self.user = user
         self.timers = timers
+        self.reads_observations = any(part.reads_observations for part in parts) or reads_observations(user)
 
     def on_start(self, slots: list[int]) -> None:
         t = perf_counter()
@@ -632,7 +677,7 @@ class Recorders(StepObserver):
             for key, value in made.items():  # a many-policy run's recorders: lists and name maps put together
                 if key == "video_paths" and key in out:
                     out[key] = [*out[key], *value]
-                elif key in ("video_paths_by_policy", "video_episodes_by_policy") and key in out:
+                elif key in ("video_paths_by_policy", "video_episodes_by_policy", OBSERVER_FACTS) and key in out:
                     out[key] = {**out[key], **value}
                 else:
                     out[key] = value
@@ -653,10 +698,11 @@ def attach_recorders(engine: Any, ledger: Any, observer: StepObserver | None) ->
         names = lerobot_names(spec.env, spec.env_kwargs)  # PushT-v0, not the fast PushT's import path
         task = names[1] if names else task_label(spec.env, spec.env_kwargs)
         videos_dir = spec.videos_dir or "videos"
+        live = live_reason(spec.env, spec.env_kwargs, spec.video_select)
         if ledger.policy_names is None:
             parts.append(VideoRecorder(engine.envs, ledger, spec.env, spec.max_episodes_rendered, videos_dir,
                                        select=spec.video_select, layout=spec.video_layout, task=task,
-                                       factory=engine.factory, timers=engine.timers))
+                                       factory=engine.factory, timers=engine.timers, live=live))
         else:  # a many-policy run: each policy's videos in <videos_dir>/<policy name>/, chosen as its own run's,
             # rendered after the race by replays (an env given by its id; a live env object renders in the loop)
             deferred = isinstance(spec.env, str)
@@ -664,7 +710,8 @@ def attach_recorders(engine: Any, ledger: Any, observer: StepObserver | None) ->
                 parts.append(VideoRecorder(engine.envs, ledger, spec.env, spec.max_episodes_rendered,
                                            Path(videos_dir) / safe_filename(name), select=spec.video_select,
                                            layout=spec.video_layout, task=task, policy=k,
-                                           factory=engine.factory, timers=engine.timers, deferred=deferred))
+                                           factory=engine.factory, timers=engine.timers, live=live,
+                                           deferred=deferred))
     if spec.return_episode_data:
         parts.append(EpisodeDataRecorder(engine, ledger, spec.observation_format, spec.rename))
     return Recorders(parts, observer, engine.timers) if parts else observer

@@ -9,7 +9,8 @@
 * ``replay(job)``: an episode the loop did not render (``failures``/``successes``): the thread builds its
   own env once (the engine's factory), resets it with the episode's seed, steps it with the actions the
   run recorded, rendering every frame, and checks that the replay is the episode (its length, success
-  and end, and its return within :data:`RETURN_TOLERANCE`): an env is deterministic given its seed and
+  and end, and its return within :data:`RETURN_TOLERANCE`, or bit for bit for a ``first`` video:
+  :attr:`ReplayJob.exact`): an env is deterministic given its seed and
   actions, which every exact result of fasteval already relies on. A replay that differs is dropped
   with a warning, never kept as a video of another episode.
 
@@ -66,6 +67,8 @@ class ReplayJob:
     success: bool
     path: Path
     """Where the video goes when the replay is the episode."""
+    exact: bool = False
+    """The replay must give the episode's return bit for bit (``first`` videos), not within :data:`RETURN_TOLERANCE`."""
 
 
 def partial_path(path: Path) -> Path:
@@ -293,17 +296,18 @@ class VideoEncoder:
             success = success or bool(flag)
             ended_early = ended_early or (bool(terminated or truncated) and i < len(job.actions) - 1)
             self._do_frame(key, self._check_frame(env.render()))
+        close = (total == job.sum_reward if job.exact else
+                 math.isclose(total, job.sum_reward, rel_tol=RETURN_TOLERANCE, abs_tol=RETURN_TOLERANCE))
         same = (len(job.actions) == job.length and not ended_early and success == job.success
-                and (math.isclose(total, job.sum_reward, rel_tol=RETURN_TOLERANCE, abs_tol=RETURN_TOLERANCE)
-                     or (math.isnan(total) and math.isnan(job.sum_reward))))
+                and (close or (math.isnan(total) and math.isnan(job.sum_reward))))
         if not same:
             self._do_discard(key)
             self.notes.append(
                 f"the video of episode {job.episode} (seed {job.seed}) was dropped: replaying its {len(job.actions)} "
                 f"actions from its seed gave return {total!r} (success {success}) where the episode had "
                 f"{job.sum_reward!r} (success {job.success}), so the env is not deterministic given its seed and "
-                f"actions and the replay would show another episode. --video-select first renders the episodes "
-                f"as they run.")
+                f"actions and the replay would show another episode. FASTEVAL_LIVE_VIDEOS=1 with --video-select "
+                f"first renders the episodes as they run.")
             return
         self._do_close(key, job.path)
         self.written[job.episode] = self.written.pop(key)

@@ -8,6 +8,9 @@ and ``tests/lerobot/test_unread_lerobot.py`` compare every episode and every obs
 * **PushT** (gym-pusht's ``PushTEnv`` and fasteval's :class:`~fasteval.robot.fast_envs.pusht.FastPushTEnv`),
   with a pixel observation (``obs_type`` ``pixels`` or ``pixels_agent_pos``): the step runs without
   ``get_obs`` (the 512 px surface drawn and resized); physics, reward, flags and info are the env's own code.
+  Found by the unwrapped env's class, so LeRobot's ``pusht`` env type (``TimeLimit`` and ``OrderEnforcing`` under
+  LeRobot's one-env wrapper) skips as the plain env does; every wrapper on the way must hand the observation on
+  untouched (:func:`passes_observation_through`), and the step still goes through them all.
 * **gymnasium pixel envs**: an :class:`~gymnasium.wrappers.AddRenderObservation` on top (a MuJoCo env with
   ``render_mode="rgb_array"`` whose observation is its frame): the unread step is the inner env's step, without
   the wrapper's ``render()``.
@@ -16,11 +19,29 @@ and ``tests/lerobot/test_unread_lerobot.py`` compare every episode and every obs
   next read step renders at the same sub-step), and so do the ``num_steps_wait`` settle steps of each reset
   but the last, and the frames of the reset and of the init state that those settle steps replace.
 * **Meta-World through LeRobot's env** (its ``MetaworldEnv``, pixel observation types): its step renders the
-  camera for the observation (``self._env.render()`` in ``_format_raw_obs``); :func:`_lerobot_metaworld` would run
-  the same step with that render answered by a blank frame. **Not declared**: the equality test of Meta-World with
-  and without skipping failed once in a full LeRobot run (the second episode of an env instance moved by 3e-4)
-  and passed alone; an env instance carries state from episode to episode, and until that is understood the
-  render is not skipped (correct first).
+  camera for the observation (``self._env.render()`` in ``_format_raw_obs``); the unread step runs the same step
+  with that render answered by a blank frame. The render reads MuJoCo's data and writes none of it: with the same
+  episodes in the same env instance, the physics (``qpos``, ``qvel``, ``qacc_warmstart``, mocap, controls), the
+  rewards, flags and every frame read are bitwise the same with and without the skipped renders
+  (``tests/lerobot/test_unread_lerobot.py``).
+  An env instance is *not* history-free by itself, with or without skipping: its reset frame (the first observation
+  of an episode) depends on the episode that instance ran before. Meta-World's ``reset`` calls ``reset_model``
+  twice, the first time on the previous episode's final data (before gymnasium's ``mj_resetData``), and the goal
+  site's world position in the reset frame (``data.site_xpos``, computed before the second call moves the site and
+  not recomputed until the first step's ``mj_forward``) keeps the height of the previous episode's object (measured:
+  3e-6 m, enough to move pixels). A policy that reads the reset frame then acts differently, so an episode's
+  numbers depend on which episode its slot ran before (1e-5 in a return between -b 1 and 2): the same at the same batch size
+  and vectorization (the ledger gives episodes to slots in a fixed order), not across them
+  (:mod:`fasteval.robot.reproducible` declares it; the run's guarantee says so). An equality check of skipping
+  must therefore compare runs with the same slot assignment.
+  The one failure of the earlier equality test (a return off by 3e-4 in a full LeRobot run) was no effect of
+  skipping: the same run repeated in one process with skipping *off* gave that other return too (2 runs of 8).
+  Its cause: gymnasium's MuJoCo renderer renders in whatever GL context is current, and a closed env's MuJoCo
+  render context, freed later by the garbage collector, deletes its GL objects by number in the context current
+  then, a running env's: that env's frames came out black mid-episode. fasteval's LeRobot Meta-World env makes
+  its own context current before each step and frees its render context in its own context when closed
+  (:class:`fasteval.robot.lerobot.envs.OwnGLContext`; tested, the test fails without either part). Exactness is proven
+  step by step in one env instance, and on whole runs with the same slot assignment.
 
 Anything else: ``None`` (every observation is computed).
 """
@@ -39,7 +60,7 @@ PIXEL_OBS_TYPES = ("pixels", "pixels_agent_pos")
 
 def unread_step(env: Any) -> Callable[[Any], tuple] | None:
     """The unread step of built slot env ``env`` (see the module docstring), or ``None``."""
-    for declared in (_pusht, _render_observation, _libero):  # not _lerobot_metaworld: see the module docstring
+    for declared in (_pusht, _render_observation, _libero, _lerobot_metaworld):
         step = declared(env)
         if step is not None:
             return step
@@ -53,17 +74,36 @@ def _nothing() -> None:
 
 def _pusht(env: Any) -> Callable[[Any], tuple] | None:
     module = sys.modules.get("gym_pusht.envs.pusht")  # loaded whenever a PushT env exists
-    if module is None or not isinstance(env, module.PushTEnv) or env.obs_type not in PIXEL_OBS_TYPES:
+    base = env.unwrapped if isinstance(env, gym.Env) else None
+    if module is None or not isinstance(base, module.PushTEnv) or base.obs_type not in PIXEL_OBS_TYPES:
+        return None
+    if not passes_observation_through(env):
         return None
 
     def step(action: Any) -> tuple:
-        env.get_obs = _nothing  # PushTEnv.step ends with self.get_obs(): the render, skipped for this step
+        base.get_obs = _nothing  # PushTEnv.step ends with self.get_obs(): the render, skipped for this step
         try:
-            return env.step(action)
+            return env.step(action)  # through the wrappers: TimeLimit still counts the step
         finally:
-            del env.get_obs
+            del base.get_obs
 
     return step
+
+
+PASS_THROUGH_WRAPPERS = (gym.wrappers.TimeLimit, gym.wrappers.OrderEnforcing)
+"""gymnasium wrappers whose ``step`` hands the inner step's observation on untouched (whatever it is)."""
+
+
+def passes_observation_through(env: Any) -> bool:
+    """Whether every wrapper of ``env`` hands the inner step's observation on untouched: a wrapper of
+    :data:`PASS_THROUGH_WRAPPERS`, or one that does not override ``gym.Wrapper.step`` (LeRobot's one-env
+    ``ClosesVector``). Declared by class: an observation wrapper (or gymnasium's ``PassiveEnvChecker``, which checks
+    the first step's observation) between the skipping env and the run means no skipping."""
+    while isinstance(env, gym.Wrapper):
+        if not (isinstance(env, PASS_THROUGH_WRAPPERS) or type(env).step is gym.Wrapper.step):
+            return False
+        env = env.env
+    return True
 
 
 # -- gymnasium: a frame as the observation ------------------------------------------------------------

@@ -101,6 +101,8 @@ def make_env(type: str, task: str | None = None, task_id: int | None = None, **o
 
         keep_compiled_model(env.unwrapped)  # hard resets reuse the compiled model while its XML is the same
         env = InitStateBySeed(env, int(offset or 0), str(cameras))
+    if type == "metaworld":
+        env = OwnGLContext(env)
     if isinstance(env.observation_space, gym.spaces.Dict) and any(
             isinstance(sub, gym.spaces.Dict) for sub in env.observation_space.spaces.values()):
         env = FlattenNested(env)
@@ -120,6 +122,47 @@ class ClosesVector(gym.Wrapper):
             vector.close()  # closes the env inside it too
         else:
             super().close()
+
+
+class OwnGLContext(gym.Wrapper):
+    """LeRobot's Meta-World env, whose renders run in its own GL context, and whose GL objects die with it.
+
+    gymnasium's MuJoCo renderer makes its viewer's GL context current only when one env holds viewers of several
+    render modes, so an env renders in whatever context is current in the thread: another env's (the same
+    frame), or none once another env closed its current context (a black frame). Worse, closing an env frees its
+    GL context but not its MuJoCo render context, which garbage collection frees later, deleting its GL objects
+    by number *in whatever context is current then*: a running env's, whose frames turn black (measured: a run
+    after closed runs rendered black frames mid-episode, and its episodes differed). So before each step, reset
+    and render this makes the env's own context current (when its viewer exists), and ``close`` frees the render
+    context in its own GL context first. The frames are those a lone env renders."""
+
+    def _viewer(self) -> Any:
+        inner = self.env.unwrapped._env  # LeRobot's MetaworldEnv: the Meta-World env, built on first reset
+        return None if inner is None else inner.mujoco_renderer._viewers.get("rgb_array")
+
+    def _own_context(self) -> None:
+        viewer = self._viewer()
+        if viewer is not None:
+            viewer.make_context_current()
+
+    def close(self) -> None:
+        viewer = self._viewer()
+        if viewer is not None:
+            viewer.make_context_current()
+            viewer.con.free()  # its GL objects, freed in its own context (not later, in another's)
+        super().close()
+
+    def step(self, action: Any) -> Any:
+        self._own_context()
+        return self.env.step(action)
+
+    def reset(self, **kwargs: Any) -> Any:
+        self._own_context()
+        return self.env.reset(**kwargs)
+
+    def render(self) -> Any:
+        self._own_context()
+        return self.env.render()
 
 
 def _attach_step_limit(env: gym.Env, type: str) -> None:
