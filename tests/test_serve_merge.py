@@ -1,0 +1,150 @@
+"""Cross-session batching (``fasteval serve --batch-sessions``): several client engines against one server give
+the per-episode results of local runs, and the server really ran rows of several sessions in one call.
+
+The server runs in this process (a thread with its own event loop, as a Ray policy actor runs it), so the test
+reads its counters; each client engine runs in a thread of its own, so their requests meet at the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+pytest.importorskip("websockets")
+pytest.importorskip("msgpack")
+
+from fasteval.doors.serve_merge import MERGED  # noqa: E402
+from fasteval.doors.serve_policy import RunnerOptions  # noqa: E402
+from fasteval.doors.serve_server import PolicyServer, ServerConfig  # noqa: E402
+from fasteval.robot.policies.remote import connect_remote  # noqa: E402
+from fasteval.run.engine import Engine  # noqa: E402
+from fasteval.testing import KNOWN_ANSWER_ID  # noqa: E402
+from fasteval.types.spec import EvalSpec  # noqa: E402
+from tests.helpers import ActionLog  # noqa: E402
+from tests.serve_helpers import REPO  # noqa: E402
+
+MLP = str(REPO / "src" / "fasteval" / "assets" / "cartpole_mlp")
+CHUNKS = "tests.serve_helpers:parity_chunks"
+NOISE = "tests.serve_helpers:episode_noise"
+
+
+class ThreadServer:
+    """A :class:`PolicyServer` on a loopback port, its event loop in a thread of this process."""
+
+    def __init__(self, policy: str, batch_sessions_ms: float | None):
+        config = ServerConfig(options=RunnerOptions(policy=policy, device="cpu", trust_remote_code=True), port=0,
+                              batch_sessions_ms=batch_sessions_ms)
+        self.server = PolicyServer(config)
+        self.url = ""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Future | None = None
+        ready = threading.Event()
+
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._stop = self._loop.create_future()
+
+            def listening(port: int) -> None:
+                self.url = f"ws://127.0.0.1:{port}"
+                ready.set()
+
+            await self.server.serve(ready=listening, stop=self._stop)
+
+        self.thread = threading.Thread(target=lambda: asyncio.run(main()), daemon=True)
+        self.thread.start()
+        assert ready.wait(60), "the server did not start"
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(lambda: self._stop.done() or self._stop.set_result(None))
+        self.thread.join(30)
+
+
+def rows_of(result, log):
+    """Per-episode numbers, and the action of every slot that stepped, step by step."""
+    return [(r["episode_ix"], r["seed"], r["sum_reward"], r["length"], r["success"]) for r in result.per_episode], log.steps
+
+
+def run_local(policy, **fields):
+    log = ActionLog(active_only=True)
+    with Engine(EvalSpec(policy=policy, **fields)) as engine:
+        return rows_of(engine.run(observer=log), log)
+
+
+def run_clients(url, specs):
+    """Each spec's engine in its own thread against ``url``, all at once: (rows, meta) per spec."""
+    out: list = [None] * len(specs)
+    errors: list = []
+    barrier = threading.Barrier(len(specs))
+
+    def client(i, fields):
+        try:
+            log = ActionLog(active_only=True)
+            with Engine(EvalSpec(policy=connect_remote(url), **fields)) as engine:
+                barrier.wait(60)
+                result = engine.run(observer=log)
+            out[i] = (rows_of(result, log), result.meta)
+        except BaseException as exc:  # noqa: BLE001 -- raised in the test below
+            errors.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=client, args=(i, f)) for i, f in enumerate(specs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    if errors:
+        raise errors[0]
+    return out
+
+
+def client_specs(env, seeds, batches, n, max_steps=None):
+    return [dict(env=env, n_episodes=n, seed=seed, batch_size=b, device="cpu", max_steps=max_steps)
+            for seed, b in zip(seeds, batches)]
+
+
+def test_three_cartpole_clients_share_calls_and_match_local_runs():
+    specs = client_specs("CartPole-v1", [11, 111, 211], [4, 3, 5], 9, max_steps=60)
+    local = [run_local(MLP, **s) for s in specs]
+    server = ThreadServer(MLP, batch_sessions_ms=100.0)
+    try:
+        remote = run_clients(server.url, specs)
+    finally:
+        server.close()
+    assert [rows for rows, _ in remote] == local
+    assert all(len({str(step) for step in steps}) > 1 for _, steps in local)  # the actions vary, step to step
+    stats = server.server.merger.stats
+    assert stats["merged_calls"] > 0 and stats["max_sessions"] >= 2, stats
+    for _, meta in remote:
+        assert meta["server_policy_batch_sessions"].startswith(MERGED)
+
+
+def test_batching_off_makes_no_merged_calls():
+    """The same clients without --batch-sessions: no merger, each session its own call (the counters above are
+    not counting something that always happens)."""
+    specs = client_specs("CartPole-v1", [11, 111], [4, 3], 4, max_steps=30)
+    server = ThreadServer(MLP, batch_sessions_ms=None)
+    try:
+        remote = run_clients(server.url, specs)
+    finally:
+        server.close()
+    assert server.server.merger is None
+    assert [rows for rows, _ in remote] == [run_local(MLP, **s) for s in specs]
+    assert "server_policy_batch_sessions" not in remote[0][1]
+
+
+@pytest.mark.parametrize("policy,reason", [(CHUNKS, "per-slot state"), (NOISE, "per-slot state")])
+def test_stateful_policies_fall_back_per_session_and_say_so(policy, reason):
+    specs = client_specs(KNOWN_ANSWER_ID, [11, 50, 90], [3, 2, 4], 12)
+    local = [run_local(policy, **s) for s in specs]
+    server = ThreadServer(policy, batch_sessions_ms=20.0)
+    try:
+        remote = run_clients(server.url, specs)
+    finally:
+        server.close()
+    assert [rows for rows, _ in remote] == local
+    assert server.server.merger.stats["calls"] == 0
+    for _, meta in remote:
+        assert meta["server_policy_batch_sessions"].startswith("per-session call") and reason in \
+            meta["server_policy_batch_sessions"]
