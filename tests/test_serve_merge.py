@@ -23,7 +23,7 @@ from fasteval.run.engine import Engine  # noqa: E402
 from fasteval.testing import KNOWN_ANSWER_ID  # noqa: E402
 from fasteval.types.spec import EvalSpec  # noqa: E402
 from tests.helpers import ActionLog  # noqa: E402
-from tests.serve_helpers import REPO  # noqa: E402
+from tests.serve_helpers import REPO, ServerProcess  # noqa: E402
 
 MLP = str(REPO / "src" / "fasteval" / "assets" / "cartpole_mlp")
 CHUNKS = "tests.serve_helpers:parity_chunks"
@@ -148,3 +148,15 @@ def test_stateful_policies_fall_back_per_session_and_say_so(policy, reason):
     for _, meta in remote:
         assert meta["server_policy_batch_sessions"].startswith("per-session call") and reason in \
             meta["server_policy_batch_sessions"]
+
+
+def test_the_cli_option_turns_batching_on():
+    """``fasteval serve --batch-sessions MS``: the option reaches the server (its metadata, and the client's meta
+    names the merged call), and a client gets the local run's numbers."""
+    spec = client_specs("CartPole-v1", [7], [3], 3, max_steps=30)[0]
+    with ServerProcess(MLP, "--batch-sessions", "5") as server:
+        remote = connect_remote(server.url)
+        assert remote.connection.metadata["batch_sessions_ms"] == 5.0
+        ((rows, meta),) = run_clients(server.url, [spec])
+    assert rows == run_local(MLP, **spec)
+    assert meta["server_policy_batch_sessions"].startswith(MERGED)

@@ -8,6 +8,9 @@ how it talks:
   client's by :class:`~fasteval.doors.serve_batcher.DynamicBatcher`. openpi ``"__ctrl__"`` messages
   are acknowledged as openpi's own server does.
 
+With ``batch_sessions_ms`` (``--batch-sessions``), the ``step`` requests of fasteval sessions that can share a
+call are gathered across connections and run as one (:mod:`fasteval.doors.serve_merge`).
+
 A connection may send its next requests before the replies of the earlier ones came back; replies
 go out in request order. All policy work runs on one compute thread (in arrival order), so sessions
 never run concurrently and each session's RNG swap is safe; the event loop only moves bytes.

@@ -22,6 +22,10 @@ and the two groups never share state. Messages (maps with ``"__fasteval__"``: th
   without running the policy twice.
 ``close``  the session ends.
 
+With ``--batch-sessions`` the ``dry_run`` reply's facts say whether each group's steps may share policy calls
+with other sessions (``batch_sessions``; :mod:`fasteval.doors.serve_merge`), and such steps go through
+:meth:`Session.prepare_merged` and :meth:`Session.merged_reply` instead of :meth:`Session.step`.
+
 Anything wrong in a message is a :class:`~fasteval.types.wire.WireError`; an exception of the policy is
 reported as ``error`` naming the request. Neither touches another session.
 """
