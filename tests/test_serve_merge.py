@@ -11,6 +11,7 @@ import asyncio
 import threading
 
 import pytest
+import torch
 
 pytest.importorskip("websockets")
 pytest.importorskip("msgpack")
@@ -160,3 +161,43 @@ def test_the_cli_option_turns_batching_on():
         ((rows, meta),) = run_clients(server.url, [spec])
     assert rows == run_local(MLP, **spec)
     assert meta["server_policy_batch_sessions"].startswith(MERGED)
+
+
+def test_pipelined_clients_merge_with_plain_ones():
+    """A ``--pipeline`` client (two slot groups, async envs) and a plain one: every group's requests are merged
+    with the others', and each client gets its local run's numbers and actions."""
+    specs = [dict(env="CartPole-v1", n_episodes=8, seed=11, batch_size=4, device="cpu", max_steps=40,
+                  vectorization="async", workers=2, pipeline=True),
+             dict(env="CartPole-v1", n_episodes=5, seed=300, batch_size=3, device="cpu", max_steps=40)]
+    local = [run_local(MLP, **s) for s in specs]
+    server = ThreadServer(MLP, batch_sessions_ms=50.0)
+    try:
+        remote = run_clients(server.url, specs)
+    finally:
+        server.close()
+    assert [rows for rows, _ in remote] == local
+    assert server.server.merger.stats["merged_calls"] > 0
+
+
+class GlobalNoise(torch.nn.Module):
+    """Stateless, but its forward draws from torch's global RNG: merging would hand its draws to other rows."""
+
+    def forward(self, obs):
+        return (torch.rand(obs.shape[0]) < 0.5).long()
+
+
+def global_noise() -> GlobalNoise:
+    return GlobalNoise()
+
+
+def test_a_forward_that_draws_from_the_global_rng_is_not_merged():
+    specs = client_specs(KNOWN_ANSWER_ID, [11, 50], [3, 2], 6)
+    server = ThreadServer("tests.test_serve_merge:global_noise", batch_sessions_ms=20.0)
+    try:
+        remote = run_clients(server.url, specs)
+    finally:
+        server.close()
+    assert server.server.merger.stats["calls"] == 0
+    for _, meta in remote:
+        assert meta["server_policy_batch_sessions"] == ("per-session call (the policy's forward drew from torch's "
+                                                        "global RNG)")
