@@ -201,3 +201,60 @@ def test_a_forward_that_draws_from_the_global_rng_is_not_merged():
     for _, meta in remote:
         assert meta["server_policy_batch_sessions"] == ("per-session call (the policy's forward drew from torch's "
                                                         "global RNG)")
+
+
+@pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])
+def test_a_merged_call_gives_each_request_the_rows_of_its_own_call(env, tmp_path):
+    """Sessions driven directly (no network): requests with all rows, some rows and no row, merged into one call
+    (blocks of 2 rows, padded), get bitwise the actions a twin session's own step gives for the same messages:
+    discrete (argmax) and continuous (tanh) actions of an MLP."""
+    import gymnasium as gym
+    import numpy as np
+
+    from fasteval.doors.serve_merge import MergeItem, SessionMerger
+    from fasteval.doors.serve_sessions import Session
+    from fasteval.robot.policies.checkpoint import save_checkpoint
+    from fasteval.robot.policies.mlp import MLPPolicy
+    from fasteval.types.wire import space_to_wire
+
+    probe = gym.make(env)
+    obs_space, act_space = probe.observation_space, probe.action_space
+    policy = MLP
+    if env == "Pendulum-v1":
+        torch.manual_seed(0)
+        policy = str(save_checkpoint(MLPPolicy(3, 1, (32, 32), action_head="tanh"), tmp_path / "pendulum_mlp"))
+    dim = obs_space.shape[0]
+    rng = np.random.default_rng(0)
+    sizes, slots = (5, 3, 4), ([0, 1, 2, 3, 4], [0, 2], [])
+
+    def session(n):
+        one = Session(RunnerOptions(policy=policy, device="cpu"), {
+            "observation_space": space_to_wire(obs_space), "action_space": space_to_wire(act_space),
+            "groups": [[0, n]], "spec": {"policy_block": 2}, "seed": 3})
+        one.dry_run({"obs": rng.normal(size=(n, dim)).astype(np.float32)})
+        return one
+
+    merged, solo = [session(n) for n in sizes], [session(n) for n in sizes]
+    for each in merged:
+        assert each.plan_merges().startswith(MERGED)
+    messages = [{"group": 0, "seq": 1, "slots": s, "obs": rng.normal(size=(len(s), dim)).astype(np.float32) * 0.3,
+                 "events": []} for s in slots]
+
+    async def merge():
+        loop = asyncio.get_running_loop()
+        items = [MergeItem(m, msg, loop.create_future()) for m, msg in zip(merged, messages)]
+
+        async def run_now(fn, *args):
+            return fn(*args)
+
+        merger = SessionMerger(1.0, run_now, lambda: merged)
+        merger.compute(items)
+        return [item.future.result() for item in items], merger.stats
+
+    replies, stats = asyncio.run(merge())
+    assert stats["calls"] == 1 and stats["max_sessions"] == 3
+    for reply, twin, msg in zip(replies, solo, messages):
+        expected = twin.step(msg)["actions"]
+        assert reply["actions"].shape == expected.shape and reply["actions"].dtype == expected.dtype
+        assert np.array_equal(reply["actions"], expected)
+        assert reply["server_timing"]["merged_sessions"] == 3

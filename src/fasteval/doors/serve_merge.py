@@ -59,7 +59,7 @@ def plan_for(served: ServedRunner, digest: str, observation_space: Any, action_s
                                "resets, chunk queues, task descriptions or normalization stats)")
     if not runner.policy_call.startswith("blocks of"):
         return MergePlan(None, f"per-session call (the policy runs on the {runner.policy_call})")
-    if served._step is not runner.plain_step or options.compile or options.amp != "none":
+    if not served.eager or options.compile or options.amp != "none":
         return MergePlan(None, "per-session call (an accelerated step: CUDA graph, torch.compile or autocast)")
     if run_meta_of(served.policy).get("policy_rng") == "global":
         return MergePlan(None, "per-session call (the policy draws from torch's global RNG)")
@@ -184,11 +184,15 @@ class SessionMerger:
         if not parts:
             return
         with torch.inference_mode():
-            inputs, counts = [], []
+            inputs, counts, wanted = [], [], []
             for item, (served, plan, index, _group, _seq) in parts:
                 served.h2d.copy()
+                n = len(index) if index is not None else served.n_rows
+                if n == 0:  # no active row: row 0 is computed (its answer dropped), so the output has its shape
+                    index = torch.zeros(1, dtype=torch.long)
                 inputs.append(select_rows(plan.prepare(served.h2d.policy_input), index))
-                counts.append(len(index) if index is not None else served.n_rows)
+                counts.append(max(n, 1))
+                wanted.append(n)
             plan = parts[0][1][1]
             out = blocked(plan.module, plan.rows)(concat_rows(inputs) if len(inputs) > 1 else inputs[0])
             total = sum(counts)
@@ -202,7 +206,7 @@ class SessionMerger:
             start = 0
             timing = {"infer_ms": 1000.0 * (perf_counter() - started), "merged_sessions": sessions,
                       "merged_rows": total}
-            for (item, (_served, each, _index, group, seq)), n in zip(parts, counts):
-                actions = each.post(out[start:start + n]).detach().to("cpu")
+            for (item, (_served, each, _index, group, seq)), n, k in zip(parts, counts, wanted):
+                actions = each.post(out[start:start + n])[:k].detach().to("cpu")
                 start += n
                 item.future.set_result(item.session.merged_reply(group, seq, actions, timing))
