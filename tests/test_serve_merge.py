@@ -258,3 +258,19 @@ def test_a_merged_call_gives_each_request_the_rows_of_its_own_call(env, tmp_path
         assert reply["actions"].shape == expected.shape and reply["actions"].dtype == expected.dtype
         assert np.array_equal(reply["actions"], expected)
         assert reply["server_timing"]["merged_sessions"] == 3
+
+
+def test_bench_serve_sessions_tiny_runs_and_prints_its_table():
+    """Smoke run of benchmarks/bench_serve_sessions.py --tiny: it runs, prints its table, the server merged, and
+    the results with and without batching are equal. Never asserts on timings."""
+    import subprocess
+    import sys
+
+    from tests.serve_helpers import repo_env
+
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_serve_sessions.py"), "--tiny"],
+                          capture_output=True, text=True, timeout=600, cwd=REPO, env=repo_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| clients " in proc.stdout and "| 2       |     4 |" in proc.stdout
+    assert MERGED in proc.stdout
+    assert "per-episode results with and without batching equal: True" in proc.stdout
