@@ -34,9 +34,9 @@ NOISE = "tests.serve_helpers:episode_noise"
 class ThreadServer:
     """A :class:`PolicyServer` on a loopback port, its event loop in a thread of this process."""
 
-    def __init__(self, policy: str, batch_sessions_ms: float | None):
+    def __init__(self, policy: str, batch_sessions_ms: float | None, threaded_compute: bool = False):
         config = ServerConfig(options=RunnerOptions(policy=policy, device="cpu", trust_remote_code=True), port=0,
-                              batch_sessions_ms=batch_sessions_ms)
+                              batch_sessions_ms=batch_sessions_ms, threaded_compute=threaded_compute)
         self.server = PolicyServer(config)
         self.url = ""
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -119,6 +119,19 @@ def test_three_cartpole_clients_share_calls_and_match_local_runs():
     assert stats["merged_calls"] > 0 and stats["max_sessions"] >= 2, stats
     for _, meta in remote:
         assert meta["server_policy_batch_sessions"].startswith(MERGED)
+
+
+def test_merged_calls_on_the_compute_thread_match_too():
+    """``threaded_compute``: the merged call runs on the server's compute thread; replies are still answered on the
+    event loop, and the clients get their local runs' numbers."""
+    specs = client_specs("CartPole-v1", [21, 121], [4, 2], 5, max_steps=40)
+    server = ThreadServer(MLP, batch_sessions_ms=50.0, threaded_compute=True)
+    try:
+        remote = run_clients(server.url, specs)
+    finally:
+        server.close()
+    assert [rows for rows, _ in remote] == [run_local(MLP, **s) for s in specs]
+    assert server.server.merger.stats["merged_calls"] > 0
 
 
 def test_batching_off_makes_no_merged_calls():
@@ -248,7 +261,7 @@ def test_a_merged_call_gives_each_request_the_rows_of_its_own_call(env, tmp_path
             return fn(*args)
 
         merger = SessionMerger(1.0, run_now, lambda: merged)
-        merger.compute(items)
+        await merger._run(items)
         return [item.future.result() for item in items], merger.stats
 
     replies, stats = asyncio.run(merge())

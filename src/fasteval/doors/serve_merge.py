@@ -17,8 +17,9 @@ What falls back. Every other group (chunking, per-slot ``reset``, per-episode no
 graph...) is stepped per session exactly as without batching; its ``checked`` reply says why
 (``batch_sessions`` fact, in the client's meta as ``server_policy_batch_sessions``).
 
-When a batch closes: as soon as every live session of the key (attached, dry run done) has a request
-waiting, or ``max_wait_ms`` after the batch's first request (Triton's ``max_queue_delay``). Replies carry
+When a batch closes: as soon as every live session of the key (attached, and with the key after its dry run, or
+opened with the key's options and spaces and waiting for its dry run) has a request waiting, or ``max_wait_ms``
+after the batch's first request (Triton's ``max_queue_delay``). Replies carry
 ``server_timing`` ``merged_sessions`` and ``merged_rows``; :attr:`SessionMerger.stats` counts the calls.
 """
 
@@ -67,7 +68,7 @@ def plan_for(served: ServedRunner, digest: str, observation_space: Any, action_s
     if _moves_global_rng(served, prepare, module):
         return MergePlan(None, "per-session call (the policy's forward drew from torch's global RNG)")
     rows = options.policy_block
-    key = (digest, repr(options), repr(observation_space), repr(action_space), str(served.device))
+    key = (digest, repr(options), repr(observation_space), repr(action_space), str(served.device))  # [1:4]: prospect
     return MergePlan(key, f"{MERGED} (blocks of {rows} rows)", prepare, module, post, rows)
 
 
@@ -142,7 +143,7 @@ class SessionMerger:
             pending = self.pending.setdefault(key, _Pending())
         item = MergeItem(session, message, loop.create_future())
         pending.items.append(item)
-        members = {id(s) for s in self.live() if key in s.merge_keys()}
+        members = {id(s) for s in self.live() if s.waits_for(key)}
         waiting = {id(i.session) for i in pending.items}
         if members <= waiting:
             self._close(key)
@@ -159,33 +160,43 @@ class SessionMerger:
         asyncio.get_running_loop().create_task(self._run(pending.items))
 
     async def _run(self, items: list[MergeItem]) -> None:
+        """Run :meth:`compute` under the server's serialiser, then answer every request here, on the loop's
+        thread (the compute may run on the compute thread: ``threaded_compute``)."""
+        outcomes: dict[int, Any] = {}
         try:
-            await self.on_compute(self.compute, items)
-        except BaseException as exc:  # noqa: BLE001 -- every waiting request hears it
-            for item in items:
-                if not item.future.done():
-                    item.future.set_exception(exc)
+            await self.on_compute(self.compute, items, outcomes)
+        except BaseException as exc:  # noqa: BLE001 -- every request not yet answered hears it
+            for i in range(len(items)):
+                outcomes.setdefault(i, exc)
+        for i, item in enumerate(items):
+            outcome = outcomes.get(i, RuntimeError("fasteval serve: a merged step got no answer"))
+            if item.future.done():
+                continue
+            if isinstance(outcome, BaseException):
+                item.future.set_exception(outcome)
+            else:
+                item.future.set_result(outcome)
 
-    def compute(self, items: list[MergeItem]) -> None:
+    def compute(self, items: list[MergeItem], outcomes: dict[int, Any]) -> None:
         """One call for ``items`` (on the compute side): each request's own checks, events and input stages,
-        then the network once, then each request's reply (or its own error)."""
+        then the network once; ``outcomes[i]``: item ``i``'s reply, or its own exception."""
         started = perf_counter()
         parts = []
-        for item in items:
+        for i, item in enumerate(items):
             try:
                 prepared = item.session.prepare_merged(item.message)
-            except Exception as exc:  # this request's own error (bad message, cached reply...)
-                item.future.set_exception(exc)
+            except Exception as exc:  # this request's own error (a bad message)
+                outcomes[i] = exc
                 continue
             if isinstance(prepared, dict):  # a retried request: its cached reply
-                item.future.set_result(prepared)
+                outcomes[i] = prepared
                 continue
-            parts.append((item, prepared))
+            parts.append((i, item, prepared))
         if not parts:
             return
         with torch.inference_mode():
             inputs, counts, wanted = [], [], []
-            for item, (served, plan, index, _group, _seq) in parts:
+            for _i, item, (served, plan, index, _group, _seq) in parts:
                 served.h2d.copy()
                 n = len(index) if index is not None else served.n_rows
                 if n == 0:  # no active row: row 0 is computed (its answer dropped), so the output has its shape
@@ -193,10 +204,10 @@ class SessionMerger:
                 inputs.append(select_rows(plan.prepare(served.h2d.policy_input), index))
                 counts.append(max(n, 1))
                 wanted.append(n)
-            plan = parts[0][1][1]
+            plan = parts[0][2][1]
             out = blocked(plan.module, plan.rows)(concat_rows(inputs) if len(inputs) > 1 else inputs[0])
             total = sum(counts)
-            sessions = len({id(item.session) for item, _ in parts})
+            sessions = len({id(item.session) for _i, item, _ in parts})
             self.stats["calls"] += 1
             self.stats["rows"] += total
             self.stats["max_sessions"] = max(self.stats["max_sessions"], sessions)
@@ -206,7 +217,7 @@ class SessionMerger:
             start = 0
             timing = {"infer_ms": 1000.0 * (perf_counter() - started), "merged_sessions": sessions,
                       "merged_rows": total}
-            for (item, (_served, each, _index, group, seq)), n, k in zip(parts, counts, wanted):
+            for (i, item, (_served, each, _index, group, seq)), n, k in zip(parts, counts, wanted):
                 actions = each.post(out[start:start + n])[:k].detach().to("cpu")
                 start += n
-                item.future.set_result(item.session.merged_reply(group, seq, actions, timing))
+                outcomes[i] = item.session.merged_reply(group, seq, actions, timing)

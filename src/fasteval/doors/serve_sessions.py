@@ -106,6 +106,8 @@ class Session:
         self.last: dict[int, tuple[int, dict]] = {}
         self.detached_at: float | None = None
         self.spaces = (observation_space, action_space)
+        self.prospect = (repr(self.options), repr(observation_space), repr(action_space))
+        """What a merge key holds of this session before its dry run (:meth:`waits_for`)."""
         self.plans: list[Any] = []
         """Per group, its :class:`~fasteval.doors.serve_merge.MergePlan` (only with ``--batch-sessions``)."""
 
@@ -149,11 +151,14 @@ class Session:
             return None
         return self.plans[group].key
 
-    def merge_keys(self) -> set:
-        """Keys of this session's mergeable groups, while it is attached (a detached session is not waited for)."""
+    def waits_for(self, key: tuple) -> bool:
+        """Whether a merged call of ``key`` should wait for this session's request: it is attached, and one of its
+        groups has that key, or (before its dry run) it was opened with the key's options and spaces."""
         if self.detached_at is not None:
-            return set()
-        return {plan.key for plan in self.plans if plan.key is not None}
+            return False
+        if self.plans:
+            return any(plan.key == key for plan in self.plans)
+        return self.prospect == key[1:4]
 
     def prepare_merged(self, message: dict) -> Any:
         """A step request's own part of a merged call: checks, observation rows, reseed, events. Returns the
