@@ -220,6 +220,29 @@ def test_shared_policy_actors_serve_every_worker_with_the_local_records(cluster,
     assert there.result.meta["ray_policy_actors"] == servers
 
 
+def test_a_shared_policy_actor_merges_the_workers_requests_into_one_call(cluster, tmp_path):
+    """One policy actor, 3 env workers: their step requests share policy calls (the actor's counters show rows of
+    several workers in one call), and the records are the local run's."""
+    from fasteval.doors.ray_policy_actors import RayPolicyServers
+    from fasteval.doors.serve_merge import MERGED
+    from fasteval.run.durable import run_durable
+    from fasteval.run.rundir import RunDirectory
+
+    spec = EvalSpec(env="CartPole-v1", policy=MLP, n_episodes=12, seed=5, batch_size=2, max_steps=40)
+    here = local(spec, tmp_path / "local").result
+    engine = RayEngine(spec, RayOptions(workers=3, num_cpus=0.25),
+                       policy_servers=RayPolicyServers(spec, 1, num_gpus=0.0, batch_sessions_ms=50.0))
+    try:
+        there = run_durable(engine, RunDirectory(tmp_path / "ray"), announce=lambda m: None)
+        stats = ray.get(engine.policy_servers.actors[0].merge_stats.remote())
+    finally:
+        engine.close()
+    assert there.status == "complete"
+    assert there.result.per_episode.to_list() == here.per_episode.to_list()
+    assert stats["merged_calls"] > 0 and stats["max_sessions"] >= 2, stats
+    assert there.result.meta["server_policy_batch_sessions"].startswith(MERGED)
+
+
 def test_the_cli_runs_shared_policy_actors(cluster, tmp_path):
     args = ["--env", "CartPole-v1", "--policy", MLP, "-n", "6", "--seed", "5", "-b", "2", "--no-report"]
     ray_args = ["--backend", "ray", "--address", cluster.address, "--ray-workers", "2", "--num-cpus", "0.25"]

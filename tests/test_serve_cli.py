@@ -44,7 +44,8 @@ def test_a_server_that_is_down_exits_2_with_one_line(tmp_path):
     assert not (tmp_path / "run" / "manifest.json").exists()
 
 
-@pytest.mark.parametrize("option", ["--max-message-mb", "--max-wait-ms", "--session-ttl", "--max-inflight-mb"])
+@pytest.mark.parametrize("option", ["--max-message-mb", "--max-wait-ms", "--session-ttl", "--max-inflight-mb",
+                                    "--batch-sessions"])
 def test_serve_refuses_non_finite_numbers_before_it_binds(option):
     """``nan`` passed click's FloatRange and reached ``int(nan * 2**20)``: a traceback, exit 1."""
     out = fasteval("serve", "zero", "--port", "0", option, "nan")

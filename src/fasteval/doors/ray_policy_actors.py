@@ -11,11 +11,12 @@ observation format, ``--policy-block`` R, accelerators), with the canonical poli
 (:mod:`fasteval.core.policy_blocks`: blocks of R rows), so a row's action does not depend on the rows it
 was sent with; tests/test_ray_many.py checks the records against a local run.
 
-What it does not do yet: one policy call for the requests of several workers. fasteval's protocol keeps a
-session per worker (its slots' per-episode state: chunk queues, resets), and the server answers each
-session's request with its own call; batching across sessions (the openpi path's
-:class:`~fasteval.doors.serve_batcher.DynamicBatcher`, or a Ray Serve deployment with ``@serve.batch``)
-would need the session state stacked per block of R rows.
+Batching across workers: each actor's server runs with cross-session batching on
+(:mod:`fasteval.doors.serve_merge`, ``batch_sessions_ms``, default :data:`RAY_BATCH_SESSIONS_MS`): the step
+requests of the workers it serves share one policy call when the policy has no per-slot state (a plain
+``nn.Module`` called on blocks of R rows, eager, no global RNG); other policies (chunk queues, per-slot resets,
+per-episode noise) are still called per worker, and the run's meta says which
+(``server_policy_batch_sessions``). :meth:`PolicyActor.merge_stats` gives an actor's counters.
 """
 
 from __future__ import annotations
@@ -26,12 +27,18 @@ from typing import Any
 
 from fasteval.types.errors import UserInputError
 
+RAY_BATCH_SESSIONS_MS = 2.0
+"""How long a policy actor waits for the other workers' step requests before it calls the policy (ms)."""
+
 
 class PolicyActor:
     """A Ray actor's body: a policy server on this node (a thread running its event loop); :meth:`url` says
     where. ``package``: the checkpoint folder shipped by the driver (digest checked on arrival)."""
 
-    def __init__(self, options: dict[str, Any], token: str, package: Any = None):
+    def __init__(self, options: dict[str, Any], token: str, package: Any = None,
+                 batch_sessions_ms: float | None = RAY_BATCH_SESSIONS_MS):
+        self.batch_sessions_ms = batch_sessions_ms
+        self.server: Any = None
         self.error: BaseException | None = None
         self.address: str | None = None
         self._loop: Any = None
@@ -59,7 +66,8 @@ class PolicyActor:
 
             options = {**options, "policy": unpack_folder(package, tempfile.mkdtemp(prefix="fasteval-policy-"))}
         host = ray.util.get_node_ip_address()
-        server = PolicyServer(ServerConfig(options=RunnerOptions(**options), host=host, port=0, token=token))
+        server = self.server = PolicyServer(ServerConfig(options=RunnerOptions(**options), host=host, port=0,
+                                                         token=token, batch_sessions_ms=self.batch_sessions_ms))
 
         def listening(port: int) -> None:  # an IPv6 host in brackets, as URLs write it (RFC 3986)
             self.address = f"ws://[{host}]:{port}" if ":" in host else f"ws://{host}:{port}"
@@ -87,6 +95,12 @@ class PolicyActor:
             raise RuntimeError("the policy actor's server did not start listening within 120 s.")
         return self.address
 
+    def merge_stats(self) -> dict[str, int] | None:
+        """The server's cross-session batching counters (:attr:`~fasteval.doors.serve_merge.SessionMerger.stats`);
+        None when batching is off."""
+        merger = self.server.merger if self.server is not None else None
+        return dict(merger.stats) if merger is not None else None
+
     def stop(self) -> None:
         if self._loop is not None and self._stop is not None:
             self._loop.call_soon_threadsafe(lambda: self._stop.done() or self._stop.set_result(None))
@@ -95,10 +109,11 @@ class PolicyActor:
 class RayPolicyServers:
     """``n`` :class:`PolicyActor` actors serving ``spec``'s policy, spread over the cluster; ``urls`` and
     ``token`` are what the env workers connect with (:class:`~fasteval.run.ray_engine.RayEngine`'s
-    ``policy_servers``); :meth:`close` kills them (and shuts down the Ray instance it started)."""
+    ``policy_servers``); :meth:`close` kills them (and shuts down the Ray instance it started);
+    ``batch_sessions_ms``: the actors' cross-session batching wait (None: each worker's request is its own call)."""
 
     def __init__(self, spec: Any, n: int, address: str | None = None, num_gpus: float = 0.0,
-                 ship_policy: bool = True):
+                 ship_policy: bool = True, batch_sessions_ms: float | None = RAY_BATCH_SESSIONS_MS):
         import ray
 
         from fasteval.run.ray_engine import policy_packages, RayOptions
@@ -126,7 +141,7 @@ class RayPolicyServers:
         package = policy_packages(spec, RayOptions(ship_policy=ship_policy))[0]
         actor = ray.remote(PolicyActor).options(num_cpus=1, num_gpus=num_gpus, max_restarts=0,
                                                 scheduling_strategy="SPREAD")
-        self.actors = [actor.remote(options, self.token, package) for _ in range(n)]
+        self.actors = [actor.remote(options, self.token, package, batch_sessions_ms) for _ in range(n)]
         try:
             self.urls: tuple[str, ...] = tuple(ray.get([a.url.remote() for a in self.actors]))
         except ray.exceptions.RayTaskError as exc:

@@ -95,11 +95,15 @@ class ServeCommand(click.Command):
                    "most this plus one message); past it, connections wait until answered requests free memory.")
 @click.option("--session-ttl", type=FiniteFloatRange(min=0), default=300.0, show_default=True,
               help="Seconds a fasteval session is kept after its connection dropped (the client may resume it).")
+@click.option("--batch-sessions", "batch_sessions_ms", type=FiniteFloatRange(min=0), default=None, metavar="MAX_WAIT_MS",
+              help="Merge the step requests of fasteval sessions (client engines) into one policy call, waiting at most "
+                   "MAX_WAIT_MS for the others; policies with per-slot state are still called per session "
+                   "[default: off].")
 def serve(policy: str, host: str, port: int, device: str, max_batch: int, max_wait_ms: float, token: str | None,
           trust_remote_code: bool, env: str | None, env_kwargs: tuple[str, ...], max_steps: int | None,
           observation_format: str, rename: tuple[str, ...], obs_dtype: str, reset_mode: str, amp: str,
           cuda_graph: bool | None, cpu_threads: int, max_message_mb: float, max_inflight_mb: float,
-          session_ttl: float) -> None:
+          session_ttl: float, batch_sessions_ms: float | None) -> None:
     """Serve POLICY to evaluators over websockets (openpi's protocol and fasteval's batched one)."""
     from fasteval.doors.cli import EXIT_BAD_INPUT, fail, parse_env_kwargs, parse_renames
     from fasteval.types.errors import UserInputError
@@ -121,7 +125,7 @@ def serve(policy: str, host: str, port: int, device: str, max_batch: int, max_wa
         config = build_config(policy, host, port, device, max_batch, max_wait_ms, token, trust_remote_code, env,
                               parse_env_kwargs(env_kwargs), observation_format, parse_renames(rename), obs_dtype,
                               reset_mode, amp, cuda_graph, int(max_message_mb * MB), session_ttl,
-                              max_inflight_bytes=int(max_inflight_mb * MB))
+                              max_inflight_bytes=int(max_inflight_mb * MB), batch_sessions_ms=batch_sessions_ms)
     except UserInputError as exc:
         fail(str(exc), EXIT_BAD_INPUT)
     import torch
@@ -134,7 +138,7 @@ def build_config(policy: str, host: str, port: int, device: str, max_batch: int,
                  token: str | None, trust_remote_code: bool, env: str | None, env_kwargs: dict[str, Any],
                  observation_format: str, rename: dict[str, str], obs_dtype: str, reset_mode: str, amp: str,
                  cuda_graph: bool | None, max_message_bytes: int, session_ttl_s: float,
-                 max_inflight_bytes: int | None = None) -> Any:
+                 max_inflight_bytes: int | None = None, batch_sessions_ms: float | None = None) -> Any:
     """The server's config; checks the policy reference and the env before anything binds (UserInputError)."""
     from fasteval.doors.serve_policy import RunnerOptions
     from fasteval.doors.serve_server import ServerConfig
@@ -164,7 +168,7 @@ def build_config(policy: str, host: str, port: int, device: str, max_batch: int,
     bound = {} if max_inflight_bytes is None else {"max_inflight_bytes": max_inflight_bytes}
     return ServerConfig(options=options, host=host, port=port, token=token, max_batch=max_batch,
                         max_wait_ms=max_wait_ms, max_message_bytes=max_message_bytes, session_ttl_s=session_ttl_s,
-                        openpi_spaces=spaces, **bound)
+                        openpi_spaces=spaces, batch_sessions_ms=batch_sessions_ms, **bound)
 
 
 def check_policy_ref(policy: str, trust_remote_code: bool) -> None:

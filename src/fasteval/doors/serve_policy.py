@@ -172,6 +172,11 @@ class ServedRunner:
         self.h2d.copy()
         return self._step(self.h2d.policy_input)
 
+    @property
+    def eager(self) -> bool:
+        """Whether the step chosen on the dry run is the runner's plain step (no CUDA graph, compile or autocast)."""
+        return self._step is self.runner.plain_step
+
     def describe(self) -> dict[str, Any]:
         """What the client must know about this runner (its ``opened`` reply)."""
         caps = self.runner.capabilities

@@ -8,6 +8,9 @@ how it talks:
   client's by :class:`~fasteval.doors.serve_batcher.DynamicBatcher`. openpi ``"__ctrl__"`` messages
   are acknowledged as openpi's own server does.
 
+With ``batch_sessions_ms`` (``--batch-sessions``), the ``step`` requests of fasteval sessions that can share a
+call are gathered across connections and run as one (:mod:`fasteval.doors.serve_merge`).
+
 A connection may send its next requests before the replies of the earlier ones came back; replies
 go out in request order. All policy work runs on one compute thread (in arrival order), so sessions
 never run concurrently and each session's RNG swap is safe; the event loop only moves bytes.
@@ -46,6 +49,7 @@ from typing import Any, Callable
 
 from fasteval.doors.serve_batcher import DynamicBatcher
 from fasteval.doors.serve_budget import DEFAULT_MAX_INFLIGHT_MB, MB, InflightBudget, budgeted_connection, held_bytes
+from fasteval.doors.serve_merge import SessionMerger
 from fasteval.doors.serve_policy import RunnerOptions, ServedRunner
 from fasteval.doors.serve_sessions import Session
 from fasteval.types.wire import KIND, PROTOCOL, WireError, message_kind, pack, space_to_wire, unpack
@@ -71,6 +75,9 @@ class ServerConfig:
     """(observation space, action space) for openpi requests (from ``--env``); None: openpi refused."""
     threaded_compute: bool = False
     """Run every step on the compute thread too (not only the slow work: loading, dry runs)."""
+    batch_sessions_ms: float | None = None
+    """Cross-session batching of fasteval's protocol (:mod:`fasteval.doors.serve_merge`): the longest wait, in
+    ms, for the other sessions' requests; None: each session's step is its own call."""
 
 
 def authorized(header: str | None, token: str | None) -> bool:
@@ -97,13 +104,17 @@ class PolicyServer:
         self.port: int | None = None
         self.lock = asyncio.Lock()
         self.budget = InflightBudget(config.max_inflight_bytes, reserve_bytes=config.max_message_bytes)
+        self.merger: SessionMerger | None = None
+        if config.batch_sessions_ms is not None:
+            self.merger = SessionMerger(config.batch_sessions_ms, self.on_compute, lambda: list(self.sessions.values()))
 
     def metadata(self) -> dict[str, Any]:
         from fasteval.version import __version__
 
         meta: dict[str, Any] = {"fasteval_protocol": PROTOCOL, "server": "fasteval serve", "fasteval_version": __version__,
                                 "policy": self.config.options.policy, "max_batch": self.config.max_batch,
-                                "max_wait_ms": self.config.max_wait_ms, "openpi": self.config.openpi_spaces is not None}
+                                "max_wait_ms": self.config.max_wait_ms, "openpi": self.config.openpi_spaces is not None,
+                                "batch_sessions_ms": self.config.batch_sessions_ms}
         if self.config.openpi_spaces is not None:
             meta["observation_space"] = space_to_wire(self.config.openpi_spaces[0])
             meta["action_space"] = space_to_wire(self.config.openpi_spaces[1])
@@ -223,7 +234,12 @@ class PolicyServer:
     async def _fasteval(self, state: "_ConnectionState", kind: str, message: dict) -> Any:
         seq = message.get("seq")
         try:
-            reply = await self.on_compute(self._fasteval_compute, state, kind, message, slow=kind != "step")
+            key = state.session.merge_key(message) if (kind == "step" and self.merger is not None
+                                                      and state.session is not None) else None
+            if key is not None:  # shared with other sessions' requests (serve_merge)
+                reply = await self.merger.submit(state.session, key, message)
+            else:
+                reply = await self.on_compute(self._fasteval_compute, state, kind, message, slow=kind != "step")
         except WireError as exc:
             return _Close(pack({KIND: "error", "seq": seq, "kind": "protocol", "error": str(exc)}), 1008)
         except Exception as exc:  # the policy (or its loading) raised: reported to this client only
@@ -251,7 +267,10 @@ class PolicyServer:
         if session is None:
             raise WireError(f"{kind}: open a session first")
         if kind == "dry_run":
-            return session.dry_run(message)
+            reply = session.dry_run(message)
+            if self.merger is not None:
+                reply["facts"]["batch_sessions"] = session.plan_merges()
+            return reply
         if kind == "step":
             return session.step(message)
         self.sessions.pop(session.id, None)  # close

@@ -22,6 +22,10 @@ and the two groups never share state. Messages (maps with ``"__fasteval__"``: th
   without running the policy twice.
 ``close``  the session ends.
 
+With ``--batch-sessions`` the ``dry_run`` reply's facts say whether each group's steps may share policy calls
+with other sessions (``batch_sessions``; :mod:`fasteval.doors.serve_merge`), and such steps go through
+:meth:`Session.prepare_merged` and :meth:`Session.merged_reply` instead of :meth:`Session.step`.
+
 Anything wrong in a message is a :class:`~fasteval.types.wire.WireError`; an exception of the policy is
 reported as ``error`` naming the request. Neither touches another session.
 """
@@ -101,6 +105,11 @@ class Session:
                         for start, stop in self.groups]
         self.last: dict[int, tuple[int, dict]] = {}
         self.detached_at: float | None = None
+        self.spaces = (observation_space, action_space)
+        self.prospect = (repr(self.options), repr(observation_space), repr(action_space))
+        """What a merge key holds of this session before its dry run (:meth:`waits_for`)."""
+        self.plans: list[Any] = []
+        """Per group, its :class:`~fasteval.doors.serve_merge.MergePlan` (only with ``--batch-sessions``)."""
 
     def opened(self, resumed: bool = False) -> dict[str, Any]:
         from fasteval.run.rundir import policy_digest
@@ -125,7 +134,62 @@ class Session:
         return {KIND: "checked", "facts": {k: v for k, v in facts.items() if isinstance(v, (str, bool, int, float))},
                 "run_meta": {k: v for k, v in meta.items() if isinstance(v, (str, bool, int, float))}}
 
-    def step(self, message: dict) -> dict[str, Any]:
+    # -- cross-session batching (fasteval.doors.serve_merge; only with --batch-sessions) ---------
+    def plan_merges(self) -> str:
+        """Decide, after the dry run, which groups may share calls with other sessions; returns the fact."""
+        from fasteval.doors.serve_merge import plan_for
+        from fasteval.run.rundir import policy_digest
+
+        digest = policy_digest(self.runners[0].policy, self.options.policy)
+        self.plans = [plan_for(runner, digest, *self.spaces) for runner in self.runners]
+        return "; ".join(dict.fromkeys(plan.fact for plan in self.plans))
+
+    def merge_key(self, message: dict) -> tuple | None:
+        """The merge key of a step request's group, or None (stepped per session)."""
+        group = message.get("group")
+        if not self.plans or not isinstance(group, int) or isinstance(group, bool) or not 0 <= group < len(self.plans):
+            return None
+        return self.plans[group].key
+
+    def waits_for(self, key: tuple) -> bool:
+        """Whether a merged call of ``key`` should wait for this session's request: it is attached, and one of its
+        groups has that key, or (before its dry run) it was opened with the key's options and spaces."""
+        if self.detached_at is not None:
+            return False
+        if self.plans:
+            return any(plan.key == key for plan in self.plans)
+        return self.prospect == key[1:4]
+
+    def prepare_merged(self, message: dict) -> Any:
+        """A step request's own part of a merged call: checks, observation rows, reseed, events. Returns the
+        cached reply of a retried request, else ``(runner, plan, row index or None, group, seq)``."""
+        parsed = self._parse_step(message)
+        if isinstance(parsed, dict):
+            return parsed
+        group, seq, runner = parsed
+        slots = _int_list(message.get("slots"), "slots", runner.n_rows)
+        whole = len(slots) == runner.n_rows and slots == list(range(runner.n_rows))
+        runner.write(slice(0, runner.n_rows) if whole else slots, message.get("obs"))
+        self._maybe_reseed(message.get("rng_seed"))
+        with runner.rng():
+            self._events(runner, message.get("events", []))
+        index = None if whole else torch.as_tensor(slots, dtype=torch.long)
+        return runner, self.plans[group], index, group, seq
+
+    def merged_reply(self, group: int, seq: int, actions: torch.Tensor, timing: dict) -> dict[str, Any]:
+        if actions.dtype == torch.bfloat16:
+            actions = actions.float()
+        reply = {KIND: "actions", "group": group, "seq": seq, "actions": actions.numpy(), "server_timing": dict(timing)}
+        self.last[group] = (seq, reply)
+        return reply
+
+    def _maybe_reseed(self, rng_seed: Any) -> None:
+        if isinstance(rng_seed, int) and not isinstance(rng_seed, bool) and rng_seed != self.seed:
+            self.seed = rng_seed
+            for each in self.runners:
+                each.reseed(rng_seed)
+
+    def _parse_step(self, message: dict) -> Any:
         group = field(message, "group", int, "a group index")
         if not 0 <= group < len(self.runners):
             raise WireError(f"step: group {group} does not exist (the session has {len(self.runners)})")
@@ -136,15 +200,18 @@ class Session:
         runner = self.runners[group]
         if not runner.checked:
             raise WireError("step: the session's dry run has not run yet (send dry_run first)")
+        return group, seq, runner
+
+    def step(self, message: dict) -> dict[str, Any]:
+        parsed = self._parse_step(message)
+        if isinstance(parsed, dict):
+            return parsed
+        group, seq, runner = parsed
         started = perf_counter()
         slots = _int_list(message.get("slots"), "slots", runner.n_rows)
         rows: Any = slice(0, runner.n_rows) if len(slots) == runner.n_rows and slots == list(range(runner.n_rows)) else slots
         runner.write(rows, message.get("obs"))
-        rng_seed = message.get("rng_seed")
-        if isinstance(rng_seed, int) and not isinstance(rng_seed, bool) and rng_seed != self.seed:
-            self.seed = rng_seed
-            for each in self.runners:
-                each.reseed(rng_seed)
+        self._maybe_reseed(message.get("rng_seed"))
         with runner.rng():
             self._events(runner, message.get("events", []))
             actions = runner.step()
