@@ -190,7 +190,7 @@ def test_libero_setup_without_hf_libero_writes_nothing(tmp_path):
     assert not (tmp_path / "cfg").exists()
 
 
-def _fake_python(tmp_path, torch_installed: bool):
+def _pip_logging_python(tmp_path, torch_installed: bool):
     """A `python` on PATH that logs its pip installs (one line each) and has torch or not."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -206,7 +206,7 @@ def _fake_python(tmp_path, torch_installed: bool):
 
 @pytest.mark.parametrize("route", ["cpu", "cuda"])
 def test_install_takes_torch_from_the_cpu_index_where_there_is_no_gpu(tmp_path, route):
-    bin_dir, log = _fake_python(tmp_path, torch_installed=False)
+    bin_dir, log = _pip_logging_python(tmp_path, torch_installed=False)
     env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin", "FASTEVAL_TORCH": route}
     out = subprocess.run(["bash", str(REPO / "scripts" / "install.sh"), "test"], capture_output=True, text=True,
                          env=env)
@@ -217,7 +217,7 @@ def test_install_takes_torch_from_the_cpu_index_where_there_is_no_gpu(tmp_path, 
 
 
 def test_install_keeps_an_installed_torch(tmp_path):
-    bin_dir, log = _fake_python(tmp_path, torch_installed=True)
+    bin_dir, log = _pip_logging_python(tmp_path, torch_installed=True)
     env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin"}
     out = subprocess.run(["bash", str(REPO / "scripts" / "install.sh"), "test"], capture_output=True, text=True,
                          env=env)
