@@ -48,7 +48,9 @@ def test_bench_libero_tiny(tmp_path: Path) -> None:
     assert report["steps"] == {"libero": 3, "metaworld": 3, "pusht": 3}
     # where the time goes: per-operation costs of each env, and the sync rows split by them
     costs = report["costs"]
-    assert costs["libero"]["unread_step_s"] is not None and costs["metaworld"]["unread_step_s"] is None
+    assert costs["libero"]["unread_step_s"] is not None  # LIBERO skips an unread step's camera renders
+    for env_type in ("metaworld", "pusht"):  # skipping declared (robot/env_kinds/unread.py): timed; else n/a
+        assert costs[env_type]["unread_step_s"] is None or costs[env_type]["unread_step_s"] > 0
     for env_type in ("libero", "metaworld", "pusht"):
         assert costs[env_type]["reset_s"] > 0 and costs[env_type]["read_step_s"] > 0
     split = report["where_time_goes"][f"fasteval sync{tag}"]
