@@ -40,7 +40,7 @@ def test_bench_libero_tiny(tmp_path: Path) -> None:
     assert set(rows[f"fasteval sync{tag}"]["timings"]) >= {"env_step", "policy"}
     assert rows[f"fasteval sync{tag}"]["protocol"]["observation_height"] == 32
     assert f"| fasteval sync{tag} |" in proc.stdout and "projected fasteval time on c cores" in proc.stdout
-    assert rows[f"fasteval sync{tag}"]["reset_reuse"].startswith("on")
+    assert rows[f"fasteval sync{tag}"]["reset_reuse"].startswith("off")  # opt-in for now (model_reuse.py)
     # the same table for Meta-World (ACT, the same n_action_steps) and PushT (Diffusion executing 8 of 16)
     for other in (" [metaworld, n_action_steps 2]", " [pusht, n_action_steps 8]"):
         assert {f"lerobot-eval sync{other}", f"fasteval sync{other}"} <= set(rows), other

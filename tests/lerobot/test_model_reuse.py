@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("lerobot")
-from fasteval.robot.env_kinds.model_reuse import OFF_VARIABLE, ON, kept_model_of  # noqa: E402
+from fasteval.robot.env_kinds.model_reuse import DEFAULT_OFF, OFF_VARIABLE, ON, ON_VARIABLE, kept_model_of  # noqa: E402
 from tests.lerobot.test_unread_lerobot import TASK0, LiberoChunks, _outcomes, libero_home, needs_libero  # noqa: E402,F401
 
 
@@ -35,7 +35,9 @@ def test_libero_reuses_the_compiled_model_exactly(libero_home, monkeypatch):
         reference, ref_policy, ref_reused = _run(batch, vectorization)
         assert reference.meta["reset_reuse"] == f"off ({OFF_VARIABLE}=1)" and ref_reused == 0
         monkeypatch.delenv(OFF_VARIABLE)
+        monkeypatch.setenv(ON_VARIABLE, "1")  # off by default until checked against lerobot-eval (module docstring)
         result, policy, reused = _run(batch, vectorization)
+        monkeypatch.delenv(ON_VARIABLE)
         assert result.meta["reset_reuse"] == ON
         if vectorization == "sync":
             assert reused >= 1  # some hard reset did reuse (the pool's envs are in its workers)
