@@ -153,11 +153,9 @@ class RayPolicyServers:
             raise
 
     def close(self) -> None:
-        for actor in self.actors:
-            try:
-                self.ray.kill(actor)
-            except Exception:  # noqa: BLE001 -- already gone
-                pass
+        from fasteval.run.ray_engine import kill_actors
+
+        kill_actors(self.ray, self.actors)
         self.actors = []
         if self.started_ray:
             self.ray.shutdown()

@@ -523,11 +523,7 @@ class RayEngine:
         return {"policy_shipped": shipped[0] if len(shipped) == 1 else shipped}
 
     def close(self) -> None:
-        for actor in self.actors:
-            try:
-                self.ray.kill(actor)
-            except Exception:  # noqa: BLE001 -- already gone
-                pass
+        kill_actors(self.ray, self.actors)
         self.actors = []
         self.watchdog.close()
         if self.policy_servers is not None:
@@ -603,3 +599,11 @@ def _cause(exc: BaseException) -> BaseException:
     cause = exc.cause if isinstance(exc, RayTaskError) else None
     return cause if isinstance(cause, BaseException) else exc
 
+
+def kill_actors(ray: Any, actors: Sequence[Any]) -> None:
+    """Kill Ray ``actors`` (env workers or policy servers); one already gone is skipped."""
+    for actor in actors:
+        try:
+            ray.kill(actor)
+        except Exception:  # noqa: BLE001 -- already gone
+            pass
