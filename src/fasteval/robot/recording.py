@@ -155,6 +155,13 @@ def live_reason(env: Any, env_kwargs: Any, select: str, environ: Any = None) -> 
     rounding = physics_rounding(env, env_kwargs or {})
     if rounding is not None:
         return f"a replay would not be the episode bit for bit: {rounding}"
+    from fasteval.robot.lerobot.envs import ENV_REF
+    from fasteval.robot.lerobot.libero import is_libero_type
+
+    if env == ENV_REF and is_libero_type(dict(env_kwargs or {}).get("type")):
+        # a replay env built in the run's process changed a LIBERO ACT episode against lerobot-eval's
+        # (tests/lerobot/test_differential.py, libero-witness; it passed with live videos): live until understood
+        return "LIBERO: a replay env in the run's process changed the run's episodes (GL state), so none is built"
     return None
 TASK_KWARGS = ("task", "env_name")
 """Env kwargs that name the task (``fasteval.doors.suites:make_metaworld_env``, ``Meta-World/MT1``)."""
