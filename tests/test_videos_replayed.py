@@ -6,8 +6,11 @@ bit for bit are recorded during the run, and the run's ``meta["videos"]`` says s
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -131,3 +134,64 @@ def test_a_first_replay_must_be_its_episode_bit_for_bit(tmp_path):
                           seed=0, max_episodes_rendered=2, videos_dir=str(tmp_path))
     assert list(result.video_paths) == []
     assert not [p for p in Path(tmp_path).rglob("*") if p.is_file()]
+
+
+class OneCallAtATime(gym.Wrapper):
+    """Pixel CartPole that notes every time two threads are inside env calls at once (each call sleeps 1 ms
+    inside, so an overlap is not a rare race). gymnasium's pygame renderer is not thread-safe: such an overlap
+    changed a pixel observation, and with it an episode (fasteval.core.env_lock)."""
+
+    inside = 0
+    overlaps = 0
+    guard = threading.Lock()
+
+    def _enter(self):
+        with OneCallAtATime.guard:
+            OneCallAtATime.inside += 1
+            if OneCallAtATime.inside > 1:
+                OneCallAtATime.overlaps += 1
+        time.sleep(0.001)
+
+    def _leave(self):
+        with OneCallAtATime.guard:
+            OneCallAtATime.inside -= 1
+
+    def step(self, action):
+        self._enter()
+        try:
+            return self.env.step(action)
+        finally:
+            self._leave()
+
+    def reset(self, **kwargs):
+        self._enter()
+        try:
+            return self.env.reset(**kwargs)
+        finally:
+            self._leave()
+
+    def render(self):
+        self._enter()
+        try:
+            return self.env.render()
+        finally:
+            self._leave()
+
+
+def make_guarded_cartpole(**kwargs):
+    from fasteval.testing.envs import make_pixel_cartpole
+
+    return OneCallAtATime(make_pixel_cartpole(**kwargs))
+
+
+@pytest.mark.parametrize("select", ["first", "failures"])
+def test_replays_never_call_an_env_while_the_loop_does(select, tmp_path):
+    """Sync envs step in the main thread while the encoder's thread replays episodes: the two never step, reset
+    or render at the same time, and the replayed videos are still written."""
+    OneCallAtATime.inside = OneCallAtATime.overlaps = 0
+    result = evaluate(env=f"{__name__}:make_guarded_cartpole", policy=CartChunks(4), n_episodes=8, batch_size=2,
+                      max_steps=30, seed=3, max_episodes_rendered=3, video_select=select,
+                      videos_dir=str(tmp_path))
+    assert result.meta["videos"] == recording.REPLAYED
+    assert len(result.video_paths) >= 1
+    assert OneCallAtATime.overlaps == 0

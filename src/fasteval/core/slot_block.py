@@ -9,10 +9,12 @@ failure crosses a process) is theirs; what is done to an env is written here onc
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from fasteval.core.env_lock import ENV_CALLS
 from fasteval.core.slots import EnvFailure, _failure, _obs_writer, call_env
 from fasteval.core.unread import marker_writer
 from fasteval.types.errors import EnvStepError
@@ -34,6 +36,17 @@ def raise_call_errors(name: str, slots: Sequence[int], values: Sequence[Any], wh
     if errors:
         text = "; ".join(f"slot {s}: {v.message}" for s, v in errors)
         raise EnvStepError(f"env.{name} failed{where}: {text}") from errors[0][1].exc
+
+
+def _one_env_call_at_a_time(method: Callable) -> Callable:
+    """``method`` holds :data:`~fasteval.core.env_lock.ENV_CALLS` (one lock taken per batch call, not per slot)."""
+
+    @functools.wraps(method)
+    def serialized(*args: Any, **kwargs: Any) -> Any:
+        with ENV_CALLS:
+            return method(*args, **kwargs)
+
+    return serialized
 
 
 class SlotBlock:
@@ -76,6 +89,7 @@ class SlotBlock:
         self.unread, self._unread_step = steps, unread_step
         return True
 
+    @_one_env_call_at_a_time
     def step_reading(self, slots: Sequence[int], actions: np.ndarray, reads: np.ndarray,
                      failures: list[EnvFailure]) -> None:
         """:meth:`step`, where a slot whose observation is not read (``reads[slot]`` False) steps without its
@@ -107,6 +121,7 @@ class SlotBlock:
         if seen is not None:
             self.has_success_signal = True
 
+    @_one_env_call_at_a_time
     def step(self, slots: Sequence[int], actions: np.ndarray, failures: list[EnvFailure]) -> None:
         """Step ``slots`` with their rows of ``actions``; a slot whose env raises goes to ``failures``.
 
@@ -135,6 +150,7 @@ class SlotBlock:
         if seen is not None:
             self.has_success_signal = True
 
+    @_one_env_call_at_a_time
     def reset(self, slots: Sequence[int], seeds: Sequence[int], failures: list[EnvFailure]) -> None:
         """Reset each slot with its seed; a slot whose env raises goes to ``failures``."""
         envs, write, progress = self.envs, self.write_obs, self.progress
@@ -146,6 +162,7 @@ class SlotBlock:
             except Exception as exc:  # recorded; the owner rebuilds the env and the engine retries the episode
                 failures.append(_failure(slot, "reset", exc))
 
+    @_one_env_call_at_a_time
     def rebuild(self, slot: int) -> None:
         """Close the env of ``slot`` (errors ignored) and build a new one (its errors raise)."""
         try:
@@ -159,6 +176,7 @@ class SlotBlock:
                 raise RuntimeError("the rebuilt env has no unread step, unlike the env it replaces")
             self.unread[slot] = step
 
+    @_one_env_call_at_a_time
     def call(self, slots: Sequence[int], name: str) -> list[Any]:
         """``[env.<name>() or env.<name> for each slot]`` through the wrappers; a :class:`CallError`
         in place of each value whose call raised."""
@@ -175,6 +193,7 @@ class SlotBlock:
         """Whether the first slot's env (through its wrappers) has attribute ``name``."""
         return bool(self.envs[self.first].has_wrapper_attr(name))
 
+    @_one_env_call_at_a_time
     def close(self) -> None:
         """Close every env (errors ignored)."""
         for env in (self.envs.values() if isinstance(self.envs, dict) else self.envs):

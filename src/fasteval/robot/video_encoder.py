@@ -12,7 +12,9 @@
   and end, and its return within :data:`RETURN_TOLERANCE`, or bit for bit for a ``first`` video:
   :attr:`ReplayJob.exact`): an env is deterministic given its seed and
   actions, which every exact result of fasteval already relies on. A replay that differs is dropped
-  with a warning, never kept as a video of another episode.
+  with a warning, never kept as a video of another episode. Each env call of a replay holds
+  :data:`fasteval.core.env_lock.ENV_CALLS`, as the loop's in-process env calls do: two threads of one process
+  never step or render at once.
 
 Memory is bounded: frames waiting in the queue are counted, and :meth:`VideoEncoder.frame` waits while
 more than ``max_bytes`` are queued (a frame larger than that on its own goes through alone). The loop's
@@ -44,6 +46,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+
+from fasteval.core.env_lock import ENV_CALLS
 
 RETURN_TOLERANCE = 1e-6
 """A replay is the episode when its length, end and success are the episode's and its return is equal
@@ -218,7 +222,8 @@ class VideoEncoder:
                 self._do_discard(key)
             if self._env is not None:
                 try:
-                    self._env.close()
+                    with ENV_CALLS:
+                        self._env.close()
                 except Exception:
                     pass
 
@@ -263,7 +268,8 @@ class VideoEncoder:
         if self._env is None:
             import gymnasium as gym
 
-            env = self._make_env()
+            with ENV_CALLS:  # the loop's envs may be rendering in the main thread (fasteval.core.env_lock)
+                env = self._make_env()
             if not isinstance(env, gym.Env):
                 from fasteval.types.errors import UserInputError
 
@@ -275,8 +281,10 @@ class VideoEncoder:
     def _do_probe(self, done: threading.Event) -> None:
         try:
             env = self._replay_env()
-            env.reset(seed=0)
-            self._check_frame(env.render())
+            with ENV_CALLS:
+                env.reset(seed=0)
+                frame = env.render()
+            self._check_frame(frame)
         finally:
             done.set()
 
@@ -284,18 +292,22 @@ class VideoEncoder:
         env = self._replay_env()
         key = ("replay", job.episode)
         self._do_stream(key, job.path)
-        env.reset(seed=int(job.seed))
-        self._do_frame(key, self._check_frame(env.render()))
+        with ENV_CALLS:  # one env call at a time in this process, the loop's and the replays' (fasteval.core.env_lock)
+            env.reset(seed=int(job.seed))
+            frame = env.render()
+        self._do_frame(key, self._check_frame(frame))
         total, success, ended_early = 0.0, False, False
         for i, action in enumerate(job.actions):
             if self._abort:
                 return  # the finally of _run deletes the partial file
-            _obs, reward, terminated, truncated, info = env.step(action)
+            with ENV_CALLS:
+                _obs, reward, terminated, truncated, info = env.step(action)
+                frame = env.render()
             total += float(reward)
             flag = info.get("is_success") if isinstance(info, dict) else None
             success = success or bool(flag)
             ended_early = ended_early or (bool(terminated or truncated) and i < len(job.actions) - 1)
-            self._do_frame(key, self._check_frame(env.render()))
+            self._do_frame(key, self._check_frame(frame))
         close = (total == job.sum_reward if job.exact else
                  math.isclose(total, job.sum_reward, rel_tol=RETURN_TOLERANCE, abs_tol=RETURN_TOLERANCE))
         same = (len(job.actions) == job.length and not ended_early and success == job.success
