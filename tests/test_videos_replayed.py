@@ -195,3 +195,26 @@ def test_replays_never_call_an_env_while_the_loop_does(select, tmp_path):
     assert result.meta["videos"] == recording.REPLAYED
     assert len(result.video_paths) >= 1
     assert OneCallAtATime.overlaps == 0
+
+
+@pytest.mark.parametrize("select", ["first", "failures"])
+def test_a_segment_of_scattered_episodes_replays_every_kept_one(select, tmp_path):
+    """A resume (or Ray's driver) runs episodes such as [1, 3, 6]: ledger rows are not episode indices, and every
+    kept episode is replayed at the end, the largest too (a bug kept only those below the number of rows)."""
+    from fasteval.run.engine import Engine
+    from fasteval.types.spec import EvalSpec
+
+    from tests.test_videos import KA
+
+    spec = EvalSpec(env=KA, policy=ParityPolicy(), n_episodes=7, batch_size=2, seed=1, device="cpu",
+                    max_episodes_rendered=7, video_select=select, videos_dir=str(tmp_path))
+    engine = Engine(spec, n_slots=2)
+    try:
+        segment = engine.run_segment(episodes=[1, 3, 6], seed=1)
+    finally:
+        engine.close()
+    success = dict(zip(segment.ledger.episode_ids.tolist(), segment.ledger.success.tolist()))
+    want = [e for e in (1, 3, 6) if select == "first" or not success[e]]
+    assert len(want) >= 2
+    names = sorted(Path(p).name for p in segment.outputs.get("video_paths", ()))
+    assert [int(n[2:8]) for n in names] == want

@@ -394,8 +394,11 @@ class VideoRecorder(StepObserver):
         n = L.n_episodes
         while self.prefix < n and (done[self.prefix] or L.failed[self.prefix]):
             self.prefix += 1
-        settled = n if everything or self.prefix >= n else int(L.episode_ids[self.prefix])
-        for episode in sorted(e for e in self.kept if e < settled):
+        if everything or self.prefix >= n:  # rows are not episodes: a segment's may be [1, 3]
+            ready = sorted(self.kept)
+        else:
+            ready = sorted(e for e in self.kept if e < int(L.episode_ids[self.prefix]))
+        for episode in ready:
             self.encoder.replay(self.kept.pop(episode))
 
     # -- the observer ------------------------------------------------------------------------------------
