@@ -77,8 +77,8 @@ def _path_with(tmp_path, nvidia_smi: bool) -> str:
     return os.pathsep.join([str(bin_dir), *keep])
 
 
-def _route(tmp_path, nvidia_smi: bool, forced: str | None = None) -> str:
-    env = {**os.environ, "PATH": _path_with(tmp_path, nvidia_smi)}
+def _route(tmp_path, nvidia_smi: bool, forced: str | None = None, reachable: str = "1") -> str:
+    env = {**os.environ, "PATH": _path_with(tmp_path, nvidia_smi), "FASTEVAL_INDEX_REACHABLE": reachable}
     env.pop("FASTEVAL_TORCH", None)
     if forced:
         env["FASTEVAL_TORCH"] = forced
@@ -93,10 +93,24 @@ def test_without_an_nvidia_gpu_torch_comes_from_the_cpu_index_and_the_note_says_
     assert _route(tmp_path, nvidia_smi=True) == ""  # LeRobot's default, the CUDA build
     assert _route(tmp_path, nvidia_smi=True, forced="cpu").endswith("--index-url https://download.pytorch.org/whl/cpu")
     assert _route(tmp_path, nvidia_smi=False, forced="cuda") == ""
-    env = {**os.environ, "PATH": _path_with(tmp_path, nvidia_smi=False)}
+    env = {**os.environ, "PATH": _path_with(tmp_path, nvidia_smi=False), "FASTEVAL_INDEX_REACHABLE": "1"}
     env.pop("FASTEVAL_TORCH", None)
     note = subprocess.run(["bash", "-c", f"source {LIB}; torch_first torch"], capture_output=True, text=True, env=env)
     assert "FASTEVAL_TORCH=cuda" in note.stderr and "no nvidia-smi" in note.stderr
+
+
+def test_a_cpu_index_that_does_not_answer_is_passed_over_at_once(tmp_path):
+    """pip retries an unreachable index for minutes per package: a 5-second probe passes it over, and says so."""
+    assert _route(tmp_path, nvidia_smi=False, reachable="0") == ""
+    env = {**os.environ, "PATH": _path_with(tmp_path, nvidia_smi=False)}
+    env.pop("FASTEVAL_TORCH", None)
+    env.pop("FASTEVAL_INDEX_REACHABLE", None)
+    out = subprocess.run(["bash", "-c", f"source {LIB}; index_reachable http://127.0.0.1:9/simple && echo yes || echo no"],
+                         capture_output=True, text=True, env=env, timeout=30)
+    assert out.stdout.strip() == "no"
+    note = subprocess.run(["bash", "-c", f"source {LIB}; torch_first torch"], capture_output=True, text=True,
+                          env={**env, "FASTEVAL_INDEX_REACHABLE": "0"})
+    assert "cannot be reached" in note.stderr
 
 
 @pytest.mark.parametrize("first_rc", [0, 1])
@@ -106,7 +120,7 @@ def test_build_venv_installs_torch_first_and_stamps_only_the_requirements(tmp_pa
     passed over (the requirements bring their own torch)."""
     venv, log = tmp_path / "venv", tmp_path / "pip.log"
     env = {**os.environ, "PATH": _path_with(tmp_path, nvidia_smi=False), "PIP_LOG": str(log),
-           "FIRST_RC": str(first_rc)}
+           "FIRST_RC": str(first_rc), "FASTEVAL_INDEX_REACHABLE": "1"}
     env.pop("FASTEVAL_TORCH", None)
     out = subprocess.run(["bash", "-c", f"set -euo pipefail; source {LIB}; torch_first 'torch<2.12'; "
                           f"build_venv {venv} {_fake_python(tmp_path)} 'a>=1' 'b==2'"],
@@ -207,7 +221,7 @@ def _pip_logging_python(tmp_path, torch_installed: bool):
 @pytest.mark.parametrize("route", ["cpu", "cuda"])
 def test_install_takes_torch_from_the_cpu_index_where_there_is_no_gpu(tmp_path, route):
     bin_dir, log = _pip_logging_python(tmp_path, torch_installed=False)
-    env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin", "FASTEVAL_TORCH": route}
+    env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin", "FASTEVAL_TORCH": route, "FASTEVAL_INDEX_REACHABLE": "1"}
     out = subprocess.run(["bash", str(REPO / "scripts" / "install.sh"), "test"], capture_output=True, text=True,
                          env=env)
     assert out.returncode == 0, out.stderr
