@@ -7,7 +7,11 @@ fasteval's seed rule agree when no episode ends early, and a random policy never
 * ``lerobot-eval sync``: LeRobot 0.6.1's ``eval_policy_all`` (:func:`fasteval.robot.lerobot.reference.lerobot_eval`,
   its sync vector env, torch on one thread as fasteval's default), no videos;
 * ``lerobot-eval async`` (``--lerobot-async``): the same with LeRobot's async vector env (one process per env);
-* ``fasteval sync``: ``evaluate(env=fasteval.robot.lerobot.envs:make_env, ...)``, what ``--env.type=libero`` runs;
+* ``fasteval sync``: ``evaluate(env=fasteval.robot.lerobot.envs:make_env, ...)``, what ``--env.type=libero`` runs
+  (with its policy block, ``-b`` rows: ``--policy-block batch``, lerobot-eval's rounding; ``--policy-block 16`` gives
+  the library's default, where a batch of 2 pays for 16 rows of ACT);
+* ``fasteval ..., model reuse`` (``--model-reuse``, LIBERO): with ``FASTEVAL_MODEL_REUSE=1``, the compiled model
+  reused across hard resets;
 * ``fasteval pool``: the same with ``vectorization="async"`` (``--workers``, default the usable cores).
 
 Times are each side's own ``eval_s`` (envs' first resets included, building the policy not), and the wall time of
@@ -36,7 +40,8 @@ The sitting exits 1 when two rows of one group (same env and ``n_action_steps``)
 ``sum_reward`` / ``max_reward`` / ``success``.
 
     python benchmarks/bench_libero.py [--episodes 4] [--batch 2] [--steps 40 | --full] [--size 128]
-                                      [--n-action-steps 1,10,50] [--metaworld] [--pusht] [--no-skip-off] [--json out.json]
+                                      [--n-action-steps 1,10,50] [--metaworld] [--pusht] [--no-skip-off] [--model-reuse]
+                                      [--policy-block batch|R] [--json out.json]
     python benchmarks/bench_libero.py --tiny        # the test-suite size (1 episode x 3 steps, 32 px, n_action_steps 2)
     python benchmarks/bench_libero.py --tiny --metaworld --pusht --no-libero   # the other envs at that size
 """
@@ -96,9 +101,13 @@ def lerobot_row(folder: Path, n: int, batch: int, steps: int, size: int, seed: i
 
 
 def fasteval_row(folder: Path, n: int, batch: int, steps: int, size: int, seed: int, task: str, vectorization: str,
-                 workers: int | None, skip: bool = True, env_type: str = "libero") -> dict[str, Any]:
+                 workers: int | None, skip: bool = True, env_type: str = "libero", policy_block: int | None = None,
+                 model_reuse: bool = False) -> dict[str, Any]:
+    """One fasteval run. ``policy_block`` ``None`` is ``batch``, what LeRobot's flags run (``--env.type=libero``: the
+    policy's block is ``-b``, lerobot-eval's rounding); ``model_reuse`` sets ``FASTEVAL_MODEL_REUSE=1`` (LIBERO)."""
     from fasteval import evaluate
     from fasteval.core.unread import OFF_VARIABLE
+    from fasteval.robot.env_kinds.model_reuse import ON_VARIABLE
     from fasteval.robot.lerobot.envs import ENV_REF
 
     if env_type == "pusht":
@@ -112,19 +121,25 @@ def fasteval_row(folder: Path, n: int, batch: int, steps: int, size: int, seed: 
         kwargs = {"type": "libero", "task": task, "task_id": 0, "episode_length": steps, "observation_height": size,
                   "observation_width": size}
     old = os.environ.pop(OFF_VARIABLE, None)
+    old_reuse = os.environ.pop(ON_VARIABLE, None)
     if not skip:
         os.environ[OFF_VARIABLE] = "1"
+    if model_reuse:
+        os.environ[ON_VARIABLE] = "1"
     load, start = _load(), time.perf_counter()
     try:
         # PushT's Diffusion draws LeRobot's global-RNG noise in LeRobot's waves: the same episodes as lerobot-eval's
         stochastic = {"noise": "global", "reset_mode": "wave"} if env_type == "pusht" else {}
         result = evaluate(env=env, env_kwargs=kwargs, policy=str(folder), n_episodes=n, batch_size=batch, seed=seed,
                           device="cpu", vectorization=vectorization, workers=workers, cpu_threads=1, max_steps=cap,
-                          **stochastic)
+                          policy_block=batch if policy_block is None else policy_block, **stochastic)
     finally:
         os.environ.pop(OFF_VARIABLE, None)
+        os.environ.pop(ON_VARIABLE, None)
         if old is not None:
             os.environ[OFF_VARIABLE] = old
+        if old_reuse is not None:
+            os.environ[ON_VARIABLE] = old_reuse
     return {"eval_s": result.eval_s, "wall_s": time.perf_counter() - start, "load_before": load, "load_after": _load(),
             "timings": dict(result.timings), "workers": workers, "protocol": result.meta.get("protocol"),
             "unread_observations": result.meta.get("unread_observations"),
@@ -264,6 +279,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-libero", action="store_true", help="leave LIBERO out (Meta-World / PushT alone)")
     parser.add_argument("--no-skip-off", action="store_true", help="leave out the 'fasteval sync, skip off' rows")
     parser.add_argument("--workers", type=int, default=None, help="fasteval pool workers [default: usable cores]")
+    parser.add_argument("--policy-block", default="batch",
+                        help="fasteval's --policy-block: 'batch' (default: what LeRobot's flags run, lerobot-eval's "
+                             "rounding), or R rows (16: the library's default; a batch of 2 then pays for 16 rows)")
+    parser.add_argument("--model-reuse", action="store_true",
+                        help="add LIBERO rows with FASTEVAL_MODEL_REUSE=1 (the compiled model reused across hard resets)")
     parser.add_argument("--lerobot-async", action="store_true", help="add lerobot-eval with its async vector env")
     parser.add_argument("--skip-lerobot", action="store_true")
     parser.add_argument("--repeats", type=int, default=1, help="rows interleaved per repeat; medians reported")
@@ -276,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         args.episodes, args.batch, args.steps, args.size, args.n_action_steps = 1, 1, 3, 32, "2"
         args.breakdown_steps, args.full = 2, False
     exec_steps = sorted({int(x) for x in str(args.n_action_steps).split(",") if x.strip()})
+    policy_block = None if args.policy_block == "batch" else int(args.policy_block)
     from fasteval.robot.env_kinds.headless import ensure_headless_gl
     from fasteval.robot.lerobot.libero import prepare_libero
     from fasteval.robot.lerobot.testing import (write_diffusion_checkpoint, write_libero_act_checkpoint,
@@ -311,13 +332,19 @@ def main(argv: list[str] | None = None) -> int:
                 if not args.skip_lerobot:
                     runs.setdefault("lerobot-eval sync" + tag, []).append(
                         lerobot_row(*common, False, env_type=env_type))
+                block = {"policy_block": policy_block}
                 runs.setdefault("fasteval sync" + tag, []).append(
-                    fasteval_row(*common, "sync", None, env_type=env_type))
+                    fasteval_row(*common, "sync", None, env_type=env_type, **block))
                 if not args.no_skip_off:
                     runs.setdefault("fasteval sync, skip off" + tag, []).append(
-                        fasteval_row(*common, "sync", None, skip=False, env_type=env_type))
+                        fasteval_row(*common, "sync", None, skip=False, env_type=env_type, **block))
                 runs.setdefault(f"fasteval pool ({workers} workers)" + tag, []).append(
-                    fasteval_row(*common, "async", workers, env_type=env_type))
+                    fasteval_row(*common, "async", workers, env_type=env_type, **block))
+                if args.model_reuse and env_type == "libero":
+                    runs.setdefault("fasteval sync, model reuse" + tag, []).append(
+                        fasteval_row(*common, "sync", None, env_type=env_type, model_reuse=True, **block))
+                    runs.setdefault(f"fasteval pool ({workers} workers), model reuse" + tag, []).append(
+                        fasteval_row(*common, "async", workers, env_type=env_type, model_reuse=True, **block))
                 if args.lerobot_async and not args.skip_lerobot:
                     try:
                         row = lerobot_row(*common, True, env_type=env_type)
@@ -333,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"## bench_libero: {', '.join(f'{e} ({policies[e]}, {steps_of[e]} steps)' for e in envs)}; LIBERO "
           f"{args.task} task 0 ({size} px, two cameras), Meta-World {METAWORLD_TASK}; {n} episodes, batch {b}, "
           f"n_action_steps {', '.join(map(str, exec_steps))} (ACT chunk {chunk}), MUJOCO_GL={os.environ.get('MUJOCO_GL')}, "
-          f"LP_NUM_THREADS {lp}, {max(1, args.repeats)} repeats (medians)\n")
+          f"LP_NUM_THREADS {lp}, fasteval's policy block {policy_block or f"{args.batch} rows (-b)"}, {max(1, args.repeats)} repeats (medians)\n")
     print(format_machine(info) + "\n")
     print("| row | eval s (median) | repeats | wall s | s per env step | vs lerobot-eval sync | unread frames | "
           "load before | load after |")
