@@ -357,10 +357,11 @@ def main(argv: list[str] | None = None) -> int:
 
     lp = os.environ.get("LP_NUM_THREADS", "unset (llvmpipe: one thread per core)")
     policies = {"libero": "random ACT", "metaworld": "random ACT", "pusht": "random Diffusion (executes 8 of 16)"}
+    block_text = policy_block or f"{args.batch} rows (-b)"
     print(f"## bench_libero: {', '.join(f'{e} ({policies[e]}, {steps_of[e]} steps)' for e in envs)}; LIBERO "
           f"{args.task} task 0 ({size} px, two cameras), Meta-World {METAWORLD_TASK}; {n} episodes, batch {b}, "
           f"n_action_steps {', '.join(map(str, exec_steps))} (ACT chunk {chunk}), MUJOCO_GL={os.environ.get('MUJOCO_GL')}, "
-          f"LP_NUM_THREADS {lp}, fasteval's policy block {policy_block or f"{args.batch} rows (-b)"}, {max(1, args.repeats)} repeats (medians)\n")
+          f"LP_NUM_THREADS {lp}, fasteval's policy block {block_text}, {max(1, args.repeats)} repeats (medians)\n")
     print(format_machine(info) + "\n")
     print("| row | eval s (median) | repeats | wall s | s per env step | vs lerobot-eval sync | unread frames | "
           "load before | load after |")
