@@ -6,6 +6,7 @@ bit for bit are recorded during the run, and the run's ``meta["videos"]`` says s
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from pathlib import Path
@@ -145,37 +146,29 @@ class OneCallAtATime(gym.Wrapper):
     overlaps = 0
     guard = threading.Lock()
 
-    def _enter(self):
+    @contextlib.contextmanager
+    def _one_call(self):
         with OneCallAtATime.guard:
             OneCallAtATime.inside += 1
-            if OneCallAtATime.inside > 1:
-                OneCallAtATime.overlaps += 1
+            OneCallAtATime.overlaps += OneCallAtATime.inside > 1
         time.sleep(0.001)
-
-    def _leave(self):
-        with OneCallAtATime.guard:
-            OneCallAtATime.inside -= 1
+        try:
+            yield
+        finally:
+            with OneCallAtATime.guard:
+                OneCallAtATime.inside -= 1
 
     def step(self, action):
-        self._enter()
-        try:
+        with self._one_call():
             return self.env.step(action)
-        finally:
-            self._leave()
 
     def reset(self, **kwargs):
-        self._enter()
-        try:
+        with self._one_call():
             return self.env.reset(**kwargs)
-        finally:
-            self._leave()
 
     def render(self):
-        self._enter()
-        try:
+        with self._one_call():
             return self.env.render()
-        finally:
-            self._leave()
 
 
 def make_guarded_cartpole(**kwargs):
