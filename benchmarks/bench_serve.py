@@ -297,8 +297,8 @@ def memory_rows(cases: list[tuple[int, float, float, float]], ping_s: float = 20
                         ws.send(payload)
                         ws.recv(timeout=1800)
                         answered.append(1)
-                except Exception:  # noqa: BLE001 (a keepalive timeout: counted)
-                    dropped.append(1)
+                except Exception as exc:  # noqa: BLE001 (a keepalive timeout: counted, its reason kept)
+                    dropped.append(repr(exc)[:300])
 
             threads = [threading.Thread(target=client) for _ in range(clients)]
             for thread in threads:
@@ -314,6 +314,8 @@ def memory_rows(cases: list[tuple[int, float, float, float]], ping_s: float = 20
                 after = (_status_kib(proc.pid, "VmRSS") - before) / 1024
         finally:
             stop(proc)
+        for reason in sorted(set(dropped)):
+            print(f"dropped ({dropped.count(reason)}): {reason}", file=sys.stderr)
         rows.append([clients, f"{size_mb:g}", f"{message_mb:g} + {inflight_mb:g}", f"+{peak:.0f}",
                      f"+{message_mb + inflight_mb:.0f}", f"{after:+.0f}", len(answered), len(dropped)])
     return rows
@@ -325,7 +327,7 @@ def memory_main(tiny: bool, json_path: str | None) -> int:
     print("# fasteval serve: memory under a burst of large requests\n")
     print(format_machine(info))
     print(f"- command: `{command_line()}`; keepalive pings every 20 s (openpi-client's websockets defaults)\n")
-    rows = memory_rows(cases, ping_s=2.0 if tiny else 20.0)
+    rows = memory_rows(cases, ping_s=20.0)
     print(markdown_table(["clients", "request MB", "max message + inflight MB", "peak MB", "documented bound MB",
                           "after the burst MB", "answered", "dropped"], rows))
     if json_path:

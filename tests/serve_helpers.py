@@ -1,4 +1,5 @@
-"""Helpers of the serve tests: a `fasteval serve` subprocess, and policies it serves by module:callable.
+"""Helpers of the serve tests: a `fasteval serve` subprocess, a server in a thread, and policies served by
+module:callable.
 
 The server runs as its own process (``python -m fasteval.doors.serve``), so that it has its own torch
 RNG and threads, and can be killed. It prints its address on stdout once it listens (port 0: any free
@@ -25,6 +26,44 @@ def repo_env(**extra: str) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.update(extra)
     return env
+
+
+class ThreadServer:
+    """A :class:`~fasteval.doors.serve_server.PolicyServer` on a loopback port, its event loop in a thread of this
+    process (as a Ray policy actor runs it), so that a test reads its counters or patches its methods.
+    ``config_fields`` are :class:`~fasteval.doors.serve_server.ServerConfig`'s (``batch_sessions_ms``, ...)."""
+
+    def __init__(self, policy: str, **config_fields):
+        import asyncio
+
+        from fasteval.doors.serve_policy import RunnerOptions
+        from fasteval.doors.serve_server import PolicyServer, ServerConfig
+
+        config = ServerConfig(options=RunnerOptions(policy=policy, device="cpu", trust_remote_code=True), port=0,
+                              **config_fields)
+        self.server = PolicyServer(config)
+        self.url = ""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Future | None = None
+        ready = threading.Event()
+
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._stop = self._loop.create_future()
+
+            def listening(port: int) -> None:
+                self.url = f"ws://127.0.0.1:{port}"
+                ready.set()
+
+            await self.server.serve(ready=listening, stop=self._stop)
+
+        self.thread = threading.Thread(target=lambda: asyncio.run(main()), daemon=True)
+        self.thread.start()
+        assert ready.wait(60), "the server did not start"
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(lambda: self._stop.done() or self._stop.set_result(None))
+        self.thread.join(30)
 
 
 class ServerProcess:

@@ -18,48 +18,16 @@ pytest.importorskip("msgpack")
 
 from fasteval.doors.serve_merge import MERGED  # noqa: E402
 from fasteval.doors.serve_policy import RunnerOptions  # noqa: E402
-from fasteval.doors.serve_server import PolicyServer, ServerConfig  # noqa: E402
 from fasteval.robot.policies.remote import connect_remote  # noqa: E402
 from fasteval.run.engine import Engine  # noqa: E402
 from fasteval.testing import KNOWN_ANSWER_ID  # noqa: E402
 from fasteval.types.spec import EvalSpec  # noqa: E402
 from tests.helpers import ActionLog  # noqa: E402
-from tests.serve_helpers import REPO, ServerProcess  # noqa: E402
+from tests.serve_helpers import REPO, ServerProcess, ThreadServer  # noqa: E402
 
 MLP = str(REPO / "src" / "fasteval" / "assets" / "cartpole_mlp")
 CHUNKS = "tests.serve_helpers:parity_chunks"
 NOISE = "tests.serve_helpers:episode_noise"
-
-
-class ThreadServer:
-    """A :class:`PolicyServer` on a loopback port, its event loop in a thread of this process."""
-
-    def __init__(self, policy: str, batch_sessions_ms: float | None, threaded_compute: bool = False):
-        config = ServerConfig(options=RunnerOptions(policy=policy, device="cpu", trust_remote_code=True), port=0,
-                              batch_sessions_ms=batch_sessions_ms, threaded_compute=threaded_compute)
-        self.server = PolicyServer(config)
-        self.url = ""
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Future | None = None
-        ready = threading.Event()
-
-        async def main() -> None:
-            self._loop = asyncio.get_running_loop()
-            self._stop = self._loop.create_future()
-
-            def listening(port: int) -> None:
-                self.url = f"ws://127.0.0.1:{port}"
-                ready.set()
-
-            await self.server.serve(ready=listening, stop=self._stop)
-
-        self.thread = threading.Thread(target=lambda: asyncio.run(main()), daemon=True)
-        self.thread.start()
-        assert ready.wait(60), "the server did not start"
-
-    def close(self) -> None:
-        self._loop.call_soon_threadsafe(lambda: self._stop.done() or self._stop.set_result(None))
-        self.thread.join(30)
 
 
 def rows_of(result, log):

@@ -21,7 +21,9 @@ cannot stall, one connection (the *finisher*) may finish its message past the li
 flight. Small traffic is never paused: a connection with at most :data:`SMALL_BYTES` of a message still
 arriving (a close frame, a ping, most step requests) or that is closing reads on, so that a connection cannot
 stall its own close handshake, and a client waiting for its answer keeps answering its keepalive pings
-(openpi's client pings every 20 s and drops a connection whose pong is late). The server so holds at most
+(openpi's client pings every 20 s and drops a connection whose pong is late). A request that fits whole in TCP's
+buffers is not covered: its client's next ping queues behind it, and cannot be answered until the request is read
+(docs/serving.md says so). The server so holds at most
 ``--max-inflight-mb`` + ``--max-message-mb``, plus :data:`SMALL_BYTES` and one socket read (256 KiB) per
 connection. The first time a connection waits, the server logs it, with the figures.
 
@@ -111,6 +113,9 @@ class InflightBudget:
         self.trims = 0
         """Times freed memory was returned to the system after a burst."""
         self._trim_pending = False
+        self._trim_owed = False
+        """A trim ran while bytes were still held: one more is due when the held bytes reach zero (what is freed
+        after a mid-burst trim can be under :data:`TRIM_AFTER`, and would stay with the process)."""
         self._last_trim = float("-inf")
         self.used = 0
         """Bytes held now: partial messages plus requests not yet answered."""
@@ -231,6 +236,9 @@ class InflightBudget:
         if self.high - self.used >= TRIM_AFTER and self.used <= self.high // 4:
             self.high = self.used
             self._trim_soon()
+        elif self._trim_owed and self.used == 0:  # a trim came mid-burst: the burst's last bytes are returned too
+            self._trim_owed = False
+            self._trim_soon()
 
     def _trim_soon(self) -> None:
         """Return freed memory to the system once the current callback is done (and has dropped its references),
@@ -255,6 +263,7 @@ class InflightBudget:
         MALLOC_TRIM(0)
         self.trims += 1
         self._trim_pending = False
+        self._trim_owed = self.used > 0
         try:
             self._last_trim = asyncio.get_running_loop().time()
         except RuntimeError:
