@@ -2,7 +2,8 @@
 
 ``python -m tests.lerobot.diff_driver {lerobot-eval|fasteval} CASES.json RESULTS.json``
 
-``CASES.json`` is ``[{"name": ..., "argv": [...]}, ...]``. Each command line runs through the function
+``CASES.json`` is ``[{"name": ..., "argv": [...], "environ": {...}}, ...]`` (``environ``: variables set for that
+case only). Each command line runs through the function
 the console script of that name calls (looked up in the installed entry points, so it is exactly what
 ``lerobot-eval ...`` / ``fasteval ...`` run), with ``sys.argv`` set to it, one after the other: the
 imports are paid once, not once per case. torch runs on one thread (``torch.set_num_threads(1)``, set
@@ -43,6 +44,23 @@ def console_script(name: str):
     return getattr(importlib.import_module(module), attr)
 
 
+@contextlib.contextmanager
+def case_environ(environ: dict[str, str]):
+    """``environ`` set in ``os.environ`` for one case, and the earlier values put back after it."""
+    import os
+
+    saved = {key: os.environ.get(key) for key in environ}
+    os.environ.update(environ)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def run_case(name: str, command, argv: list[str], log: Path) -> int:
     sys.argv = [name, *argv]
     with open(log, "w") as out, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
@@ -74,7 +92,8 @@ def main(argv: list[str]) -> int:
         log = Path(case["log"])
         log.parent.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
-        rc = run_case(name, command, case["argv"], log)
+        with case_environ(case.get("environ", {})):
+            rc = run_case(name, command, case["argv"], log)
         results[case["name"]] = {"rc": rc, "seconds": time.perf_counter() - start}
         Path(results_file).write_text(json.dumps(results, indent=1))
     return 0

@@ -25,8 +25,9 @@ PushT's reward moves only once the agent pushes the T, so two runs can agree on 
 different actions; the videos are the witness of the agent's path (the first 10 episodes of each case).
 
 The cases are tiny (1-3 episodes of 10-20 steps): the PushT table runs in about four minutes on two busy cores;
-the two LIBERO cases (``libero``: LeRobot's LIBERO as it is; ``libero-witness``: with a dense reward, so that equal
-sums mean equal paths) add about as much (a LIBERO reset costs seconds). ``FASTEVAL_DIFFERENTIAL_CASES=a,b`` runs
+the LIBERO cases (``libero``: LeRobot's LIBERO as it is; ``libero-witness``: with a dense reward, so that equal
+sums mean equal paths; ``libero-witness-reuse``: the same with fasteval's compiled-model reuse on) add about as much
+(a LIBERO reset costs seconds). ``FASTEVAL_DIFFERENTIAL_CASES=a,b`` runs
 only the named cases.
 """
 
@@ -73,6 +74,8 @@ class Case:
     """The LeRobot command line, less ``--policy.path`` and ``--output_dir``."""
     fasteval_flags: tuple[str, ...] = ()
     """Added for fasteval only (``--reset-mode=wave``, ``--noise=global``, ``--max-episodes-rendered=0``)."""
+    fasteval_environ: tuple[tuple[str, str], ...] = ()
+    """Environment variables set for fasteval's run of this case only (``FASTEVAL_MODEL_REUSE=1``)."""
     expect: str = "equal"
     """``equal``: per-episode numbers within TOL; ``done-mask``: LeRobot's extra step past the end (see above)."""
     why: str = ""
@@ -128,6 +131,8 @@ def _metaworld_cases() -> tuple[Case, ...]:
 
 
 LIBERO_STEPS = 6
+MODEL_REUSE_ON = "FASTEVAL_MODEL_REUSE"
+"""fasteval.robot.env_kinds.model_reuse.ON_VARIABLE (not imported here: this module is collected without LIBERO)."""
 LIBERO_SYNC = ("--policy.device=cpu", SYNC)
 
 
@@ -152,6 +157,13 @@ def _libero_cases() -> tuple[Case, ...]:
               "--env.observation_height=32", "--env.observation_width=32"),
              why="LeRobot's LIBERO env type plus a dense reward (the end effector's distance from its start): task 0 "
                  "of libero_spatial and of libero_object, init states 0 and 1, the same paths on both sides"),
+        Case("libero-witness-reuse", "libero_act",
+             ("--env.type=libero_witness", "--env.task=libero_spatial", "--env.task_ids=[0]", *LIBERO_SYNC,
+              "--eval.n_episodes=3", "--eval.batch_size=2", f"--env.episode_length={LIBERO_STEPS}",
+              "--env.observation_height=32", "--env.observation_width=32"),
+             fasteval_environ=((MODEL_REUSE_ON, "1"),),
+             why="fasteval's opt-in model reuse (FASTEVAL_MODEL_REUSE=1) against lerobot-eval's hard resets, which "
+                 "compile every time: episode 2 runs on env 0's second hard reset, the compiled model reused"),
     )
 
 
@@ -194,9 +206,12 @@ def table(checkpoints: dict[str, Path], tmp_path_factory) -> dict[str, dict[str,
         for case in ALL_CASES:
             out = root / side / case.name
             argv = [f"--policy.path={checkpoints[case.policy]}", *case.flags, f"--output_dir={out}"]
+            environ = {}
             if side == "fasteval":
                 argv += ["--cpu-threads=1", *case.fasteval_flags]
-            cases.append({"name": case.name, "argv": argv, "log": str(root / side / f"{case.name}.log")})
+                environ = dict(case.fasteval_environ)
+            cases.append({"name": case.name, "argv": argv, "log": str(root / side / f"{case.name}.log"),
+                          "environ": environ})
         (root / f"{side}.cases.json").write_text(json.dumps(cases, indent=1))
         files[side] = root / f"{side}.results.json"
         procs[side] = subprocess.Popen([sys.executable, "-m", "tests.lerobot.diff_driver", side,
@@ -246,6 +261,17 @@ def test_per_episode_numbers(table: dict, case: Case) -> None:
     alone, _ = _side(table, next(c for c in ALL_CASES if c.name == f"{case.name}-b1"), "lerobot-eval")
     # LeRobot's batch-1 numbers are fasteval's batch-3 numbers (to the rounding of the batch size, ~1e-6 over an episode)
     assert [r[0] for r in _episodes(alone)] == pytest.approx([r[0] for r in a], abs=CROSS_BATCH_TOL)
+
+
+@pytest.mark.parametrize("case", [c for c in ALL_CASES if c.fasteval_environ], ids=lambda c: c.name)
+def test_the_case_environment_reached_the_run(table: dict, case: Case) -> None:
+    """``libero-witness-reuse`` compared episodes with the compiled model reused: the run says so in its meta."""
+    ours, out = _side(table, case, "fasteval")
+    from fasteval.robot.env_kinds.model_reuse import ON, ON_VARIABLE
+
+    assert dict(case.fasteval_environ).get(MODEL_REUSE_ON) == "1" and MODEL_REUSE_ON == ON_VARIABLE
+    meta = json.loads((out / "meta.json").read_text()) if (out / "meta.json").exists() else ours.get("meta", {})
+    assert meta.get("reset_reuse") == ON, f"reset_reuse: {meta.get('reset_reuse')!r}"
 
 
 def _relative(paths: list[str], root: Path) -> list[str]:
