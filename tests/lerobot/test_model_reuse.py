@@ -35,7 +35,7 @@ def test_libero_reuses_the_compiled_model_exactly(libero_home, monkeypatch):
         reference, ref_policy, ref_reused = _run(batch, vectorization)
         assert reference.meta["reset_reuse"] == f"off ({OFF_VARIABLE}=1)" and ref_reused == 0
         monkeypatch.delenv(OFF_VARIABLE)
-        monkeypatch.setenv(ON_VARIABLE, "1")  # off by default until checked against lerobot-eval (module docstring)
+        monkeypatch.setenv(ON_VARIABLE, "1")  # off by default (module docstring)
         result, policy, reused = _run(batch, vectorization)
         monkeypatch.delenv(ON_VARIABLE)
         assert result.meta["reset_reuse"] == ON
