@@ -327,7 +327,7 @@ def memory_main(tiny: bool, json_path: str | None) -> int:
     print("# fasteval serve: memory under a burst of large requests\n")
     print(format_machine(info))
     print(f"- command: `{command_line()}`; keepalive pings every 20 s (openpi-client's websockets defaults)\n")
-    rows = memory_rows(cases, ping_s=20.0)
+    rows = memory_rows(cases)  # openpi's keepalive
     print(markdown_table(["clients", "request MB", "max message + inflight MB", "peak MB", "documented bound MB",
                           "after the burst MB", "answered", "dropped"], rows))
     if json_path:
